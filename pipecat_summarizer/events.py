@@ -1,0 +1,92 @@
+"""Event payloads, the upstream notification frame, and the one-line compaction log."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pipecat.frames.frames import SystemFrame
+
+Reason = Literal["tokens", "messages", "manual"]
+
+
+def short_sha256(text: str) -> str:
+    """First 12 hex digits of the sha256 of ``text``: enough to tell summaries apart in logs."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class SummaryAppliedEvent:
+    """Figures for one applied compaction (``on_summary_applied``).
+
+    Parameters:
+        reason: What triggered it: ``"tokens"``, ``"messages"`` or ``"manual"``.
+        messages_before: Context messages just before the splice.
+        messages_after: Context messages just after the splice.
+        messages_summarized: Conversation messages folded into the summary.
+        messages_kept: Messages after the summary that stayed verbatim.
+        tokens_before: Estimated context tokens just before the splice.
+        tokens_after: Estimated context tokens just after the splice.
+        summary_tokens: Estimated tokens of the summary message.
+        input_tokens: Estimated tokens sent to the summarizer (prompt included).
+        latency_s: Seconds from the request to the splice.
+        summary_sha256: Short sha256 of the summary text.
+        compaction: 1 for the first compaction of this processor, then 2, 3...
+    """
+
+    reason: Reason
+    messages_before: int
+    messages_after: int
+    messages_summarized: int
+    messages_kept: int
+    tokens_before: int
+    tokens_after: int
+    summary_tokens: int
+    input_tokens: int
+    latency_s: float
+    summary_sha256: str
+    compaction: int
+
+    def log_fields(self) -> dict[str, Any]:
+        """The event as a flat dict (for logs and sinks)."""
+        fields = asdict(self)
+        fields["latency_s"] = round(self.latency_s, 3)
+        return fields
+
+    def log_line(self) -> str:
+        """One structured line: ``context compacted key=value ...``."""
+        return "context compacted " + " ".join(f"{k}={v}" for k, v in self.log_fields().items())
+
+
+@dataclass(frozen=True)
+class SummaryFailedEvent:
+    """A failed summary attempt (``on_summary_failed``); the context was left untouched.
+
+    Parameters:
+        error: What went wrong.
+        consecutive_failures: Failures in a row, this one included.
+        reason: What triggered the attempt.
+        retry_in_s: Seconds before the next automatic attempt is allowed.
+    """
+
+    error: str
+    consecutive_failures: int
+    reason: Reason
+    retry_in_s: float
+
+
+@dataclass
+class ContextSummaryAppliedFrame(SystemFrame):
+    """Pushed upstream after a summary was spliced into the shared context.
+
+    A system frame, so an interruption does not drop it. It is informational: the splice
+    has already happened when it is pushed.
+
+    Parameters:
+        message: The templated summary message now in the context.
+        event: The compaction's figures.
+    """
+
+    message: dict = field(default_factory=dict)
+    event: SummaryAppliedEvent | None = None

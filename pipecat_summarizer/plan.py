@@ -1,0 +1,331 @@
+"""What to compact: grouping, protection, selection under budgets, and the splice.
+
+Pure functions over plain message lists. Nothing here touches asyncio or Pipecat frames, so
+every rule is tested directly.
+
+Vocabulary:
+    head: the leading ``system``/``developer`` messages; never summarized.
+    protected: the head, plus system/developer messages injected mid-call (by default);
+        they stay verbatim and are lifted out of a summarized range.
+    unit: messages that must be summarized together: an assistant message with
+        ``tool_calls``, every result for those calls, and anything between them.
+    unresolved: a unit with a call that has no result yet, or an in-progress result;
+        nothing from it onwards is summarized.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
+
+from pipecat_summarizer.tokens import TokenCounter
+
+SYSTEM_ROLES = ("system", "developer")
+
+
+def _role(message: Any) -> str | None:
+    if isinstance(message, dict):
+        return message.get("role")
+    return None
+
+
+def _async_tool_marker(message: Any) -> dict | None:
+    # Pipecat marks async tool progress with JSON in tool/developer messages.
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str) or not content.startswith("{"):
+        return None
+    try:
+        parsed = json.loads(content)
+    except ValueError:
+        return None
+    if isinstance(parsed, dict) and parsed.get("type") == "async_tool":
+        return parsed
+    return None
+
+
+def is_system_like(message: Any) -> bool:
+    """True for a system or developer instruction (not an async tool status message)."""
+    return _role(message) in SYSTEM_ROLES and _async_tool_marker(message) is None
+
+
+def head_length(messages: Sequence[Any]) -> int:
+    """Number of leading system/developer messages (the system prompt, wherever it is split)."""
+    n = 0
+    while n < len(messages) and is_system_like(messages[n]):
+        n += 1
+    return n
+
+
+def make_protection(*, protect_injected_system: bool = True):
+    """Build the predicate ``(index, message, messages) -> bool`` for never-summarized messages.
+
+    Args:
+        protect_injected_system: Also protect system/developer messages that appear after
+            the conversation has started.
+
+    Returns:
+        The predicate. It is cheap for the incremental meter: it never scans the list
+        except for the head check of a system-like message.
+    """
+
+    def is_protected(index: int, message: Any, messages: Sequence[Any]) -> bool:
+        if not is_system_like(message):
+            return False
+        if protect_injected_system:
+            return True
+        return all(is_system_like(m) for m in messages[:index])
+
+    return is_protected
+
+
+def _is_pending_result(message: Any) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    if content == "IN_PROGRESS":
+        return True
+    marker = _async_tool_marker(message)
+    return marker is not None and marker.get("status") == "started"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A contiguous run of messages that is summarized or kept as a whole.
+
+    Parameters:
+        start: Index of the first message.
+        end: Index one past the last message.
+        resolved: False when a tool call in it has no final result yet.
+    """
+
+    start: int
+    end: int
+    resolved: bool = True
+
+
+def group_units(messages: Sequence[Any], start: int = 0) -> list[Unit]:
+    """Group ``messages[start:]`` into units (see the module docstring).
+
+    Tool results that are not adjacent to their call pull everything in between into the
+    call's unit, so a cut at any unit boundary never separates a call from a result.
+    A tool result without a call in range joins the unit before it.
+
+    Args:
+        messages: The context messages.
+        start: First index to group.
+
+    Returns:
+        Units covering ``[start, len(messages))`` in order.
+    """
+    n = len(messages)
+    call_at: dict[str, int] = {}
+    span_end = list(range(start + 1, n + 1))  # exclusive end of each message's unit
+    pending_calls: dict[int, set[str]] = {}
+    unresolved_at: set[int] = set()
+    for i in range(start, n):
+        msg = messages[i]
+        if isinstance(msg, LLMSpecificMessage) or not isinstance(msg, dict):
+            continue
+        role = msg.get("role")
+        if role == "assistant" and msg.get("tool_calls"):
+            ids = set()
+            for call in msg["tool_calls"]:
+                if isinstance(call, dict) and call.get("id"):
+                    call_at[call["id"]] = i
+                    ids.add(call["id"])
+            pending_calls[i] = ids
+        elif role == "tool":
+            owner = call_at.get(msg.get("tool_call_id"))
+            if owner is None:
+                continue
+            span_end[owner - start] = max(span_end[owner - start], i + 1)
+            if _is_pending_result(msg):
+                unresolved_at.add(owner)
+            else:
+                pending_calls[owner].discard(msg.get("tool_call_id"))
+        else:
+            marker = _async_tool_marker(msg)
+            if marker and marker.get("status") == "finished":
+                owner = call_at.get(marker.get("tool_call_id"))
+                if owner is not None:
+                    span_end[owner - start] = max(span_end[owner - start], i + 1)
+                    unresolved_at.discard(owner)
+                    pending_calls[owner].discard(marker.get("tool_call_id"))
+    for owner, ids in pending_calls.items():
+        if ids:
+            unresolved_at.add(owner)
+
+    units: list[Unit] = []
+    i = start
+    while i < n:
+        end = span_end[i - start]
+        resolved = i not in unresolved_at
+        j = i + 1
+        while j < end:  # merge overlapping spans
+            end = max(end, span_end[j - start])
+            resolved = resolved and j not in unresolved_at
+            j += 1
+        # an orphan tool result must never start a unit (it would start the kept tail)
+        if _role(messages[i]) == "tool" and units:
+            prev = units.pop()
+            units.append(Unit(prev.start, end, prev.resolved and resolved))
+        else:
+            units.append(Unit(i, end, resolved))
+        i = end
+    return units
+
+
+@dataclass
+class Plan:
+    """One compaction: which messages go to the summarizer and what the splice replaces.
+
+    Parameters:
+        replaced: The messages the summary replaces, in context order, by identity
+            (the previous summary, the summarized messages and lifted protected ones).
+        summarized: The conversation messages sent to the summarizer.
+        lifted: Protected messages inside the range, kept verbatim after the summary.
+        shortened: Ids of summarized messages sent shortened (head and tail).
+        input_tokens: Estimated tokens of the summarizer input (messages and previous
+            summary, without the prompt).
+        deferred: Messages that were eligible but left for a later round by the budget.
+    """
+
+    replaced: list[Any]
+    summarized: list[Any]
+    lifted: list[Any] = field(default_factory=list)
+    shortened: set[int] = field(default_factory=set)
+    input_tokens: int = 0
+    deferred: int = 0
+
+
+def select(
+    messages: Sequence[Any],
+    *,
+    keep: int,
+    counter: TokenCounter,
+    summary_message: Any = None,
+    previous_summary_tokens: int = 0,
+    input_budget: int | None = None,
+    protect_injected_system: bool = True,
+) -> Plan | None:
+    """Choose the oldest messages to summarize, keeping at least ``keep`` messages verbatim.
+
+    Rules: the head is never touched; whole units only, oldest first; never a unit that is
+    unresolved or anything after it; the kept tail has at least ``keep`` messages and, when
+    possible, starts with a user message; with ``input_budget``, units are taken until the
+    next one would exceed it; a first unit that alone exceeds it is sent shortened rather
+    than blocking compaction forever.
+
+    Args:
+        messages: The context messages.
+        keep: Minimum number of most recent messages kept verbatim.
+        counter: Token counter for the budget.
+        summary_message: The current summary message (by identity), if any.
+        previous_summary_tokens: Tokens of the previous summary text (part of the input).
+        input_budget: Maximum summarizer input tokens for messages plus previous summary;
+            ``None`` for unbounded.
+        protect_injected_system: Keep mid-call system/developer messages verbatim.
+
+    Returns:
+        The plan, or ``None`` when there is nothing new to summarize.
+    """
+    n = len(messages)
+    region = head_length(messages)
+    is_protected = make_protection(protect_injected_system=protect_injected_system)
+    latest_cut = n - keep
+    if latest_cut <= region:
+        return None
+
+    # Candidate cuts are unit boundaries before the first unresolved unit.
+    cuts: list[int] = []
+    for unit in group_units(messages, region):
+        if not unit.resolved or unit.start > latest_cut:
+            break
+        if unit.end <= latest_cut:
+            cuts.append(unit.end)
+    if not cuts:
+        return None
+
+    def tokens_of(i: int, j: int) -> int:
+        return sum(
+            counter.count_message(messages[k])
+            for k in range(i, j)
+            if messages[k] is not summary_message and not is_protected(k, messages[k], messages)
+        )
+
+    budget = None if input_budget is None else max(1, input_budget - previous_summary_tokens)
+    shortened: set[int] = set()
+    end = region
+    used = 0
+    for cut in cuts:
+        cost = tokens_of(end, cut)
+        if budget is not None and used + cost > budget:
+            if end == region:
+                # An oversized first unit is sent shortened so compaction can progress.
+                for k in range(end, cut):
+                    if messages[k] is not summary_message:
+                        shortened.add(id(messages[k]))
+                end = cut
+            break
+        used += cost
+        end = cut
+
+    # Prefer a kept tail that starts with a user turn, if that still summarizes something.
+    if end < n and _role(messages[end]) != "user":
+        for cut in reversed(cuts):
+            if region < cut < end and _role(messages[cut]) == "user":
+                end = cut
+                break
+
+    replaced = list(messages[region:end])
+    summarized = [
+        m
+        for k, m in enumerate(replaced, start=region)
+        if m is not summary_message and not is_protected(k, m, messages)
+    ]
+    if not summarized:
+        return None
+    lifted = [m for k, m in enumerate(replaced, start=region) if is_protected(k, m, messages)]
+    used = tokens_of(region, end)
+    if budget is not None:
+        used = min(used, budget)
+    summarized_ids = {id(m) for m in summarized}
+    return Plan(
+        replaced=replaced,
+        summarized=summarized,
+        lifted=lifted,
+        shortened=shortened & summarized_ids,
+        input_tokens=used + previous_summary_tokens,
+        deferred=cuts[-1] - end,
+    )
+
+
+def splice(messages: Sequence[Any], plan: Plan, summary_message: Any) -> list[Any] | None:
+    """Replace the planned range with ``summary_message``, if it is still in place.
+
+    The range is found by object identity wherever it now starts (messages may have been
+    inserted before it), and must still be contiguous and unchanged; everything else,
+    including messages appended while the summary was being written, is kept in order.
+
+    Args:
+        messages: The current context messages.
+        plan: The plan the summary was made from.
+        summary_message: The new summary message.
+
+    Returns:
+        The new message list, or ``None`` when the planned range is no longer in place.
+    """
+    if not plan.replaced:
+        return None
+    first = plan.replaced[0]
+    start = next((i for i, m in enumerate(messages) if m is first), None)
+    if start is None:
+        return None
+    end = start + len(plan.replaced)
+    if end > len(messages):
+        return None
+    if any(messages[start + k] is not m for k, m in enumerate(plan.replaced)):
+        return None
+    return [*messages[:start], summary_message, *plan.lifted, *messages[end:]]

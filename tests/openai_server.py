@@ -1,0 +1,154 @@
+"""A real OpenAI-protocol HTTP server on 127.0.0.1 for tests (aiohttp).
+
+It answers ``POST /v1/chat/completions`` with JSON, or with SSE chunks when ``stream`` is
+true, records every request body, and lets a test script the reply of each request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+
+@dataclass
+class Reply:
+    """How the server answers one request."""
+
+    text: str | None = "OK."
+    status: int = 200
+    delay: float = 0.0
+    tool_calls: list[dict] | None = None
+
+
+def is_summary_request(body: dict) -> bool:
+    """True for our summarizer's requests (non-streaming, memory-record prompt)."""
+    first = (body.get("messages") or [{}])[0]
+    return not body.get("stream") and "memory record" in str(first.get("content", ""))
+
+
+Handler = Callable[[dict], Reply | Awaitable[Reply]]
+
+
+class FakeOpenAIServer:
+    """The server. ``handler(body) -> Reply`` decides each answer; requests are recorded."""
+
+    def __init__(self, handler: Handler | None = None):
+        """Initialize with an optional handler (default: 'OK.' for chat, a summary else)."""
+        self.handler: Handler = handler or self.default_handler
+        self.requests: list[dict] = []
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    @staticmethod
+    def default_handler(body: dict) -> Reply:
+        """Chat turns get 'OK.'; summary requests get a small sectioned summary."""
+        if is_summary_request(body):
+            return Reply(
+                "FACTS:\n- summarized\nCONSTRAINTS:\n- none\nDECISIONS:\n- none\n"
+                "OPEN QUESTIONS:\n- none"
+            )
+        return Reply("OK.")
+
+    @property
+    def summary_requests(self) -> list[dict]:
+        """The recorded summary requests."""
+        return [b for b in self.requests if is_summary_request(b)]
+
+    @property
+    def chat_requests(self) -> list[dict]:
+        """The recorded main-LLM requests."""
+        return [b for b in self.requests if not is_summary_request(b)]
+
+    async def start(self) -> str:
+        """Start listening on a free loopback port; returns the ``/v1`` base URL."""
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completions)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        return self.base_url
+
+    async def stop(self) -> None:
+        """Stop the server."""
+        if self._runner:
+            await self._runner.cleanup()
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        reply = self.handler(body)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.status != 200:
+            return web.json_response(
+                {"error": {"message": f"scripted {reply.status}", "type": "server_error"}},
+                status=reply.status,
+            )
+        created = int(time.time())
+        base = {"id": "chatcmpl-test", "created": created, "model": body.get("model", "m")}
+        prompt_tokens = len(json.dumps(body.get("messages", []))) // 4
+        completion_tokens = len(reply.text or "") // 4
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": reply.text}
+            if reply.tool_calls:
+                message["tool_calls"] = reply.tool_calls
+            return web.json_response(
+                {
+                    **base,
+                    "object": "chat.completion",
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                    "usage": usage,
+                }
+            )
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(payload: dict) -> None:
+            chunk = {**base, "object": "chat.completion.chunk", **payload}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        if reply.tool_calls:
+            calls = [{"index": i, **c} for i, c in enumerate(reply.tool_calls)]
+            await send(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "tool_calls": calls},
+                            "finish_reason": None,
+                        }
+                    ]
+                }
+            )
+            finish = "tool_calls"
+        else:
+            for word in (reply.text or "").split(" "):
+                await send(
+                    {
+                        "choices": [
+                            {"index": 0, "delta": {"content": word + " "}, "finish_reason": None}
+                        ]
+                    }
+                )
+            finish = "stop"
+        await send({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        await send({"choices": [], "usage": usage})
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
