@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,plot]'
+	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -19,9 +19,12 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipecat_summarizer tests examples benchmarks
 	$(VENV)/bin/ruff format --check pipecat_summarizer tests examples benchmarks
+	$(VENV)/bin/hadolint Dockerfile
 
 demo: $(STAMP)
-	$(VENV)/bin/pipecat-summarizer demo
+	$(VENV)/bin/pipecat-summarizer replay examples/conversations/nutrition_call.jsonl \
+		--probes-file examples/conversations/nutrition_call.probes.txt \
+		--report out/report.json --plot out/plot.png
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
