@@ -380,6 +380,7 @@ class ContextSummarizer(FrameProcessor):
             )
             return
         before = self._meter.measure(messages, self._summary_message)
+        start = next(i for i, m in enumerate(messages) if m is job.plan.replaced[0])
         # Synchronous from here: no await between the identity check and the rewrite.
         self._context.set_messages(new_messages)
         self._summary_message, self._summary_text = summary_message, text
@@ -387,7 +388,6 @@ class ContextSummarizer(FrameProcessor):
         self._failures.succeeded()
         after = self._meter.measure(self._context.messages, summary_message)
         self._compactions += 1
-        start = next(i for i, m in enumerate(messages) if m is job.plan.replaced[0])
         event = SummaryAppliedEvent(
             reason=job.reason,
             messages_before=before.message_count,
