@@ -69,7 +69,7 @@ class FakeOpenAIServer:
         """Start listening on a free loopback port; returns the ``/v1`` base URL."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
-        self._runner = web.AppRunner(app)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.2)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

@@ -1,0 +1,508 @@
+"""A Pipecat voice bot whose conversation is summarized in the background.
+
+Speech-to-text -> LLM -> text-to-speech, with a ``ContextSummarizer`` between the user
+aggregator and the LLM. When the context grows past the thresholds below, older turns are
+summarized on a cheap secondary model while the conversation goes on, and the summary is
+spliced into the context. Each compaction is logged and sent to the browser as an RTVI
+server message (the prebuilt client shows it in its events panel).
+
+Run it with Pipecat's development runner and talk to it in the browser::
+
+    pip install -e ".[example]"       # or: pip install "pipecat-summarizer[example]"
+    cp .env.example .env              # then set OPENAI_API_KEY
+    python examples/voice_bot.py -t webrtc
+    # open http://localhost:7860/client
+
+Modes (``BOT_MODE``):
+
+- ``openai`` (default): OpenAI speech-to-text, LLM and text-to-speech; summaries on
+  ``SUMMARY_MODEL`` (default ``gpt-4o-mini``), or on any OpenAI-compatible server
+  (Groq, Ollama, vLLM...) with ``SUMMARY_BASE_URL`` / ``SUMMARY_API_KEY``.
+- ``local``: a local OpenAI-compatible LLM (default Ollama at http://localhost:11434/v1)
+  for both the conversation and the summaries, Whisper speech-to-text and Piper
+  text-to-speech on this machine (``pip install -e ".[local]"``).
+
+All variables are listed in ``.env.example``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from loguru import logger
+from pipecat.frames.frames import LLMRunFrame
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import (
+    LLMAssistantAggregator,
+    LLMContextAggregatorPair,
+    LLMUserAggregator,
+    LLMUserAggregatorParams,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.processors.frameworks.rtvi import RTVIServerMessageFrame
+from pipecat.runner.types import RunnerArguments
+from pipecat.runner.utils import create_transport
+from pipecat.services.llm_service import LLMService
+from pipecat.services.openai.llm import OpenAILLMService
+from pipecat.services.openai.stt import OpenAISTTService
+from pipecat.services.openai.tts import OpenAITTSService
+from pipecat.transports.base_transport import BaseTransport, TransportParams
+from pipecat.workers.runner import WorkerRunner
+
+from pipecat_summarizer import (
+    ContextSummarizer,
+    LLMAutoContextSummarizationConfig,
+    LLMContextSummaryConfig,
+    OpenAISummarizer,
+    SummarizerOptions,
+    SummaryAppliedEvent,
+)
+
+SYSTEM_PROMPT = (
+    "You are a friendly, helpful assistant in a voice conversation. Your answers are "
+    "spoken aloud, so keep them to one to three short sentences and avoid emojis, lists "
+    "and other formatting that cannot be spoken. Earlier parts of this conversation may "
+    "appear as a 'Conversation summary'; treat it as what was said before."
+)
+GREETING_INSTRUCTION = "Start by briefly introducing yourself."
+
+MODES = ("openai", "local")
+# Placeholder key for servers that need none (Ollama, a local vLLM). A custom base URL
+# never receives OPENAI_API_KEY: set the *_API_KEY variable for that server instead.
+NO_KEY = "not-needed"
+
+
+class ConfigError(ValueError):
+    """The environment does not describe a runnable bot; the message says what to set."""
+
+
+def _get(env: Mapping[str, str], name: str, default: str | None = None) -> str | None:
+    value = env.get(name)
+    if value is None or not value.strip():
+        return default
+    return value.strip()
+
+
+def _get_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the bot reads from the environment.
+
+    Build it with :meth:`from_env`; a missing or invalid value raises :class:`ConfigError`
+    with one line naming the variable to set.
+    """
+
+    mode: str
+    openai_api_key: str | None
+    # Conversation LLM
+    llm_model: str
+    llm_base_url: str | None
+    llm_api_key: str | None
+    # Summarizer (secondary, cheap LLM)
+    summary_model: str
+    summary_base_url: str | None
+    summary_api_key: str | None
+    max_context_tokens: int = 1500
+    max_unsummarized_messages: int = 12
+    min_messages_after_summary: int = 4
+    summary_max_tokens: int = 400
+    # Speech (OpenAI mode)
+    openai_stt_model: str | None = None
+    openai_tts_voice: str | None = None
+    # Speech (local mode)
+    whisper_model: str | None = None
+    piper_voice: str = "en_US-ryan-high"
+    system_prompt: str = SYSTEM_PROMPT
+
+    @property
+    def local(self) -> bool:
+        """True in local mode (local LLM, Whisper, Piper)."""
+        return self.mode == "local"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings from ``env`` (default: ``os.environ``).
+
+        Raises:
+            ConfigError: If a required variable is missing or a value is invalid.
+        """
+        env = os.environ if env is None else env
+        mode = (_get(env, "BOT_MODE", "openai") or "openai").lower()
+        if mode not in MODES:
+            raise ConfigError(f"BOT_MODE must be 'openai' or 'local', got {mode!r}")
+
+        openai_key = _get(env, "OPENAI_API_KEY")
+        if mode == "local":
+            llm_base_url = _get(env, "LOCAL_LLM_BASE_URL", "http://localhost:11434/v1")
+            llm_api_key = _get(env, "LOCAL_LLM_API_KEY", "ollama")
+            llm_model = _get(env, "LOCAL_LLM_MODEL", "llama3.2")
+            default_summary_url, default_summary_model = llm_base_url, llm_model
+        else:
+            if not openai_key:
+                raise ConfigError(
+                    "OPENAI_API_KEY is not set: put it in .env (copy .env.example) or export "
+                    "it, or run with BOT_MODE=local"
+                )
+            llm_base_url = _get(env, "LLM_BASE_URL")
+            llm_api_key = _get(env, "LLM_API_KEY") or (NO_KEY if llm_base_url else openai_key)
+            llm_model = _get(env, "OPENAI_MODEL", "gpt-4.1")
+            default_summary_url, default_summary_model = None, "gpt-4o-mini"
+
+        summary_base_url = _get(env, "SUMMARY_BASE_URL", default_summary_url)
+        summary_api_key = _get(env, "SUMMARY_API_KEY")
+        if summary_api_key is None:
+            if summary_base_url is None:
+                summary_api_key = openai_key
+            elif summary_base_url == llm_base_url:
+                summary_api_key = llm_api_key
+            else:
+                summary_api_key = NO_KEY
+
+        settings = cls(
+            mode=mode,
+            openai_api_key=openai_key,
+            llm_model=llm_model,
+            llm_base_url=llm_base_url,
+            llm_api_key=llm_api_key,
+            summary_model=_get(env, "SUMMARY_MODEL", default_summary_model),
+            summary_base_url=summary_base_url,
+            summary_api_key=summary_api_key,
+            max_context_tokens=_get_int(env, "SUMMARY_MAX_CONTEXT_TOKENS", 1500),
+            max_unsummarized_messages=_get_int(env, "SUMMARY_MAX_MESSAGES", 12),
+            min_messages_after_summary=_get_int(env, "SUMMARY_KEEP_MESSAGES", 4),
+            summary_max_tokens=_get_int(env, "SUMMARY_MAX_TOKENS", 400),
+            openai_stt_model=_get(env, "OPENAI_STT_MODEL"),
+            openai_tts_voice=_get(env, "OPENAI_VOICE_ID"),
+            whisper_model=_get(env, "WHISPER_MODEL"),
+            piper_voice=_get(env, "PIPER_VOICE_ID", "en_US-ryan-high"),
+        )
+        if settings.min_messages_after_summary >= settings.max_unsummarized_messages:
+            raise ConfigError(
+                "SUMMARY_KEEP_MESSAGES must be smaller than SUMMARY_MAX_MESSAGES "
+                f"(got {settings.min_messages_after_summary} >= "
+                f"{settings.max_unsummarized_messages})"
+            )
+        return settings
+
+    def summarization_config(self) -> LLMAutoContextSummarizationConfig:
+        """Pipecat's auto-summarization config for these thresholds."""
+        return LLMAutoContextSummarizationConfig(
+            max_context_tokens=self.max_context_tokens,
+            max_unsummarized_messages=self.max_unsummarized_messages,
+            summary_config=LLMContextSummaryConfig(
+                target_context_tokens=min(self.summary_max_tokens, self.max_context_tokens),
+                min_messages_after_summary=self.min_messages_after_summary,
+            ),
+        )
+
+
+def check_local_extras() -> None:
+    """Fail with one line if local mode's Whisper and Piper packages are missing.
+
+    Raises:
+        ConfigError: If ``faster_whisper`` or ``piper`` cannot be imported.
+    """
+    missing = [m for m in ("faster_whisper", "piper") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(
+            f"BOT_MODE=local needs {' and '.join(missing)}: "
+            'pip install -e ".[local]" (or "pipecat-summarizer[local]")'
+        )
+
+
+# -- services -----------------------------------------------------------------------------
+
+
+def create_llm(settings: Settings) -> LLMService:
+    """The conversation LLM."""
+    if settings.local:
+        # OLLamaLLMService is OpenAILLMService for any OpenAI-compatible server that does
+        # not know the "developer" role (Ollama, llama.cpp, most vLLM chat templates).
+        from pipecat.services.ollama.llm import OLLamaLLMService
+
+        return OLLamaLLMService(
+            base_url=settings.llm_base_url,
+            api_key=settings.llm_api_key or NO_KEY,
+            settings=OLLamaLLMService.Settings(
+                model=settings.llm_model, system_instruction=settings.system_prompt
+            ),
+        )
+    return OpenAILLMService(
+        api_key=settings.llm_api_key,
+        base_url=settings.llm_base_url,
+        settings=OpenAILLMService.Settings(
+            model=settings.llm_model, system_instruction=settings.system_prompt
+        ),
+    )
+
+
+def create_stt(settings: Settings) -> FrameProcessor:
+    """Speech-to-text: OpenAI, or Whisper on this machine (imported only in local mode)."""
+    if settings.local:
+        from pipecat.services.whisper.stt import WhisperSTTService
+
+        if settings.whisper_model:
+            return WhisperSTTService(
+                settings=WhisperSTTService.Settings(model=settings.whisper_model)
+            )
+        return WhisperSTTService()
+    if settings.openai_stt_model:
+        return OpenAISTTService(
+            api_key=settings.openai_api_key,
+            settings=OpenAISTTService.Settings(model=settings.openai_stt_model),
+        )
+    return OpenAISTTService(api_key=settings.openai_api_key)
+
+
+def create_tts(settings: Settings) -> FrameProcessor:
+    """Text-to-speech: OpenAI, or Piper on this machine (imported only in local mode)."""
+    if settings.local:
+        from pipecat.services.piper.tts import PiperTTSService
+
+        return PiperTTSService(settings=PiperTTSService.Settings(voice=settings.piper_voice))
+    if settings.openai_tts_voice:
+        return OpenAITTSService(
+            api_key=settings.openai_api_key,
+            settings=OpenAITTSService.Settings(voice=settings.openai_tts_voice),
+        )
+    return OpenAITTSService(api_key=settings.openai_api_key)
+
+
+def create_summary_backend(settings: Settings) -> OpenAISummarizer:
+    """The secondary LLM that writes the summaries (any OpenAI-compatible server)."""
+    return OpenAISummarizer(
+        model=settings.summary_model,
+        base_url=settings.summary_base_url,
+        api_key=settings.summary_api_key or NO_KEY,
+    )
+
+
+# -- compaction notice --------------------------------------------------------------------
+
+
+def compaction_message(event: SummaryAppliedEvent) -> dict:
+    """The RTVI server message sent to the client after a compaction."""
+    return {
+        "type": "context-compacted",
+        "text": (
+            f"context compacted: {event.tokens_before:,} -> {event.tokens_after:,} tokens "
+            f"({event.messages_before} -> {event.messages_after} messages)"
+        ),
+        "compaction": event.compaction,
+        "reason": event.reason,
+        "tokens_before": event.tokens_before,
+        "tokens_after": event.tokens_after,
+        "messages_before": event.messages_before,
+        "messages_after": event.messages_after,
+        "messages_summarized": event.messages_summarized,
+        "latency_s": round(event.latency_s, 3),
+    }
+
+
+def create_summarizer(
+    settings: Settings, context: LLMContext, backend: OpenAISummarizer
+) -> ContextSummarizer:
+    """The ``ContextSummarizer``, logging each compaction and telling the client about it."""
+    summarizer = ContextSummarizer(
+        context=context,
+        config=settings.summarization_config(),
+        summarizer=backend,
+        options=SummarizerOptions(),
+    )
+
+    @summarizer.event_handler("on_summary_applied")
+    async def on_summary_applied(processor: ContextSummarizer, event: SummaryAppliedEvent):
+        message = compaction_message(event)
+        logger.info(
+            f"{message['text']}, compaction #{event.compaction} ({event.reason}), "
+            f"{event.latency_s:.1f}s"
+        )
+        # Upstream, like the processor's own ContextSummaryAppliedFrame: the RTVI observer
+        # sends it to the client as a "server-message".
+        await processor.push_frame(RTVIServerMessageFrame(data=message), FrameDirection.UPSTREAM)
+
+    return summarizer
+
+
+# -- pipeline -----------------------------------------------------------------------------
+
+
+@dataclass
+class BotComponents:
+    """The pipeline and the pieces a caller (or a test) needs to reach."""
+
+    pipeline: Pipeline
+    context: LLMContext
+    summarizer: ContextSummarizer
+    summary_backend: OpenAISummarizer
+    user_aggregator: LLMUserAggregator
+    assistant_aggregator: LLMAssistantAggregator
+
+
+def build_pipeline(
+    settings: Settings,
+    *,
+    llm: LLMService,
+    transport_input: FrameProcessor | None = None,
+    transport_output: FrameProcessor | None = None,
+    stt: FrameProcessor | None = None,
+    tts: FrameProcessor | None = None,
+    vad_analyzer=None,
+    summary_backend: OpenAISummarizer | None = None,
+) -> BotComponents:
+    """Build the bot's pipeline; the parts left as ``None`` are simply not in it.
+
+    ``transport_input, stt, user_aggregator, summarizer, llm, tts, transport_output,
+    assistant_aggregator``. A test passes only ``llm`` and feeds text into the user
+    aggregator (``LLMMessagesAppendFrame``) instead of audio.
+
+    Args:
+        settings: The settings (thresholds, summarizer endpoint).
+        llm: The conversation LLM (see :func:`create_llm`).
+        transport_input: ``transport.input()``, or ``None``.
+        transport_output: ``transport.output()``, or ``None``.
+        stt: Speech-to-text, or ``None``.
+        tts: Text-to-speech, or ``None``.
+        vad_analyzer: Voice activity detection for the user aggregator (Pipecat 1.x puts
+            VAD in ``LLMUserAggregatorParams``), or ``None``.
+        summary_backend: The summarizer's LLM; defaults to :func:`create_summary_backend`.
+    """
+    context = LLMContext()
+    user_aggregator, assistant_aggregator = LLMContextAggregatorPair(
+        context,
+        user_params=LLMUserAggregatorParams(vad_analyzer=vad_analyzer),
+    )
+    backend = summary_backend or create_summary_backend(settings)
+    summarizer = create_summarizer(settings, context, backend)
+    stages = [
+        transport_input,
+        stt,
+        user_aggregator,
+        summarizer,  # between the user aggregator and the LLM
+        llm,
+        tts,
+        transport_output,
+        assistant_aggregator,
+    ]
+    pipeline = Pipeline([stage for stage in stages if stage is not None])
+    return BotComponents(
+        pipeline=pipeline,
+        context=context,
+        summarizer=summarizer,
+        summary_backend=backend,
+        user_aggregator=user_aggregator,
+        assistant_aggregator=assistant_aggregator,
+    )
+
+
+# -- runner entry point -------------------------------------------------------------------
+
+
+async def run_bot(transport: BaseTransport, runner_args: RunnerArguments, settings: Settings):
+    """Run one session on ``transport``."""
+    from pipecat.audio.vad.silero import SileroVADAnalyzer
+
+    logger.info(
+        f"Starting bot ({settings.mode} mode, LLM {settings.llm_model}, summaries on "
+        f"{settings.summary_model} at {settings.summary_base_url or 'OpenAI'})"
+    )
+    components = build_pipeline(
+        settings,
+        llm=create_llm(settings),
+        stt=create_stt(settings),
+        tts=create_tts(settings),
+        transport_input=transport.input(),
+        transport_output=transport.output(),
+        vad_analyzer=SileroVADAnalyzer(),
+    )
+    context = components.context
+
+    worker = PipelineWorker(
+        components.pipeline,
+        params=PipelineParams(enable_metrics=True, enable_usage_metrics=True),
+    )
+    runner = WorkerRunner(handle_sigint=runner_args.handle_sigint)
+    await runner.add_workers(worker)
+
+    @worker.rtvi.event_handler("on_client_ready")
+    async def on_client_ready(rtvi):
+        # Kick off the conversation.
+        context.add_message({"role": "developer", "content": GREETING_INSTRUCTION})
+        await worker.queue_frames([LLMRunFrame()])
+
+    @transport.event_handler("on_client_connected")
+    async def on_client_connected(transport, client):
+        logger.info("Client connected")
+
+    @transport.event_handler("on_client_disconnected")
+    async def on_client_disconnected(transport, client):
+        logger.info("Client disconnected")
+        await runner.cancel()
+
+    try:
+        await runner.run()
+    finally:
+        await components.summary_backend.aclose()
+
+
+async def bot(runner_args: RunnerArguments):
+    """Main bot entry point, called by Pipecat's development runner for each session."""
+    try:
+        settings = Settings.from_env()
+        if settings.local:
+            check_local_extras()
+    except ConfigError as e:
+        logger.error(f"Not starting the bot: {e}")
+        return
+
+    transport = await create_transport(
+        runner_args,
+        {
+            "webrtc": lambda: TransportParams(audio_in_enabled=True, audio_out_enabled=True),
+        },
+    )
+    await run_bot(transport, runner_args, settings)
+
+
+def main() -> None:
+    """Check the configuration, then hand over to Pipecat's development runner."""
+    if not {"-h", "--help"} & set(sys.argv[1:]):
+        try:
+            from dotenv import find_dotenv, load_dotenv
+        except ImportError:
+            pass  # python-dotenv comes with the [example] extra; the environment still works
+        else:
+            load_dotenv(find_dotenv(usecwd=True), override=True)
+        try:
+            settings = Settings.from_env()
+            if settings.local:
+                check_local_extras()
+        except ConfigError as e:
+            print(f"voice_bot: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    from pipecat.runner.run import main as run_development_runner
+
+    run_development_runner()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,991 @@
+"""A deterministic, offline summarizer that keeps sentences instead of writing new ones.
+
+:class:`ExtractiveSummarizer` picks the user's facts, constraints, decisions and open
+questions out of the transcript by pattern, keeps them verbatim, merges them into the
+previous record and trims the result to the token budget. It needs no network and no model,
+so it is a safe fallback, a baseline for evaluation, and a way to run tests offline.
+
+:class:`ExtractiveLLMService` wraps it as a Pipecat ``LLMService`` so Pipecat's built-in
+context summarization (``LLMContextSummaryConfig(llm=...)``) and
+:class:`~pipecat_summarizer.summarizers.pipecat_llm.PipecatLLMSummarizer` can use it like any
+other LLM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipecat.processors.aggregators.llm_context import LLMContext, LLMSpecificMessage
+from pipecat.services.llm_service import LLMService
+from pipecat.services.settings import LLMSettings
+
+from pipecat_summarizer.prompt import SECTIONS, SummaryRequest
+from pipecat_summarizer.tokens import estimate_text_tokens
+
+FACTS, CONSTRAINTS, DECISIONS, OPEN_QUESTIONS = SECTIONS
+CORRECTED_MARK = "(corrected)"
+
+# Budget trimming drops whole bullets in this order: questions go first, constraints last.
+_DROP_ORDER = (OPEN_QUESTIONS, DECISIONS, FACTS, CONSTRAINTS)
+
+# ---------------------------------------------------------------------------------------
+# Parsing and rendering the record
+# ---------------------------------------------------------------------------------------
+
+_HEADING_NAMES = {
+    "fact": FACTS,
+    "facts": FACTS,
+    "constraint": CONSTRAINTS,
+    "constraints": CONSTRAINTS,
+    "decision": DECISIONS,
+    "decisions": DECISIONS,
+    "open question": OPEN_QUESTIONS,
+    "open questions": OPEN_QUESTIONS,
+}
+_HEADING_WORD = r"(?P<name>facts?|constraints?|decisions?|open[ _-]*questions?)"
+# A heading line, with optional markdown ("## Facts", "**FACTS:**", "1. Facts"). A prefix
+# ending in ":" or ">" is allowed before a heading that has a colon, so Pipecat's
+# "Conversation summary: FACTS:" and "<summary>FACTS:" are recognized too.
+_HEADING_ALONE_RE = re.compile(
+    r"^\s*(?:#{1,6}\s*)?(?:\d+[.)]\s*)?[*_]{0,2}\s*" + _HEADING_WORD + r"\s*[*_]{0,2}\s*:?\s*"
+    r"[*_]{0,2}\s*$",
+    re.IGNORECASE,
+)
+_HEADING_INLINE_RE = re.compile(
+    r"^\s*(?:[^\n]*?[:>]\s*)?(?:#{1,6}\s*)?(?:\d+[.)]\s*)?[*_]{0,2}\s*"
+    + _HEADING_WORD
+    + r"\s*[*_]{0,2}\s*:\s*[*_]{0,2}\s*(?P<rest>.*)$",
+    re.IGNORECASE,
+)
+_BULLET_RE = re.compile(r"^\s*(?:[-*•‣◦–—+]|\d+[.)])\s+(?P<text>.*)$")
+_NONE_RE = re.compile(
+    r"^\(?(?:none|n/?a|nothing|-+)(?:\s+(?:yet|so far|recorded|to record|noted))?\)?\.?$",
+    re.IGNORECASE,
+)
+_TAG_LINE_RE = re.compile(r"^\s*</?[\w-]+>\s*$")
+
+
+def _heading_of(line: str) -> tuple[str, str] | None:
+    """Return ``(section, inline rest)`` if ``line`` is a section heading."""
+    if _BULLET_RE.match(line) and not re.match(r"^\s*\d+[.)]", line):
+        return None  # "- Facts: ..." is a bullet, never a heading
+    match = _HEADING_ALONE_RE.match(line)
+    rest = ""
+    if not match:
+        match = _HEADING_INLINE_RE.match(line)
+        if not match:
+            return None
+        rest = match.group("rest")
+    name = re.sub(r"[\s_-]+", " ", match.group("name").lower())
+    return _HEADING_NAMES[name], rest
+
+
+def _strip_item(text: str) -> str:
+    text = text.strip()
+    bullet = _BULLET_RE.match(text)
+    if bullet:
+        text = bullet.group("text").strip()
+    # A closing tag stuck to the last bullet ("- none</summary>") is not content.
+    return re.sub(r"\s*</[\w-]+>\s*$", "", text).strip()
+
+
+def parse_sections(text: str) -> dict[str, list[str]]:
+    """Parse a memory record into its four sections, tolerating loose formatting.
+
+    Headings are matched case-insensitively, with or without a colon, markdown (``## Facts``,
+    ``**FACTS**``) or numbering, and singular forms. Bullets may use ``-``, ``*``, ``•`` or
+    numbers; unbulleted lines under a heading count as items, indented ones continue the
+    previous item. Lines before the first heading, separators and bare tags are ignored, as
+    are ``none`` entries.
+
+    Args:
+        text: The record text.
+
+    Returns:
+        A dict with the keys ``FACTS``, ``CONSTRAINTS``, ``DECISIONS`` and
+        ``OPEN QUESTIONS`` (always all four), each a list of item texts in order.
+    """
+    sections: dict[str, list[str]] = {name: [] for name in SECTIONS}
+    current: str | None = None
+    for raw in (text or "").splitlines():
+        if not raw.strip() or _TAG_LINE_RE.match(raw) or not re.search(r"\w", raw):
+            continue
+        heading = _heading_of(raw)
+        if heading:
+            current, rest = heading
+            item = _strip_item(rest)
+            if item and not _NONE_RE.match(item):
+                sections[current].append(item)
+            continue
+        if current is None:
+            continue
+        item = _strip_item(raw)
+        if not item or _NONE_RE.match(item):
+            continue
+        items = sections[current]
+        if raw[:1].isspace() and not _BULLET_RE.match(raw) and items:
+            items[-1] = f"{items[-1]} {item}"  # a wrapped bullet
+        else:
+            items.append(item)
+    return sections
+
+
+def render_sections(sections: Mapping[str, Sequence[str]]) -> str:
+    """Render sections in the record format: the four headings, each with bullets.
+
+    Args:
+        sections: Items per section name; missing sections and unknown keys are fine.
+
+    Returns:
+        The record, with ``- none`` under every empty section.
+    """
+    lines: list[str] = []
+    for name in SECTIONS:
+        lines.append(f"{name}:")
+        items = [i for i in sections.get(name, ()) if i and i.strip()]
+        if items:
+            lines.extend(f"- {i}" for i in items)
+        else:
+            lines.append("- none")
+    return "\n".join(lines)
+
+
+def _render_compact(sections: Mapping[str, Sequence[str]]) -> str:
+    # Only for budgets too small for the four-heading skeleton: empty sections are left out.
+    lines: list[str] = []
+    for name in SECTIONS:
+        items = [i for i in sections.get(name, ()) if i and i.strip()]
+        if items:
+            lines.append(f"{name}:")
+            lines.extend(f"- {i}" for i in items)
+    return "\n".join(lines)
+
+
+def _looks_like_record(text: str) -> bool:
+    """Whether ``text`` is a memory record (a previous summary), not conversation."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    headings = [i for i, line in enumerate(lines) if _heading_of(line)]
+    return len(headings) >= 2 or (len(headings) == 1 and headings[0] == 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Sentence handling
+# ---------------------------------------------------------------------------------------
+
+_SHORTENED_RE = re.compile(r"\[\.\.\. shortened for the summary: \d+ characters omitted \.\.\.\]")
+_ABBREV_RE = re.compile(
+    r"(?:\b(?:mr|mrs|ms|dr|prof|sr|jr|st|no|vs|etc|approx|inc|ltd|co|ave|apt|dept)|"
+    r"\b[a-z]\.[a-z]|\b[a-z])\.$",
+    re.IGNORECASE,
+)
+
+
+def _split_sentences(text: str) -> list[str]:
+    """Split text into trimmed sentences, keeping abbreviations and decimals intact."""
+    text = _SHORTENED_RE.sub(" ", text or "")
+    sentences: list[str] = []
+    for block in re.split(r"\s*\n\s*", text):
+        block = block.strip()
+        if not block:
+            continue
+        parts = re.split(r"(?<=[.!?…])\s+|(?<=[。！？])", block)
+        merged: list[str] = []
+        for part in parts:
+            part = part.strip()
+            if not part:
+                continue
+            # "p.m. on Friday" or "Dr. Lee": no sentence break before a lowercase word or
+            # after an abbreviation.
+            if merged and (part[0].islower() or _ABBREV_RE.search(merged[-1])):
+                merged[-1] = f"{merged[-1]} {part}"
+            else:
+                merged.append(part)
+        sentences.extend(merged)
+    return sentences
+
+
+def _norm(text: str) -> str:
+    return text.replace("’", "'").replace("‘", "'").lower()
+
+
+_WORD_RE = re.compile(r"\w+(?:['\-.:/]\w+)*")
+_STOPWORDS = frozenset(
+    """a an the and or but so to of in on at for with by from about as into is are was were be
+    been being am i i'm im me my mine you your yours we our us it it's its this that these those
+    there here do does did done have has had will would can could should shall may might just
+    also too very really please then than if when what which who whom how why where user
+    assistant tool not no yes oh um uh well okay ok i'll i'd i've let let's s t some any all
+    get got one""".split()
+)
+# Words that only say "this is a correction"; they carry no topic.
+_CORRECTION_WORDS = frozenset(
+    "actually correction sorry meant mean wrong mistake oops wait instead correct make change "
+    "scratch earlier said".split()
+)
+_SMALL_TALK_WORDS = frozenset(
+    """hi hello hey hiya thanks thank you thx ok okay sure great cool good morning afternoon
+    evening night bye goodbye yes yeah yep yup no nope please alright right awesome perfect nice
+    wonderful excellent fine well how are doing you i i'm im am it's its that's thats sounds
+    sound so that is a the and too very much all got it gotcha see understood hmm um uh oh ah
+    wow lol haha welcome appreciate appreciated really know don't dont not think mind worries
+    problem bit just there hope day today your me we glad to be lovely talk speak again
+    cheers""".split()
+)
+_ENGLISH_MARKERS = frozenset(
+    "the a an i you is to and my it of in for on me we that this with be are have can".split()
+)
+
+
+def _words(text: str) -> list[str]:
+    return _WORD_RE.findall(_norm(text))
+
+
+def _stem(word: str) -> str:
+    if word.endswith("'s"):
+        word = word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss") and not word[0].isdigit():
+        word = word[:-1]
+    return word
+
+
+def _content_words(text: str) -> set[str]:
+    return {
+        _stem(w)
+        for w in _words(text)
+        if w not in _STOPWORDS and w not in _CORRECTION_WORDS and (len(w) > 1 or w.isdigit())
+    }
+
+
+def _is_small_talk(sentence: str) -> bool:
+    words = _words(sentence)
+    return all(w in _SMALL_TALK_WORDS for w in words)
+
+
+# ---------------------------------------------------------------------------------------
+# Classification patterns (matched on lowercased text with straight apostrophes)
+# ---------------------------------------------------------------------------------------
+
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_NUMBER_WORDS = (
+    "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|"
+    "forty|fifty|sixty|hundred|thousand|million|dozen|half|once|twice"
+)
+
+_ID_RE = re.compile(
+    r"\b(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9]+(?:-[A-Za-z0-9]+)+\b"
+    r"|\b[A-Z]{1,6}\d{2,}[A-Za-z0-9]*\b|\b\d{5,}\b"
+)
+_PHONE_RE = re.compile(r"(?:\+|\b)\d[\d ().-]{6,}\d\b")
+_EMAIL_RE = re.compile(r"\b[\w.+-]+@[\w-]+\.[\w.]+\b")
+_MONEY_RE = re.compile(
+    r"[$€£¥₹]\s?\d|\b\d+(?:[.,]\d+)?\s?(?:dollars?|euros?|pounds?|usd|eur|gbp|bucks)\b", re.I
+)
+_WEIGHT_RE = re.compile(r"\b\d+(?:[.,]\d+)?\s?(?:kg|kgs|kilos?|kilograms?|lbs?|g|grams?)\b", re.I)
+_ENERGY_RE = re.compile(r"\b\d+(?:[.,]\d+)?\s?(?:kcal|calories|cal)\b", re.I)
+_TIME_RE = re.compile(
+    r"\b\d{1,2}(?::\d{2})?\s?(?:am|pm|a\.m\.|p\.m\.)|\b\d{1,2}:\d{2}\b|\bnoon\b|\bmidnight\b"
+    r"|\bo'clock\b",
+    re.I,
+)
+_DATE_RE = re.compile(
+    rf"\b(?:{_MONTHS}|{_WEEKDAYS}|today|tomorrow|tonight|yesterday|weekend)\b"
+    r"|\b\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}\b|\b\d{1,2}(?:st|nd|rd|th)\b",
+    re.I,
+)
+_NUMBER_RE = re.compile(rf"\d|\b(?:{_NUMBER_WORDS})\b", re.I)
+_SELF_FACT_RE = re.compile(
+    r"\b(?:my name|call me|i am|i'm|i've|i have|i live|i work|i weigh|i train|i run|i own|"
+    r"i was born|i moved|i use|i drive|i study|i teach|i'm from|i come from|"
+    r"my (?!god\b|goodness\b|bad\b|pleasure\b)\w+|we are|we're|we have|our \w+|years? old)\b"
+)
+_CONSTRAINT_RE = re.compile(
+    r"\b(?:can't|cannot|can not|couldn't|don't|do not|doesn't|does not|won't|never|avoid\w*|"
+    r"prefer\w*|must|mustn't|need|needs|have to|has to|got to|allerg\w*|intoleran\w*|"
+    r"vegetarian|vegan|pescatarian|gluten|lactose|dairy[- ]free|nut[- ]free|halal|kosher|"
+    r"diabetic|diabetes|no more than|at most|at least|under|budget|deadline|only|without|"
+    r"not allowed|unable|restrict\w*|require\w*|wheelchair|hate|dislike|"
+    r"no (?:meat|pork|beef|fish|nuts|dairy|eggs|sugar|alcohol|spicy|caffeine|calls|emails))\b"
+)
+_FILLER_NEGATION_RE = re.compile(
+    r"^(?:(?:um|uh|oh|well|hmm),?\s+)*(?:i\s+)?(?:don't|do not)\s+(?:know|think so|mind|"
+    r"remember|worry)\b[^,;]{0,20}$"
+)
+_USER_DECISION_RE = re.compile(
+    r"\blet's\b(?!\s+(?:see|think|talk|chat|start|begin))|\blet us\b|"
+    r"\bi'll (?:take|go with|have|book|do|get|order|choose|pick|try|pay|stick with)\b|"
+    r"\bi'd like to (?:go with|book|order|take|schedule|reserve|confirm|cancel|buy)\b|"
+    r"\bi (?:will|want to) (?:take|go with|book|order|choose|cancel)\b|\bgo with\b|"
+    r"\bi(?:'ve| have) decided\b|\bi choose\b|\bbook it\b|"
+    r"\bplease (?:book|schedule|reserve|order|cancel|confirm|log|add)\b"
+)
+_ASSISTANT_DECISION_RE = re.compile(
+    r"\b(?:booked|scheduled|rescheduled|confirmed|reserved|logged|reference|confirmation|"
+    r"credit|credited|refund|refunded|ordered|placed|cancel(?:l)?ed|"
+    r"i(?:'ve| have) (?:added|set|sent|updated|created|noted|saved|applied|changed|recorded|"
+    r"submitted|registered|arranged)|will be (?:delivered|sent|charged|shipped|credited|"
+    r"refunded|applied))\b"
+)
+_CORRECTION_RE = re.compile(
+    r"\bactually\b|\bcorrection\b|\bi meant\b|\bi mean,|\bsorry,? (?:it's|it is|i meant|"
+    r"that's|that is|make (?:that|it))\b|\bi was wrong\b|\bi made a mistake\b|"
+    r"\blet me correct\b|\bto correct\b|\bnot\b[^.?!]{1,40}\bbut\b|\bmake (?:that|it)\b|"
+    r"\bchange (?:that|it) to\b|\bscratch that\b|\binstead of\b|\bi misspoke\b"
+)
+_QUESTION_START_RE = re.compile(
+    r"^(?:(?:and|so|but|also|oh|um|uh|well|ok|okay),?\s+)*(?:can|could|would|will|do|does|did|"
+    r"is|are|was|were|what|what's|where|when|how|why|which|who|whose|should|shall|may|"
+    r"have|has|any|anything|is there)\b"
+)
+_READ_TOOL_RE = re.compile(
+    r"^(?:get|lookup|look_up|search|find|check|list|fetch|query|read|show|retrieve|describe|"
+    r"is|has|can|verify|validate|estimate|calculate|compute)(?:_|$|[A-Z])"
+)
+_ACTION_TOOL_RE = re.compile(
+    r"book|reserv|schedul|confirm|order|purchas|buy|pay|cancel|refund|credit|log|record|"
+    r"create|add|update|set|save|submit|register|transfer|appoint|assign|change|modify|send|"
+    r"place|issue|apply|escalat|ticket",
+    re.IGNORECASE,
+)
+_PENDING_RESULT_RE = re.compile(r"^\s*\"?(?:in_progress|in progress|started)\"?\s*$", re.I)
+_PROPER_SKIP = frozenset({"I", "I'm", "I'll", "I've", "I'd", "OK", "Okay", "Ok"})
+
+
+def _topic_keys(text: str) -> set[str]:
+    keys = set()
+    for key, pattern in (
+        ("id", _ID_RE),
+        ("phone", _PHONE_RE),
+        ("email", _EMAIL_RE),
+        ("money", _MONEY_RE),
+        ("weight", _WEIGHT_RE),
+        ("energy", _ENERGY_RE),
+        ("time", _TIME_RE),
+        ("weekday", re.compile(rf"\b(?:{_WEEKDAYS})\b", re.I)),
+        ("month", re.compile(rf"\b(?:{_MONTHS})\b", re.I)),
+    ):
+        if pattern.search(text):
+            keys.add(key)
+    return keys
+
+
+def _has_proper_noun(sentence: str) -> bool:
+    for word in sentence.split()[1:]:
+        word = word.strip("\"'()[],.;:!?")
+        if word and word[0].isupper() and word not in _PROPER_SKIP:
+            return True
+    return False
+
+
+def _is_fact(sentence: str, low: str) -> bool:
+    return bool(
+        _NUMBER_RE.search(low)
+        or _ID_RE.search(sentence)
+        or _EMAIL_RE.search(sentence)
+        or _MONEY_RE.search(sentence)
+        or _DATE_RE.search(low)
+        or _TIME_RE.search(low)
+        or _SELF_FACT_RE.search(low)
+        or _has_proper_noun(sentence)
+    )
+
+
+def _is_unclassifiable_language(sentence: str) -> bool:
+    # English patterns cannot judge other languages; keep their substantial sentences.
+    words = _words(sentence)
+    wide = any(ord(ch) > 0x2FFF for ch in sentence)
+    if any(w in _ENGLISH_MARKERS for w in words):
+        return False
+    return wide and len(sentence) >= 6 or len(words) >= 4
+
+
+def _classify_user(sentence: str) -> str | None:
+    """Return the section a user sentence belongs to, or ``None`` to drop it."""
+    low = _norm(sentence)
+    if _is_small_talk(sentence):
+        return None
+    is_question = sentence.rstrip().endswith(("?", "？"))
+    if is_question and (_QUESTION_START_RE.match(low) or not _words(sentence)):
+        return FACTS if _ID_RE.search(sentence) else OPEN_QUESTIONS
+    if _CONSTRAINT_RE.search(low) and not _FILLER_NEGATION_RE.match(low.strip(" .!")):
+        return CONSTRAINTS
+    if _USER_DECISION_RE.search(low):
+        return DECISIONS
+    if _is_fact(sentence, low) or _is_unclassifiable_language(sentence):
+        return FACTS
+    return OPEN_QUESTIONS if is_question else None
+
+
+# ---------------------------------------------------------------------------------------
+# Message access
+# ---------------------------------------------------------------------------------------
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            str(p.get("text", ""))
+            for p in content
+            if isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text")
+        ]
+        return " ".join(p for p in parts if p)
+    return ""
+
+
+def _compact(value: Any, limit: int) -> str:
+    if not isinstance(value, str):
+        try:
+            value = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            value = str(value)
+    text = " ".join(value.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _dedupe_key(item: str) -> str:
+    text = _norm(item).replace(CORRECTED_MARK, "")
+    return " ".join(re.findall(r"\w+", text))
+
+
+def _strip_role(item: str) -> str:
+    return re.sub(r"^(?:user|assistant|tool)\s*:\s*", "", item, flags=re.IGNORECASE).replace(
+        CORRECTED_MARK, ""
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The summarizer
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Record:
+    """The record being built: items per section, oldest first."""
+
+    sections: dict[str, list[str]] = field(default_factory=lambda: {n: [] for n in SECTIONS})
+
+    def add(self, section: str, item: str) -> None:
+        key = _dedupe_key(item)
+        if not key:
+            return
+        for name in SECTIONS:
+            for i, existing in enumerate(self.sections[name]):
+                if _dedupe_key(existing) == key:
+                    # A repeated sentence keeps its place; a correction mark is not lost.
+                    if CORRECTED_MARK in item and CORRECTED_MARK not in existing:
+                        self.sections[name][i] = item
+                    return
+        self.sections[section].append(item)
+
+    def merge(self, other: Mapping[str, Sequence[str]]) -> None:
+        for name in SECTIONS:
+            for item in other.get(name, ()):
+                self.add(name, item)
+
+    def apply_correction(self, sentence: str) -> None:
+        """Remove the earlier user item that ``sentence`` corrects, if one matches."""
+        own_key = _dedupe_key(sentence)
+        words = _content_words(sentence)
+        keys = _topic_keys(sentence)
+        has_number = bool(_NUMBER_RE.search(_norm(sentence)))
+        elliptical = len(words) <= 2
+        best: tuple[int, str, int] | None = None
+        for name in (FACTS, CONSTRAINTS, DECISIONS):
+            for i, item in enumerate(self.sections[name]):
+                if re.match(r"^(?:assistant\s*:|tool\b)", item, re.IGNORECASE):
+                    continue  # users correct what they said, not what was booked for them
+                text = _strip_role(item)
+                if _dedupe_key(text) == own_key:
+                    continue  # the correction itself, already recorded
+                overlap = len(words & _content_words(text))
+                shared_keys = len(keys & _topic_keys(text))
+                both_numbers = has_number and bool(_NUMBER_RE.search(_norm(text)))
+                eligible = (
+                    overlap >= 2
+                    or (overlap >= 1 and (shared_keys or both_numbers))
+                    or (elliptical and shared_keys >= 1)
+                )
+                if not eligible:
+                    continue
+                score = 2 * overlap + shared_keys + int(both_numbers)
+                # ">=" so that among equals the most recent item is the one corrected.
+                if best is None or score >= best[0]:
+                    best = (score, name, i)
+        if best is not None:
+            del self.sections[best[1]][best[2]]
+
+    def is_empty(self) -> bool:
+        return not any(self.sections.values())
+
+
+class ExtractiveSummarizer:
+    """Summarizes by keeping the important sentences verbatim, with no model at all.
+
+    User sentences with names, numbers, IDs, dates, times, amounts or facts about the user
+    go to FACTS; requirements, preferences, allergies and "can't / never / must / need"
+    statements to CONSTRAINTS; bookings and confirmations (from the assistant's words and
+    from the results of action tools) and the user's choices to DECISIONS; the user's latest
+    unanswered questions to OPEN QUESTIONS. A user correction ("actually", "I meant", ...)
+    replaces the earlier statement it corrects and is marked "(corrected)". The previous
+    record is merged in first, so facts survive any number of rolls until the budget forces
+    them out: questions go first, then decisions, then facts, constraints last.
+
+    The result is deterministic and always within ``request.max_tokens`` as counted by
+    :func:`~pipecat_summarizer.tokens.estimate_text_tokens`.
+
+    Args:
+        max_open_questions: How many of the latest unanswered questions to keep.
+        max_item_chars: Longer sentences and tool results are shortened to this many
+            characters.
+    """
+
+    def __init__(self, *, max_open_questions: int = 3, max_item_chars: int = 400):
+        """Initialize the summarizer."""
+        self.max_open_questions = max(0, max_open_questions)
+        self.max_item_chars = max(40, max_item_chars)
+
+    async def summarize(self, request: SummaryRequest) -> str:
+        """Build the updated memory record for ``request``.
+
+        Args:
+            request: The summary request; ``messages``, ``previous_summary`` and
+                ``max_tokens`` are used, the prompts are not.
+
+        Returns:
+            The record: ``FACTS:``, ``CONSTRAINTS:``, ``DECISIONS:`` and
+            ``OPEN QUESTIONS:``, each followed by ``- `` bullets or ``- none``.
+        """
+        return self.summarize_messages(
+            request.messages,
+            previous_summary=request.previous_summary,
+            max_tokens=request.max_tokens,
+        )
+
+    def summarize_messages(
+        self, messages: Sequence[Any], *, previous_summary: str | None, max_tokens: int
+    ) -> str:
+        """Synchronous core of :meth:`summarize`.
+
+        Args:
+            messages: OpenAI-format messages, oldest first.
+            previous_summary: The record being rolled forward, or ``None``.
+            max_tokens: The output budget (values below 1 are treated as 1).
+
+        Returns:
+            The record text.
+        """
+        record = _Record()
+        if previous_summary and previous_summary.strip():
+            record.merge(self._parse_previous(previous_summary))
+        self._extract(messages, record)
+        if record.is_empty():
+            first = self._first_user_sentence(messages)
+            if first:
+                record.add(FACTS, first)
+        return self._fit(record.sections, max(1, int(max_tokens)))
+
+    # -- extraction ----------------------------------------------------------------------
+
+    def _parse_previous(self, text: str) -> dict[str, list[str]]:
+        sections = parse_sections(text)
+        if not any(sections.values()):
+            # A free-form summary (another backend, an edited one): carry it forward as facts.
+            sections[FACTS] = [self._shorten(s) for s in _split_sentences(text)]
+        return sections
+
+    def _shorten(self, text: str) -> str:
+        limit = self.max_item_chars
+        if len(text) <= limit:
+            return text
+        head = limit * 2 // 3
+        return f"{text[:head].rstrip()} … {text[len(text) - (limit - head - 3) :].lstrip()}"
+
+    def _extract(self, messages: Sequence[Any], record: _Record) -> None:
+        calls: dict[str, tuple[str, str]] = {}
+        unmatched: list[tuple[str, str]] = []  # calls without a usable id, first in first out
+        questions: list[tuple[int, str]] = []
+        assistant_texts: list[tuple[int, set[str]]] = []
+        user_ids: set[str] = set()
+        for index, message in enumerate(messages):
+            if isinstance(message, LLMSpecificMessage) or not isinstance(message, dict):
+                continue
+            role = str(message.get("role", ""))
+            text = _content_text(message.get("content"))
+            if text and _looks_like_record(text):
+                # A summary message already in the context (Pipecat's built-in flow).
+                record.merge(parse_sections(text))
+                continue
+            if role == "user":
+                for sentence in _split_sentences(text):
+                    user_ids.update(m.group(0) for m in _ID_RE.finditer(sentence))
+                    self._add_user_sentence(sentence, index, record, questions)
+            elif role == "assistant":
+                sentences = _split_sentences(text)
+                assistant_texts.append((index, _content_words(text)))
+                for sentence in sentences:
+                    self._add_assistant_sentence(sentence, record, user_ids)
+                for call in message.get("tool_calls") or []:
+                    if not isinstance(call, dict):
+                        continue
+                    func = call.get("function") or {}
+                    entry = (str(func.get("name") or "?"), _compact(func.get("arguments", ""), 160))
+                    call_id = call.get("id")
+                    if call_id:
+                        calls[str(call_id)] = entry
+                    unmatched.append(entry)
+            elif role == "tool":
+                call_id = str(message.get("tool_call_id") or "")
+                entry = calls.get(call_id)
+                if entry is None and unmatched:
+                    entry = unmatched[0]  # Pipecat's own transcript drops call ids
+                if entry in unmatched:
+                    unmatched.remove(entry)
+                self._add_tool_result(entry, message.get("content"), record)
+        self._add_open_questions(questions, assistant_texts, record)
+
+    def _add_user_sentence(
+        self, sentence: str, index: int, record: _Record, questions: list[tuple[int, str]]
+    ) -> None:
+        section = _classify_user(sentence)
+        corrected = section != OPEN_QUESTIONS and bool(_CORRECTION_RE.search(_norm(sentence)))
+        if corrected:
+            record.apply_correction(sentence)
+            item = f"User: {self._shorten(sentence)} {CORRECTED_MARK}"
+            record.add(section or FACTS, item)
+        elif section == OPEN_QUESTIONS:
+            questions.append((index, sentence))
+        elif section:
+            record.add(section, f"User: {self._shorten(sentence)}")
+
+    def _add_assistant_sentence(self, sentence: str, record: _Record, user_ids: set[str]) -> None:
+        if sentence.rstrip().endswith(("?", "？")):
+            return  # offers and clarifying questions are not commitments
+        low = _norm(sentence)
+        if _ASSISTANT_DECISION_RE.search(low):
+            record.add(DECISIONS, f"Assistant: {self._shorten(sentence)}")
+        elif any(m.group(0) not in user_ids for m in _ID_RE.finditer(sentence)):
+            # An identifier the assistant introduced (an order found by lookup, say).
+            record.add(FACTS, f"Assistant: {self._shorten(sentence)}")
+
+    def _add_tool_result(
+        self, entry: tuple[str, str] | None, content: Any, record: _Record
+    ) -> None:
+        if entry is None:
+            return
+        name, args = entry
+        result = _content_text(content) if not isinstance(content, str) else content
+        if not result or _PENDING_RESULT_RE.match(result):
+            return
+        if _READ_TOOL_RE.match(name) or not _ACTION_TOOL_RE.search(name):
+            return
+        item = f"Tool {name}({args}) -> {_compact(result, 200)}"
+        record.add(DECISIONS, self._shorten(item))
+
+    def _add_open_questions(
+        self,
+        questions: list[tuple[int, str]],
+        assistant_texts: list[tuple[int, set[str]]],
+        record: _Record,
+    ) -> None:
+        open_questions = []
+        for index, sentence in questions:
+            words = _content_words(sentence)
+            needed = max(2, (len(words) + 1) // 2)
+            answered = any(
+                later > index and len(words & reply) >= needed for later, reply in assistant_texts
+            )
+            if not answered:
+                open_questions.append(f"User: {self._shorten(sentence)}")
+        for item in open_questions[-self.max_open_questions :] if self.max_open_questions else []:
+            record.add(OPEN_QUESTIONS, item)
+        # Older questions from earlier records were most likely answered since.
+        kept = record.sections[OPEN_QUESTIONS]
+        if len(kept) > self.max_open_questions:
+            del kept[: len(kept) - self.max_open_questions]
+
+    @staticmethod
+    def _first_user_sentence(messages: Sequence[Any]) -> str | None:
+        first = None
+        for message in messages:
+            if not isinstance(message, dict) or message.get("role") != "user":
+                continue
+            for sentence in _split_sentences(_content_text(message.get("content"))):
+                if not _is_small_talk(sentence):
+                    return f"User: {sentence}"
+                first = first or f"User: {sentence}"
+        return first
+
+    # -- budget --------------------------------------------------------------------------
+
+    def _fit(self, sections: Mapping[str, Sequence[str]], max_tokens: int) -> str:
+        current = {name: list(sections.get(name, ())) for name in SECTIONS}
+
+        def fits(text: str) -> bool:
+            return estimate_text_tokens(text) <= max_tokens
+
+        render = render_sections if fits(render_sections({})) else _render_compact
+        while True:
+            text = render(current)
+            if text and fits(text):
+                return text
+            remaining = [(n, i) for n in _DROP_ORDER for i in range(len(current[n]))]
+            if len(remaining) <= 1:
+                break
+            name = next(n for n in _DROP_ORDER if current[n])
+            del current[name][0]  # oldest first within the section
+        # One item left that does not fit whole (or nothing): shorten it, keeping its head.
+        name = next((n for n in SECTIONS if current[n]), None)
+        if name is not None:
+            item = current[name][0]
+            lo, hi = 0, len(item)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                current[name][0] = item[:mid].rstrip() + "…"
+                if fits(render(current)):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            current[name][0] = item[:lo].rstrip() + "…"
+            if lo and fits(render(current)):
+                return render(current)
+            if render is render_sections:
+                return render_sections({})  # the skeleton fits; the item cannot
+            current[name][0] = item
+        return _hard_truncate(render(current) or render_sections({}), max_tokens)
+
+
+def _hard_truncate(text: str, max_tokens: int) -> str:
+    # Last resort for absurd budgets: the longest prefix that fits (never empty, since any
+    # string under 4 ASCII characters estimates to 0 tokens).
+    lo, hi = 1, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate_text_tokens(text[:mid]) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
+
+
+# ---------------------------------------------------------------------------------------
+# Transcript parsing, for the LLMService wrapper
+# ---------------------------------------------------------------------------------------
+
+_DELIMITED_RE = re.compile(r"<(data-[0-9a-f]{8,64})>\n?(.*?)\n?</\1>", re.DOTALL)
+_DELIMITED_PREVIOUS_RE = re.compile(
+    r"<(data-[0-9a-f]{8,64})-previous>\n?(.*?)\n?</\1-previous>", re.DOTALL
+)
+_ROLES = "USER|ASSISTANT|SYSTEM|DEVELOPER|TOOL|UNKNOWN"
+_OUR_CALL_RE = re.compile(
+    r"^(?P<role>[A-Z]+) CALLED (?P<name>.*?) \[(?P<id>[^\]\n]*)\]: ?(?P<rest>.*)$"
+)
+_OUR_RESULT_RE = re.compile(r"^TOOL RESULT \[(?P<id>[^\]\n]*)\]: ?(?P<rest>.*)$")
+_PIPECAT_CALL_RE = re.compile(r"^TOOL_CALL: ?(?P<rest>.*)$")
+_PIPECAT_RESULT_RE = re.compile(r"^TOOL_RESULT\[(?P<id>[^\]\n]*)\]: ?(?P<rest>.*)$")
+_ROLE_LINE_RE = re.compile(rf"^(?P<role>{_ROLES}): ?(?P<rest>.*)$")
+_PIPECAT_HEADER_RE = re.compile(r"^\s*Conversation history:[ \t]*\n?")
+
+
+def _transcript_entries(text: str, pipecat: bool) -> list[dict[str, Any]]:
+    """Split a transcript into entries; lines without a known prefix continue the last one."""
+    entries: list[dict[str, Any]] = []
+    for line in text.split("\n"):
+        entry: dict[str, Any] | None = None
+        if pipecat:
+            if m := _PIPECAT_CALL_RE.match(line):
+                entry = {"kind": "call", "id": None, "rest": m.group("rest")}
+            elif m := _PIPECAT_RESULT_RE.match(line):
+                entry = {"kind": "result", "id": m.group("id"), "rest": m.group("rest")}
+        else:
+            if m := _OUR_CALL_RE.match(line):
+                entry = {"kind": "call", "id": m.group("id"), "name": m.group("name")}
+                entry["rest"] = m.group("rest")
+            elif m := _OUR_RESULT_RE.match(line):
+                entry = {"kind": "result", "id": m.group("id"), "rest": m.group("rest")}
+        if entry is None and (m := _ROLE_LINE_RE.match(line)):
+            entry = {"kind": "role", "role": m.group("role").lower(), "rest": m.group("rest")}
+        if entry is not None:
+            entries.append(entry)
+        elif entries:
+            entries[-1]["rest"] += "\n" + line
+    for entry in entries:
+        entry["rest"] = entry["rest"].strip()
+    return entries
+
+
+def transcript_to_messages(text: str, *, pipecat: bool) -> list[dict[str, Any]]:
+    """Turn a summarization transcript back into OpenAI-format messages.
+
+    Args:
+        text: The transcript, without Pipecat's ``Conversation history:`` header or our
+            delimiter tags.
+        pipecat: ``True`` for Pipecat's format (``USER: ...``, ``TOOL_CALL: name(args)``,
+            ``TOOL_RESULT[id]: ...``), ``False`` for this package's
+            (``ASSISTANT CALLED name [id]: args``, ``TOOL RESULT [id]: ...``).
+
+    Returns:
+        The messages, oldest first; tool calls are attached to the assistant message they
+        follow.
+    """
+    messages: list[dict[str, Any]] = []
+    for entry in _transcript_entries(text, pipecat):
+        kind, rest = entry["kind"], entry["rest"]
+        if kind == "call":
+            if pipecat:
+                name, _, args = rest.partition("(")
+                args = args[:-1] if args.endswith(")") else args
+            else:
+                name, args = entry["name"], rest
+            call = {"id": entry["id"], "type": "function"}
+            call["function"] = {"name": name.strip(), "arguments": args}
+            last = messages[-1] if messages else None
+            if last is None or last["role"] != "assistant":
+                last = {"role": "assistant", "content": None}
+                messages.append(last)
+            last.setdefault("tool_calls", []).append(call)
+        elif kind == "result":
+            last = messages[-1] if messages else None
+            # Pipecat writes a tool message twice: "TOOL: text", then "TOOL_RESULT[id]: text".
+            if last and last["role"] == "tool" and last.get("tool_call_id") is None:
+                last["tool_call_id"] = entry["id"]
+                last["content"] = rest
+            else:
+                messages.append({"role": "tool", "tool_call_id": entry["id"], "content": rest})
+        else:
+            role = entry["role"] if entry["role"] != "unknown" else "user"
+            # Pipecat writes an assistant message that only calls tools as "ASSISTANT: None".
+            content = None if role == "assistant" and rest == "None" else rest
+            message: dict[str, Any] = {"role": role, "content": content}
+            if role == "tool":
+                message["tool_call_id"] = None
+            messages.append(message)
+    return messages
+
+
+def parse_summary_request(text: str) -> tuple[list[dict[str, Any]], str | None] | None:
+    """Recover the transcript and previous record from a summarization prompt.
+
+    Understands this package's delimited request (see
+    :func:`~pipecat_summarizer.prompt.build_request`) and Pipecat's
+    ``"Conversation history:\\n"`` + transcript message.
+
+    Args:
+        text: The user message of the summarization request.
+
+    Returns:
+        ``(messages, previous_summary)``, or ``None`` if ``text`` is in neither format.
+    """
+    previous = _DELIMITED_PREVIOUS_RE.search(text)
+    transcript = _DELIMITED_RE.search(_DELIMITED_PREVIOUS_RE.sub("", text))
+    if transcript:
+        return (
+            transcript_to_messages(transcript.group(2), pipecat=False),
+            previous.group(2).strip() if previous else None,
+        )
+    header = _PIPECAT_HEADER_RE.match(text)
+    if header:
+        return transcript_to_messages(text[header.end() :], pipecat=True), None
+    return None
+
+
+class ExtractiveLLMService(LLMService):
+    """A Pipecat LLM service whose ``run_inference`` returns an extractive summary.
+
+    Use it wherever Pipecat expects a summarization LLM, with no network or model::
+
+        LLMAssistantAggregatorParams(
+            enable_auto_context_summarization=True,
+            auto_context_summarization_config=LLMAutoContextSummarizationConfig(
+                summary_config=LLMContextSummaryConfig(llm=ExtractiveLLMService())
+            ),
+        )
+
+    or as ``PipecatLLMSummarizer(ExtractiveLLMService())``. It reads Pipecat's
+    ``"Conversation history:"`` transcript (treating a summary message already in it as the
+    previous record) and this package's delimited request; any other context is summarized
+    message by message. The system instruction is ignored. It does not generate replies in
+    a pipeline.
+
+    Args:
+        summarizer: The summarizer to use; a default :class:`ExtractiveSummarizer` if
+            ``None``.
+        default_max_tokens: The budget when neither ``run_inference`` nor the settings'
+            ``max_tokens`` give one.
+        settings: Runtime-updatable settings; only ``max_tokens`` is used.
+        **kwargs: Passed to ``LLMService``.
+    """
+
+    Settings = LLMSettings
+
+    def __init__(
+        self,
+        *,
+        summarizer: ExtractiveSummarizer | None = None,
+        default_max_tokens: int = 1000,
+        settings: LLMSettings | None = None,
+        **kwargs: Any,
+    ):
+        """Initialize the service."""
+        # Store mode: every field needs a real value (``validate_complete`` checks at start).
+        default_settings = LLMSettings(
+            model="extractive",
+            system_instruction=None,
+            temperature=None,
+            max_tokens=None,
+            top_p=None,
+            top_k=None,
+            frequency_penalty=None,
+            presence_penalty=None,
+            seed=None,
+            filter_incomplete_user_turns=False,
+            user_turn_completion_config=None,
+            use_provider_thinking_default=False,
+        )
+        if settings is not None:
+            default_settings.apply_update(settings)
+        super().__init__(settings=default_settings, **kwargs)
+        self.summarizer = summarizer or ExtractiveSummarizer()
+        self.default_max_tokens = default_max_tokens
+
+    def can_generate_metrics(self) -> bool:
+        """Report no metrics: there is no model to measure."""
+        return False
+
+    async def run_inference(
+        self,
+        context: LLMContext,
+        max_tokens: int | None = None,
+        system_instruction: str | None = None,
+        response_schema: dict[str, Any] | None = None,
+    ) -> str | None:
+        """Summarize the conversation carried by ``context``.
+
+        Args:
+            context: Either a single user message holding a summarization transcript
+                (Pipecat's or this package's), or a conversation to summarize directly.
+            max_tokens: The output budget; defaults to the settings' ``max_tokens`` or
+                ``default_max_tokens``.
+            system_instruction: Ignored; the extraction rules are fixed.
+            response_schema: Not supported; ignored with a warning.
+
+        Returns:
+            The memory record.
+        """
+        self._check_response_schema(response_schema)
+        budget = max_tokens or self._settings.max_tokens or self.default_max_tokens
+        messages = [m for m in context.messages if not isinstance(m, LLMSpecificMessage)]
+        previous: str | None = None
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+        parsed = parse_summary_request(_content_text(users[-1].get("content"))) if users else None
+        if parsed is not None:
+            messages, previous = parsed
+        text = self.summarizer.summarize_messages(
+            messages, previous_summary=previous, max_tokens=int(budget)
+        )
+        return text

@@ -1,0 +1,533 @@
+"""The extractive summarizer keeps facts verbatim, honours corrections and the budget."""
+
+import pytest
+from pipecat.frames.frames import LLMContextSummaryRequestFrame
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.utils.context.llm_context_summarization import LLMContextSummarizationUtil
+
+from pipecat_summarizer.prompt import SECTIONS, build_request
+from pipecat_summarizer.summarizers.base import Summarizer
+from pipecat_summarizer.summarizers.extractive import (
+    ExtractiveLLMService,
+    ExtractiveSummarizer,
+    parse_sections,
+    parse_summary_request,
+    render_sections,
+    transcript_to_messages,
+)
+from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
+from pipecat_summarizer.tokens import estimate_text_tokens
+
+ALLERGY = "I'm vegetarian, and I'm allergic to peanuts."
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+def filler(n, start=0):
+    """Small talk and assistant chatter that carries nothing worth keeping."""
+    out = []
+    for i in range(start, start + n):
+        out.append(user("Okay, sounds good, thanks!"))
+        out.append(assistant(f"Happy to help with that, tip number {i} is to stay hydrated."))
+    return out
+
+
+async def summarize(messages, previous=None, max_tokens=800):
+    return await ExtractiveSummarizer().summarize(
+        build_request(messages, previous_summary=previous, max_tokens=max_tokens)
+    )
+
+
+def test_implements_protocol():
+    assert isinstance(ExtractiveSummarizer(), Summarizer)
+
+
+async def test_output_has_the_four_headings_in_order():
+    out = await summarize([user(ALLERGY), assistant("Noted.")])
+    lines = out.splitlines()
+    headings = [line for line in lines if line.rstrip(":") in SECTIONS]
+    assert headings == [f"{s}:" for s in SECTIONS]
+    for line in lines:
+        assert line in headings or line.startswith("- ")
+    assert parse_sections(out)["DECISIONS"] == []
+    assert "- none" in out
+
+
+async def test_classifies_into_sections():
+    messages = [
+        user("Hello! How are you today?"),
+        assistant("I'm great, thanks for asking. How can I help?"),
+        user("My name is Dana Whitfield and my account is ACC-772-1904."),
+        user("I can't do mornings before 9 am."),
+        assistant("I've booked your consultation for Thursday at 2 pm."),
+        user("Let's go with the premium plan."),
+        user("Will my card be charged today?"),
+    ]
+    sections = parse_sections(await summarize(messages))
+    assert sections["FACTS"] == ["User: My name is Dana Whitfield and my account is ACC-772-1904."]
+    assert sections["CONSTRAINTS"] == ["User: I can't do mornings before 9 am."]
+    assert sections["DECISIONS"] == [
+        "Assistant: I've booked your consultation for Thursday at 2 pm.",
+        "User: Let's go with the premium plan.",
+    ]
+    assert sections["OPEN QUESTIONS"] == ["User: Will my card be charged today?"]
+    # Greetings and the assistant's pleasantries are dropped.
+    out = render_sections(sections)
+    assert "Hello" not in out and "How can I help" not in out
+
+
+async def test_fact_survives_filler_and_five_rolls():
+    summary = None
+    history = [user(ALLERGY)] + filler(15)
+    for roll in range(5):
+        summary = await summarize(history, previous=summary, max_tokens=400)
+        assert ALLERGY in summary, f"lost after roll {roll}"
+        history = filler(15, start=100 * (roll + 1))
+    assert summary.count(ALLERGY) == 1
+    assert "stay hydrated" not in summary
+
+
+async def test_ids_amounts_and_contacts_are_verbatim():
+    messages = [
+        user("My account number is ACC-772-1904 and the claim is NC-48213."),
+        assistant("Thanks, let me check."),
+        user("I was charged $129.99 twice on March 3rd."),
+        user("Today I ate 1,850 kcal and weighed 72.4 kg."),
+        user("You can call me back on +1 (415) 555-0132 or email dana.w@example.com."),
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "I've issued a credit of $129.99 to ACC-772-1904."}
+            ],
+        },
+    ]
+    out = await summarize(messages)
+    for needle in (
+        "ACC-772-1904",
+        "NC-48213",
+        "$129.99",
+        "March 3rd",
+        "1,850 kcal",
+        "72.4 kg",
+        "+1 (415) 555-0132",
+        "dana.w@example.com",
+    ):
+        assert needle in out, needle
+    assert (
+        "Assistant: I've issued a credit of $129.99 to ACC-772-1904."
+        in (parse_sections(out)["DECISIONS"])
+    )
+
+
+async def test_booking_tool_result_is_a_decision_and_lookups_are_not():
+    messages = [
+        user("Book me a table for 4 at 7 pm on Friday."),
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Lisbon"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {
+                        "name": "book_table",
+                        "arguments": '{"party": 4, "time": "19:00"}',
+                    },
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},
+        {"role": "tool", "tool_call_id": "call_2", "content": '{"confirmation": "RT-5521"}'},
+    ]
+    decisions = parse_sections(await summarize(messages))["DECISIONS"]
+    assert decisions == [
+        'Tool book_table({"party": 4, "time": "19:00"}) -> {"confirmation": "RT-5521"}'
+    ]
+
+
+@pytest.mark.parametrize("budget", [1, 3, 8, 12, 16, 17, 20, 25, 40, 60, 90, 150, 300, 1000])
+async def test_output_respects_budget(budget):
+    messages = []
+    for i in range(12):
+        messages += [
+            user(f"My order number {i} is NC-{48000 + i} and it cost ${10 + i}.50."),
+            user(f"I can't eat dish {i} because I avoid gluten."),
+            assistant(f"I've logged order NC-{48000 + i} as confirmed."),
+            user(f"Where is parcel {i} now?"),
+        ]
+    previous = "FACTS:\n- User: I live in Porto.\nCONSTRAINTS:\n- User: I never fly at night."
+    out = await summarize(messages, previous=previous, max_tokens=budget)
+    assert out.strip()
+    assert estimate_text_tokens(out) <= budget
+    sections = parse_sections(out)
+    if budget >= 40:
+        # Constraints are dropped last: the newest one is still there.
+        assert "User: I can't eat dish 11 because I avoid gluten." in sections["CONSTRAINTS"]
+    if sections["OPEN QUESTIONS"] or sections["DECISIONS"]:
+        assert len(sections["CONSTRAINTS"]) == 13 and len(sections["FACTS"]) == 13
+    if budget >= 1000:
+        assert "User: I live in Porto." in sections["FACTS"]
+        assert sections["OPEN QUESTIONS"][-1] == "User: Where is parcel 11 now?"
+    if budget <= 60:
+        assert not sections["FACTS"] and not sections["OPEN QUESTIONS"]
+
+
+async def test_budget_drops_questions_then_decisions_then_facts():
+    messages = [
+        user("I'm allergic to shellfish."),
+        user("My booking reference is QX-9912."),
+        assistant("I've scheduled the delivery for Tuesday."),
+        user("Can you also send me the invoice?"),
+    ]
+    full = await summarize(messages, max_tokens=1000)
+    sizes = []
+    for budget in range(estimate_text_tokens(full), 0, -1):
+        sections = parse_sections(await summarize(messages, max_tokens=budget))
+        sizes.append(tuple(len(sections[s]) for s in SECTIONS))
+    # Reading from the largest budget down, a section only empties after the ones
+    # before it in the drop order (questions, decisions, facts, constraints).
+    for facts, constraints, decisions, questions in sizes:
+        if questions:
+            assert decisions and facts and constraints
+        if decisions:
+            assert facts and constraints
+        if facts:
+            assert constraints
+    assert sizes[0] == (1, 1, 1, 1)
+    assert (1, 1, 1, 0) in sizes and (1, 1, 0, 0) in sizes and (0, 1, 0, 0) in sizes
+
+
+async def test_correction_replaces_earlier_fact():
+    messages = [
+        user("I train 3 days a week."),
+        assistant("Great, three sessions is a solid base."),
+        user("I'm allergic to peanuts."),
+        user("Actually, I train 4 days a week."),
+    ]
+    out = await summarize(messages)
+    assert "I train 3 days a week" not in out
+    assert "User: Actually, I train 4 days a week. (corrected)" in out
+    assert "I'm allergic to peanuts." in out
+
+
+async def test_correction_wins_over_previous_summary():
+    previous = (
+        "FACTS:\n- User: I train 3 days a week.\n- User: My goal is 10 km under 50 minutes.\n"
+        "CONSTRAINTS:\n- User: I'm allergic to peanuts.\nDECISIONS:\n- none\n"
+        "OPEN QUESTIONS:\n- none"
+    )
+    out = await summarize([user("Sorry, I was wrong: I train 4 days a week.")], previous=previous)
+    facts = parse_sections(out)["FACTS"]
+    assert facts == [
+        "User: My goal is 10 km under 50 minutes.",
+        "User: Sorry, I was wrong: I train 4 days a week. (corrected)",
+    ]
+    # Rolling again keeps the corrected version only once.
+    again = await summarize([user("Okay, thanks!")], previous=out)
+    assert again.count("I train 4 days a week") == 1
+    assert "3 days" not in again
+
+
+async def test_elliptical_correction_uses_topic():
+    messages = [
+        user("My appointment is on Monday at 10 am."),
+        user("My daughter is 7 years old."),
+        user("Sorry, I meant Tuesday."),
+    ]
+    facts = parse_sections(await summarize(messages))["FACTS"]
+    assert facts == [
+        "User: My daughter is 7 years old.",
+        "User: Sorry, I meant Tuesday. (corrected)",
+    ]
+
+
+async def test_unrelated_actually_does_not_delete():
+    messages = [user("I'm allergic to peanuts."), user("Actually, my flight lands at 6 pm.")]
+    out = await summarize(messages)
+    assert "I'm allergic to peanuts." in out
+    assert "my flight lands at 6 pm. (corrected)" in out
+
+
+async def test_rolling_merges_and_dedupes():
+    previous = (
+        "## Facts\n* User: I live in Porto.\nConstraints:\n- User: I never fly at night.\n"
+        "DECISIONS:\n- User: Let's go with the window seat.\n"
+    )
+    out = await summarize(
+        [user("I live in Porto."), user("My passport number is P1234567.")], previous=previous
+    )
+    sections = parse_sections(out)
+    assert sections["FACTS"] == ["User: I live in Porto.", "User: My passport number is P1234567."]
+    assert sections["CONSTRAINTS"] == ["User: I never fly at night."]
+    assert sections["DECISIONS"] == ["User: Let's go with the window seat."]
+
+
+async def test_free_form_previous_summary_is_carried_as_facts():
+    out = await summarize([user("Thanks!")], previous="The user is Maria. She owns a bakery.")
+    assert parse_sections(out)["FACTS"] == ["The user is Maria.", "She owns a bakery."]
+
+
+async def test_open_questions_keep_only_the_latest_unanswered():
+    messages = [
+        user("What time do you open?"),
+        assistant("We open at 9 am, our opening time is the same every day."),
+        user("Do you sell gift cards?"),
+        user("Is parking free?"),
+        user("Can I bring my dog?"),
+        user("Do you deliver on Sundays?"),
+    ]
+    questions = parse_sections(await summarize(messages))["OPEN QUESTIONS"]
+    assert questions == [
+        "User: Is parking free?",
+        "User: Can I bring my dog?",
+        "User: Do you deliver on Sundays?",
+    ]
+
+
+async def test_deterministic():
+    messages = [user(ALLERGY), *filler(5), user("Actually, make it 3 servings."), user("Why?")]
+    outs = {await summarize(messages, max_tokens=b) for b in (60, 60, 60)}
+    assert len(outs) == 1
+    assert await summarize(messages) == await summarize(messages)
+
+
+async def test_never_empty():
+    out = await summarize([user("Hi!"), assistant("Hello!")], max_tokens=100)
+    assert parse_sections(out)["FACTS"] == ["User: Hi!"]
+    assert all(not parse_sections(out)[s] for s in SECTIONS[1:])
+    out = await summarize([user("hmm, right"), user("ok")], max_tokens=2)
+    assert out.strip() and estimate_text_tokens(out) <= 2
+    assert (await summarize([], max_tokens=50)).startswith("FACTS:\n- none")
+
+
+async def test_structured_content_and_shortened_marker():
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "My PIN reset code is ZX-4410."}]},
+        user("I need it by 5 pm. [... shortened for the summary: 900 characters omitted ...]"),
+    ]
+    out = await summarize(messages)
+    assert "User: My PIN reset code is ZX-4410." in out
+    assert "User: I need it by 5 pm." in out
+    assert "shortened" not in out
+
+
+def test_parse_sections_well_formed():
+    text = (
+        "FACTS:\n- User: I live in Porto.\n- User: Account ACC-772-1904.\n"
+        "CONSTRAINTS:\n- none\nDECISIONS:\n- Assistant: Booked for 7 pm.\n"
+        "OPEN QUESTIONS:\n- none"
+    )
+    sections = parse_sections(text)
+    assert sections == {
+        "FACTS": ["User: I live in Porto.", "User: Account ACC-772-1904."],
+        "CONSTRAINTS": [],
+        "DECISIONS": ["Assistant: Booked for 7 pm."],
+        "OPEN QUESTIONS": [],
+    }
+    assert render_sections(sections) == text
+
+
+def test_parse_sections_malformed():
+    text = (
+        "Here is the updated memory record:\n"
+        "---\n"
+        "**Facts**\n"
+        "1. The user is Maria,\n"
+        "   a baker in Porto.\n"
+        "• Phone +351 912 345 678\n"
+        "## open questions\n"
+        "* Whether delivery is free\n"
+        "Decisions: none\n"
+        "### Constraints:\n"
+        "No nuts in anything\n"
+        "- N/A\n"
+        "</summary>\n"
+    )
+    assert parse_sections(text) == {
+        "FACTS": ["The user is Maria, a baker in Porto.", "Phone +351 912 345 678"],
+        "CONSTRAINTS": ["No nuts in anything"],
+        "DECISIONS": [],
+        "OPEN QUESTIONS": ["Whether delivery is free"],
+    }
+
+
+def test_parse_sections_inline_and_prefixed_headings():
+    text = "Conversation summary: FACTS: - User: I'm Ana.\n- Facts: not a heading\nDECISION: x"
+    assert parse_sections(text) == {
+        "FACTS": ["User: I'm Ana.", "Facts: not a heading"],
+        "CONSTRAINTS": [],
+        "DECISIONS": ["x"],
+        "OPEN QUESTIONS": [],
+    }
+    assert parse_sections("no headings at all\n- a bullet") == {s: [] for s in SECTIONS}
+
+
+def test_render_sections_ignores_unknown_and_blank():
+    out = render_sections({"FACTS": ["a", " "], "OTHER": ["b"]})
+    assert out == ("FACTS:\n- a\nCONSTRAINTS:\n- none\nDECISIONS:\n- none\nOPEN QUESTIONS:\n- none")
+
+
+CONVERSATION = [
+    {"role": "system", "content": "You are a nutrition coach."},
+    user("Hi!"),
+    assistant("Hello! What can I do for you?"),
+    user(ALLERGY + " My client ID is NC-48213."),
+    assistant(None),
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_9",
+                "type": "function",
+                "function": {
+                    "name": "log_meal",
+                    "arguments": '{"meal": "lentil soup", "kcal": 420}',
+                },
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_9", "content": '{"logged": true, "entry": "M-301"}'},
+    assistant("I've logged your lentil soup, 420 kcal."),
+    user("I train 3 days a week."),
+    user("Actually, I train 4 days a week."),
+    user("How much protein should I eat?"),
+    assistant("Let me think."),
+    user("Great."),
+]
+
+
+def check_conversation_summary(out):
+    sections = parse_sections(out)
+    assert sections["CONSTRAINTS"] == [f"User: {ALLERGY}"]
+    assert sections["FACTS"] == [
+        "User: My client ID is NC-48213.",
+        "User: Actually, I train 4 days a week. (corrected)",
+    ]
+    assert sections["DECISIONS"] == [
+        'Tool log_meal({"meal": "lentil soup", "kcal": 420}) -> {"logged": true, "entry": "M-301"}',
+        "Assistant: I've logged your lentil soup, 420 kcal.",
+    ]
+    assert sections["OPEN QUESTIONS"] == ["User: How much protein should I eat?"]
+    assert "nutrition coach" not in out
+
+
+async def test_service_on_pipecat_transcript():
+    transcript = LLMContextSummarizationUtil.format_messages_for_summary(CONVERSATION[1:])
+    context = LLMContext(messages=[user(f"Conversation history:\n{transcript}")])
+    out = await ExtractiveLLMService().run_inference(context, max_tokens=300)
+    check_conversation_summary(out)
+    assert estimate_text_tokens(out) <= 300
+    tiny = await ExtractiveLLMService().run_inference(context, max_tokens=30)
+    assert ALLERGY in tiny and estimate_text_tokens(tiny) <= 30
+
+
+async def test_service_through_pipecat_generate_summary_and_roll():
+    llm = ExtractiveLLMService()
+    frame = LLMContextSummaryRequestFrame(
+        request_id="r1",
+        context=LLMContext(messages=list(CONVERSATION)),
+        min_messages_to_keep=2,
+        target_context_tokens=300,
+        summarization_prompt="Summarize.",
+    )
+    summary, last_index = await llm._generate_summary(frame)
+    assert last_index == len(CONVERSATION) - 3
+    check_conversation_summary(summary)
+    # Pipecat puts the summary back as a user message; the next round rolls it forward.
+    rolled = [
+        CONVERSATION[0],
+        user(f"Conversation summary: {summary}"),
+        user("Sorry, I was wrong: I train 5 days a week."),
+        assistant("Noted."),
+        user("Thanks."),
+        assistant("You're welcome."),
+    ]
+    frame2 = LLMContextSummaryRequestFrame(
+        request_id="r2",
+        context=LLMContext(messages=rolled),
+        min_messages_to_keep=2,
+        target_context_tokens=300,
+        summarization_prompt="Summarize.",
+    )
+    summary2, _ = await llm._generate_summary(frame2)
+    sections = parse_sections(summary2)
+    assert sections["FACTS"] == [
+        "User: My client ID is NC-48213.",
+        "User: Sorry, I was wrong: I train 5 days a week. (corrected)",
+    ]
+    assert sections["CONSTRAINTS"] == [f"User: {ALLERGY}"]
+    assert "Conversation summary" not in summary2
+
+
+async def test_service_with_package_request_format():
+    previous = "FACTS:\n- User: I train 3 days a week.\nCONSTRAINTS:\n- User: No dairy."
+    summarizer = PipecatLLMSummarizer(ExtractiveLLMService())
+    request = build_request(CONVERSATION[1:9], previous_summary=previous, max_tokens=300)
+    out = await summarizer.summarize(request)
+    sections = parse_sections(out)
+    assert sections["CONSTRAINTS"][0] == "User: No dairy."
+    assert sections["FACTS"] == ["User: I train 3 days a week.", "User: My client ID is NC-48213."]
+    assert "M-301" in out
+    # Same answer as calling the summarizer directly on the structured request.
+    assert out == await ExtractiveSummarizer().summarize(request)
+
+
+async def test_service_summarizes_a_plain_context_and_defaults():
+    llm = ExtractiveLLMService(settings=ExtractiveLLMService.Settings(max_tokens=40))
+    out = await llm.run_inference(LLMContext(messages=CONVERSATION))
+    assert estimate_text_tokens(out) <= 40
+    assert ALLERGY in out
+    assert llm.settings.model == "extractive"
+
+
+def test_transcript_parsers():
+    pipecat = (
+        "USER: I need it by Friday.\nSecond line.\n\nASSISTANT: None\n\n"
+        'TOOL_CALL: book_slot({"day": "Fri"})\n\nTOOL: {"ok": true}\n\n'
+        'TOOL_RESULT[c7]: {"ok": true}'
+    )
+    assert transcript_to_messages(pipecat, pipecat=True) == [
+        {"role": "user", "content": "I need it by Friday.\nSecond line."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": None,
+                    "type": "function",
+                    "function": {"name": "book_slot", "arguments": '{"day": "Fri"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c7", "content": '{"ok": true}'},
+    ]
+    request = build_request(
+        [
+            {
+                "role": "assistant",
+                "content": "Booking.",
+                "tool_calls": [{"id": "c1", "function": {"name": "book", "arguments": '{"a": 1}'}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "done"},
+        ],
+        previous_summary="FACTS:\n- x",
+        max_tokens=100,
+    )
+    messages, previous = parse_summary_request(request.user_message)
+    assert previous == "FACTS:\n- x"
+    assert messages[0]["tool_calls"][0]["function"] == {"name": "book", "arguments": '{"a": 1}'}
+    assert messages[0]["tool_calls"][0]["id"] == "c1"
+    assert messages[1] == {"role": "tool", "tool_call_id": "c1", "content": "done"}
+    assert parse_summary_request("just some text") is None
