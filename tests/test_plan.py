@@ -24,8 +24,7 @@ def call(*ids):
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
-            for i in ids
+            {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids
         ],
     }
 

@@ -16,8 +16,9 @@ def cfg(tokens=8000, messages=20, keep=4):
 
 
 def test_token_trigger_counts_only_reducible_tokens():
-    big_system = Measurement(total_tokens=12_000, reducible_tokens=500,
-                             messages_since_summary=3, message_count=4)
+    big_system = Measurement(
+        total_tokens=12_000, reducible_tokens=500, messages_since_summary=3, message_count=4
+    )
     assert trigger_reason(cfg(), big_system) is None
     grown = Measurement(12_000 + 8000, 8000, 3, 40)
     assert trigger_reason(cfg(), grown) == "tokens"

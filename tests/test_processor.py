@@ -35,8 +35,10 @@ USER_LINE = re.compile(r"user message number \d+")
 
 def echo_summary(body: dict) -> str:
     """A summarizer that keeps every 'user message number N' it was given (rolling too)."""
-    seen = sorted(set(USER_LINE.findall(body["messages"][1]["content"])),
-                  key=lambda s: int(s.rsplit(" ", 1)[1]))
+    seen = sorted(
+        set(USER_LINE.findall(body["messages"][1]["content"])),
+        key=lambda s: int(s.rsplit(" ", 1)[1]),
+    )
     return "FACTS:\n" + "\n".join(f"- {s}" for s in seen)
 
 
@@ -63,8 +65,16 @@ def cfg(tokens=None, messages=8, keep=4, **summary):
 class Run:
     """One pipeline run: context, processor, events, and what the server saw."""
 
-    def __init__(self, server, config, *, system="You are a helpful voice assistant.",
-                 options=None, summarizer=None, llm_settings=None):
+    def __init__(
+        self,
+        server,
+        config,
+        *,
+        system="You are a helpful voice assistant.",
+        options=None,
+        summarizer=None,
+        llm_settings=None,
+    ):
         self.server = server
         self.context = LLMContext(
             messages=[{"role": "system", "content": system}] if system else []
@@ -137,8 +147,10 @@ async def test_barge_in_every_turn_does_not_discard_slow_summaries(openai_server
     assert len(openai_server.chat_requests) == 40
     lines = [x for x in logs if "context compacted" in x["message"]]
     assert len(lines) == len(r.applied)
-    print(f"barge-in: {requests} summary requests, {len(r.applied)} applied, "
-          f"{len(r.context.messages)} messages at the end")
+    print(
+        f"barge-in: {requests} summary requests, {len(r.applied)} applied, "
+        f"{len(r.context.messages)} messages at the end"
+    )
 
 
 # -- b. appended while in flight -------------------------------------------------------------
@@ -181,9 +193,14 @@ async def test_context_replaced_while_in_flight_discards_the_summary(openai_serv
 
 
 def _call(*ids):
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": i, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
-        for i in ids]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+            for i in ids
+        ],
+    }
 
 
 def _result(i, content="found it"):
@@ -205,8 +222,10 @@ async def test_tool_units_are_never_split_and_unresolved_calls_never_summarized(
         _result("open", "IN_PROGRESS"),  # unresolved
         {"role": "assistant", "content": "working on it"},
     ]
-    frames = [LLMMessagesAppendFrame(messages=history, run_llm=False),
-              *turns([f"user message number {i}" for i in range(4)], gap=0.1)]
+    frames = [
+        LLMMessagesAppendFrame(messages=history, run_llm=False),
+        *turns([f"user message number {i}" for i in range(4)], gap=0.1),
+    ]
     await r.run(frames, tail=0.5)
     assert r.applied, "a summary should have been applied"
     sent = openai_server.summary_requests[0]["messages"][1]["content"]
@@ -226,19 +245,29 @@ async def test_tool_units_are_never_split_and_unresolved_calls_never_summarized(
 
 async def test_system_prompt_wherever_it_lives_is_never_summarized(openai_server):
     openai_server.handler = scripted(summary="FACTS:\n- summarized")
-    r = Run(openai_server, cfg(messages=6, keep=2), system="LEADING SYSTEM PROMPT",
-            llm_settings={"system_instruction": "SERVICE INSTRUCTION"})
+    r = Run(
+        openai_server,
+        cfg(messages=6, keep=2),
+        system="LEADING SYSTEM PROMPT",
+        llm_settings={"system_instruction": "SERVICE INSTRUCTION"},
+    )
     r.context.add_message({"role": "developer", "content": "LEADING DEVELOPER PROMPT"})
     injected = {"role": "system", "content": "INJECTED MID-CALL"}
-    frames = [*turns([f"user message number {i}" for i in range(2)], gap=0.1),
-              LLMMessagesAppendFrame(messages=[injected], run_llm=False),
-              *turns([f"user message number {i}" for i in range(2, 8)], gap=0.1)]
+    frames = [
+        *turns([f"user message number {i}" for i in range(2)], gap=0.1),
+        LLMMessagesAppendFrame(messages=[injected], run_llm=False),
+        *turns([f"user message number {i}" for i in range(2, 8)], gap=0.1),
+    ]
     await r.run(frames, tail=0.4)
     assert r.applied
     for body in openai_server.summary_requests:
         sent = body["messages"][1]["content"]
-        for protected in ("LEADING SYSTEM", "LEADING DEVELOPER", "SERVICE INSTRUCTION",
-                          "INJECTED MID-CALL"):
+        for protected in (
+            "LEADING SYSTEM",
+            "LEADING DEVELOPER",
+            "SERVICE INSTRUCTION",
+            "INJECTED MID-CALL",
+        ):
             assert protected not in sent
     msgs = r.context.messages
     assert msgs[0]["content"] == "LEADING SYSTEM PROMPT"
@@ -268,8 +297,11 @@ async def test_message_trigger_counts_since_last_summary(openai_server):
 
 def test_config_that_fires_every_turn_is_rejected():
     with pytest.raises(ValueError, match="every turn"):
-        ContextSummarizer(context=LLMContext(), config=cfg(messages=4, keep=4),
-                          summarizer=OpenAISummarizer(base_url="http://127.0.0.1:9/v1"))
+        ContextSummarizer(
+            context=LLMContext(),
+            config=cfg(messages=4, keep=4),
+            summarizer=OpenAISummarizer(base_url="http://127.0.0.1:9/v1"),
+        )
 
 
 def test_missing_summarizer_is_a_clear_error():
@@ -282,15 +314,25 @@ def test_missing_summarizer_is_a_clear_error():
 
 async def test_summarizer_input_is_bounded_and_the_rest_waits(openai_server):
     openai_server.handler = scripted(summary="FACTS:\n- x")
-    r = Run(openai_server, cfg(messages=30, keep=2),
-            options=SummarizerOptions(max_summary_input_tokens=400))
-    long = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"m{k} " + "w" * 600}
-            for k in range(20)]
+    r = Run(
+        openai_server,
+        cfg(messages=30, keep=2),
+        options=SummarizerOptions(max_summary_input_tokens=400),
+    )
+    long = [
+        {"role": "user" if k % 2 == 0 else "assistant", "content": f"m{k} " + "w" * 600}
+        for k in range(20)
+    ]
     huge = {"role": "user", "content": "HUGE " + "h" * 20_000 + " END"}
-    frames = [LLMMessagesAppendFrame(messages=[huge, {"role": "assistant", "content": "ok"},
-                                               *long], run_llm=False),
-              LLMSummarizeContextFrame(), SleepFrame(sleep=0.3),
-              LLMSummarizeContextFrame(), SleepFrame(sleep=0.3)]
+    frames = [
+        LLMMessagesAppendFrame(
+            messages=[huge, {"role": "assistant", "content": "ok"}, *long], run_llm=False
+        ),
+        LLMSummarizeContextFrame(),
+        SleepFrame(sleep=0.3),
+        LLMSummarizeContextFrame(),
+        SleepFrame(sleep=0.3),
+    ]
     await r.run(frames)
     first, second = openai_server.summary_requests[:2]
     assert "shortened" in first["messages"][1]["content"]
@@ -328,15 +370,19 @@ async def test_failures_leave_the_context_untouched(openai_server, logs, reply):
         return reply if is_summary_request(body) else Reply("Sure thing.")
 
     openai_server.handler = handler
-    r = Run(openai_server, cfg(messages=6, keep=2, summarization_timeout=0.3),
-            options=SummarizerOptions(retry_backoff_s=0))
+    r = Run(
+        openai_server,
+        cfg(messages=6, keep=2, summarization_timeout=0.3),
+        options=SummarizerOptions(retry_backoff_s=0),
+    )
     said = [f"user message number {i}" for i in range(6)]
     await r.run(turns(said, gap=0.1), tail=1.2)
     assert r.applied == [] and r.failed
     assert user_texts(r.context.messages) == said
     assert len(openai_server.chat_requests) == 6
-    warnings = [x for x in logs if x["level"].name == "WARNING" and "summary failed" in
-                x["message"]]
+    warnings = [
+        x for x in logs if x["level"].name == "WARNING" and "summary failed" in x["message"]
+    ]
     assert len(warnings) == len(r.failed)
 
 
@@ -347,8 +393,12 @@ async def test_connection_refused_then_escalation_once_then_reset(logs):
     await chat.start()
     try:
         dead = OpenAISummarizer(base_url="http://127.0.0.1:9/v1", model="cheap")
-        r = Run(chat, cfg(messages=4, keep=1), summarizer=dead,
-                options=SummarizerOptions(retry_backoff_s=0))
+        r = Run(
+            chat,
+            cfg(messages=4, keep=1),
+            summarizer=dead,
+            options=SummarizerOptions(retry_backoff_s=0),
+        )
         await r.run(turns([f"user message number {i}" for i in range(8)], gap=0.1))
         assert len(r.failed) >= 4
         assert [f.consecutive_failures for f in r.failed] == list(range(1, len(r.failed) + 1))
@@ -361,8 +411,7 @@ async def test_connection_refused_then_escalation_once_then_reset(logs):
 
 async def test_backoff_keeps_a_dead_summarizer_from_being_called_every_turn(openai_server):
     openai_server.handler = scripted(status=503)
-    r = Run(openai_server, cfg(messages=4, keep=1),
-            options=SummarizerOptions(retry_backoff_s=30))
+    r = Run(openai_server, cfg(messages=4, keep=1), options=SummarizerOptions(retry_backoff_s=30))
     await r.run(turns([f"user message number {i}" for i in range(10)], gap=0.05))
     assert len(openai_server.summary_requests) == 1
     assert r.failed[0].retry_in_s == 30
@@ -406,8 +455,11 @@ async def test_manual_summary_honours_the_override(openai_server):
         summarization_prompt="Custom pirate memory record prompt.",
         target_context_tokens=77,
     )
-    frames = [*turns([f"user message number {i}" for i in range(3)], gap=0.08),
-              LLMSummarizeContextFrame(config=override), SleepFrame(sleep=0.3)]
+    frames = [
+        *turns([f"user message number {i}" for i in range(3)], gap=0.08),
+        LLMSummarizeContextFrame(config=override),
+        SleepFrame(sleep=0.3),
+    ]
     await r.run(frames)
     assert [e.reason for e in r.applied] == ["manual"]
     body = openai_server.summary_requests[0]
@@ -423,8 +475,10 @@ async def test_manual_frame_is_consumed_not_passed_downstream(openai_server):
     openai_server.handler = scripted(summary="FACTS:\n- manual")
     context = LLMContext(messages=[{"role": "user", "content": f"m{k}"} for k in range(8)])
     processor = ContextSummarizer(
-        context=context, config=cfg(messages=50, keep=2),
-        summarizer=OpenAISummarizer(base_url=openai_server.base_url, model="cheap"))
+        context=context,
+        config=cfg(messages=50, keep=2),
+        summarizer=OpenAISummarizer(base_url=openai_server.base_url, model="cheap"),
+    )
     down, up = await run_test(
         processor,
         frames_to_send=[LLMSummarizeContextFrame(), SleepFrame(sleep=0.3)],
@@ -448,8 +502,9 @@ async def test_applied_event_carries_the_figures_and_one_log_line(openai_server,
     assert e.messages_before > e.messages_after
     assert e.messages_summarized >= 4 and e.messages_kept >= 2
     assert e.tokens_before > e.tokens_after > 0 and e.summary_tokens > 0
-    assert e.input_tokens > 0 and e.latency_s >= 0 and re.fullmatch(r"[0-9a-f]{12}",
-                                                                   e.summary_sha256)
+    assert (
+        e.input_tokens > 0 and e.latency_s >= 0 and re.fullmatch(r"[0-9a-f]{12}", e.summary_sha256)
+    )
     lines = [x["message"] for x in logs if "context compacted" in x["message"]]
     assert len(lines) == 1
     for key in ("reason=messages", "messages_summarized=", "tokens_before=", "summary_sha256="):
@@ -460,10 +515,14 @@ async def test_applied_event_carries_the_figures_and_one_log_line(openai_server,
 async def test_speculative_context_frames_are_ignored(openai_server):
     context = LLMContext(messages=[{"role": "user", "content": f"m{k}"} for k in range(30)])
     processor = ContextSummarizer(
-        context=context, config=cfg(messages=5, keep=2),
-        summarizer=OpenAISummarizer(base_url=openai_server.base_url, model="cheap"))
-    await run_test(processor, frames_to_send=[LLMContextFrame(context=context, speculation=True),
-                                              SleepFrame(sleep=0.2)])
+        context=context,
+        config=cfg(messages=5, keep=2),
+        summarizer=OpenAISummarizer(base_url=openai_server.base_url, model="cheap"),
+    )
+    await run_test(
+        processor,
+        frames_to_send=[LLMContextFrame(context=context, speculation=True), SleepFrame(sleep=0.2)],
+    )
     assert openai_server.summary_requests == []
 
 
@@ -491,8 +550,12 @@ async def test_summary_config_llm_is_used_when_no_summarizer_given(openai_server
 async def test_interruption_alone_does_not_cancel(openai_server):
     openai_server.handler = scripted(delay=0.5)
     r = Run(openai_server, cfg(messages=4, keep=1))
-    frames = [*turns([f"user message number {i}" for i in range(3)], gap=0.05),
-              InterruptionFrame(), InterruptionFrame(), SleepFrame(sleep=0.7)]
+    frames = [
+        *turns([f"user message number {i}" for i in range(3)], gap=0.05),
+        InterruptionFrame(),
+        InterruptionFrame(),
+        SleepFrame(sleep=0.7),
+    ]
     await r.run(frames)
     assert len(openai_server.summary_requests) == 1
     assert len(r.applied) == 1
@@ -502,8 +565,11 @@ def test_deprecated_config_is_accepted():
     from pipecat.utils.context.llm_context_summarization import LLMContextSummarizationConfig
 
     old = LLMContextSummarizationConfig(max_unsummarized_messages=9, min_messages_after_summary=3)
-    p = ContextSummarizer(context=LLMContext(), config=old,
-                          summarizer=OpenAISummarizer(base_url="http://127.0.0.1:9/v1"))
+    p = ContextSummarizer(
+        context=LLMContext(),
+        config=old,
+        summarizer=OpenAISummarizer(base_url="http://127.0.0.1:9/v1"),
+    )
     assert p.config.max_unsummarized_messages == 9
     assert p.config.summary_config.min_messages_after_summary == 3
 
@@ -523,8 +589,9 @@ async def test_cancel_frame_and_cleanup_cancel_the_in_flight_summary(openai_serv
     r = Run(openai_server, cfg(messages=4, keep=1))
     started = time.monotonic()
     frames = [*turns([f"user message number {i}" for i in range(3)], gap=0.1), CancelFrame()]
-    await run_test(build(r.context, r.processor, r.llm), frames_to_send=frames,
-                   send_end_frame=False)
+    await run_test(
+        build(r.context, r.processor, r.llm), frames_to_send=frames, send_end_frame=False
+    )
     assert time.monotonic() - started < 10
     assert len(openai_server.summary_requests) == 1
     assert not r.processor.summary_in_flight and r.applied == []

@@ -24,8 +24,11 @@ def test_matches_pipecat_on_plain_chat():
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "c1", "type": "function",
-                 "function": {"name": "weather", "arguments": '{"city": "Lisbon"}'}}
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city": "Lisbon"}'},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": '{"temp": 22}'},
