@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pipecat.frames.frames import SystemFrame
 
-Reason = Literal["tokens", "messages", "manual"]
+Reason = Literal["tokens", "messages", "manual", "backlog"]
 
 
 def short_sha256(text: str) -> str:
@@ -21,7 +21,8 @@ class SummaryAppliedEvent:
     """Figures for one applied compaction (``on_summary_applied``).
 
     Parameters:
-        reason: What triggered it: ``"tokens"``, ``"messages"`` or ``"manual"``.
+        reason: What triggered it: ``"tokens"``, ``"messages"``, ``"manual"``, or
+            ``"backlog"`` (draining messages evicted under the ceiling).
         messages_before: Context messages just before the splice.
         messages_after: Context messages just after the splice.
         messages_summarized: Conversation messages folded into the summary.
@@ -33,6 +34,8 @@ class SummaryAppliedEvent:
         latency_s: Seconds from the request to the splice.
         summary_sha256: Short sha256 of the summary text.
         compaction: 1 for the first compaction of this processor, then 2, 3...
+        pending_messages: Evicted messages still waiting for a summary afterwards.
+        pinned_facts: Facts in the pinned block afterwards.
     """
 
     reason: Reason
@@ -47,6 +50,8 @@ class SummaryAppliedEvent:
     latency_s: float
     summary_sha256: str
     compaction: int
+    pending_messages: int = 0
+    pinned_facts: int = 0
 
     def log_fields(self) -> dict[str, Any]:
         """The event as a flat dict (for logs and sinks)."""
@@ -57,6 +62,30 @@ class SummaryAppliedEvent:
     def log_line(self) -> str:
         """One structured line: ``context compacted key=value ...``."""
         return "context compacted " + " ".join(f"{k}={v}" for k, v in self.log_fields().items())
+
+
+@dataclass(frozen=True)
+class MessagesEvictedEvent:
+    """Messages moved out of the context to keep a request under the ceiling
+    (``on_messages_evicted``). They wait in the pending queue for the next summary.
+
+    Parameters:
+        messages_evicted: Messages moved by this eviction.
+        tokens_evicted: Their estimated tokens.
+        pending_messages: Messages in the pending queue afterwards.
+        tokens_after: Estimated context tokens afterwards.
+        ceiling: The ``max_request_tokens`` in force.
+    """
+
+    messages_evicted: int
+    tokens_evicted: int
+    pending_messages: int
+    tokens_after: int
+    ceiling: int
+
+    def log_line(self) -> str:
+        """One structured line: ``context evicted key=value ...``."""
+        return "context evicted " + " ".join(f"{k}={v}" for k, v in asdict(self).items())
 
 
 @dataclass(frozen=True)

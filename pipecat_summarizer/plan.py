@@ -329,3 +329,75 @@ def splice(messages: Sequence[Any], plan: Plan, summary_message: Any) -> list[An
     if any(messages[start + k] is not m for k, m in enumerate(plan.replaced)):
         return None
     return [*messages[:start], summary_message, *plan.lifted, *messages[end:]]
+
+
+def evictable_start(messages: Sequence[Any], summary_message: Any = None) -> int:
+    """Index of the first message that may be evicted: after the head and the summary."""
+    start = head_length(messages)
+    if summary_message is not None and start < len(messages) and messages[start] is summary_message:
+        start += 1
+    return start
+
+
+def evict_for_ceiling(
+    messages: Sequence[Any],
+    *,
+    ceiling: int,
+    counter: TokenCounter,
+    summary_message: Any = None,
+    protect_injected_system: bool = True,
+) -> tuple[list[Any], list[Any]]:
+    """Move the oldest whole units out of the context until it fits under ``ceiling``.
+
+    Never evicted: the head (system prompt and pinned block), the summary, protected
+    messages, unresolved tool calls and anything after them, and the current user turn (the
+    last user message and what follows it).
+
+    Args:
+        messages: The context messages.
+        ceiling: Maximum tokens the context may carry.
+        counter: Token counter.
+        summary_message: The current summary message, by identity.
+        protect_injected_system: Keep mid-call system/developer messages in place.
+
+    Returns:
+        ``(remaining, evicted)``: the new context and the evicted messages, oldest first.
+        ``evicted`` is empty when nothing needs or can be evicted.
+    """
+    total = sum(counter.count_message(m) for m in messages)
+    if total <= ceiling:
+        return list(messages), []
+    start = evictable_start(messages, summary_message)
+    last_user = max(
+        (i for i in range(start, len(messages)) if _role(messages[i]) == "user"), default=start
+    )
+    is_protected = make_protection(protect_injected_system=protect_injected_system)
+    evicted_idx: set[int] = set()
+    for unit in group_units(messages, start):
+        if not unit.resolved or unit.end > last_user or total <= ceiling:
+            break
+        for k in range(unit.start, unit.end):
+            if not is_protected(k, messages[k], messages):
+                evicted_idx.add(k)
+                total -= counter.count_message(messages[k])
+    remaining = [m for k, m in enumerate(messages) if k not in evicted_idx]
+    evicted = [messages[k] for k in sorted(evicted_idx)]
+    return remaining, evicted
+
+
+def with_pending(messages: Sequence[Any], pending: Sequence[Any], summary_message: Any) -> list:
+    """The logical conversation: the context with evicted messages back in their place.
+
+    Evicted messages are always the oldest summarizable ones, so they sit right after the
+    head and the summary.
+    """
+    if not pending:
+        return list(messages)
+    start = evictable_start(messages, summary_message)
+    return [*messages[:start], *pending, *messages[start:]]
+
+
+def split_pending(logical: Sequence[Any], pending: Sequence[Any]) -> tuple[list, list]:
+    """Separate a logical list back into ``(context, still_pending)``."""
+    ids = {id(m) for m in pending}
+    return [m for m in logical if id(m) not in ids], [m for m in logical if id(m) in ids]

@@ -38,7 +38,9 @@ def validate_config(config: LLMAutoContextSummarizationConfig) -> None:
         raise ValueError("summarization_timeout must be positive")
 
 
-def trigger_reason(config: LLMAutoContextSummarizationConfig, m: Measurement) -> Reason | None:
+def trigger_reason(
+    config: LLMAutoContextSummarizationConfig, m: Measurement, soft: float = 1.0
+) -> Reason | None:
     """Which threshold, if any, the measurement trips.
 
     The token threshold compares only what summarization can reduce (the system prompt
@@ -48,11 +50,14 @@ def trigger_reason(config: LLMAutoContextSummarizationConfig, m: Measurement) ->
     Args:
         config: Pipecat's auto-summarization config.
         m: The context measurement.
+        soft: Share of the token threshold at which to start (pre-emptive compaction);
+            the message threshold keeps Pipecat's exact meaning.
 
     Returns:
         ``"tokens"``, ``"messages"``, or ``None``.
     """
-    if config.max_context_tokens is not None and m.reducible_tokens >= config.max_context_tokens:
+    tokens = config.max_context_tokens
+    if tokens is not None and m.reducible_tokens >= tokens * soft:
         return "tokens"
     limit = config.max_unsummarized_messages
     if limit is not None and m.messages_since_summary >= limit:

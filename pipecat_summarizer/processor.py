@@ -31,15 +31,27 @@ from pipecat.utils.context.llm_context_summarization import (
 
 from pipecat_summarizer.events import (
     ContextSummaryAppliedFrame,
+    MessagesEvictedEvent,
     Reason,
     SummaryAppliedEvent,
     SummaryFailedEvent,
     short_sha256,
 )
-from pipecat_summarizer.plan import Plan, make_protection, select, splice
+from pipecat_summarizer.pinned import Fact, PinnedFacts, normalize
+from pipecat_summarizer.plan import (
+    Plan,
+    evict_for_ceiling,
+    head_length,
+    make_protection,
+    select,
+    splice,
+    split_pending,
+    with_pending,
+)
 from pipecat_summarizer.policy import FailureTracker, trigger_reason, validate_config
 from pipecat_summarizer.prompt import SummaryRequest, build_request
-from pipecat_summarizer.summarizers.base import Summarizer, clean_summary
+from pipecat_summarizer.sections import parse_sections, render_sections, without_items
+from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult, as_result
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
 from pipecat_summarizer.tokens import ContextMeter, EstimateTokenCounter, TokenCounter, count_text
 
@@ -64,6 +76,16 @@ class SummarizerOptions:
         max_retry_backoff_s: Cap on that wait.
         error_after_failures: Failures in a row that produce one ERROR log.
         summary_role: Role of the injected summary message (Pipecat uses ``"user"``).
+        soft_trigger_ratio: Start summarizing at this share of ``max_context_tokens``, so the
+            summary usually lands before the threshold itself is reached (1.0 waits for it).
+            The message threshold keeps Pipecat's exact meaning.
+        max_request_tokens: Hard ceiling on the context the main LLM receives. When a
+            request would exceed it and no summary is ready, the oldest whole units are
+            moved to a pending queue that the next summary consumes first. ``None`` (the
+            default) disables the ceiling.
+        pinned_facts_tokens: Token budget of the pinned-facts block.
+        pin_summary_facts: Pin the FACTS and CONSTRAINTS of every summary.
+        pinned_role: Role of the pinned-facts message.
     """
 
     max_summary_input_tokens: int | None = 8000
@@ -74,6 +96,11 @@ class SummarizerOptions:
     max_retry_backoff_s: float = 120.0
     error_after_failures: int = 3
     summary_role: str = "user"
+    soft_trigger_ratio: float = 0.8
+    max_request_tokens: int | None = None
+    pinned_facts_tokens: int = 300
+    pin_summary_facts: bool = True
+    pinned_role: str = "system"
 
     def __post_init__(self):
         """Validate the options."""
@@ -87,6 +114,14 @@ class SummarizerOptions:
             raise ValueError("error_after_failures must be at least 1")
         if self.summary_role not in ("user", "assistant", "system", "developer"):
             raise ValueError("summary_role must be user, assistant, system or developer")
+        if self.pinned_role not in ("system", "developer"):
+            raise ValueError("pinned_role must be system or developer")
+        if not 0.1 <= self.soft_trigger_ratio <= 1:
+            raise ValueError("soft_trigger_ratio must be in [0.1, 1]")
+        if self.max_request_tokens is not None and self.max_request_tokens < 200:
+            raise ValueError("max_request_tokens must be at least 200 (or None)")
+        if self.pinned_facts_tokens < 20:
+            raise ValueError("pinned_facts_tokens must be at least 20")
 
 
 def _as_auto_config(config: Any) -> LLMAutoContextSummarizationConfig:
@@ -180,8 +215,8 @@ class ContextSummarizer(FrameProcessor):
             raise TypeError("context must be the LLMContext shared with the aggregators")
         self._context = context
         self._config = _as_auto_config(config)
-        validate_config(self._config)
         self._options = options or SummarizerOptions()
+        validate_config(self._config)
         if summarizer is None:
             summarizer = self._config.summary_config.llm
         if summarizer is None:
@@ -201,15 +236,22 @@ class ContextSummarizer(FrameProcessor):
             max_backoff_s=self._options.max_retry_backoff_s,
             error_after=self._options.error_after_failures,
         )
+        self._pinned = PinnedFacts(self._options.pinned_facts_tokens)
+        self._pinned_message: dict | None = None
+        self._folded: list[Fact] = []  # facts over the pinned budget, for the next summary
+        self._pending: list = []  # evicted under the ceiling, oldest first
         self._task: asyncio.Task | None = None
-        self._manual_pending: LLMContextSummaryConfig | None = None
         self._manual_waiting = False
+        self._manual_pending: LLMContextSummaryConfig | None = None
         self._summary_message: dict | None = None
         self._summary_text: str | None = None
         self._no_plan_at: int | None = None
         self._compactions = 0
         self._register_event_handler("on_summary_applied")
         self._register_event_handler("on_summary_failed")
+        self._register_event_handler("on_messages_evicted")
+
+    # -- public surface -------------------------------------------------------------------
 
     @property
     def config(self) -> LLMAutoContextSummarizationConfig:
@@ -224,11 +266,47 @@ class ContextSummarizer(FrameProcessor):
     @property
     def summary_text(self) -> str | None:
         """The text of the summary currently in the context, if any."""
-        if self._summary_message is None or not any(
-            m is self._summary_message for m in self._context.messages
-        ):
-            return None
-        return self._summary_text
+        return self._summary_text if self._summary_present(self._context.messages) else None
+
+    @property
+    def pinned_facts(self) -> list[Fact]:
+        """The pinned facts, in the order they are rendered."""
+        return self._pinned.facts
+
+    @property
+    def pending_messages(self) -> list:
+        """Messages evicted under the ceiling that still wait for a summary (a copy)."""
+        return list(self._pending)
+
+    def pin(self, key: str, text: str, *, kind: str = "fact") -> None:
+        """Pin a fact under ``key`` (replacing any fact with that key) in every request.
+
+        Args:
+            key: The fact's key, for example ``"allergy"``.
+            text: The fact, for example ``"allergic to peanuts"``.
+            kind: ``"fact"`` or ``"constraint"``.
+        """
+        self._pin(key, text, kind=kind, source="app")
+
+    def unpin(self, key: str) -> bool:
+        """Remove the pinned fact under ``key``.
+
+        Returns:
+            True if a fact was removed.
+        """
+        removed = self._pinned.unpin(key)
+        if removed:
+            self._sync_pinned()
+        return removed
+
+    def _pin(self, key: str, text: str, *, kind: str, source: str) -> None:
+        if kind not in ("fact", "constraint"):
+            raise ValueError("kind must be 'fact' or 'constraint'")
+        if self._pinned.pin(key, text, kind=kind, source=source):  # type: ignore[arg-type]
+            self._enforce_pinned_budget()
+            self._sync_pinned()
+
+    # -- frames ---------------------------------------------------------------------------
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         """Watch context frames, start summaries, and push every frame on.
@@ -251,7 +329,7 @@ class ContextSummarizer(FrameProcessor):
             and not frame.speculation
             and frame.context is self._context
         ):
-            self._check()
+            await self._on_context_frame()
         await self.push_frame(frame, direction)
 
     async def cleanup(self):
@@ -259,26 +337,137 @@ class ContextSummarizer(FrameProcessor):
         await self._cancel_task()
         await super().cleanup()
 
-    # -- deciding -------------------------------------------------------------------------
+    # -- the per-turn hot path --------------------------------------------------------------
 
-    def _check(self) -> None:
-        if self.summary_in_flight:
+    async def _on_context_frame(self) -> None:
+        self._sync_pinned()
+        m = self._meter.measure(self._context.messages, self._summary_message)
+        ceiling = self._options.max_request_tokens
+        if ceiling is not None and m.total_tokens > ceiling:
+            await self._evict(ceiling)
+            m = self._meter.measure(self._context.messages, self._summary_message)
+        if self.summary_in_flight or not self._failures.ready(time.monotonic()):
             return
-        messages = self._context.messages
-        m = self._meter.measure(messages, self._summary_message)
-        reason = trigger_reason(self._config, m)
-        if reason is None or not self._failures.ready(time.monotonic()):
-            return
-        if self._no_plan_at == len(messages):
+        reason = trigger_reason(self._config, m, self._options.soft_trigger_ratio)
+        if reason is None and self._pending:
+            reason = "backlog"
+        if reason is None or self._no_plan_at == m.message_count:
             return  # nothing selectable has been added since the last empty plan
         if not self._start(reason, self._config.summary_config, self._summarizer):
-            self._no_plan_at = len(messages)
+            self._no_plan_at = m.message_count
+
+    def _sync_pinned(self) -> None:
+        """Put the pinned block in place after the system prompt, rewritten only on change."""
+        messages = self._context.messages
+        head = head_length(messages)
+        at = next((i for i in range(head) if messages[i] is self._pinned_message), None)
+        text = self._pinned.render()
+        if text is None:
+            if at is not None:
+                self._context.set_messages([*messages[:at], *messages[at + 1 :]])
+            self._pinned_message = None
+            return
+        if at is not None and self._pinned_message["content"] == text:
+            return
+        block = {"role": self._options.pinned_role, "content": text}
+        if at is None:
+            new = [*messages[:head], block, *messages[head:]]
+        else:
+            new = [*messages[:at], block, *messages[at + 1 :]]
+        self._pinned_message = block
+        self._context.set_messages(new)
+
+    def _enforce_pinned_budget(self, fold: bool = True) -> None:
+        folded = self._pinned.enforce_budget()
+        if not folded:
+            return
+        logger.warning(
+            f"{self}: pinned facts over their {self._pinned.budget_tokens}-token budget; "
+            f"{len(folded)} least recent moved into the summary: "
+            + "; ".join(f.text for f in folded)
+        )
+        self._folded.extend(folded)
+        if fold and not self.summary_in_flight:
+            self._fold_into_summary()
+
+    def _fold_into_summary(self) -> None:
+        """Write facts that left the pinned block into the summary (or a new one)."""
+        if not self._folded:
+            return
+        folded, self._folded = self._folded, []
+        messages = self._context.messages
+        present = self._summary_present(messages)
+        text = self._with_facts(self._summary_text if present else "", folded)
+        message = self._summary_for(text, self._config.summary_config)
+        if present:
+            at = next(i for i, m in enumerate(messages) if m is self._summary_message)
+            new = [*messages[:at], message, *messages[at + 1 :]]
+        else:
+            at = head_length(messages)
+            new = [*messages[:at], message, *messages[at:]]
+        self._summary_message, self._summary_text = message, text
+        self._context.set_messages(new)
+
+    @staticmethod
+    def _with_facts(text: str | None, facts: list[Fact]) -> str:
+        sections = parse_sections(text or "")
+        for fact in facts:
+            items = sections["CONSTRAINTS" if fact.kind == "constraint" else "FACTS"]
+            if all(normalize(i) != normalize(fact.text) for i in items):
+                items.append(fact.text)
+        return render_sections(sections)
+
+    async def _evict(self, ceiling: int) -> None:
+        messages = self._context.messages
+        remaining, evicted = evict_for_ceiling(
+            messages,
+            ceiling=ceiling,
+            counter=self._meter.counter,
+            summary_message=self._summary_message,
+            protect_injected_system=self._options.protect_injected_system,
+        )
+        if evicted:
+            self._context.set_messages(remaining)
+            self._pending.extend(evicted)
+        after = self._meter.measure(self._context.messages, self._summary_message).total_tokens
+        if after > ceiling:
+            logger.warning(
+                f"{self}: context is ~{after} tokens, over max_request_tokens={ceiling}, and "
+                "nothing more can be evicted (system prompt, pinned facts, summary, "
+                "unresolved tool calls and the current turn stay)"
+            )
+        if not evicted:
+            return
+        event = MessagesEvictedEvent(
+            messages_evicted=len(evicted),
+            tokens_evicted=sum(self._meter.counter.count_message(m) for m in evicted),
+            pending_messages=len(self._pending),
+            tokens_after=after,
+            ceiling=ceiling,
+        )
+        logger.info(f"{self}: {event.log_line()}")
+        await self._call_event_handler("on_messages_evicted", event)
+
+    # -- starting a summary -----------------------------------------------------------------
+
+    def _summary_present(self, messages: list) -> bool:
+        return self._summary_message is not None and any(
+            m is self._summary_message for m in messages
+        )
+
+    def _summary_for(self, text: str, config: LLMContextSummaryConfig) -> dict:
+        # Facts shown in the pinned block are left out of the summary message, so they are
+        # not paid for twice; the full record still rolls into the next summary.
+        if self._options.pin_summary_facts and len(self._pinned):
+            text = without_items(text, (f.text for f in self._pinned.facts), normalize)
+        content = _render(config.summary_message_template, text)
+        return {"role": self._options.summary_role, "content": content}
 
     def _start_manual(self, override: LLMContextSummaryConfig | None) -> None:
         config = override or self._config.summary_config
         if self.summary_in_flight:
             logger.debug(f"{self}: summary in flight; manual summary queued")
-            self._manual_pending = config
+            self._manual_pending = override
             self._manual_waiting = True
             return
         summarizer = PipecatLLMSummarizer(override.llm) if override and override.llm else None
@@ -286,11 +475,10 @@ class ContextSummarizer(FrameProcessor):
             logger.info(f"{self}: manual summary requested, but nothing can be summarized")
 
     def _start(self, reason: Reason, config: LLMContextSummaryConfig, summarizer: Summarizer):
-        messages = self._context.messages
+        present = self._summary_present(self._context.messages)
+        summary_message = self._summary_message if present else None
+        messages = with_pending(self._context.messages, self._pending, summary_message)
         counter = self._meter.counter
-        present = self._summary_message is not None and any(
-            msg is self._summary_message for msg in messages
-        )
         previous = self._summary_text if present else None
         previous_tokens = count_text(counter, previous) if previous else 0
         budget = self._options.max_summary_input_tokens
@@ -298,7 +486,7 @@ class ContextSummarizer(FrameProcessor):
             messages,
             keep=config.min_messages_after_summary,
             counter=counter,
-            summary_message=self._summary_message if present else None,
+            summary_message=summary_message,
             previous_summary_tokens=previous_tokens,
             input_budget=budget,
             protect_injected_system=self._options.protect_injected_system,
@@ -335,7 +523,7 @@ class ContextSummarizer(FrameProcessor):
         timeout = job.config.summarization_timeout
         try:
             try:
-                text = clean_summary(
+                result = as_result(
                     await asyncio.wait_for(job.summarizer.summarize(job.request), timeout)
                 )
             except TimeoutError:
@@ -345,12 +533,15 @@ class ContextSummarizer(FrameProcessor):
             except Exception as e:  # any backend error leaves the context untouched
                 await self._failed(job, f"{type(e).__name__}: {e}")
             else:
-                await self._apply(job, text)
+                await self._apply(job, result)
         finally:
             self._task = None
+        self._fold_into_summary()
         if self._manual_waiting:
-            config, self._manual_pending, self._manual_waiting = self._manual_pending, None, False
-            self._start_manual(config if config is not self._config.summary_config else None)
+            override, self._manual_pending, self._manual_waiting = self._manual_pending, None, False
+            self._start_manual(override)
+        elif self._pending and self._failures.ready(time.monotonic()):
+            self._start("backlog", self._config.summary_config, self._summarizer)
 
     async def _failed(self, job: _Job, error: str) -> None:
         delay, escalate = self._failures.failed(time.monotonic())
@@ -368,24 +559,39 @@ class ContextSummarizer(FrameProcessor):
             "on_summary_failed", SummaryFailedEvent(error, n, job.reason, delay)
         )
 
-    async def _apply(self, job: _Job, text: str) -> None:
-        content = _render(job.config.summary_message_template, text)
-        summary_message = {"role": self._options.summary_role, "content": content}
+    async def _apply(self, job: _Job, result: SummaryResult) -> None:
+        text = result.text
+        if self._folded:  # facts that left the pinned block while this summary was running
+            text, self._folded = self._with_facts(text, self._folded), []
         messages = self._context.messages
-        new_messages = splice(messages, job.plan, summary_message)
-        if new_messages is None:
+        present = self._summary_present(messages)
+        logical = with_pending(messages, self._pending, self._summary_message if present else None)
+        # Check before touching anything; everything below up to set_messages is synchronous.
+        probe = splice(logical, job.plan, {})
+        if probe is None:
             logger.warning(
                 f"{self}: context changed while summarizing (the summarized messages are no "
                 "longer in place); summary discarded, nothing applied"
             )
             return
+        self._failures.succeeded()
+        if self._options.pin_summary_facts:
+            sections = result.sections if result.sections is not None else parse_sections(text)
+            if self._pinned.merge_summary(sections):
+                self._enforce_pinned_budget(fold=False)
+            if self._folded:  # facts that left the block belong in the record
+                text = self._with_facts(text, self._folded)
+                self._folded = []
+        summary_message = self._summary_for(text, job.config)
+        new_logical = splice(logical, job.plan, summary_message)
         before = self._meter.measure(messages, self._summary_message)
-        start = next(i for i, m in enumerate(messages) if m is job.plan.replaced[0])
-        # Synchronous from here: no await between the identity check and the rewrite.
+        start = next(i for i, m in enumerate(logical) if m is job.plan.replaced[0])
+        kept = len(logical) - start - len(job.plan.replaced)
+        new_messages, self._pending = split_pending(new_logical, self._pending)
         self._context.set_messages(new_messages)
         self._summary_message, self._summary_text = summary_message, text
         self._no_plan_at = None
-        self._failures.succeeded()
+        self._sync_pinned()
         after = self._meter.measure(self._context.messages, summary_message)
         self._compactions += 1
         event = SummaryAppliedEvent(
@@ -393,7 +599,7 @@ class ContextSummarizer(FrameProcessor):
             messages_before=before.message_count,
             messages_after=after.message_count,
             messages_summarized=len(job.plan.summarized),
-            messages_kept=before.message_count - start - len(job.plan.replaced),
+            messages_kept=kept,
             tokens_before=before.total_tokens,
             tokens_after=after.total_tokens,
             summary_tokens=self._meter.counter.count_message(summary_message),
@@ -402,6 +608,8 @@ class ContextSummarizer(FrameProcessor):
             latency_s=time.monotonic() - job.started,
             summary_sha256=short_sha256(text),
             compaction=self._compactions,
+            pending_messages=len(self._pending),
+            pinned_facts=len(self._pinned),
         )
         logger.info(f"{self}: {event.log_line()}")
         await self.push_frame(

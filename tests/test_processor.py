@@ -163,7 +163,9 @@ async def test_messages_appended_while_in_flight_are_kept_in_order(openai_server
     await r.run(turns(said, gap=0.15), tail=1.2)
     assert r.applied
     msgs = r.context.messages
-    summary_at = next(i for i, m in enumerate(msgs) if "FACTS:" in str(m.get("content")))
+    summary_at = next(
+        i for i, m in enumerate(msgs) if str(m.get("content")).startswith("Conversation summary")
+    )
     after = [int(t.rsplit(" ", 1)[1]) for t in user_texts(msgs[summary_at + 1 :])]
     assert after == sorted(after) and after[-1] == 11
     assert all(t in texts_of(msgs) for t in said)
@@ -466,9 +468,11 @@ async def test_manual_summary_honours_the_override(openai_server):
     assert body["messages"][0]["content"].startswith("Custom pirate memory record prompt.")
     assert body["max_tokens"] == 77
     msgs = r.context.messages
-    assert msgs[1]["content"] == "<memo>FACTS:\n- manual</memo>"
+    # system prompt, the pinned block (the summary's FACTS), then the templated summary
+    assert msgs[1]["role"] == "system" and "- manual" in msgs[1]["content"]
+    assert msgs[2]["content"].startswith("<memo>") and msgs[2]["content"].endswith("</memo>")
     # keep=1 (not the default 4): only the last exchange stays, starting on a user turn
-    assert [m["content"] for m in msgs[2:]] == ["user message number 2", "Sure thing."]
+    assert [m["content"] for m in msgs[3:]] == ["user message number 2", "Sure thing."]
 
 
 async def test_manual_frame_is_consumed_not_passed_downstream(openai_server):
@@ -485,7 +489,8 @@ async def test_manual_frame_is_consumed_not_passed_downstream(openai_server):
         expected_down_frames=[],
     )
     assert [type(f) for f in up] == [ContextSummaryAppliedFrame]
-    assert up[0].message["content"] == "Conversation summary: FACTS:\n- manual"
+    assert up[0].message["content"].startswith("Conversation summary: ")
+    assert [f.text for f in processor.pinned_facts] == ["manual"]
     assert up[0].event.messages_summarized == 6
 
 
@@ -495,7 +500,8 @@ async def test_manual_frame_is_consumed_not_passed_downstream(openai_server):
 async def test_applied_event_carries_the_figures_and_one_log_line(openai_server, logs):
     openai_server.handler = scripted()
     r = Run(openai_server, cfg(messages=6, keep=2))
-    await r.run(turns([f"user message number {i}" for i in range(5)], gap=0.1))
+    said = [f"user message number {i}, " + "with a long story to tell " * 20 for i in range(5)]
+    await r.run(turns(said, gap=0.1))
     assert len(r.applied) == 1
     e = r.applied[0]
     assert e.reason == "messages" and e.compaction == 1

@@ -1,0 +1,225 @@
+"""Pinned facts: what must never be forgotten, kept out of the evictable transcript.
+
+A small keyed store, rendered into one block that sits after the system prompt and before
+the summary in every request. Pure: no asyncio, no Pipecat frames.
+
+Facts come from the application (``pin``/``unpin``), from each summary's FACTS and
+CONSTRAINTS sections, and optionally from the main LLM's ``remember_fact`` tool. A fact with
+the same key, or a summary bullet marked "(corrected)" on the same topic, replaces the old
+one. Over the token budget, the least recently confirmed facts are handed back to be folded
+into the summary; nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from pipecat_summarizer.tokens import estimate_text_tokens
+
+Kind = Literal["fact", "constraint"]
+Source = Literal["app", "summary", "llm"]
+
+HEADER = "Pinned facts about this conversation (always true unless corrected later):"
+_CORRECTED = re.compile(r"\s*\((?:corrected|correction)\)\s*", re.IGNORECASE)
+_SPEAKER = re.compile(r"^(?:user|assistant|caller|customer|agent)\s*:\s*", re.IGNORECASE)
+_TOPIC = re.compile(r"^([A-Za-z][\w /'-]{0,40}?)\s*:\s+(\S.*)$")
+_STOP = frozenset(
+    "a an the and or but of to in on at for with is are was were be been i i'm im my me "
+    "you your it its this that they them we our he she his her their has have had do does "
+    "did not no so as by from actually correction corrected sorry meant".split()
+)
+
+
+def normalize(text: str) -> str:
+    """Lower-case, drop the correction mark and punctuation, fold spaces."""
+    text = _CORRECTED.sub(" ", text)
+    return " ".join(re.sub(r"[^\w\s$%.-]", " ", text.lower()).split()).strip(" .")
+
+
+def content_words(text: str) -> set[str]:
+    """Words that carry meaning (numbers included), for topic overlap."""
+    return {w for w in re.findall(r"[\w$%.-]+", normalize(text)) if w not in _STOP}
+
+
+def bullet_key(text: str) -> str:
+    """The key of a summary bullet: its ``topic:`` prefix if it has one, else its text."""
+    text = _SPEAKER.sub("", _CORRECTED.sub(" ", text).strip())
+    match = _TOPIC.match(text)
+    if match and len(match.group(1).split()) <= 4:
+        return "topic:" + normalize(match.group(1))
+    return "text:" + normalize(text)
+
+
+def is_correction(text: str) -> bool:
+    """True for a bullet marked as a correction."""
+    return bool(_CORRECTED.search(text))
+
+
+@dataclass
+class Fact:
+    """One pinned fact.
+
+    Parameters:
+        key: Its identity; a new fact with the same key replaces it.
+        text: What the model is told.
+        kind: ``"fact"`` or ``"constraint"``.
+        source: Who pinned it: ``"app"``, ``"summary"`` or ``"llm"``.
+        seen: Recency stamp; the least recently seen facts leave first over budget.
+    """
+
+    key: str
+    text: str
+    kind: Kind = "fact"
+    source: Source = "app"
+    seen: int = 0
+
+
+class PinnedFacts:
+    """The keyed store and its rendering.
+
+    Args:
+        budget_tokens: Token budget of the rendered block.
+    """
+
+    def __init__(self, budget_tokens: int = 300):
+        """Initialize an empty store."""
+        if budget_tokens < 20:
+            raise ValueError("pinned facts budget must be at least 20 tokens")
+        self.budget_tokens = budget_tokens
+        self._facts: dict[str, Fact] = {}
+        self._clock = 0
+        self.version = 0  # bumped on every visible change
+
+    def __len__(self) -> int:
+        """Number of pinned facts."""
+        return len(self._facts)
+
+    @property
+    def facts(self) -> list[Fact]:
+        """The facts, constraints first, then by recency of pinning."""
+        return sorted(self._facts.values(), key=lambda f: (f.kind != "constraint", f.seen))
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def pin(self, key: str, text: str, *, kind: Kind = "fact", source: Source = "app") -> bool:
+        """Pin ``text`` under ``key``, replacing what was there.
+
+        Args:
+            key: The fact's key.
+            text: The fact.
+            kind: ``"fact"`` or ``"constraint"``.
+            source: Who pins it.
+
+        Returns:
+            True if the block changed.
+
+        Raises:
+            ValueError: If the key or the text is empty.
+        """
+        text = " ".join(str(text).split())
+        if not str(key).strip() or not text:
+            raise ValueError("a pinned fact needs a non-empty key and text")
+        old = self._facts.get(key)
+        if old and old.text == text and old.kind == kind:
+            old.seen = self._tick()
+            return False
+        self._facts[key] = Fact(key, text, kind, source, self._tick())
+        self.version += 1
+        return True
+
+    def unpin(self, key: str) -> bool:
+        """Remove the fact under ``key``; True if there was one."""
+        if self._facts.pop(key, None) is None:
+            return False
+        self.version += 1
+        return True
+
+    def merge_summary(self, sections: dict[str, list[str]]) -> bool:
+        """Upsert the FACTS and CONSTRAINTS bullets of a summary.
+
+        A bullet with a ``topic:`` prefix replaces the fact on that topic; a bullet marked
+        "(corrected)" also replaces the summary-sourced fact it overlaps most (same kind,
+        at least a third of its content words shared). Facts absent from this summary stay:
+        a summarizer forgetting a fact must not unpin it.
+
+        Args:
+            sections: Parsed summary sections (``FACTS``, ``CONSTRAINTS`` ...).
+
+        Returns:
+            True if the block changed.
+        """
+        changed = False
+        for kind, name in (("fact", "FACTS"), ("constraint", "CONSTRAINTS")):
+            for bullet in sections.get(name, []):
+                changed |= self._merge_bullet(bullet, kind)
+        return changed
+
+    def _merge_bullet(self, bullet: str, kind: Kind) -> bool:
+        text = " ".join(_CORRECTED.sub(" ", _SPEAKER.sub("", bullet.strip())).split())
+        if not text or normalize(text) in ("none", "n a", ""):
+            return False
+        key = bullet_key(bullet)
+        if key not in self._facts:
+            same = [f for f in self._facts.values() if normalize(f.text) == normalize(text)]
+            if same:
+                same[0].seen = self._tick()
+                return False
+        changed = False
+        if is_correction(bullet):
+            target = self._overlapping(text, kind)
+            if target is not None and target.key != key:
+                del self._facts[target.key]
+                changed = True
+        marked = f"{text} (corrected)" if is_correction(bullet) else text
+        return self.pin(key, marked, kind=kind, source="summary") or changed
+
+    def _overlapping(self, text: str, kind: Kind) -> Fact | None:
+        words = content_words(text)
+        best, best_score = None, 0.0
+        for fact in self._facts.values():
+            if fact.kind != kind or fact.source == "app":
+                continue
+            other = content_words(fact.text)
+            if not words or not other:
+                continue
+            score = len(words & other) / min(len(words), len(other))
+            if score > best_score:
+                best, best_score = fact, score
+        return best if best_score >= 1 / 3 else None
+
+    def render(self, facts: Iterable[Fact] | None = None) -> str | None:
+        """The block's text, or ``None`` when nothing is pinned."""
+        facts = list(self.facts if facts is None else facts)
+        if not facts:
+            return None
+        lines = [HEADER]
+        lines += [f"- {f.text}" for f in facts]
+        return "\n".join(lines)
+
+    def tokens(self) -> int:
+        """Estimated tokens of the rendered block."""
+        text = self.render()
+        return estimate_text_tokens(text) if text else 0
+
+    def enforce_budget(self) -> list[Fact]:
+        """Remove the least recently seen facts until the block fits its budget.
+
+        Summary- and LLM-sourced facts leave before application-pinned ones.
+
+        Returns:
+            The removed facts, oldest first, for the caller to fold into the summary.
+        """
+        removed: list[Fact] = []
+        order = sorted(self._facts.values(), key=lambda f: (f.source == "app", f.seen))
+        while self._facts and self.tokens() > self.budget_tokens:
+            victim = order.pop(0)
+            del self._facts[victim.key]
+            removed.append(victim)
+        if removed:
+            self.version += 1
+        return removed
