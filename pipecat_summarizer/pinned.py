@@ -164,11 +164,12 @@ class PinnedFacts:
         if not text or normalize(text) in ("none", "n a", ""):
             return False
         key = bullet_key(bullet)
-        if key not in self._facts:
-            same = [f for f in self._facts.values() if normalize(f.text) == normalize(text)]
-            if same:
-                same[0].seen = self._tick()
-                return False
+        same = self._facts.get(key) or next(
+            (f for f in self._facts.values() if normalize(f.text) == normalize(text)), None
+        )
+        if same is not None and same.kind == kind and normalize(same.text) == normalize(text):
+            same.seen = self._tick()  # confirmed again: the most recent now, no rewrite
+            return False
         changed = False
         if is_correction(bullet):
             target = self._overlapping(text, kind)

@@ -278,15 +278,26 @@ class ContextSummarizer(FrameProcessor):
         """Messages evicted under the ceiling that still wait for a summary (a copy)."""
         return list(self._pending)
 
-    def pin(self, key: str, text: str, *, kind: str = "fact") -> None:
+    def pin(self, key: str, text: str, *, kind: str = "fact", source: str = "app") -> None:
         """Pin a fact under ``key`` (replacing any fact with that key) in every request.
 
         Args:
             key: The fact's key, for example ``"allergy"``.
             text: The fact, for example ``"allergic to peanuts"``.
             kind: ``"fact"`` or ``"constraint"``.
+            source: Who pins it (``"app"``, or ``"llm"`` from the ``remember_fact`` tool);
+                application facts are the last to leave the block when it is over budget.
+
+        Raises:
+            ValueError: If the key or text is empty, or the kind unknown.
         """
-        self._pin(key, text, kind=kind, source="app")
+        if kind not in ("fact", "constraint"):
+            raise ValueError("kind must be 'fact' or 'constraint'")
+        if source not in ("app", "llm", "summary"):
+            raise ValueError("source must be 'app', 'llm' or 'summary'")
+        if self._pinned.pin(key, text, kind=kind, source=source):  # type: ignore[arg-type]
+            self._enforce_pinned_budget()
+            self._sync_pinned()
 
     def unpin(self, key: str) -> bool:
         """Remove the pinned fact under ``key``.
@@ -298,13 +309,6 @@ class ContextSummarizer(FrameProcessor):
         if removed:
             self._sync_pinned()
         return removed
-
-    def _pin(self, key: str, text: str, *, kind: str, source: str) -> None:
-        if kind not in ("fact", "constraint"):
-            raise ValueError("kind must be 'fact' or 'constraint'")
-        if self._pinned.pin(key, text, kind=kind, source=source):  # type: ignore[arg-type]
-            self._enforce_pinned_budget()
-            self._sync_pinned()
 
     # -- frames ---------------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 """The secondary-LLM clients against a real local OpenAI-protocol server."""
 
+import json
+
 import openai
 import pytest
 
@@ -56,3 +58,25 @@ async def test_pipecat_llm_summarizer_uses_run_inference(openai_server):
     assert body["messages"][0]["role"] == "system"
     assert "memory record" in body["messages"][0]["content"]
     assert "allergic to peanuts" in body["messages"][1]["content"]
+
+
+async def test_structured_output_gives_sections_without_parsing(openai_server):
+    record = {
+        "facts": ["name: Priya"],
+        "constraints": ["allergic to peanuts"],
+        "decisions": [],
+        "open_questions": ["which lunch?"],
+    }
+    openai_server.handler = lambda body: Reply(json.dumps(record))
+    s = OpenAISummarizer(base_url=openai_server.base_url, model="tiny", structured=True)
+    result = await s.summarize(REQUEST)
+    assert result.sections["CONSTRAINTS"] == ["allergic to peanuts"]
+    assert "FACTS:\n- name: Priya" in result.text
+    fmt = openai_server.requests[0]["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
+
+
+async def test_structured_output_falls_back_to_text(openai_server):
+    openai_server.handler = lambda body: Reply("FACTS:\n- not json")
+    s = OpenAISummarizer(base_url=openai_server.base_url, model="tiny", structured=True)
+    assert await s.summarize(REQUEST) == "FACTS:\n- not json"

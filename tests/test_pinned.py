@@ -1,0 +1,101 @@
+"""Pinned facts, ceiling eviction and the pending queue, tested directly."""
+
+import pytest
+
+from pipecat_summarizer.pinned import PinnedFacts, bullet_key
+from pipecat_summarizer.plan import evict_for_ceiling, split_pending, with_pending
+from pipecat_summarizer.tokens import EstimateTokenCounter
+
+C = EstimateTokenCounter()
+
+
+def test_pin_replace_unpin_and_version_only_on_change():
+    p = PinnedFacts()
+    assert p.render() is None
+    assert p.pin("allergy", "allergic to peanuts")
+    v = p.version
+    assert not p.pin("allergy", "allergic to peanuts")  # same fact: no rewrite
+    assert p.version == v
+    assert p.pin("allergy", "allergic to tree nuts")
+    assert [f.text for f in p.facts] == ["allergic to tree nuts"]
+    assert "allergic to tree nuts" in p.render()
+    assert p.unpin("allergy") and not p.unpin("allergy")
+    assert p.render() is None
+    with pytest.raises(ValueError):
+        p.pin("", "x")
+
+
+def test_summary_bullets_are_deduplicated_and_kept_when_a_summary_forgets_them():
+    p = PinnedFacts()
+    assert p.merge_summary({"FACTS": ["User: I'm vegetarian."], "CONSTRAINTS": ["no peanuts"]})
+    assert not p.merge_summary({"FACTS": ["I'm vegetarian"], "CONSTRAINTS": ["No peanuts."]})
+    p.merge_summary({"FACTS": ["Name: Priya"]})  # the next summary forgot the others
+    texts = [f.text for f in p.facts]
+    assert "no peanuts" in texts and "I'm vegetarian." in texts and "Name: Priya" in texts
+    assert [f.kind for f in p.facts][0] == "constraint"
+
+
+def test_corrections_replace_the_fact_they_correct():
+    p = PinnedFacts()
+    p.merge_summary({"FACTS": ["Training: 3 days a week"]})
+    p.merge_summary({"FACTS": ["Training: 4 days a week (corrected)"]})
+    assert [f.text for f in p.facts] == ["Training: 4 days a week (corrected)"]
+    p.merge_summary({"FACTS": ["User trains 3 days a week at the gym"]})
+    p.merge_summary({"FACTS": ["User trains 5 days a week at the gym (corrected)"]})
+    texts = [f.text for f in p.facts]
+    assert "User trains 3 days a week at the gym" not in texts
+    assert "User trains 5 days a week at the gym (corrected)" in texts
+
+
+def test_topic_keys_ignore_speaker_prefixes():
+    assert bullet_key("User: allergy: peanuts") == bullet_key("Allergy: tree nuts")
+    assert bullet_key("User: I like tea") != bullet_key("User: I like coffee")
+
+
+def test_over_budget_the_least_recent_leave_first_and_app_facts_last():
+    p = PinnedFacts(budget_tokens=60)
+    p.pin("name", "The caller is Priya Raman", source="app")
+    for k in range(8):
+        p.merge_summary({"FACTS": [f"fact number {k} about something long enough"]})
+    removed = p.enforce_budget()
+    assert removed and removed[0].text.startswith("fact number 0")
+    assert p.tokens() <= 60
+    assert any(f.key == "name" for f in p.facts)
+
+
+def test_eviction_respects_ceiling_and_never_touches_protected_parts():
+    system = {"role": "system", "content": "s" * 400}
+    summary = {"role": "user", "content": "summary"}
+    chat = []
+    for k in range(10):
+        chat += [
+            {"role": "user", "content": f"u{k} " + "x" * 200},
+            {"role": "assistant", "content": f"a{k} " + "y" * 200},
+        ]
+    current = {"role": "user", "content": "current turn " + "z" * 400}
+    msgs = [system, summary, *chat, current]
+    remaining, evicted = evict_for_ceiling(msgs, ceiling=800, counter=C, summary_message=summary)
+    assert remaining[:2] == [system, summary] and remaining[-1] is current
+    assert sum(C.count_message(m) for m in remaining) <= 800
+    assert evicted == chat[: len(evicted)]  # the oldest, in order
+    logical = with_pending(remaining, evicted, summary)
+    assert logical == msgs
+    assert split_pending(logical, evicted) == (remaining, evicted)
+
+
+def test_eviction_stops_at_unresolved_calls_and_the_current_turn():
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    msgs = [
+        {"role": "user", "content": "x" * 2000},
+        call,
+        {"role": "user", "content": "y" * 2000},
+        {"role": "assistant", "content": "z" * 2000},
+    ]
+    remaining, evicted = evict_for_ceiling(msgs, ceiling=100, counter=C)
+    assert evicted == [msgs[0]] and remaining[0] is call
+    only_current = [{"role": "user", "content": "q" * 4000}]
+    assert evict_for_ceiling(only_current, ceiling=100, counter=C) == (only_current, [])
