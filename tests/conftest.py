@@ -1,4 +1,6 @@
+import pytest
 import pytest_asyncio
+from loguru import logger
 
 from tests.openai_server import FakeOpenAIServer
 
@@ -9,3 +11,12 @@ async def openai_server():
     await server.start()
     yield server
     await server.stop()
+
+
+@pytest.fixture
+def logs():
+    """Loguru records emitted during the test."""
+    records: list = []
+    sink = logger.add(lambda m: records.append(m.record), level="DEBUG")
+    yield records
+    logger.remove(sink)

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import re
+
 from pipecat.frames.frames import InterruptionFrame, LLMMessagesAppendFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.services.openai.llm import OpenAILLMService
-from pipecat.tests.utils import SleepFrame
+from pipecat.tests.utils import SleepFrame, run_test
 
-from pipecat_summarizer import ContextSummarizer
+from pipecat_summarizer import (
+    ContextSummarizer,
+    LLMAutoContextSummarizationConfig,
+    LLMContextSummaryConfig,
+    OpenAISummarizer,
+)
+from tests.openai_server import Reply, is_summary_request
 
 
 def main_llm(base_url: str, **settings) -> OpenAILLMService:
@@ -46,3 +54,82 @@ def turns(texts: list[str], gap: float = 0.3, interrupt: bool = False) -> list:
 def texts_of(messages: list) -> str:
     """Every message's content joined, for 'is it still somewhere' checks."""
     return "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+
+
+def user_texts(messages) -> list[str]:
+    return [m["content"] for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+
+
+USER_LINE = re.compile(r"user message number \d+")
+
+
+def echo_summary(body: dict) -> str:
+    """A summarizer that keeps every 'user message number N' it was given (rolling too)."""
+    seen = sorted(
+        set(USER_LINE.findall(body["messages"][1]["content"])),
+        key=lambda s: int(s.rsplit(" ", 1)[1]),
+    )
+    return "FACTS:\n" + "\n".join(f"- {s}" for s in seen)
+
+
+def scripted(summary=echo_summary, delay=0.0, status=200):
+    """Chat turns answer at once; summary requests are scripted."""
+
+    def handler(body):
+        if is_summary_request(body):
+            text = summary(body) if callable(summary) else summary
+            return Reply(text, delay=delay, status=status)
+        return Reply("Sure thing.")
+
+    return handler
+
+
+def cfg(tokens=None, messages=8, keep=4, **summary):
+    return LLMAutoContextSummarizationConfig(
+        max_context_tokens=tokens,
+        max_unsummarized_messages=messages,
+        summary_config=LLMContextSummaryConfig(min_messages_after_summary=keep, **summary),
+    )
+
+
+class Run:
+    """One pipeline run: context, processor, events, and what the server saw."""
+
+    def __init__(
+        self,
+        server,
+        config,
+        *,
+        system="You are a helpful voice assistant.",
+        options=None,
+        summarizer=None,
+        llm_settings=None,
+    ):
+        self.server = server
+        self.context = LLMContext(
+            messages=[{"role": "system", "content": system}] if system else []
+        )
+        self.processor = ContextSummarizer(
+            context=self.context,
+            config=config,
+            summarizer=summarizer or OpenAISummarizer(base_url=server.base_url, model="cheap"),
+            options=options,
+        )
+        self.applied, self.failed = [], []
+        self.llm = main_llm(server.base_url, **(llm_settings or {}))
+
+        @self.processor.event_handler("on_summary_applied")
+        async def _applied(_, event):
+            self.applied.append(event)
+
+        @self.processor.event_handler("on_summary_failed")
+        async def _failed(_, event):
+            self.failed.append(event)
+
+    async def run(self, frames, tail=0.3):
+        down, up = await run_test(
+            build(self.context, self.processor, self.llm),
+            frames_to_send=[*frames, SleepFrame(sleep=tail)],
+        )
+        self.down, self.up = down, up
+        return self

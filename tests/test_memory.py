@@ -5,15 +5,11 @@ from __future__ import annotations
 import json
 import re
 
-from pipecat.frames.frames import LLMMessagesAppendFrame
-from pipecat.tests.utils import SleepFrame
-
-from pipecat_summarizer import OpenAISummarizer, SummarizerOptions
+from pipecat_summarizer import SummarizerOptions
 from pipecat_summarizer.tokens import EstimateTokenCounter
 from pipecat_summarizer.tools import REMEMBER_FACT, register_remember_fact
 from tests.openai_server import Reply, is_summary_request
-from tests.test_processor import Run, cfg, echo_summary, logs, scripted, user_texts  # noqa: F401
-from tests.pipeline_utils import texts_of, turns
+from tests.pipeline_utils import Run, cfg, echo_summary, scripted, texts_of, turns
 
 C = EstimateTokenCounter()
 

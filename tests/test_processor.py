@@ -7,7 +7,6 @@ import re
 import time
 
 import pytest
-from loguru import logger
 from pipecat.frames.frames import (
     InterruptionFrame,
     LLMContextFrame,
@@ -21,101 +20,24 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipecat_summarizer import (
     ContextSummarizer,
     ContextSummaryAppliedFrame,
-    LLMAutoContextSummarizationConfig,
     LLMContextSummaryConfig,
     OpenAISummarizer,
     PipecatLLMSummarizer,
     SummarizerOptions,
 )
 from tests.openai_server import Reply, is_summary_request
-from tests.pipeline_utils import build, main_llm, texts_of, turns, user_turn
-
-USER_LINE = re.compile(r"user message number \d+")
-
-
-def echo_summary(body: dict) -> str:
-    """A summarizer that keeps every 'user message number N' it was given (rolling too)."""
-    seen = sorted(
-        set(USER_LINE.findall(body["messages"][1]["content"])),
-        key=lambda s: int(s.rsplit(" ", 1)[1]),
-    )
-    return "FACTS:\n" + "\n".join(f"- {s}" for s in seen)
-
-
-def scripted(summary=echo_summary, delay=0.0, status=200):
-    """Chat turns answer at once; summary requests are scripted."""
-
-    def handler(body):
-        if is_summary_request(body):
-            text = summary(body) if callable(summary) else summary
-            return Reply(text, delay=delay, status=status)
-        return Reply("Sure thing.")
-
-    return handler
-
-
-def cfg(tokens=None, messages=8, keep=4, **summary):
-    return LLMAutoContextSummarizationConfig(
-        max_context_tokens=tokens,
-        max_unsummarized_messages=messages,
-        summary_config=LLMContextSummaryConfig(min_messages_after_summary=keep, **summary),
-    )
-
-
-class Run:
-    """One pipeline run: context, processor, events, and what the server saw."""
-
-    def __init__(
-        self,
-        server,
-        config,
-        *,
-        system="You are a helpful voice assistant.",
-        options=None,
-        summarizer=None,
-        llm_settings=None,
-    ):
-        self.server = server
-        self.context = LLMContext(
-            messages=[{"role": "system", "content": system}] if system else []
-        )
-        self.processor = ContextSummarizer(
-            context=self.context,
-            config=config,
-            summarizer=summarizer or OpenAISummarizer(base_url=server.base_url, model="cheap"),
-            options=options,
-        )
-        self.applied, self.failed = [], []
-        self.llm = main_llm(server.base_url, **(llm_settings or {}))
-
-        @self.processor.event_handler("on_summary_applied")
-        async def _applied(_, event):
-            self.applied.append(event)
-
-        @self.processor.event_handler("on_summary_failed")
-        async def _failed(_, event):
-            self.failed.append(event)
-
-    async def run(self, frames, tail=0.3):
-        down, up = await run_test(
-            build(self.context, self.processor, self.llm),
-            frames_to_send=[*frames, SleepFrame(sleep=tail)],
-        )
-        self.down, self.up = down, up
-        return self
-
-
-@pytest.fixture
-def logs():
-    records: list = []
-    sink = logger.add(lambda m: records.append(m.record), level="DEBUG")
-    yield records
-    logger.remove(sink)
-
-
-def user_texts(messages) -> list[str]:
-    return [m["content"] for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-
+from tests.pipeline_utils import (
+    Run,
+    build,
+    cfg,
+    echo_summary,
+    main_llm,
+    scripted,
+    texts_of,
+    turns,
+    user_texts,
+    user_turn,
+)
 
 # -- a. barge-in ---------------------------------------------------------------------------
 
