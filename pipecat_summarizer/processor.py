@@ -238,6 +238,7 @@ class ContextSummarizer(FrameProcessor):
         )
         self._pinned = PinnedFacts(self._options.pinned_facts_tokens)
         self._pinned_message: dict | None = None
+        self._pinned_version = -1
         self._folded: list[Fact] = []  # facts over the pinned budget, for the next summary
         self._pending: list = []  # evicted under the ceiling, oldest first
         self._task: asyncio.Task | None = None
@@ -362,10 +363,15 @@ class ContextSummarizer(FrameProcessor):
 
     def _sync_pinned(self) -> None:
         """Put the pinned block in place after the system prompt, rewritten only on change."""
+        if self._pinned_message is None and not len(self._pinned):
+            return  # the common case on the hot path: nothing pinned
         messages = self._context.messages
         head = head_length(messages)
         at = next((i for i in range(head) if messages[i] is self._pinned_message), None)
+        if at is not None and self._pinned_version == self._pinned.version:
+            return
         text = self._pinned.render()
+        self._pinned_version = self._pinned.version
         if text is None:
             if at is not None:
                 self._context.set_messages([*messages[:at], *messages[at + 1 :]])
