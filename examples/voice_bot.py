@@ -31,7 +31,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loguru import logger
 from pipecat.frames.frames import LLMRunFrame
@@ -111,15 +111,15 @@ class Settings:
     """
 
     mode: str
-    openai_api_key: str | None
+    openai_api_key: str | None = field(repr=False)
     # Conversation LLM
     llm_model: str
     llm_base_url: str | None
-    llm_api_key: str | None
+    llm_api_key: str | None = field(repr=False)
     # Summarizer (secondary, cheap LLM)
     summary_model: str
     summary_base_url: str | None
-    summary_api_key: str | None
+    summary_api_key: str | None = field(repr=False)
     max_context_tokens: int = 1500
     max_unsummarized_messages: int = 12
     min_messages_after_summary: int = 4

@@ -85,7 +85,10 @@ class SummarizerOptions:
             default) disables the ceiling.
         pinned_facts_tokens: Token budget of the pinned-facts block.
         pin_summary_facts: Pin the FACTS and CONSTRAINTS of every summary.
-        pinned_role: Role of the pinned-facts message.
+        pinned_role: Role of the pinned-facts message. ``"developer"`` (the default) is what
+            Pipecat recommends for supplementary guidance; adapters that lack the role send it
+            as a user message. A leading ``"system"`` message would be dropped by non-OpenAI
+            adapters when the service has a ``system_instruction``.
     """
 
     max_summary_input_tokens: int | None = 8000
@@ -100,7 +103,7 @@ class SummarizerOptions:
     max_request_tokens: int | None = None
     pinned_facts_tokens: int = 300
     pin_summary_facts: bool = True
-    pinned_role: str = "system"
+    pinned_role: str = "developer"
 
     def __post_init__(self):
         """Validate the options."""

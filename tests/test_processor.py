@@ -391,7 +391,7 @@ async def test_manual_summary_honours_the_override(openai_server):
     assert body["max_tokens"] == 77
     msgs = r.context.messages
     # system prompt, the pinned block (the summary's FACTS), then the templated summary
-    assert msgs[1]["role"] == "system" and "- manual" in msgs[1]["content"]
+    assert msgs[1]["role"] == "developer" and "- manual" in msgs[1]["content"]
     assert msgs[2]["content"].startswith("<memo>") and msgs[2]["content"].endswith("</memo>")
     # keep=1 (not the default 4): only the last exchange stays, starting on a user turn
     assert [m["content"] for m in msgs[3:]] == ["user message number 2", "Sure thing."]
