@@ -10,6 +10,7 @@ from pipecat_summarizer.summarizers.base import Summarizer
 from pipecat_summarizer.summarizers.extractive import (
     ExtractiveLLMService,
     ExtractiveSummarizer,
+    _split_sentences,
     parse_sections,
     parse_summary_request,
     render_sections,
@@ -320,6 +321,47 @@ async def test_structured_content_and_shortened_marker():
     assert "User: My PIN reset code is ZX-4410." in out
     assert "User: I need it by 5 pm." in out
     assert "shortened" not in out
+
+
+def test_sentence_splitting_keeps_abbreviations_and_decimals():
+    text = "I'll see Dr. Lee on Jan. 5th at 3 p.m. for $12.50. Is it 3.5 km away? Yes!"
+    assert _split_sentences(text) == [
+        "I'll see Dr. Lee on Jan. 5th at 3 p.m. for $12.50.",
+        "Is it 3.5 km away?",
+        "Yes!",
+    ]
+
+
+async def test_large_batch_runs_in_a_thread_with_the_same_result():
+    messages = [user(ALLERGY)]
+    for i in range(400):
+        messages += [user(f"My parcel {i} weighs {i} kg."), assistant("Okay.")]
+    request = build_request(messages, previous_summary=None, max_tokens=120)
+    threaded = await ExtractiveSummarizer().summarize(request)
+    inline = ExtractiveSummarizer().summarize_messages(
+        request.messages, previous_summary=None, max_tokens=120
+    )
+    assert threaded == inline
+    assert f"User: {ALLERGY}" in threaded and "User: My parcel 399 weighs 399 kg." in threaded
+    assert "User: My parcel 0 weighs 0 kg." not in threaded
+    assert estimate_text_tokens(threaded) <= 120
+
+
+async def test_summary_message_inside_the_batch_is_rolled_forward():
+    previous = render_sections({"FACTS": ["User: I live in Porto."], "OPEN QUESTIONS": ["Open?"]})
+    messages = [user(f"<summary>{previous}</summary>"), user("My dog is called Rex.")]
+    sections = parse_sections(await summarize(messages))
+    assert sections["FACTS"] == ["User: I live in Porto.", "User: My dog is called Rex."]
+    assert sections["OPEN QUESTIONS"] == ["Open?"]
+
+
+async def test_other_languages_are_kept_not_dropped():
+    messages = [user("Ich bin Vegetarierin und habe eine Nussallergie."), user("我对花生过敏。")]
+    facts = parse_sections(await summarize(messages))["FACTS"]
+    assert facts == [
+        "User: Ich bin Vegetarierin und habe eine Nussallergie.",
+        "User: 我对花生过敏。",
+    ]
 
 
 def test_parse_sections_well_formed():

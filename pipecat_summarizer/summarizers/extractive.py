@@ -13,10 +13,11 @@ other LLM.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pipecat.processors.aggregators.llm_context import LLMContext, LLMSpecificMessage
@@ -24,10 +25,17 @@ from pipecat.services.llm_service import LLMService
 from pipecat.services.settings import LLMSettings
 
 from pipecat_summarizer.prompt import SECTIONS, SummaryRequest
-from pipecat_summarizer.tokens import estimate_text_tokens
+from pipecat_summarizer.sections import (
+    _heading_of,
+    parse_sections,
+    render_sections,
+)
+from pipecat_summarizer.tokens import CHARS_PER_TOKEN, _is_wide, estimate_text_tokens
 
 FACTS, CONSTRAINTS, DECISIONS, OPEN_QUESTIONS = SECTIONS
 CORRECTED_MARK = "(corrected)"
+# Larger inputs are summarized in a worker thread (about 0.2 ms per message).
+_INLINE_MESSAGES = 300
 
 # Budget trimming drops whole bullets in this order: questions go first, constraints last.
 _DROP_ORDER = (OPEN_QUESTIONS, DECISIONS, FACTS, CONSTRAINTS)
@@ -35,123 +43,6 @@ _DROP_ORDER = (OPEN_QUESTIONS, DECISIONS, FACTS, CONSTRAINTS)
 # ---------------------------------------------------------------------------------------
 # Parsing and rendering the record
 # ---------------------------------------------------------------------------------------
-
-_HEADING_NAMES = {
-    "fact": FACTS,
-    "facts": FACTS,
-    "constraint": CONSTRAINTS,
-    "constraints": CONSTRAINTS,
-    "decision": DECISIONS,
-    "decisions": DECISIONS,
-    "open question": OPEN_QUESTIONS,
-    "open questions": OPEN_QUESTIONS,
-}
-_HEADING_WORD = r"(?P<name>facts?|constraints?|decisions?|open[ _-]*questions?)"
-# A heading line, with optional markdown ("## Facts", "**FACTS:**", "1. Facts"). A prefix
-# ending in ":" or ">" is allowed before a heading that has a colon, so Pipecat's
-# "Conversation summary: FACTS:" and "<summary>FACTS:" are recognized too.
-_HEADING_ALONE_RE = re.compile(
-    r"^\s*(?:#{1,6}\s*)?(?:\d+[.)]\s*)?[*_]{0,2}\s*" + _HEADING_WORD + r"\s*[*_]{0,2}\s*:?\s*"
-    r"[*_]{0,2}\s*$",
-    re.IGNORECASE,
-)
-_HEADING_INLINE_RE = re.compile(
-    r"^\s*(?:[^\n]*?[:>]\s*)?(?:#{1,6}\s*)?(?:\d+[.)]\s*)?[*_]{0,2}\s*"
-    + _HEADING_WORD
-    + r"\s*[*_]{0,2}\s*:\s*[*_]{0,2}\s*(?P<rest>.*)$",
-    re.IGNORECASE,
-)
-_BULLET_RE = re.compile(r"^\s*(?:[-*•‣◦–—+]|\d+[.)])\s+(?P<text>.*)$")
-_NONE_RE = re.compile(
-    r"^\(?(?:none|n/?a|nothing|-+)(?:\s+(?:yet|so far|recorded|to record|noted))?\)?\.?$",
-    re.IGNORECASE,
-)
-_TAG_LINE_RE = re.compile(r"^\s*</?[\w-]+>\s*$")
-
-
-def _heading_of(line: str) -> tuple[str, str] | None:
-    """Return ``(section, inline rest)`` if ``line`` is a section heading."""
-    if _BULLET_RE.match(line) and not re.match(r"^\s*\d+[.)]", line):
-        return None  # "- Facts: ..." is a bullet, never a heading
-    match = _HEADING_ALONE_RE.match(line)
-    rest = ""
-    if not match:
-        match = _HEADING_INLINE_RE.match(line)
-        if not match:
-            return None
-        rest = match.group("rest")
-    name = re.sub(r"[\s_-]+", " ", match.group("name").lower())
-    return _HEADING_NAMES[name], rest
-
-
-def _strip_item(text: str) -> str:
-    text = text.strip()
-    bullet = _BULLET_RE.match(text)
-    if bullet:
-        text = bullet.group("text").strip()
-    # A closing tag stuck to the last bullet ("- none</summary>") is not content.
-    return re.sub(r"\s*</[\w-]+>\s*$", "", text).strip()
-
-
-def parse_sections(text: str) -> dict[str, list[str]]:
-    """Parse a memory record into its four sections, tolerating loose formatting.
-
-    Headings are matched case-insensitively, with or without a colon, markdown (``## Facts``,
-    ``**FACTS**``) or numbering, and singular forms. Bullets may use ``-``, ``*``, ``•`` or
-    numbers; unbulleted lines under a heading count as items, indented ones continue the
-    previous item. Lines before the first heading, separators and bare tags are ignored, as
-    are ``none`` entries.
-
-    Args:
-        text: The record text.
-
-    Returns:
-        A dict with the keys ``FACTS``, ``CONSTRAINTS``, ``DECISIONS`` and
-        ``OPEN QUESTIONS`` (always all four), each a list of item texts in order.
-    """
-    sections: dict[str, list[str]] = {name: [] for name in SECTIONS}
-    current: str | None = None
-    for raw in (text or "").splitlines():
-        if not raw.strip() or _TAG_LINE_RE.match(raw) or not re.search(r"\w", raw):
-            continue
-        heading = _heading_of(raw)
-        if heading:
-            current, rest = heading
-            item = _strip_item(rest)
-            if item and not _NONE_RE.match(item):
-                sections[current].append(item)
-            continue
-        if current is None:
-            continue
-        item = _strip_item(raw)
-        if not item or _NONE_RE.match(item):
-            continue
-        items = sections[current]
-        if raw[:1].isspace() and not _BULLET_RE.match(raw) and items:
-            items[-1] = f"{items[-1]} {item}"  # a wrapped bullet
-        else:
-            items.append(item)
-    return sections
-
-
-def render_sections(sections: Mapping[str, Sequence[str]]) -> str:
-    """Render sections in the record format: the four headings, each with bullets.
-
-    Args:
-        sections: Items per section name; missing sections and unknown keys are fine.
-
-    Returns:
-        The record, with ``- none`` under every empty section.
-    """
-    lines: list[str] = []
-    for name in SECTIONS:
-        lines.append(f"{name}:")
-        items = [i for i in sections.get(name, ()) if i and i.strip()]
-        if items:
-            lines.extend(f"- {i}" for i in items)
-        else:
-            lines.append("- none")
-    return "\n".join(lines)
 
 
 def _render_compact(sections: Mapping[str, Sequence[str]]) -> str:
@@ -178,7 +69,8 @@ def _looks_like_record(text: str) -> bool:
 
 _SHORTENED_RE = re.compile(r"\[\.\.\. shortened for the summary: \d+ characters omitted \.\.\.\]")
 _ABBREV_RE = re.compile(
-    r"(?:\b(?:mr|mrs|ms|dr|prof|sr|jr|st|no|vs|etc|approx|inc|ltd|co|ave|apt|dept)|"
+    r"(?:\b(?:mr|mrs|ms|dr|prof|sr|jr|st|no|vs|etc|approx|inc|ltd|co|ave|apt|dept|"
+    r"jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)|"
     r"\b[a-z]\.[a-z]|\b[a-z])\.$",
     re.IGNORECASE,
 )
@@ -269,11 +161,15 @@ def _is_small_talk(sentence: str) -> bool:
 # Classification patterns (matched on lowercased text with straight apostrophes)
 # ---------------------------------------------------------------------------------------
 
-_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+# "May" and "March" are also ordinary words, so only their capitalized forms count.
+_MONTHS = (
+    "[Jj]anuary|[Ff]ebruary|March|[Aa]pril|May|[Jj]une|[Jj]uly|[Aa]ugust|[Ss]eptember|"
+    "[Oo]ctober|[Nn]ovember|[Dd]ecember"
+)
 _WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _NUMBER_WORDS = (
-    "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|"
-    "forty|fifty|sixty|hundred|thousand|million|dozen|half|once|twice"
+    "two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|"
+    "forty|fifty|sixty|hundred|thousand|million|dozen|twice"
 )
 
 _ID_RE = re.compile(
@@ -292,8 +188,10 @@ _TIME_RE = re.compile(
     r"|\bo'clock\b",
     re.I,
 )
+_MONTH_RE = re.compile(rf"\b(?:{_MONTHS})\b")
+_WEEKDAY_RE = re.compile(rf"\b(?:{_WEEKDAYS})\b", re.I)
 _DATE_RE = re.compile(
-    rf"\b(?:{_MONTHS}|{_WEEKDAYS}|today|tomorrow|tonight|yesterday|weekend)\b"
+    r"\b(?:today|tomorrow|tonight|yesterday|weekend)\b"
     r"|\b\d{1,4}[/.-]\d{1,2}[/.-]\d{1,4}\b|\b\d{1,2}(?:st|nd|rd|th)\b",
     re.I,
 )
@@ -365,8 +263,8 @@ def _topic_keys(text: str) -> set[str]:
         ("weight", _WEIGHT_RE),
         ("energy", _ENERGY_RE),
         ("time", _TIME_RE),
-        ("weekday", re.compile(rf"\b(?:{_WEEKDAYS})\b", re.I)),
-        ("month", re.compile(rf"\b(?:{_MONTHS})\b", re.I)),
+        ("weekday", _WEEKDAY_RE),
+        ("month", _MONTH_RE),
     ):
         if pattern.search(text):
             keys.add(key)
@@ -388,6 +286,8 @@ def _is_fact(sentence: str, low: str) -> bool:
         or _EMAIL_RE.search(sentence)
         or _MONEY_RE.search(sentence)
         or _DATE_RE.search(low)
+        or _WEEKDAY_RE.search(low)
+        or _MONTH_RE.search(sentence)
         or _TIME_RE.search(low)
         or _SELF_FACT_RE.search(low)
         or _has_proper_noun(sentence)
@@ -464,24 +364,94 @@ def _strip_role(item: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Record:
-    """The record being built: items per section, oldest first."""
+@dataclass(frozen=True)
+class _Topic:
+    """What a correctable item is about, computed once when it is added."""
 
-    sections: dict[str, list[str]] = field(default_factory=lambda: {n: [] for n in SECTIONS})
+    seq: int
+    plain_key: str
+    words: frozenset[str]
+    keys: frozenset[str]
+    has_number: bool
+
+
+def _topic(text: str, seq: int = 0) -> _Topic:
+    text = _strip_role(text)
+    return _Topic(
+        seq,
+        _dedupe_key(text),
+        frozenset(_content_words(text)),
+        frozenset(_topic_keys(text)),
+        bool(_NUMBER_RE.search(_norm(text))),
+    )
+
+
+_CORRECTABLE = (FACTS, CONSTRAINTS, DECISIONS)
+_NOT_USER_RE = re.compile(r"^(?:assistant\s*:|tool\b)", re.IGNORECASE)
+
+
+class _Record:
+    """The record being built: items per section, oldest first.
+
+    Items are unique by normalized text. The user's own items are indexed by content word
+    and topic key, so a correction finds its candidates without scanning the record.
+    """
+
+    def __init__(self) -> None:
+        self.sections: dict[str, list[str]] = {n: [] for n in SECTIONS}
+        self._keys: dict[str, str] = {}  # normalized item -> section
+        self._topics: dict[str, _Topic] = {}  # correctable item -> topic
+        self._by_word: dict[str, set[str]] = {}
+        self._by_key: dict[str, set[str]] = {}
+        self._seq = 0
 
     def add(self, section: str, item: str) -> None:
         key = _dedupe_key(item)
         if not key:
             return
-        for name in SECTIONS:
-            for i, existing in enumerate(self.sections[name]):
-                if _dedupe_key(existing) == key:
-                    # A repeated sentence keeps its place; a correction mark is not lost.
-                    if CORRECTED_MARK in item and CORRECTED_MARK not in existing:
-                        self.sections[name][i] = item
-                    return
+        if key in self._keys:
+            # A repeated sentence keeps its place; a correction mark is not lost.
+            if CORRECTED_MARK in item:
+                items = self.sections[self._keys[key]]
+                for i, existing in enumerate(items):
+                    if _dedupe_key(existing) == key and CORRECTED_MARK not in existing:
+                        self._unindex(existing)
+                        items[i] = item
+                        self._index(self._keys[key], item)
+            return
+        self._keys[key] = section
         self.sections[section].append(item)
+        self._index(section, item)
+
+    def _index(self, section: str, item: str) -> None:
+        # Users correct what they said, not what the assistant or a tool recorded.
+        if section not in _CORRECTABLE or _NOT_USER_RE.match(item):
+            return
+        self._seq += 1
+        topic = _topic(item, self._seq)
+        self._topics[item] = topic
+        for word in topic.words:
+            self._by_word.setdefault(word, set()).add(item)
+        for key in topic.keys:
+            self._by_key.setdefault(key, set()).add(item)
+
+    def _unindex(self, item: str) -> None:
+        topic = self._topics.pop(item, None)
+        if topic is None:
+            return
+        for word in topic.words:
+            self._by_word[word].discard(item)
+        for key in topic.keys:
+            self._by_key[key].discard(item)
+
+    def remove(self, section: str, index: int) -> None:
+        item = self.sections[section].pop(index)
+        self._keys.pop(_dedupe_key(item), None)
+        self._unindex(item)
+
+    def trim(self, section: str, keep: int) -> None:
+        while len(self.sections[section]) > keep:
+            self.remove(section, 0)
 
     def merge(self, other: Mapping[str, Sequence[str]]) -> None:
         for name in SECTIONS:
@@ -489,36 +459,42 @@ class _Record:
                 self.add(name, item)
 
     def apply_correction(self, sentence: str) -> None:
-        """Remove the earlier user item that ``sentence`` corrects, if one matches."""
-        own_key = _dedupe_key(sentence)
-        words = _content_words(sentence)
-        keys = _topic_keys(sentence)
-        has_number = bool(_NUMBER_RE.search(_norm(sentence)))
-        elliptical = len(words) <= 2
-        best: tuple[int, str, int] | None = None
-        for name in (FACTS, CONSTRAINTS, DECISIONS):
-            for i, item in enumerate(self.sections[name]):
-                if re.match(r"^(?:assistant\s*:|tool\b)", item, re.IGNORECASE):
-                    continue  # users correct what they said, not what was booked for them
-                text = _strip_role(item)
-                if _dedupe_key(text) == own_key:
-                    continue  # the correction itself, already recorded
-                overlap = len(words & _content_words(text))
-                shared_keys = len(keys & _topic_keys(text))
-                both_numbers = has_number and bool(_NUMBER_RE.search(_norm(text)))
-                eligible = (
-                    overlap >= 2
-                    or (overlap >= 1 and (shared_keys or both_numbers))
-                    or (elliptical and shared_keys >= 1)
-                )
-                if not eligible:
-                    continue
-                score = 2 * overlap + shared_keys + int(both_numbers)
-                # ">=" so that among equals the most recent item is the one corrected.
-                if best is None or score >= best[0]:
-                    best = (score, name, i)
+        """Remove the earlier user item that ``sentence`` corrects, if one matches.
+
+        The match is the item sharing the most content words, helped by shared kinds of
+        value (a time, a weekday, an amount...); a short correction such as "sorry, I meant
+        Tuesday" may match on the kind of value alone. Ties go to the most recent item.
+        """
+        topic = _topic(sentence)
+        elliptical = len(topic.words) <= 2
+        candidates: set[str] = set()
+        for word in topic.words:
+            candidates |= self._by_word.get(word, set())
+        if elliptical:
+            for key in topic.keys:
+                candidates |= self._by_key.get(key, set())
+        best: tuple[int, int, str] | None = None
+        for item in candidates:
+            other = self._topics[item]
+            if other.plain_key == topic.plain_key:
+                continue  # the correction itself, already recorded
+            overlap = len(topic.words & other.words)
+            shared_keys = len(topic.keys & other.keys)
+            both_numbers = topic.has_number and other.has_number
+            eligible = (
+                overlap >= 2
+                or (overlap >= 1 and (shared_keys or both_numbers))
+                or (elliptical and shared_keys >= 1)
+            )
+            if not eligible:
+                continue
+            rank = (2 * overlap + shared_keys + int(both_numbers), other.seq, item)
+            if best is None or rank > best:
+                best = rank
         if best is not None:
-            del self.sections[best[1]][best[2]]
+            item = best[2]
+            section = self._keys[_dedupe_key(item)]
+            self.remove(section, self.sections[section].index(item))
 
     def is_empty(self) -> bool:
         return not any(self.sections.values())
@@ -561,10 +537,36 @@ class ExtractiveSummarizer:
             The record: ``FACTS:``, ``CONSTRAINTS:``, ``DECISIONS:`` and
             ``OPEN QUESTIONS:``, each followed by ``- `` bullets or ``- none``.
         """
-        return self.summarize_messages(
+        return await self.summarize_messages_async(
             request.messages,
             previous_summary=request.previous_summary,
             max_tokens=request.max_tokens,
+        )
+
+    async def summarize_messages_async(
+        self, messages: Sequence[Any], *, previous_summary: str | None, max_tokens: int
+    ) -> str:
+        """Run :meth:`summarize_messages`, off the event loop when the input is large.
+
+        Args:
+            messages: OpenAI-format messages, oldest first.
+            previous_summary: The record being rolled forward, or ``None``.
+            max_tokens: The output budget.
+
+        Returns:
+            The record text.
+        """
+        size = len(messages) + len(previous_summary or "") // 2000
+        if size <= _INLINE_MESSAGES:
+            return self.summarize_messages(
+                messages, previous_summary=previous_summary, max_tokens=max_tokens
+            )
+        # A few thousand messages take about a second; keep the audio pipeline running.
+        return await asyncio.to_thread(
+            self.summarize_messages,
+            list(messages),
+            previous_summary=previous_summary,
+            max_tokens=max_tokens,
         )
 
     def summarize_messages(
@@ -693,21 +695,26 @@ class ExtractiveSummarizer:
         assistant_texts: list[tuple[int, set[str]]],
         record: _Record,
     ) -> None:
-        open_questions = []
-        for index, sentence in questions:
+        # Newest first, and only the last few: older questions were most likely handled.
+        open_questions: list[str] = []
+        for index, sentence in reversed(questions[-4 * self.max_open_questions :]):
+            if len(open_questions) >= self.max_open_questions:
+                break
             words = _content_words(sentence)
             needed = max(2, (len(words) + 1) // 2)
-            answered = any(
-                later > index and len(words & reply) >= needed for later, reply in assistant_texts
-            )
+            answered = False
+            for later, reply in reversed(assistant_texts):
+                if later <= index:
+                    break
+                if len(words & reply) >= needed:
+                    answered = True  # a later reply that repeats most of the question
+                    break
             if not answered:
                 open_questions.append(f"User: {self._shorten(sentence)}")
-        for item in open_questions[-self.max_open_questions :] if self.max_open_questions else []:
+        for item in reversed(open_questions):
             record.add(OPEN_QUESTIONS, item)
         # Older questions from earlier records were most likely answered since.
-        kept = record.sections[OPEN_QUESTIONS]
-        if len(kept) > self.max_open_questions:
-            del kept[: len(kept) - self.max_open_questions]
+        record.trim(OPEN_QUESTIONS, self.max_open_questions)
 
     @staticmethod
     def _first_user_sentence(messages: Sequence[Any]) -> str | None:
@@ -729,16 +736,24 @@ class ExtractiveSummarizer:
         def fits(text: str) -> bool:
             return estimate_text_tokens(text) <= max_tokens
 
-        render = render_sections if fits(render_sections({})) else _render_compact
+        full = fits(render_sections({}))
+        render = render_sections if full else _render_compact
+        # Drop by arithmetic first (the estimate adds up per character), so a long record
+        # is not re-rendered once per dropped item; the loop below confirms on real text.
+        size = _RenderedSize(current, full)
+        count = sum(len(items) for items in current.values())
+        while count > 1 and size.tokens() > max_tokens:
+            name = next(n for n in _DROP_ORDER if current[n])
+            size.remove(name, current[name].pop(0))  # oldest first within the section
+            count -= 1
         while True:
             text = render(current)
             if text and fits(text):
                 return text
-            remaining = [(n, i) for n in _DROP_ORDER for i in range(len(current[n]))]
-            if len(remaining) <= 1:
+            if sum(len(items) for items in current.values()) <= 1:
                 break
             name = next(n for n in _DROP_ORDER if current[n])
-            del current[name][0]  # oldest first within the section
+            del current[name][0]
         # One item left that does not fit whole (or nothing): shorten it, keeping its head.
         name = next((n for n in SECTIONS if current[n]), None)
         if name is not None:
@@ -758,6 +773,38 @@ class ExtractiveSummarizer:
                 return render_sections({})  # the skeleton fits; the item cannot
             current[name][0] = item
         return _hard_truncate(render(current) or render_sections({}), max_tokens)
+
+
+class _RenderedSize:
+    """The token estimate of a rendering, kept up to date as items are removed."""
+
+    def __init__(self, sections: Mapping[str, list[str]], full: bool):
+        self.full = full
+        self.chars = {n: sum(len(i) + 2 for i in sections[n]) for n in SECTIONS}
+        self.wide = {n: sum(_wide_count(i) for i in sections[n]) for n in SECTIONS}
+        self.count = {n: len(sections[n]) for n in SECTIONS}
+
+    def remove(self, name: str, item: str) -> None:
+        self.chars[name] -= len(item) + 2
+        self.wide[name] -= _wide_count(item)
+        self.count[name] -= 1
+
+    def tokens(self) -> int:
+        chars = wide = lines = 0
+        for name in SECTIONS:
+            if self.count[name]:
+                chars += len(name) + 1 + self.chars[name]
+                wide += self.wide[name]
+                lines += 1 + self.count[name]
+            elif self.full:
+                chars += len(name) + 1 + len("- none")
+                lines += 2
+        chars += max(0, lines - 1)  # the newlines between lines
+        return wide + (chars - wide) // CHARS_PER_TOKEN
+
+
+def _wide_count(text: str) -> int:
+    return 0 if text.isascii() else sum(1 for ch in text if _is_wide(ch))
 
 
 def _hard_truncate(text: str, max_tokens: int) -> str:
@@ -985,7 +1032,6 @@ class ExtractiveLLMService(LLMService):
         parsed = parse_summary_request(_content_text(users[-1].get("content"))) if users else None
         if parsed is not None:
             messages, previous = parsed
-        text = self.summarizer.summarize_messages(
+        return await self.summarizer.summarize_messages_async(
             messages, previous_summary=previous, max_tokens=int(budget)
         )
-        return text

@@ -8,6 +8,7 @@ import os
 from openai import AsyncOpenAI
 
 from pipecat_summarizer.prompt import SECTIONS, SummaryRequest
+from pipecat_summarizer.sections import render_sections
 from pipecat_summarizer.summarizers.base import SummarizerError, SummaryResult, clean_summary
 
 _JSON_KEYS = {name: name.lower().replace(" ", "_") for name in SECTIONS}
@@ -116,8 +117,6 @@ class OpenAISummarizer:
         if self.structured:
             sections = parse_json_record(text)
             if sections is not None:
-                from pipecat_summarizer.sections import render_sections
-
                 return SummaryResult(clean_summary(render_sections(sections)), sections)
         return text
 
