@@ -107,6 +107,7 @@ class ReplayLLM(LLMService):
         self._results: dict[str, Any] = {}
         self._interned: dict[str, str] = {}
         self.requests: list[RecordedRequest] = []
+        self.responses = 0  # complete responses pushed (LLMFullResponseEndFrame sent)
         self.register_function(None, self._replay_tool_result)
 
     def begin_turn(self, turn: int) -> None:
@@ -184,6 +185,7 @@ class ReplayLLM(LLMService):
                 ]
             )
         await self.push_frame(LLMFullResponseEndFrame())
+        self.responses += 1
         if last and self._on_turn_answered is not None:
             self._on_turn_answered(self._turn)
 

@@ -78,18 +78,25 @@ class Thresholds:
         max_context_tokens: ``max_context_tokens`` (``None`` disables it).
         max_unsummarized_messages: ``max_unsummarized_messages`` (``None`` disables it).
         keep: ``min_messages_after_summary``.
+        target_tokens: ``target_context_tokens``, the summary's output budget (``None``:
+            Pipecat's default, 6,000, lowered by Pipecat to 80% of ``max_context_tokens``
+            when larger).
     """
 
     max_context_tokens: int | None = 8000
     max_unsummarized_messages: int | None = 20
     keep: int = 4
+    target_tokens: int | None = None
 
     def config(self, llm: LLMService | None = None) -> LLMAutoContextSummarizationConfig:
         """A fresh Pipecat config with these thresholds (and a dedicated LLM if given)."""
+        summary = LLMContextSummaryConfig(min_messages_after_summary=self.keep, llm=llm)
+        if self.target_tokens is not None:
+            summary.target_context_tokens = self.target_tokens
         return LLMAutoContextSummarizationConfig(
             max_context_tokens=self.max_context_tokens,
             max_unsummarized_messages=self.max_unsummarized_messages,
-            summary_config=LLMContextSummaryConfig(min_messages_after_summary=self.keep, llm=llm),
+            summary_config=summary,
         )
 
 
@@ -146,31 +153,41 @@ class _CountingSummarizer:
         self._table = table
         self._calls = calls
 
-    async def summarize(self, request: SummaryRequest) -> str:
+    async def summarize(self, request: SummaryRequest) -> Any:
         sent = self._table.system(request.system_prompt) + self._table.counter.count_message(
             {"role": "user", "content": request.user_message}
         )
         try:
-            text = await self.inner.summarize(request)
-        except BaseException:
+            answer = await self.inner.summarize(request)
+        except Exception:
             self._calls.append((sent, 0))
             raise
+        # A backend returns the text, or an object carrying it (``SummaryResult``).
+        text = answer if isinstance(answer, str) or answer is None else getattr(answer, "text", "")
         self._calls.append((sent, self._table.text(text)))
-        return text
+        return answer
 
 
-def _count_inference(llm: LLMService, table: TokenTable, calls: list[tuple[int, int]]) -> None:
+def _count_inference(
+    llm: LLMService,
+    table: TokenTable,
+    calls: list[tuple[int, int]],
+    on_error: Callable[[], None] | None = None,
+) -> None:
     """Wrap ``llm.run_inference`` (the built-in's summary call) to count its tokens."""
     original = llm.run_inference
 
     async def counted(context: LLMContext, *args: Any, **kwargs: Any) -> str | None:
-        system = kwargs.get("system_instruction")
+        # run_inference(context, max_tokens=None, system_instruction=None, ...)
+        system = kwargs.get("system_instruction", args[1] if len(args) > 1 else None)
         sent = sum(table.counter.count_message(m) for m in context.messages)
         sent += table.system(system if isinstance(system, str) else None)
         try:
             text = await original(context, *args, **kwargs)
-        except BaseException:
+        except Exception:
             calls.append((sent, 0))
+            if on_error is not None:
+                on_error()
             raise
         calls.append((sent, table.text(text)))
         return text
@@ -263,25 +280,39 @@ async def run_strategy(
     assistant_params = LLMAssistantAggregatorParams()
     if strategy == "pipecat_builtin":
         llm = backend.make_llm()
-        _count_inference(llm, table, summary_calls)
+
+        def _builtin_failed() -> None:
+            counts["failed"] += 1
+
+        _count_inference(llm, table, summary_calls, _builtin_failed)
         assistant_params = LLMAssistantAggregatorParams(
             enable_auto_context_summarization=True,
             auto_context_summarization_config=thresholds.config(llm=llm),
         )
     user_agg, assistant_agg = LLMContextAggregatorPair(context, assistant_params=assistant_params)
 
-    answered = {"turn": 0}
+    # A turn is done when the replay LLM has pushed the turn's last response and the
+    # assistant aggregator has finished every response pushed so far (one
+    # on_assistant_turn_stopped per LLMFullResponseEndFrame, after the context write).
+    answered = {"turn": 0, "responses": 0}
     current = {"turn": 0}
+    stopped = {"responses": 0}
     turn_done = asyncio.Event()
 
     def on_answered(turn: int) -> None:
         answered["turn"] = turn
+        answered["responses"] = replay.responses
 
     replay = ReplayLLM([t.steps for t in transcript.turns], on_turn_answered=on_answered)
 
     @assistant_agg.event_handler("on_assistant_turn_stopped")
     async def _on_stopped(_agg, _message):
-        if current["turn"] and answered["turn"] == current["turn"]:
+        stopped["responses"] += 1
+        if (
+            current["turn"]
+            and answered["turn"] == current["turn"]
+            and stopped["responses"] >= answered["responses"]
+        ):
             turn_done.set()
 
     ours: ContextSummarizer | None = None
@@ -355,7 +386,9 @@ async def run_strategy(
                 deadline = time.monotonic() + turn_timeout
                 while summary_in_flight():
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"{strategy}: summary after turn {turn.index} never landed")
+                        raise RuntimeError(
+                            f"{strategy}: summary after turn {turn.index} never landed"
+                        )
                     await asyncio.sleep(0.0005)
                 # let the event handler tasks of an applied summary run
                 await asyncio.sleep(0)

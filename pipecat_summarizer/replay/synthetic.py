@@ -39,7 +39,7 @@ _GUIDELINES = [
     "If the client mentions a medical condition, recommend they confirm changes with a doctor.",
     "Do not shame the client about any food choice; focus on the next meal.",
     "Track the weekly plan the client agreed to and refer back to it when useful.",
-    "Offer vegetarian and vegan swaps when the client asks for alternatives.",
+    "Offer meat-free and plant-based swaps when the client asks for alternatives.",
 ]
 
 _MEALS = [
@@ -72,7 +72,7 @@ _ADVICE = [
     "That meal gives you roughly {p} grams of protein, a solid share of your daily target.",
     "Lentils, chickpeas and beans are cheap, filling and rich in both protein and fibre.",
     "Adding a spoon of seeds or a portion of Greek yoghurt raises the protein without much effort.",
-    "Batch-cooking a pot of grains and a tray of roasted vegetables on Sunday covers three lunches.",
+    "Batch-cooking grains and a tray of roasted vegetables on Sunday covers three lunches.",
     "Tofu and tempeh take on any marinade, so one block can become two quite different dinners.",
     "For the afternoon, a piece of fruit with cottage cheese or a boiled egg keeps energy steady.",
     "On running days, add a portion of rice or potatoes at dinner to refill your glycogen.",
@@ -105,7 +105,7 @@ def fill_to(first: str, pool: list[str], length: int, rng: random.Random) -> str
     """Join ``first`` and sentences from ``pool`` into text of exactly ``length`` characters.
 
     Sentences are drawn at random while one fits, then short fillers close the gap, and
-    the last few characters are padded with spaces.
+    the last few characters are padded with spaces after the first sentence.
     """
     text = first
     while True:
@@ -119,6 +119,10 @@ def fill_to(first: str, pool: list[str], length: int, rng: random.Random) -> str
             text = f"{text} {filler}"
     if len(text) > length:
         text = text[: length - 1].rstrip() + "."
+    gap = length - len(text)
+    if gap and ". " in text:
+        # Pad inside the text: Pipecat strips the ends of an assistant aggregation.
+        text = text.replace(". ", ". " + " " * gap, 1)
     return text.ljust(length)
 
 

@@ -182,7 +182,9 @@ def validate_messages(
                 raise TranscriptError(source, line, "assistant content must be a string or null")
             if tool_calls is None:
                 if content is None:
-                    raise TranscriptError(source, line, "assistant message has neither content nor tool_calls")
+                    raise TranscriptError(
+                        source, line, "assistant message has neither content nor tool_calls"
+                    )
             else:
                 if not isinstance(tool_calls, list) or not tool_calls:
                     raise TranscriptError(source, line, "tool_calls must be a non-empty list")
@@ -195,7 +197,8 @@ def validate_messages(
                         raise TranscriptError(
                             source,
                             line,
-                            f"duplicate tool call id {call_id!r} (first on line {call_line[call_id]})",
+                            f"duplicate tool call id {call_id!r} "
+                            f"(first on line {call_line[call_id]})",
                         )
                     if not isinstance(func, dict) or not isinstance(func.get("name"), str):
                         raise TranscriptError(
@@ -279,7 +282,9 @@ def build_steps(responses: Sequence[dict], calls: dict[str, ToolCall] | None = N
                     tc = (calls or {}).get(call["id"]) or ToolCall(
                         call["id"],
                         call["function"]["name"],
-                        _parse_arguments(call["function"].get("arguments"), "<turn>", 0, call["id"]),
+                        _parse_arguments(
+                            call["function"].get("arguments"), "<turn>", 0, call["id"]
+                        ),
                     )
                     step.tool_calls.append(tc)
                     by_id[tc.id] = step
@@ -355,7 +360,9 @@ def parse_lines(text_lines: Iterable[str], source: str) -> list[tuple[int, Any]]
         try:
             items.append((n, json.loads(raw)))
         except json.JSONDecodeError as e:
-            raise TranscriptError(source, n, f"invalid JSON ({e.msg} at column {e.colno})") from None
+            raise TranscriptError(
+                source, n, f"invalid JSON ({e.msg} at column {e.colno})"
+            ) from None
     return items
 
 
