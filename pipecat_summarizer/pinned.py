@@ -90,6 +90,7 @@ class PinnedFacts:
             raise ValueError("pinned facts budget must be at least 20 tokens")
         self.budget_tokens = budget_tokens
         self._facts: dict[str, Fact] = {}
+        self._by_text: dict[str, str] = {}  # normalized text -> key, for deduplication
         self._clock = 0
         self.version = 0  # bumped on every visible change
 
@@ -128,14 +129,19 @@ class PinnedFacts:
         if old and old.text == text and old.kind == kind:
             old.seen = self._tick()
             return False
+        if old:
+            self._by_text.pop(normalize(old.text), None)
         self._facts[key] = Fact(key, text, kind, source, self._tick())
+        self._by_text[normalize(text)] = key
         self.version += 1
         return True
 
     def unpin(self, key: str) -> bool:
         """Remove the fact under ``key``; True if there was one."""
-        if self._facts.pop(key, None) is None:
+        fact = self._facts.pop(key, None)
+        if fact is None:
             return False
+        self._by_text.pop(normalize(fact.text), None)
         self.version += 1
         return True
 
@@ -164,9 +170,7 @@ class PinnedFacts:
         if not text or normalize(text) in ("none", "n a", ""):
             return False
         key = bullet_key(bullet)
-        same = self._facts.get(key) or next(
-            (f for f in self._facts.values() if normalize(f.text) == normalize(text)), None
-        )
+        same = self._facts.get(key) or self._facts.get(self._by_text.get(normalize(text), ""))
         if same is not None and same.kind == kind and normalize(same.text) == normalize(text):
             same.seen = self._tick()  # confirmed again: the most recent now, no rewrite
             return False
@@ -174,7 +178,7 @@ class PinnedFacts:
         if is_correction(bullet):
             target = self._overlapping(text, kind)
             if target is not None and target.key != key:
-                del self._facts[target.key]
+                self.unpin(target.key)
                 changed = True
         marked = f"{text} (corrected)" if is_correction(bullet) else text
         return self.pin(key, marked, kind=kind, source="summary") or changed
@@ -210,17 +214,23 @@ class PinnedFacts:
     def enforce_budget(self) -> list[Fact]:
         """Remove the least recently seen facts until the block fits its budget.
 
-        Summary- and LLM-sourced facts leave before application-pinned ones.
+        Summary- and LLM-sourced facts leave before application-pinned ones, facts before
+        constraints, the least recently seen first.
 
         Returns:
             The removed facts, oldest first, for the caller to fold into the summary.
         """
         removed: list[Fact] = []
-        order = sorted(self._facts.values(), key=lambda f: (f.source == "app", f.seen))
-        while self._facts and self.tokens() > self.budget_tokens:
+        # Summary facts leave before the application's; facts before constraints; oldest first.
+        order = sorted(
+            self._facts.values(), key=lambda f: (f.source == "app", f.kind == "constraint", f.seen)
+        )
+        tokens = self.tokens()
+        while order and tokens > self.budget_tokens:
             victim = order.pop(0)
-            del self._facts[victim.key]
+            self.unpin(victim.key)
+            tokens -= estimate_text_tokens(f"- {victim.text}\n")
             removed.append(victim)
-        if removed:
-            self.version += 1
+            if tokens <= self.budget_tokens:
+                tokens = self.tokens()  # the running estimate rounds; settle on the real one
         return removed

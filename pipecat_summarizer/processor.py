@@ -48,7 +48,12 @@ from pipecat_summarizer.plan import (
     split_pending,
     with_pending,
 )
-from pipecat_summarizer.policy import FailureTracker, trigger_reason, validate_config
+from pipecat_summarizer.policy import (
+    FailureTracker,
+    summary_budget,
+    trigger_reason,
+    validate_config,
+)
 from pipecat_summarizer.prompt import SummaryRequest, build_request
 from pipecat_summarizer.sections import parse_sections, render_sections, without_items
 from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult, as_result
@@ -250,6 +255,8 @@ class ContextSummarizer(FrameProcessor):
         self._summary_message: dict | None = None
         self._summary_text: str | None = None
         self._no_plan_at: int | None = None
+        self._replan_at_tokens = 0  # a too-small token compaction waits for this many
+        self._summary_tokens = 0
         self._compactions = 0
         self._register_event_handler("on_summary_applied")
         self._register_event_handler("on_summary_failed")
@@ -361,6 +368,8 @@ class ContextSummarizer(FrameProcessor):
             reason = "backlog"
         if reason is None or self._no_plan_at == m.message_count:
             return  # nothing selectable has been added since the last empty plan
+        if reason == "tokens" and m.reducible_tokens < self._replan_at_tokens:
+            return  # the last token plan gained too little; wait until it would gain enough
         if not self._start(reason, self._config.summary_config, self._summarizer):
             self._no_plan_at = m.message_count
 
@@ -391,7 +400,12 @@ class ContextSummarizer(FrameProcessor):
         self._context.set_messages(new)
 
     def _enforce_pinned_budget(self, fold: bool = True) -> None:
-        folded = self._pinned.enforce_budget()
+        removed = self._pinned.enforce_budget()
+        # Summary facts that leave the block are still in the summary record; the others
+        # only lived in the block, so they move into the summary, loudly.
+        folded = [f for f in removed if f.source != "summary"]
+        if removed and len(removed) > len(folded):
+            logger.debug(f"{self}: {len(removed) - len(folded)} summary facts left the block")
         if not folded:
             return
         logger.warning(
@@ -419,6 +433,7 @@ class ContextSummarizer(FrameProcessor):
             at = head_length(messages)
             new = [*messages[:at], message, *messages[at:]]
         self._summary_message, self._summary_text = message, text
+        self._summary_tokens = count_text(self._meter.counter, text)
         self._context.set_messages(new)
 
     @staticmethod
@@ -493,7 +508,7 @@ class ContextSummarizer(FrameProcessor):
         messages = with_pending(self._context.messages, self._pending, summary_message)
         counter = self._meter.counter
         previous = self._summary_text if present else None
-        previous_tokens = count_text(counter, previous) if previous else 0
+        previous_tokens = self._summary_tokens if previous else 0
         budget = self._options.max_summary_input_tokens
         plan = select(
             messages,
@@ -508,8 +523,11 @@ class ContextSummarizer(FrameProcessor):
             return False
         if reason == "tokens" and self._config.max_context_tokens:
             gain = plan.input_tokens - previous_tokens
-            if gain < self._options.min_token_gain * self._config.max_context_tokens:
+            needed = self._options.min_token_gain * self._config.max_context_tokens
+            if gain < needed:
                 logger.debug(f"{self}: token threshold tripped, but only {gain} tokens to gain")
+                measured = self._meter.measure(self._context.messages, self._summary_message)
+                self._replan_at_tokens = measured.reducible_tokens + int(needed - gain)
                 return False
         shorten_to = 2000
         if plan.shortened and budget:
@@ -517,7 +535,7 @@ class ContextSummarizer(FrameProcessor):
         request = build_request(
             plan.summarized,
             previous_summary=previous,
-            max_tokens=config.target_context_tokens,
+            max_tokens=summary_budget(self._config, config),
             prompt=config.summarization_prompt,
             shortened=plan.shortened,
             shorten_to_chars=shorten_to,
@@ -603,7 +621,9 @@ class ContextSummarizer(FrameProcessor):
         new_messages, self._pending = split_pending(new_logical, self._pending)
         self._context.set_messages(new_messages)
         self._summary_message, self._summary_text = summary_message, text
+        self._summary_tokens = count_text(self._meter.counter, text)
         self._no_plan_at = None
+        self._replan_at_tokens = 0
         self._sync_pinned()
         after = self._meter.measure(self._context.messages, summary_message)
         self._compactions += 1
