@@ -254,6 +254,7 @@ class ContextSummarizer(FrameProcessor):
         self._manual_pending: LLMContextSummaryConfig | None = None
         self._summary_message: dict | None = None
         self._summary_text: str | None = None
+        self._summary_config = self._config.summary_config  # template of the current summary
         self._no_plan_at: int | None = None
         self._replan_at_tokens = 0  # a too-small token compaction waits for this many
         self._summary_tokens = 0
@@ -319,6 +320,7 @@ class ContextSummarizer(FrameProcessor):
         removed = self._pinned.unpin(key)
         if removed:
             self._sync_pinned()
+            self._refresh_summary()
         return removed
 
     # -- frames ---------------------------------------------------------------------------
@@ -399,33 +401,43 @@ class ContextSummarizer(FrameProcessor):
         self._pinned_message = block
         self._context.set_messages(new)
 
-    def _enforce_pinned_budget(self, fold: bool = True) -> None:
+    def _enforce_pinned_budget(self, refresh: bool = True) -> None:
         removed = self._pinned.enforce_budget()
         # Summary facts that leave the block are still in the summary record; the others
         # only lived in the block, so they move into the summary, loudly.
         folded = [f for f in removed if f.source != "summary"]
         if removed and len(removed) > len(folded):
             logger.debug(f"{self}: {len(removed) - len(folded)} summary facts left the block")
-        if not folded:
-            return
-        logger.warning(
-            f"{self}: pinned facts over their {self._pinned.budget_tokens}-token budget; "
-            f"{len(folded)} least recent moved into the summary: "
-            + "; ".join(f.text for f in folded)
-        )
-        self._folded.extend(folded)
-        if fold and not self.summary_in_flight:
-            self._fold_into_summary()
+        if folded:
+            logger.warning(
+                f"{self}: pinned facts over their {self._pinned.budget_tokens}-token budget; "
+                f"{len(folded)} least recent moved into the summary: "
+                + "; ".join(f.text for f in folded)
+            )
+            self._folded.extend(folded)
+        if removed and refresh:
+            self._refresh_summary()
 
-    def _fold_into_summary(self) -> None:
-        """Write facts that left the pinned block into the summary (or a new one)."""
-        if not self._folded:
+    def _refresh_summary(self) -> None:
+        """Re-render the summary message after the pinned block changed.
+
+        Facts in the block are left out of the summary message; when they leave the block
+        (over budget, unpinned) they must show in the summary again, and facts that only
+        lived in the block are written into the record. Never while a summary is in flight:
+        its splice checks the current summary message by identity.
+        """
+        if self.summary_in_flight:
             return
-        folded, self._folded = self._folded, []
         messages = self._context.messages
         present = self._summary_present(messages)
-        text = self._with_facts(self._summary_text if present else "", folded)
-        message = self._summary_for(text, self._config.summary_config)
+        if not present and not self._folded:
+            return
+        text = self._summary_text if present else ""
+        if self._folded:
+            text, self._folded = self._with_facts(text, self._folded), []
+        message = self._summary_for(text, self._summary_config)
+        if present and message["content"] == self._summary_message["content"]:
+            return
         if present:
             at = next(i for i, m in enumerate(messages) if m is self._summary_message)
             new = [*messages[:at], message, *messages[at + 1 :]]
@@ -567,7 +579,7 @@ class ContextSummarizer(FrameProcessor):
                 await self._apply(job, result)
         finally:
             self._task = None
-        self._fold_into_summary()
+        self._refresh_summary()
         if self._manual_waiting:
             override, self._manual_pending, self._manual_waiting = self._manual_pending, None, False
             self._start_manual(override)
@@ -609,7 +621,7 @@ class ContextSummarizer(FrameProcessor):
         if self._options.pin_summary_facts:
             sections = result.sections if result.sections is not None else parse_sections(text)
             if self._pinned.merge_summary(sections):
-                self._enforce_pinned_budget(fold=False)
+                self._enforce_pinned_budget(refresh=False)
             if self._folded:  # facts that left the block belong in the record
                 text = self._with_facts(text, self._folded)
                 self._folded = []
@@ -621,6 +633,7 @@ class ContextSummarizer(FrameProcessor):
         new_messages, self._pending = split_pending(new_logical, self._pending)
         self._context.set_messages(new_messages)
         self._summary_message, self._summary_text = summary_message, text
+        self._summary_config = job.config
         self._summary_tokens = count_text(self._meter.counter, text)
         self._no_plan_at = None
         self._replan_at_tokens = 0

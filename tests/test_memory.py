@@ -186,3 +186,20 @@ async def test_preemptive_summary_lands_before_the_threshold(openai_server):
     sizes = [request_tokens(b) for b in openai_server.chat_requests]
     assert max(sizes) < threshold  # it landed before any request reached the threshold
     assert r.applied
+
+
+async def test_summary_facts_pushed_out_of_the_block_reappear_in_the_summary(openai_server):
+    openai_server.handler = scripted(summary="FACTS:\n- booking: NC-48213\n- name: Priya Raman")
+    r = Run(
+        openai_server, cfg(messages=6, keep=2), options=SummarizerOptions(pinned_facts_tokens=45)
+    )
+    await r.run(turns([f"turn {i}" for i in range(5)], gap=0.08))
+    assert r.applied
+    summary = r.processor._summary_message
+    assert "NC-48213" not in summary["content"]  # shown in the block instead
+    r.processor.pin("allergy", "The caller is allergic to peanuts and to tree nuts as well")
+    everything = texts_of(r.context.messages)
+    assert "NC-48213" in everything and "Priya Raman" in everything
+    assert "allergic to peanuts" in r.context.messages[1]["content"]
+    r.processor.unpin("allergy")
+    assert "NC-48213" in texts_of(r.context.messages)
