@@ -102,7 +102,7 @@ class Run:
         *,
         system="You are a helpful voice assistant.",
         options=None,
-        summarizer=None,
+        summarizer="openai",
         llm_settings=None,
     ):
         self.server = server
@@ -112,7 +112,9 @@ class Run:
         self.processor = ContextSummarizer(
             context=self.context,
             config=config,
-            summarizer=summarizer or OpenAISummarizer(base_url=server.base_url, model="cheap"),
+            summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap")
+            if summarizer == "openai"
+            else summarizer,
             options=options,
         )
         self.applied, self.failed = [], []

@@ -458,7 +458,7 @@ async def test_pipecat_llm_service_as_summarizer(openai_server):
     openai_server.handler = scripted()
     service = main_llm(openai_server.base_url)
     r = Run(openai_server, cfg(messages=6, keep=2, llm=service), summarizer=None)
-    r.processor._summarizer = PipecatLLMSummarizer(service)
+    assert isinstance(r.processor._summarizer, PipecatLLMSummarizer)
     await r.run(turns([f"user message number {i}" for i in range(5)], gap=0.1))
     assert r.applied
     body = openai_server.summary_requests[0]
