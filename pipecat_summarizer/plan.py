@@ -344,12 +344,18 @@ def evict_for_ceiling(
     *,
     ceiling: int,
     counter: TokenCounter,
+    target: int | None = None,
     summary_message: Any = None,
     protect_injected_system: bool = True,
 ) -> tuple[list[Any], list[Any]]:
-    """Move the oldest whole units out of the context until it fits under ``ceiling``.
+    """Move the oldest whole units out of the context once it exceeds ``ceiling``.
 
-    Never evicted: the head (system prompt and pinned block), the summary, protected
+    Evicts down to ``target`` (default: the ceiling) in one step: evicting a little every
+    turn would change the request prefix every turn and defeat prompt caching, and the
+    headroom also covers requests the processor does not see (a tool call's follow-up).
+
+    Eviction goes on to the next user turn, so the context resumes on one. Never evicted:
+    the head (system prompt and pinned block), the summary, protected
     messages, unresolved tool calls and anything after them, and the current user turn (the
     last user message and what follows it).
 
@@ -357,6 +363,7 @@ def evict_for_ceiling(
         messages: The context messages.
         ceiling: Maximum tokens the context may carry.
         counter: Token counter.
+        target: Tokens to evict down to once over the ceiling (at most ``ceiling``).
         summary_message: The current summary message, by identity.
         protect_injected_system: Keep mid-call system/developer messages in place.
 
@@ -367,6 +374,7 @@ def evict_for_ceiling(
     total = sum(counter.count_message(m) for m in messages)
     if total <= ceiling:
         return list(messages), []
+    goal = ceiling if target is None else min(target, ceiling)
     start = evictable_start(messages, summary_message)
     last_user = max(
         (i for i in range(start, len(messages)) if _role(messages[i]) == "user"), default=start
@@ -374,8 +382,10 @@ def evict_for_ceiling(
     is_protected = make_protection(protect_injected_system=protect_injected_system)
     evicted_idx: set[int] = set()
     for unit in group_units(messages, start):
-        if not unit.resolved or unit.end > last_user or total <= ceiling:
+        if not unit.resolved or unit.end > last_user:
             break
+        if total <= goal and _role(messages[unit.start]) == "user":
+            break  # under the goal, and the context now resumes on a user turn
         for k in range(unit.start, unit.end):
             if not is_protected(k, messages[k], messages):
                 evicted_idx.add(k)

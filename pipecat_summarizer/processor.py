@@ -88,6 +88,10 @@ class SummarizerOptions:
             request would exceed it and no summary is ready, the oldest whole units are
             moved to a pending queue that the next summary consumes first. ``None`` (the
             default) disables the ceiling.
+        eviction_target_ratio: Once over ``max_request_tokens``, evict down to this share of
+            it in one step, so the prefix stays stable for several turns and a tool call's
+            follow-up request (which goes from the assistant aggregator straight to the LLM,
+            past this processor) has room.
         pinned_facts_tokens: Token budget of the pinned-facts block.
         pin_summary_facts: Pin the FACTS and CONSTRAINTS of every summary.
         pinned_role: Role of the pinned-facts message. ``"developer"`` (the default) is what
@@ -106,6 +110,7 @@ class SummarizerOptions:
     summary_role: str = "user"
     soft_trigger_ratio: float = 0.8
     max_request_tokens: int | None = None
+    eviction_target_ratio: float = 0.75
     pinned_facts_tokens: int = 300
     pin_summary_facts: bool = True
     pinned_role: str = "developer"
@@ -126,6 +131,8 @@ class SummarizerOptions:
             raise ValueError("pinned_role must be system or developer")
         if not 0.1 <= self.soft_trigger_ratio <= 1:
             raise ValueError("soft_trigger_ratio must be in [0.1, 1]")
+        if not 0.1 <= self.eviction_target_ratio <= 1:
+            raise ValueError("eviction_target_ratio must be in [0.1, 1]")
         if self.max_request_tokens is not None and self.max_request_tokens < 200:
             raise ValueError("max_request_tokens must be at least 200 (or None)")
         if self.pinned_facts_tokens < 20:
@@ -463,6 +470,7 @@ class ContextSummarizer(FrameProcessor):
             messages,
             ceiling=ceiling,
             counter=self._meter.counter,
+            target=int(ceiling * self._options.eviction_target_ratio),
             summary_message=self._summary_message,
             protect_injected_system=self._options.protect_injected_system,
         )

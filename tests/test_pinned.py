@@ -99,3 +99,17 @@ def test_eviction_stops_at_unresolved_calls_and_the_current_turn():
     assert evicted == [msgs[0]] and remaining[0] is call
     only_current = [{"role": "user", "content": "q" * 4000}]
     assert evict_for_ceiling(only_current, ceiling=100, counter=C) == (only_current, [])
+
+
+def test_eviction_goes_down_to_the_target_in_one_step():
+    msgs = []
+    for k in range(20):
+        msgs += [
+            {"role": "user", "content": f"u{k} " + "x" * 200},
+            {"role": "assistant", "content": f"a{k} " + "y" * 200},
+        ]
+    total = sum(C.count_message(m) for m in msgs)
+    remaining, evicted = evict_for_ceiling(msgs, ceiling=total - 1, counter=C, target=total // 2)
+    assert sum(C.count_message(m) for m in remaining) <= total // 2
+    assert len(evicted) >= 18 and len(evicted) % 2 == 0  # whole exchanges
+    assert evict_for_ceiling(msgs, ceiling=total, counter=C, target=10) == (msgs, [])
