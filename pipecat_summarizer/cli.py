@@ -4,6 +4,9 @@
 Pipecat pipelines with three strategies (no summarization, Pipecat's built-in, this
 package) and compares what each sends to the main LLM. ``--synthetic N`` replays the
 article's 200-exchange scenario instead, and ``--locomo PATH`` LoCoMo conversations.
+``--max-request-tokens N`` gives ours a hard ceiling, and ``--summarizer-down-from TURN
+--summarizer-down-for TURNS`` makes the summarizer fail for a span of turns, to show the
+ceiling at work.
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ from typing import Any
 from loguru import logger
 
 STRATEGY_NAMES = ("full_buffer", "pipecat_builtin", "pipecat_summarizer")
+
+# dest -> Pipecat's default; a flag not given takes the default of the input's preset
+PIPECAT_THRESHOLDS = {
+    "max_context_tokens": 8000,
+    "max_unsummarized_messages": 20,
+    "keep": 4,
+    "target_tokens": None,
+}
 
 
 class UsageError(Exception):
@@ -47,6 +58,20 @@ def _non_negative_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
     if n < 0:
         raise argparse.ArgumentTypeError("must not be negative")
+    return n
+
+
+def _positive_int(value: str) -> int:
+    n = _non_negative_int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
+
+
+def _ceiling(value: str) -> int:
+    n = _positive_int(value)
+    if n < 200:
+        raise argparse.ArgumentTypeError("must be at least 200")
     return n
 
 
@@ -130,18 +155,31 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
     out.add_argument("-v", "--verbose", action="count", default=0, help="-v info, -vv debug logs")
 
-    th = rp.add_argument_group("thresholds (Pipecat's defaults)")
-    th.add_argument("--max-context-tokens", type=_threshold, default=8000, metavar="N")
-    th.add_argument("--max-unsummarized-messages", type=_threshold, default=20, metavar="N")
+    th = rp.add_argument_group(
+        "thresholds",
+        "Pipecat's defaults (8000 / 20 / 4 / 6000), except that --synthetic with none of "
+        "these flags uses the article's hybrid: max_context_tokens=15000, "
+        "max_unsummarized_messages=40 (20 exchanges), keep=20 (10 exchanges), "
+        "target_tokens=700. Any of these flags replaces the preset: the flags not given "
+        "then take Pipecat's defaults.",
+    )
+    th.add_argument("--max-context-tokens", type=_threshold, default=argparse.SUPPRESS, metavar="N")
     th.add_argument(
-        "--keep", type=_non_negative_int, default=4, metavar="N", help="min_messages_after_summary"
+        "--max-unsummarized-messages", type=_threshold, default=argparse.SUPPRESS, metavar="N"
+    )
+    th.add_argument(
+        "--keep",
+        type=_non_negative_int,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="min_messages_after_summary",
     )
     th.add_argument(
         "--target-tokens",
         type=_threshold,
-        default=None,
+        default=argparse.SUPPRESS,
         metavar="N",
-        help="target_context_tokens, the summary's output budget (default: Pipecat's, 6000)",
+        help="target_context_tokens, the summary's output budget (Pipecat's default: 6000)",
     )
     th.add_argument(
         "--strategies",
@@ -149,6 +187,37 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(STRATEGY_NAMES),
         metavar="LIST",
         help="comma-separated subset of " + ",".join(STRATEGY_NAMES),
+    )
+
+    cg = rp.add_argument_group(
+        "ceiling and outage",
+        "Show the hard ceiling at work: ours evicts the oldest units into a pending queue "
+        "when a request would exceed --max-request-tokens and no summary is ready; the "
+        "report counts every strategy's requests over it. During a simulated outage every "
+        "summarizer call of both summarizing strategies fails (the failures are counted, not "
+        "logged, unless -v). In the replay ours retries after 10 ms instead of 5 s (doubling "
+        "to 120 s), i.e. once per turn, since turns come faster than real time.",
+    )
+    cg.add_argument(
+        "--max-request-tokens",
+        type=_ceiling,
+        default=None,
+        metavar="N",
+        help="SummarizerOptions(max_request_tokens=N) for ours (at least 200)",
+    )
+    cg.add_argument(
+        "--summarizer-down-from",
+        type=_positive_int,
+        default=None,
+        metavar="TURN",
+        help="first user turn (1-based) of the outage",
+    )
+    cg.add_argument(
+        "--summarizer-down-for",
+        type=_positive_int,
+        default=None,
+        metavar="TURNS",
+        help="length of the outage in turns",
     )
 
     sm = rp.add_argument_group("summarizer (the same backend for both summarizing strategies)")
@@ -172,7 +241,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _configure_logging(verbose: int) -> None:
     logger.remove()
     level = "WARNING" if verbose == 0 else "INFO" if verbose == 1 else "DEBUG"
-    logger.add(sys.stderr, level=level)
+    if verbose:
+        logger.add(sys.stderr, level=level)
+    else:
+        # a simulated outage makes every summary attempt log a failure: counted in the
+        # report instead (-v shows them)
+        logger.add(
+            sys.stderr, level=level, filter=lambda r: "(simulated outage)" not in r["message"]
+        )
 
 
 class _Progress:
@@ -243,9 +319,17 @@ def _backend(args: argparse.Namespace):
         raise UsageError(f"the extractive summarizer is not available: {e}") from None
 
 
+def _outage(args: argparse.Namespace):
+    from pipecat_summarizer.replay.runner import Outage
+
+    if args.summarizer_down_from is None:
+        return None
+    return Outage(args.summarizer_down_from, args.summarizer_down_for)
+
+
 async def _replay(transcript, args, backend, progress: _Progress):
     from pipecat_summarizer.replay.report import TokenTable
-    from pipecat_summarizer.replay.runner import Thresholds, run_strategy
+    from pipecat_summarizer.replay.runner import Thresholds, replay_options, run_strategy
 
     thresholds = Thresholds(
         args.max_context_tokens, args.max_unsummarized_messages, args.keep, args.target_tokens
@@ -259,8 +343,10 @@ async def _replay(transcript, args, backend, progress: _Progress):
                 strategy,
                 thresholds=thresholds,
                 backend=backend,
+                options=replay_options(args.max_request_tokens),
                 table=table,
                 progress=progress,
+                outage=_outage(args),
             )
         )
         progress.done(strategy, len(transcript.turns))
@@ -276,15 +362,27 @@ def _write_json(path: str, data: Any) -> None:
 def _plot(args, results, title: str, path: str, turns: int) -> None:
     from pipecat_summarizer.replay.plot import plot_results
 
-    plot_results(results, path, title=title, threshold=args.max_context_tokens, turns=turns)
+    outage = _outage(args)
+    plot_results(
+        results,
+        path,
+        title=title,
+        threshold=args.max_context_tokens,
+        turns=turns,
+        ceiling=args.max_request_tokens,
+        outage=(outage.start, outage.end) if outage else None,
+    )
     print(f"plot written to {path}")
 
 
 def _meta(args, backend, transcript) -> dict[str, Any]:
-    from pipecat_summarizer.replay.runner import Thresholds
+    from pipecat_summarizer.replay.runner import Thresholds, replay_options
 
+    options = replay_options(args.max_request_tokens)
+    outage = _outage(args)
     return {
         "transcript": transcript.name,
+        "thresholds_source": args.thresholds_source,
         "thresholds": {
             "max_context_tokens": args.max_context_tokens,
             "max_unsummarized_messages": args.max_unsummarized_messages,
@@ -299,6 +397,18 @@ def _meta(args, backend, transcript) -> dict[str, Any]:
             .summary_config.target_context_tokens,
         },
         "summarizer": backend.name if backend else None,
+        "max_request_tokens": args.max_request_tokens,
+        "summarizer_outage": (
+            {"from_turn": outage.start, "turns": outage.turns, "recovered_at_turn": outage.end}
+            if outage
+            else None
+        ),
+        "summarizer_options": {
+            "max_request_tokens": options.max_request_tokens,
+            "soft_trigger_ratio": options.soft_trigger_ratio,
+            "retry_backoff_s": options.retry_backoff_s,
+            "max_retry_backoff_s": options.max_retry_backoff_s,
+        },
         "prices_per_million": {
             "input": args.input_price,
             "output": args.output_price,
@@ -317,6 +427,11 @@ def _title(transcript, args) -> str:
     limits.append(f"keep={args.keep}")
     if args.target_tokens:
         limits.append(f"target_context_tokens={args.target_tokens:,}")
+    if args.max_request_tokens:
+        limits.append(f"max_request_tokens={args.max_request_tokens:,}")
+    outage = _outage(args)
+    if outage:
+        limits.append(f"summarizer down turns {outage.start}-{outage.end - 1}")
     return f"{transcript.name}: {len(transcript.turns)} turns, " + ", ".join(limits)
 
 
@@ -334,15 +449,37 @@ def _run_single(args, transcript, probes, backend, prices, extra_meta=None) -> d
         progress.close()
     meta = _meta(args, backend, transcript) | (extra_meta or {})
     report = build_report(
-        results, turns=len(transcript.turns), prices=prices, probes=probes, meta=meta
+        results,
+        turns=len(transcript.turns),
+        prices=prices,
+        probes=probes,
+        meta=meta,
+        ceiling=args.max_request_tokens,
     )
-    print(f"\n{_title(transcript, args)}; summarizer: {meta['summarizer'] or '-'}\n")
+    print(f"\n{_title(transcript, args)}; summarizer: {meta['summarizer'] or '-'}")
+    print(f"thresholds: {args.thresholds_source}\n")
     print(format_table(report))
-    missing = {
-        name: s["probes_missing"] for name, s in report["strategies"].items() if s["probes_missing"]
-    }
-    for name, lost in missing.items():
-        print(f"  {name} lost: " + "; ".join(lost))
+    for name, s in report["strategies"].items():
+        if s["probes_missing"]:
+            print(f"  {name} lost by the end: " + "; ".join(s["probes_missing"]))
+        dropped = s.get("probes_dropped_at_turn") or {}
+        if dropped:
+            print(
+                f"  {name} dropped mid-call: "
+                + "; ".join(
+                    f"{p} (turn {t})" if t else f"{p} (never sent)" for p, t in dropped.items()
+                )
+            )
+    outage = _outage(args)
+    ours = report["strategies"].get("pipecat_summarizer")
+    if outage and ours and args.max_request_tokens:
+        drained = ours.get("pending_drained_turn")
+        print(
+            f"  pipecat_summarizer pending queue: at most {ours['pending_max_messages']} "
+            f"messages, {ours['pending_final_messages']} at the end"
+            + (f", drained by the end of turn {drained}" if drained else "")
+            + f" (summarizer back at turn {outage.end})"
+        )
     if args.plot:
         _plot(args, results, _title(transcript, args), args.plot, len(transcript.turns))
     return report
@@ -415,7 +552,14 @@ def _cmd_locomo(args, probes, backend, prices) -> dict[str, Any]:
                 "qa_items": len(conv.qa),
             }
         }
-        report = build_report(results, turns=len(t.turns), prices=prices, probes=probes, meta=meta)
+        report = build_report(
+            results,
+            turns=len(t.turns),
+            prices=prices,
+            probes=probes,
+            meta=meta,
+            ceiling=args.max_request_tokens,
+        )
         reports.append(report)
         recall_rows.append((conv.sample_id, len(t.turns), report))
         if len(samples) == 1:
@@ -466,6 +610,33 @@ def _locomo_table(rows, merged, strategies) -> str:
     return "\n".join(lines)
 
 
+def _resolve_thresholds(args: argparse.Namespace) -> None:
+    """Fill in the threshold flags not given: the article's hybrid for ``--synthetic`` when
+    none is given, Pipecat's defaults otherwise; record which in ``thresholds_source``."""
+    from pipecat_summarizer.replay.synthetic import HYBRID_THRESHOLDS
+
+    given = [k for k in PIPECAT_THRESHOLDS if hasattr(args, k)]
+    if args.synthetic is not None and not given:
+        defaults = HYBRID_THRESHOLDS
+        args.thresholds_source = (
+            "the article's hybrid (the --synthetic default): compact at 20 exchanges "
+            "(40 messages), keep the last 10 (20 messages), ~700-token summary"
+        )
+    else:
+        defaults = PIPECAT_THRESHOLDS
+        args.thresholds_source = (
+            "Pipecat's defaults"
+            if not given
+            else "command line ("
+            + ", ".join("--" + k.replace("_", "-") for k in given)
+            + ")"
+            + (", Pipecat's defaults for the rest" if len(given) < len(PIPECAT_THRESHOLDS) else "")
+        )
+    for key, value in defaults.items():
+        if not hasattr(args, key):
+            setattr(args, key, value)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     """Run ``replay``; returns the exit status."""
     from pipecat_summarizer.replay.report import Prices
@@ -474,6 +645,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     sources = [args.transcript is not None, args.synthetic is not None, args.locomo is not None]
     if sum(sources) != 1:
         raise UsageError("give exactly one of TRANSCRIPT, --synthetic [N] or --locomo PATH")
+    _resolve_thresholds(args)
+    if (args.summarizer_down_from is None) != (args.summarizer_down_for is None):
+        raise UsageError("--summarizer-down-from and --summarizer-down-for go together")
     if (args.locomo_id or args.locomo_index is not None) and not args.locomo:
         raise UsageError("--locomo-id/--locomo-index need --locomo PATH")
     if (

@@ -3,10 +3,13 @@
 Needs matplotlib (the ``plot`` extra). Two panels share the turn axis: the top one shows
 every strategy on one scale (the full buffer's growth), the bottom one zooms on the
 summarizing strategies around the token threshold, where the compactions are visible.
+When set, the ceiling (``max_request_tokens``) is a solid black line, ours' evictions under it
+are ticks, and a summarizer outage is a shaded span.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,7 +23,9 @@ STYLE = {
 
 
 def _compaction_turns(result: StrategyResult) -> list[int]:
-    return sorted({result.requests[i].turn for i in compaction_points(result.requests)})
+    """Turns whose request rewrote the context, except rewrites by a ceiling eviction."""
+    evicted = set(result.eviction_turns)
+    return sorted({result.requests[i].turn for i in compaction_points(result.requests)} - evicted)
 
 
 def _short(n: float) -> str:
@@ -38,6 +43,8 @@ def plot_results(
     title: str,
     threshold: int | None = None,
     turns: int | None = None,
+    ceiling: int | None = None,
+    outage: tuple[int, int] | None = None,
 ) -> Path:
     """Write the PNG and return its path.
 
@@ -47,6 +54,8 @@ def plot_results(
         title: The figure title (the transcript name, usually).
         threshold: ``max_context_tokens``, drawn as a dashed line.
         turns: Number of turns (defaults to the largest turn seen).
+        ceiling: ``max_request_tokens``, drawn as a solid line.
+        outage: ``(first turn, first turn after)`` of a summarizer outage, shaded.
 
     Raises:
         RuntimeError: If matplotlib is not installed.
@@ -99,6 +108,17 @@ def plot_results(
                         markeredgewidth=0.5,
                         label=f"  compactions ({len(points)})",
                     )
+                evictions = sorted(set(res.eviction_turns))
+                if evictions:
+                    ax.plot(
+                        evictions,
+                        [y[t - 1] for t in evictions],
+                        linestyle="none",
+                        marker="|",
+                        markersize=7,
+                        color="black",
+                        label=f"  ceiling evictions ({len(evictions)} turns)",
+                    )
         if threshold:
             ax.axhline(
                 threshold,
@@ -106,6 +126,24 @@ def plot_results(
                 color="#d62728",
                 linewidth=1.1,
                 label=f"max_context_tokens = {threshold:,}",
+            )
+        if ceiling:
+            ax.axhline(
+                ceiling,
+                linestyle="-",
+                color="#000000",
+                linewidth=1.3,
+                label=f"ceiling: max_request_tokens = {ceiling:,}",
+            )
+        if outage:
+            start, end = outage
+            ax.axvspan(
+                start - 0.5,
+                min(end, n_turns + 1) - 0.5,
+                color="#d62728",
+                alpha=0.1,
+                linewidth=0,
+                label=f"summarizer down (turns {start}-{end - 1})",
             )
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _short(v)))
         ax.set_ylabel("tokens sent (largest request of the turn)")
@@ -120,13 +158,13 @@ def plot_results(
         axes[1].set_title(
             "Summarizing strategies (zoom), compactions marked", fontsize=10, loc="left"
         )
-        axes[1].set_ylim(0, max(top, threshold or 0) * 1.25)
+        axes[1].set_ylim(0, max(top, threshold or 0, ceiling or 0) * 1.25)
     else:
         top = draw(axes[0], results, markers=True)
-        axes[0].set_ylim(0, max(top, threshold or 0) * 1.15)
+        axes[0].set_ylim(0, max(top, threshold or 0, ceiling or 0) * 1.15)
     axes[-1].set_xlabel("user turn")
     axes[-1].set_xlim(1, max(n_turns, 2))
-    fig.suptitle(title, fontsize=12)
+    fig.suptitle("\n".join(textwrap.wrap(title, 110)), fontsize=11)
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

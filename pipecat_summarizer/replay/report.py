@@ -15,6 +15,14 @@ Definitions (all token figures use the package's ``EstimateTokenCounter``):
 * ``cost_usd_with_cache``: the same, except that in each request the longest message
   prefix shared with the previous request is billed at the cached-input price.
 * ``probes_retained``: probes found, case-insensitively, in the text of the final request.
+* ``probes_retained_every_turn``: probes that, from the first request whose text contains
+  them (the turn they were stated) on, are in the text of every later request. A probe
+  never seen in any request does not count.
+* ``ceiling_violations``: requests whose tokens exceed ``max_request_tokens`` (``None``
+  when no ceiling was set). The ceiling is enforced by ours only; the others are measured
+  against the same figure.
+* ``pending_max_messages`` / ``pending_final_messages``: ours' queue of messages evicted
+  under the ceiling and not yet summarized, at its largest and at the end (0 for others).
 """
 
 from __future__ import annotations
@@ -40,7 +48,11 @@ REPORT_KEYS = (
     "cost_usd",
     "cost_usd_with_cache",
     "probes_retained",
+    "probes_retained_every_turn",
     "probes_total",
+    "ceiling_violations",
+    "pending_max_messages",
+    "pending_final_messages",
     "hot_path_us_p50",
     "hot_path_us_p99",
 )
@@ -65,6 +77,8 @@ class RequestTokens:
         message_tokens: Tokens of each message.
         system_tokens: Tokens of the system instruction (0 if none).
         answer_tokens: Tokens of the replayed answer.
+        system_instruction: The system instruction itself (for probe matching).
+        step: The 0-based request within the turn (1 and up: after tool calls).
     """
 
     turn: int
@@ -72,6 +86,8 @@ class RequestTokens:
     message_tokens: tuple[int, ...]
     system_tokens: int = 0
     answer_tokens: int = 0
+    system_instruction: str | None = None
+    step: int = 0
 
     @property
     def total(self) -> int:
@@ -91,6 +107,10 @@ class StrategyResult:
         hot_path_ns: Per-context-frame time in the strategy's summarization code.
         final_text: The text of the final request (for probes and answer recall).
         turns: User turns replayed.
+        pending_per_turn: Ours: messages in the pending queue after each turn.
+        pending_max_messages: Ours: the largest pending queue seen (after a turn or an
+            eviction).
+        eviction_turns: Ours: the turn of each eviction under the ceiling.
         extra: Anything else to report for this strategy.
     """
 
@@ -101,6 +121,9 @@ class StrategyResult:
     hot_path_ns: list[int] = field(default_factory=list)
     final_text: str = ""
     turns: int = 0
+    pending_per_turn: list[int] = field(default_factory=list)
+    pending_max_messages: int = 0
+    eviction_turns: list[int] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -219,10 +242,117 @@ def request_text(messages: Iterable[Any]) -> str:
     return "\n".join(parts)
 
 
+def request_probes(requests: Sequence[RequestTokens], probes: Sequence[str]) -> list[set[str]]:
+    """For each request, the probes found in its text (as ``probes_found`` on the same text
+    the final request is matched on: the system instruction, then every message's text).
+
+    Each distinct message is lower-cased once; a probe missing from every single message
+    is looked for in the joined text too, so one spanning two messages still counts.
+    """
+    if not probes:
+        return [set() for _ in requests]
+    lowered = [(p, p.lower()) for p in probes]
+    cache: dict[str, str] = {}
+
+    def text_of(serialized: str) -> str:
+        text = cache.get(serialized)
+        if text is None:
+            try:
+                message = json.loads(serialized)
+            except json.JSONDecodeError:  # not a serialized message: match its text
+                message = {"content": serialized}
+            text = "\n".join(message_texts(message)).lower()
+            cache[serialized] = text
+        return text
+
+    out = []
+    for req in requests:
+        texts = [text_of(m) for m in req.messages]
+        if req.system_instruction:
+            texts.insert(0, req.system_instruction.lower())
+        found = {p for p, low in lowered if any(low in t for t in texts)}
+        if len(found) < len(lowered):
+            joined = "\n".join(texts)
+            found |= {p for p, low in lowered if p not in found and low in joined}
+        out.append(found)
+    return out
+
+
+def probe_first_misses(
+    presence: Sequence[Iterable[str]], turns: Sequence[int], probes: Sequence[str]
+) -> dict[str, int | None]:
+    """For each probe, the turn of the first request that lacks it after it was first seen.
+
+    Args:
+        presence: For each request in order, the probes its text contains.
+        turns: For each request, its user turn.
+        probes: The probes.
+
+    Returns:
+        ``{probe: None}`` for a probe present in every request from the first one that
+        contains it on; otherwise the turn of the first request without it after that
+        (``0`` when no request ever contained it).
+    """
+    out: dict[str, int | None] = {}
+    sets = [set(p) for p in presence]
+    for probe in probes:
+        first = next((i for i, found in enumerate(sets) if probe in found), None)
+        if first is None:
+            out[probe] = 0
+            continue
+        miss = next((i for i in range(first + 1, len(sets)) if probe not in sets[i]), None)
+        out[probe] = None if miss is None else turns[miss]
+    return out
+
+
+def probes_retained_every_turn(
+    presence: Sequence[Iterable[str]], probes: Sequence[str]
+) -> list[str]:
+    """The probes present in every request from the first one that contains them on.
+
+    Args:
+        presence: For each request in order, the probes its text contains.
+        probes: The probes.
+    """
+    misses = probe_first_misses(presence, list(range(len(presence))), probes)
+    return [p for p in probes if misses[p] is None]
+
+
+def ceiling_violations(requests: Sequence[RequestTokens], ceiling: int | None) -> int | None:
+    """Requests whose tokens exceed ``ceiling``; ``None`` when there is no ceiling."""
+    if ceiling is None:
+        return None
+    return sum(1 for r in requests if r.total > ceiling)
+
+
+def pending_drained_turn(pending_per_turn: Sequence[int]) -> int | None:
+    """The turn by whose end the pending queue was last emptied (``None``: it never held
+    anything, or it still does at the end).
+
+    Args:
+        pending_per_turn: The queue's length after each turn (turn 1 first).
+    """
+    last = max((i for i, n in enumerate(pending_per_turn) if n), default=None)
+    if last is None or last + 1 >= len(pending_per_turn):
+        return None
+    return last + 2  # 1-based turn of the first empty queue after the last non-empty one
+
+
 def strategy_metrics(
-    result: StrategyResult, *, prices: Prices, probes: Sequence[str]
+    result: StrategyResult,
+    *,
+    prices: Prices,
+    probes: Sequence[str],
+    ceiling: int | None = None,
 ) -> dict[str, Any]:
-    """The report entry of one strategy (the required keys first, then extras)."""
+    """The report entry of one strategy (the required keys first, then extras).
+
+    Args:
+        result: What was measured.
+        prices: Prices per million tokens.
+        probes: Facts that must stay known.
+        ceiling: ``max_request_tokens`` to count violations against (``None``: not set).
+    """
     requests = result.requests
     totals = [r.total for r in requests]
     input_tokens = sum(totals)
@@ -234,6 +364,10 @@ def strategy_metrics(
     cost_cache = ((input_tokens - cached) * prices.input + cached * prices.cached_input) / 1e6
     hot_us = [ns / 1000 for ns in result.hot_path_ns]
     found = probes_found(result.final_text, probes)
+    misses = probe_first_misses(
+        request_probes(requests, probes), [r.turn for r in requests], probes
+    )
+    pending_final = result.pending_per_turn[-1] if result.pending_per_turn else 0
     entry: dict[str, Any] = {
         "input_tokens": input_tokens,
         "summary_input_tokens": summary_in,
@@ -245,7 +379,11 @@ def strategy_metrics(
         "cost_usd": round(cost, 6),
         "cost_usd_with_cache": round(cost_cache + summary_cost, 6),
         "probes_retained": len(found),
+        "probes_retained_every_turn": sum(1 for m in misses.values() if m is None),
         "probes_total": len(probes),
+        "ceiling_violations": ceiling_violations(requests, ceiling),
+        "pending_max_messages": result.pending_max_messages,
+        "pending_final_messages": pending_final,
         "hot_path_us_p50": round(percentile(hot_us, 50), 2),
         "hot_path_us_p99": round(percentile(hot_us, 99), 2),
         # extras
@@ -255,8 +393,17 @@ def strategy_metrics(
         "output_tokens": sum(r.answer_tokens for r in requests),
         "final_request_tokens": totals[-1] if totals else 0,
         "probes_missing": [p for p in probes if p not in found],
+        "probes_dropped_at_turn": {p: t for p, t in misses.items() if t is not None},
         "hot_path_frames": len(hot_us),
     }
+    if ceiling is not None:
+        # the requests a turn makes after its tool calls (the assistant aggregator sends
+        # them straight back to the LLM, upstream)
+        entry["ceiling_violations_after_tool_calls"] = ceiling_violations(
+            [r for r in requests if r.step > 0], ceiling
+        )
+    if result.pending_per_turn:
+        entry["pending_drained_turn"] = pending_drained_turn(result.pending_per_turn)
     entry.update(result.extra)
     return entry
 
@@ -268,12 +415,18 @@ def build_report(
     prices: Prices,
     probes: Sequence[str],
     meta: dict[str, Any] | None = None,
+    ceiling: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON report: ``{"turns": int, "strategies": {name: entry}}`` plus extras."""
+    """The JSON report: ``{"turns": int, "strategies": {name: entry}}`` plus extras.
+
+    ``ceiling`` is ``max_request_tokens``, if set: every strategy's requests are counted
+    against it (``ceiling_violations``).
+    """
     report: dict[str, Any] = {
         "turns": turns,
         "strategies": {
-            r.strategy: strategy_metrics(r, prices=prices, probes=probes) for r in results
+            r.strategy: strategy_metrics(r, prices=prices, probes=probes, ceiling=ceiling)
+            for r in results
         },
     }
     if meta:
@@ -331,6 +484,25 @@ def format_table(report: dict[str, Any]) -> str:
     row("cost (prompt cache)", lambda s: f"${s['cost_usd_with_cache']:.4f}")
     if any(s["probes_total"] for s in strategies.values()):
         row("probes retained", lambda s: f"{s['probes_retained']}/{s['probes_total']}")
+        row(
+            "probes retained every turn",
+            lambda s: f"{s.get('probes_retained_every_turn', 0)}/{s['probes_total']}",
+        )
+    if any(s.get("ceiling_violations") is not None for s in strategies.values()):
+        row(
+            "ceiling violations",
+            lambda s: (
+                "-" if s.get("ceiling_violations") is None else f"{s['ceiling_violations']:,}"
+            ),
+        )
+    if any(
+        s.get("ceiling_violations") is not None or s.get("pending_max_messages")
+        for s in strategies.values()
+    ):
+        row(
+            "pending max / final (msgs)",
+            lambda s: f"{s.get('pending_max_messages', 0)} / {s.get('pending_final_messages', 0)}",
+        )
     if any("answer_recall" in s for s in strategies.values()):
         row("answer recall", lambda s: f"{100 * s.get('answer_recall', 0):.1f}%")
     row(
@@ -358,10 +530,12 @@ def merge_reports(
 ) -> dict[str, Any]:
     """Combine per-conversation reports into one ``{"turns", "strategies"}`` report.
 
-    Token, call and cost figures are summed; ``max_request_tokens`` is the maximum;
-    ``mean_request_tokens`` is over all requests; ``prefix_stable_fraction`` is weighted by
-    the requests that have a predecessor; ``answer_recall`` (when present) is weighted by
-    QA items; hot-path percentiles come from the pooled samples in ``hot_path_ns``.
+    Token, call, cost, probe and violation figures are summed (``ceiling_violations``
+    stays ``None`` without a ceiling); ``max_request_tokens`` and ``pending_max_messages``
+    are the maximum; ``mean_request_tokens`` is over all requests; ``prefix_stable_fraction``
+    is weighted by the requests that have a predecessor; ``answer_recall`` (when present) is
+    weighted by QA items; hot-path percentiles come from the pooled samples in
+    ``hot_path_ns``.
     """
     names: list[str] = []
     for rep in reports:
@@ -381,6 +555,8 @@ def merge_reports(
         "cached_input_tokens",
         "output_tokens",
         "summary_failures",
+        "probes_retained_every_turn",
+        "pending_final_messages",
     )
     for name in names:
         entries = [r["strategies"][name] for r in reports if name in r["strategies"]]
@@ -391,6 +567,11 @@ def merge_reports(
                 out[key] = round(total, 6) if isinstance(total, float) else total
         requests = sum(e["requests"] for e in entries)
         out["max_request_tokens"] = max(e["max_request_tokens"] for e in entries)
+        out["pending_max_messages"] = max(e.get("pending_max_messages", 0) for e in entries)
+        violations = [e.get("ceiling_violations") for e in entries]
+        out["ceiling_violations"] = (
+            None if all(v is None for v in violations) else sum(v or 0 for v in violations)
+        )
         out["mean_request_tokens"] = round(out["input_tokens"] / requests, 1) if requests else 0.0
         pairs = sum(max(0, e["requests"] - 1) for e in entries)
         stable = sum(e["prefix_stable_fraction"] * max(0, e["requests"] - 1) for e in entries)

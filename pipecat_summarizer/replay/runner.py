@@ -17,6 +17,18 @@ a run deterministic and gives both summarizers the same, best case: a summary th
 before the user speaks again. In a live call a slow summarizer lands later (ours keeps
 working; the built-in discards a summary overtaken by a user turn).
 
+Ceiling and outage. ``SummarizerOptions(max_request_tokens=N)`` makes ours evict the oldest
+units into its pending queue whenever a request would exceed ``N``; the runner records the
+queue after every turn and on every ``on_messages_evicted``. An :class:`Outage` makes the
+summarizer backend of both summarizing strategies fail for a span of turns: any call made
+while the current turn is in ``[start, start + turns)`` raises (``SummarizerError`` for ours;
+the built-in's dedicated LLM's ``run_inference`` raises too). Rejected calls never reach the
+backend, so they are counted as failures, not as summarizer tokens. Turns come much faster
+than real time, so ours runs with :func:`replay_options` (a 10 ms retry backoff, capped at
+10 ms, instead of 5 s doubling to 120 s) and the runner lets that backoff expire after a turn
+with a failure: a failed summarizer is retried once per turn, at the next turn's context
+frame. In a live call the first attempt after an outage can come up to two minutes later.
+
 Timed hot path (``hot_path_ns``): for ``pipecat_summarizer``, ``ContextSummarizer.process_frame``
 on every downstream ``LLMContextFrame``; for ``pipecat_builtin``, the assistant aggregator's
 ``LLMContextSummarizer.process_frame`` on every ``LLMFullResponseStartFrame`` (its threshold
@@ -54,6 +66,7 @@ from pipecat.utils.context.llm_context_summarization import (
 )
 from pipecat.workers.runner import WorkerRunner
 
+from pipecat_summarizer.events import MessagesEvictedEvent
 from pipecat_summarizer.processor import ContextSummarizer, SummarizerOptions
 from pipecat_summarizer.prompt import SummaryRequest
 from pipecat_summarizer.replay.replay_llm import RecordedRequest, ReplayLLM
@@ -65,7 +78,7 @@ from pipecat_summarizer.replay.report import (
     request_text,
 )
 from pipecat_summarizer.replay.transcript import Transcript
-from pipecat_summarizer.summarizers.base import Summarizer
+from pipecat_summarizer.summarizers.base import Summarizer, SummarizerError
 
 ProgressFn = Callable[[str, int], None]
 
@@ -98,6 +111,88 @@ class Thresholds:
             max_unsummarized_messages=self.max_unsummarized_messages,
             summary_config=summary,
         )
+
+
+REPLAY_RETRY_BACKOFF_S = 0.01
+"""Ours' retry backoff in a replay (seconds, also the cap): turns come faster than real
+time, so the default 5 s (doubling to 120 s) would keep a recovered summarizer idle for the
+rest of the replay."""
+
+
+_MAX_BACKOFF_WAIT_S = 0.05  # the longest the runner waits for ours' backoff after a turn
+
+
+def replay_options(max_request_tokens: int | None = None, **kwargs: Any) -> SummarizerOptions:
+    """``SummarizerOptions`` for a replay: the defaults, except the retry backoff.
+
+    Args:
+        max_request_tokens: Ours' hard ceiling (``None``: none).
+        **kwargs: Any other ``SummarizerOptions`` field.
+    """
+    kwargs.setdefault("retry_backoff_s", REPLAY_RETRY_BACKOFF_S)
+    kwargs.setdefault("max_retry_backoff_s", REPLAY_RETRY_BACKOFF_S)
+    return SummarizerOptions(max_request_tokens=max_request_tokens, **kwargs)
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A span of user turns during which the summarizer backend fails.
+
+    Parameters:
+        start: First turn of the outage (1-based).
+        turns: Its length in turns.
+    """
+
+    start: int
+    turns: int
+
+    def __post_init__(self):
+        """Validate the span."""
+        if self.start < 1 or self.turns < 1:
+            raise ValueError("an outage starts at turn 1 or later and lasts at least one turn")
+
+    @property
+    def end(self) -> int:
+        """The first turn after the outage."""
+        return self.start + self.turns
+
+    def covers(self, turn: int) -> bool:
+        """True when ``turn`` is inside the outage."""
+        return self.start <= turn < self.end
+
+
+OUTAGE_ERROR = "summarizer down (simulated outage)"
+
+
+class _OutageSummarizer:
+    """Fails every call made while ``is_down()``; otherwise calls the wrapped backend."""
+
+    def __init__(self, inner: Summarizer, is_down: Callable[[], bool], rejected: list[int]):
+        self.inner = inner
+        self._is_down = is_down
+        self._rejected = rejected
+
+    async def summarize(self, request: SummaryRequest) -> Any:
+        if self._is_down():
+            self._rejected[0] += 1
+            raise SummarizerError(OUTAGE_ERROR)
+        return await self.inner.summarize(request)
+
+
+def _outage_inference(
+    llm: LLMService, is_down: Callable[[], bool], rejected: list[int], on_error: Callable[[], None]
+) -> None:
+    """Wrap ``llm.run_inference`` (the built-in's summary call) to fail while ``is_down()``."""
+    original = llm.run_inference
+
+    async def maybe_down(context: LLMContext, *args: Any, **kwargs: Any) -> str | None:
+        if is_down():
+            rejected[0] += 1
+            on_error()
+            raise SummarizerError(OUTAGE_ERROR)
+        return await original(context, *args, **kwargs)
+
+    llm.run_inference = maybe_down  # type: ignore[method-assign]
 
 
 @dataclass
@@ -222,6 +317,8 @@ def _request_tokens(
                 message_tokens=tuple(table.message(m) for m in r.messages),
                 system_tokens=table.system(r.system_instruction),
                 answer_tokens=answers.get((r.turn, r.step), 0),
+                system_instruction=r.system_instruction,
+                step=r.step,
             )
         )
     return out
@@ -248,6 +345,7 @@ async def run_strategy(
     table: TokenTable | None = None,
     progress: ProgressFn | None = None,
     turn_timeout: float = 60.0,
+    outage: Outage | None = None,
 ) -> StrategyResult:
     """Replay ``transcript`` through a real pipeline with one strategy.
 
@@ -256,10 +354,12 @@ async def run_strategy(
         strategy: ``full_buffer``, ``pipecat_builtin`` or ``pipecat_summarizer``.
         thresholds: The trigger thresholds.
         backend: The summarizer backend (required unless ``full_buffer``).
-        options: ``SummarizerOptions`` for ours.
+        options: ``SummarizerOptions`` for ours (default: :func:`replay_options`).
         table: Token table (shared across strategies to count each message once).
         progress: Called with ``(strategy, turn)`` after each turn.
         turn_timeout: Seconds to wait for one turn before giving up.
+        outage: Turns during which the summarizer backend fails (both summarizing
+            strategies).
 
     Returns:
         What was measured.
@@ -274,7 +374,16 @@ async def run_strategy(
     table = table or TokenTable()
     summary_calls: list[tuple[int, int]] = []
     hot_ns: list[int] = []
-    counts = {"applied": 0, "failed": 0}
+    counts = {"applied": 0, "failed": 0, "evictions": 0, "evicted": 0}
+    rejected = [0]  # calls refused by the simulated outage
+    pending_per_turn: list[int] = []
+    eviction_turns: list[int] = []
+    pending_max = [0]
+    options = options or replay_options()
+    current = {"turn": 0}
+
+    def is_down() -> bool:
+        return outage is not None and outage.covers(current["turn"])
 
     context = LLMContext(messages=copy.deepcopy(transcript.preamble))
     assistant_params = LLMAssistantAggregatorParams()
@@ -285,6 +394,8 @@ async def run_strategy(
             counts["failed"] += 1
 
         _count_inference(llm, table, summary_calls, _builtin_failed)
+        if outage is not None:
+            _outage_inference(llm, is_down, rejected, _builtin_failed)
         assistant_params = LLMAssistantAggregatorParams(
             enable_auto_context_summarization=True,
             auto_context_summarization_config=thresholds.config(llm=llm),
@@ -295,7 +406,6 @@ async def run_strategy(
     # assistant aggregator has finished every response pushed so far (one
     # on_assistant_turn_stopped per LLMFullResponseEndFrame, after the context write).
     answered = {"turn": 0, "responses": 0}
-    current = {"turn": 0}
     stopped = {"responses": 0}
     turn_done = asyncio.Event()
 
@@ -319,12 +429,24 @@ async def run_strategy(
     builtin = None
     processors: list[Any] = [user_agg]
     if strategy == "pipecat_summarizer":
+        summarizer: Summarizer = _CountingSummarizer(
+            backend.make_summarizer(), table, summary_calls
+        )
+        if outage is not None:
+            summarizer = _OutageSummarizer(summarizer, is_down, rejected)
         ours = ContextSummarizer(
             context=context,
             config=thresholds.config(),
-            summarizer=_CountingSummarizer(backend.make_summarizer(), table, summary_calls),
+            summarizer=summarizer,
             options=options,
         )
+
+        @ours.event_handler("on_messages_evicted")
+        async def _ours_evicted(_proc, event: MessagesEvictedEvent):
+            counts["evictions"] += 1
+            counts["evicted"] += event.messages_evicted
+            eviction_turns.append(current["turn"])
+            pending_max[0] = max(pending_max[0], event.pending_messages)
 
         @ours.event_handler("on_summary_applied")
         async def _ours_applied(_proc, _event):
@@ -371,6 +493,7 @@ async def run_strategy(
         try:
             await asyncio.wait_for(started.wait(), timeout=10)
             for turn in transcript.turns:
+                failed_before = counts["failed"]
                 turn_done.clear()
                 current["turn"] = turn.index
                 replay.begin_turn(turn.index)
@@ -392,6 +515,13 @@ async def run_strategy(
                     await asyncio.sleep(0.0005)
                 # let the event handler tasks of an applied summary run
                 await asyncio.sleep(0)
+                if ours is not None:
+                    if is_down() or counts["failed"] > failed_before:
+                        # let ours' retry backoff expire, as a real turn would (capped)
+                        await asyncio.sleep(min(options.max_retry_backoff_s, _MAX_BACKOFF_WAIT_S))
+                    pending = len(ours.pending_messages)
+                    pending_per_turn.append(pending)
+                    pending_max[0] = max(pending_max[0], pending)
                 if progress is not None:
                     progress(strategy, turn.index)
             await worker.queue_frame(EndFrame())
@@ -415,6 +545,11 @@ async def run_strategy(
     extra: dict[str, Any] = {"summary_failures": counts["failed"]}
     if strategy != "full_buffer" and backend is not None:
         extra["summarizer"] = backend.name
+    if outage is not None and strategy != "full_buffer":
+        extra["outage_rejected_calls"] = rejected[0]
+    if ours is not None and options.max_request_tokens is not None:
+        extra["evictions"] = counts["evictions"]
+        extra["messages_evicted"] = counts["evicted"]
     return StrategyResult(
         strategy=strategy,
         requests=requests,
@@ -423,6 +558,9 @@ async def run_strategy(
         hot_path_ns=hot_ns,
         final_text=final_text,
         turns=len(transcript.turns),
+        pending_per_turn=pending_per_turn,
+        pending_max_messages=pending_max[0],
+        eviction_turns=eviction_turns,
         extra=extra,
     )
 
@@ -436,6 +574,7 @@ async def run_all(
     options: SummarizerOptions | None = None,
     progress: ProgressFn | None = None,
     turn_timeout: float = 60.0,
+    outage: Outage | None = None,
 ) -> list[StrategyResult]:
     """Run each strategy on the same transcript, one after the other."""
     table = TokenTable()
@@ -451,6 +590,7 @@ async def run_all(
                 table=table,
                 progress=progress,
                 turn_timeout=turn_timeout,
+                outage=outage,
             )
         )
     return results

@@ -27,6 +27,20 @@ ASSISTANT_TOKENS = EXCHANGE_TOKENS - USER_TOKENS
 ALLERGY = "I'm vegetarian, and I'm allergic to peanuts."
 PROBES = ("vegetarian", "allergic to peanuts")
 
+HYBRID_THRESHOLDS = {
+    "max_context_tokens": 15000,
+    "max_unsummarized_messages": 40,
+    "keep": 20,
+    "target_tokens": 700,
+}
+"""The article's hybrid, the ``--synthetic`` default: compact when 20 exchanges (40
+messages) have accumulated, keep the last 10 (20 messages) verbatim, a ~700-token summary.
+``max_context_tokens`` is the article's budget for the whole request, the 3,000-token prefix
+plus 12,000 for history; a request at 20 exchanges carries about 13,700, so the message
+threshold decides when to compact, as in the article. (With 12,000 for the whole request
+the token threshold trips at about 17 exchanges instead: 20 compactions in 200 turns
+rather than 18.)"""
+
 _GUIDELINES = [
     "Greet the client by name when they share it and keep a warm, practical tone.",
     "Ask about dietary restrictions, allergies and intolerances before suggesting any food.",
