@@ -34,8 +34,8 @@ _STOP = frozenset(
 
 
 def normalize(text: str) -> str:
-    """Lower-case, drop the correction mark and punctuation, fold spaces."""
-    text = _CORRECTED.sub(" ", text)
+    """Lower-case, drop a speaker prefix, the correction mark and punctuation, fold spaces."""
+    text = _SPEAKER.sub("", _CORRECTED.sub(" ", text).strip())
     return " ".join(re.sub(r"[^\w\s$%.-]", " ", text.lower()).split()).strip(" .")
 
 

@@ -5,8 +5,9 @@ from pipecat.frames.frames import LLMContextSummaryRequestFrame
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.utils.context.llm_context_summarization import LLMContextSummarizationUtil
 
+from pipecat_summarizer.pinned import PinnedFacts
 from pipecat_summarizer.prompt import SECTIONS, build_request
-from pipecat_summarizer.summarizers.base import Summarizer
+from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult
 from pipecat_summarizer.summarizers.extractive import (
     ExtractiveLLMService,
     ExtractiveSummarizer,
@@ -39,10 +40,14 @@ def filler(n, start=0):
     return out
 
 
-async def summarize(messages, previous=None, max_tokens=800):
+async def summarize_result(messages, previous=None, max_tokens=800):
     return await ExtractiveSummarizer().summarize(
         build_request(messages, previous_summary=previous, max_tokens=max_tokens)
     )
+
+
+async def summarize(messages, previous=None, max_tokens=800):
+    return (await summarize_result(messages, previous, max_tokens)).text
 
 
 def test_implements_protocol():
@@ -157,7 +162,9 @@ async def test_booking_tool_result_is_a_decision_and_lookups_are_not():
     ]
 
 
-@pytest.mark.parametrize("budget", [1, 3, 8, 12, 16, 17, 20, 25, 40, 60, 90, 150, 300, 1000])
+@pytest.mark.parametrize(
+    "budget", [1, 3, 8, 12, 16, 17, 20, 25, 40, 60, 90, 150, 300, 400, 500, 510, 520, 530, 1000]
+)
 async def test_output_respects_budget(budget):
     messages = []
     for i in range(12):
@@ -172,16 +179,33 @@ async def test_output_respects_budget(budget):
     assert out.strip()
     assert estimate_text_tokens(out) <= budget
     sections = parse_sections(out)
+    kept = {item for items in sections.values() for item in items}
+    # From least to most salient: old questions, a generic rule, a place, the assistant's
+    # logs (an ID), the user's orders (an ID and an amount), food restrictions (health).
+    tiers = [
+        [f"User: Where is parcel {i} now?" for i in range(9, 12)],
+        ["User: I never fly at night."],
+        ["User: I live in Porto."],
+        [f"Assistant: I've logged order NC-{48000 + i} as confirmed." for i in range(12)],
+        [
+            f"User: My order number {i} is NC-{48000 + i} and it cost ${10 + i}.50."
+            for i in range(12)
+        ],
+        [f"User: I can't eat dish {i} because I avoid gluten." for i in range(12)],
+    ]
+    for lower, higher in zip(tiers, tiers[1:], strict=False):
+        if kept & set(lower):
+            assert set(higher) <= kept  # nothing goes before every less salient item has
+    for tier in tiers[1:]:
+        present = [item for item in tier if item in kept]
+        assert present == tier[len(tier) - len(present) :]  # the oldest go first
     if budget >= 40:
-        # Constraints are dropped last: the newest one is still there.
         assert "User: I can't eat dish 11 because I avoid gluten." in sections["CONSTRAINTS"]
-    if sections["OPEN QUESTIONS"] or sections["DECISIONS"]:
-        assert len(sections["CONSTRAINTS"]) == 13 and len(sections["FACTS"]) == 13
     if budget >= 1000:
         assert "User: I live in Porto." in sections["FACTS"]
         assert sections["OPEN QUESTIONS"][-1] == "User: Where is parcel 11 now?"
     if budget <= 60:
-        assert not sections["FACTS"] and not sections["OPEN QUESTIONS"]
+        assert not sections["DECISIONS"] and not sections["OPEN QUESTIONS"]
 
 
 async def test_budget_drops_questions_then_decisions_then_facts():
@@ -207,6 +231,179 @@ async def test_budget_drops_questions_then_decisions_then_facts():
             assert constraints
     assert sizes[0] == (1, 1, 1, 1)
     assert (1, 1, 1, 0) in sizes and (1, 1, 0, 0) in sizes and (0, 1, 0, 0) in sizes
+
+
+JUNK = [
+    "I never thought about that.",
+    "Ha, future me needs a lot of help.",
+    "Or do I need some special brand?",
+    "Actually, I need to correct that.",
+    "Wait, only 935 so far?",
+    "Don't shop hungry.",
+    "I never buy cabbage.",
+    "Oh good, I can live without ricotta.",
+    "I've never heard of that.",
+    "My gym friends all use it, but I don't know which kind is safe for me.",
+    "I think my real problem is that I just don't plan.",
+    "Please tell me I can keep at least some cheese.",
+    "Okay, that's really helpful.",
+    "Good point about labels.",
+    "Two things.",
+    "Maybe I should avoid that.",
+    "I need help.",
+    "I never sleep well in hotels.",
+]
+
+
+@pytest.mark.parametrize("sentence", JUNK)
+async def test_junk_is_neither_a_constraint_nor_a_fact(sentence):
+    sections = parse_sections(await summarize([user(ALLERGY), user(sentence)]))
+    assert sections["CONSTRAINTS"] == [f"User: {ALLERGY}"]
+    assert sections["FACTS"] == [] and sections["DECISIONS"] == []
+    assert "correct that" not in render_sections(sections)
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "I'm allergic to shellfish.",
+        "I'm lactose intolerant.",
+        "I keep halal.",
+        "I'm pregnant.",
+        "I take metformin twice a day.",
+        "I'm on lisinopril.",
+        "My budget is $90 a week.",
+        "Keep it under 1,200 calories.",
+        "I'm free after 4 on weekdays.",
+        "Please don't call me before 9.",
+        "Never suggest anything with peanuts.",
+        "I hate cilantro.",
+        "I don't eat pork.",
+    ],
+)
+async def test_constraints_with_substance(sentence):
+    sections = parse_sections(await summarize([user(sentence)]))
+    assert sections["CONSTRAINTS"] == [f"User: {sentence}"]
+
+
+@pytest.mark.parametrize(
+    ("sentence", "kept"),
+    [
+        ("My name is Priya Raman.", True),
+        ("My partner Arjun eats meat.", True),
+        ("I drink two big lattes a day.", True),
+        ("My client ID is NC-48213.", True),
+        ("My goal is to run a marathon.", True),
+        ("I'm a middle school science teacher.", True),
+        ("That sounds lovely.", False),
+        ("I've never made them though.", False),
+        ("Now I'm curious.", False),
+    ],
+)
+async def test_facts_need_an_entity(sentence, kept):
+    sections = parse_sections(await summarize([user(ALLERGY), user(sentence)]))
+    assert (f"User: {sentence}" in sections["FACTS"]) is kept
+
+
+async def test_reaction_that_repeats_the_assistant_is_dropped():
+    messages = [
+        user(ALLERGY),
+        assistant("This curry makes six servings and freezes well."),
+        user("Six servings is great."),
+        user("I drink two big lattes a day."),
+    ]
+    facts = parse_sections(await summarize(messages))["FACTS"]
+    assert facts == ["User: I drink two big lattes a day."]
+
+
+async def test_correction_announcement_marks_the_sentence_that_follows():
+    messages = [
+        user("I go to the gym 3 days a week."),
+        assistant("Great, that's a solid routine."),
+        user("Actually, I need to correct that. I said 3 days, but it's really 4 days a week."),
+    ]
+    out = await summarize(messages)
+    assert parse_sections(out)["FACTS"] == [
+        "User: I said 3 days, but it's really 4 days a week. (corrected)"
+    ]
+    assert "correct that" not in out and "gym 3 days" not in out
+    # The content may come in the next turn, after the assistant's prompt.
+    messages = [
+        user("My flight lands at 8 pm on Friday."),
+        user("Oh wait, I made a mistake."),
+        assistant("No problem, go ahead."),
+        user("It lands at 6 pm on Friday."),
+    ]
+    out = await summarize(messages)
+    assert parse_sections(out)["FACTS"] == ["User: It lands at 6 pm on Friday. (corrected)"]
+    # An announcement that is never followed up leaves no bullet.
+    out = await summarize([user(ALLERGY), user("Actually, I need to correct that.")])
+    assert "correct" not in out
+
+
+async def test_name_and_allergy_survive_a_tight_budget():
+    messages = [user("Hi there. My name is Priya Raman."), user(ALLERGY)]
+    for i in range(20):
+        messages += [user(f"I walked {i + 2} blocks to the park on Sunday."), assistant("Nice.")]
+    out = await summarize(messages, max_tokens=120)
+    assert estimate_text_tokens(out) <= 120
+    sections = parse_sections(out)
+    assert sections["FACTS"][0] == "User: My name is Priya Raman."
+    assert sections["CONSTRAINTS"] == [f"User: {ALLERGY}"]
+    walks = [f for f in sections["FACTS"] if "blocks" in f]
+    # Generic statements go first, the oldest of them first.
+    assert 0 < len(walks) < 20
+    assert walks[-1] == "User: I walked 21 blocks to the park on Sunday."
+
+
+async def test_correction_still_supersedes_under_trimming():
+    messages = [user("My name is Priya Raman."), user("My budget is $90 a week.")]
+    messages += [user(f"I walked {i + 2} blocks on Sunday.") for i in range(20)]
+    messages.append(user("Sorry, I meant my budget is $70 a week."))
+    out = await summarize(messages, max_tokens=80)
+    assert "$90" not in out
+    assert "User: Sorry, I meant my budget is $70 a week. (corrected)" in out
+    assert "Priya Raman" in out
+
+
+async def test_summary_result_lists_the_bullets_worth_pinning():
+    messages = [
+        user("Hi there. My name is Priya Raman."),
+        user(ALLERGY),
+        user("I'm on atorvastatin for cholesterol."),
+        user("My client ID is NC-48213."),
+        user("I go to the gym 3 days a week."),
+    ]
+    for i in range(30):
+        messages += [user(f"I walked {i + 2} blocks to the park on Sunday."), assistant("Nice.")]
+    messages.append(user("Sorry, I meant 4 days a week at the gym."))
+    result = await summarize_result(messages, max_tokens=2000)
+    assert isinstance(result, SummaryResult)
+    assert set(result.sections) == {"FACTS", "CONSTRAINTS"}
+    text_sections = parse_sections(result.text)
+    for name, items in result.sections.items():
+        assert items and set(items) <= set(text_sections[name])
+    pinned = [i.removeprefix("User: ") for items in result.sections.values() for i in items]
+    assert estimate_text_tokens("\n".join(f"- {i}" for i in pinned)) <= 250
+    assert result.sections["CONSTRAINTS"] == [
+        f"User: {ALLERGY}",
+        "User: I'm on atorvastatin for cholesterol.",
+    ]
+    facts = result.sections["FACTS"]
+    for needle in ("Priya Raman", "NC-48213", "4 days a week at the gym. (corrected)"):
+        assert any(needle in f for f in facts), needle
+    assert len(facts) < len(text_sections["FACTS"])  # not every fact is worth pinning
+    # The processor's pinned block takes them all within its default budget.
+    store = PinnedFacts(300)
+    store.merge_summary(result.sections)
+    assert store.enforce_budget() == [] and len(store) == len(pinned)
+
+
+async def test_summary_result_sections_follow_a_shortened_text():
+    result = await summarize_result([user(ALLERGY), user("My name is Priya Raman.")], None, 12)
+    text_sections = parse_sections(result.text)
+    for name, items in result.sections.items():
+        assert set(items) <= set(text_sections[name])
 
 
 async def test_correction_replaces_earlier_fact():
@@ -337,7 +534,7 @@ async def test_large_batch_runs_in_a_thread_with_the_same_result():
     for i in range(400):
         messages += [user(f"My parcel {i} weighs {i} kg."), assistant("Okay.")]
     request = build_request(messages, previous_summary=None, max_tokens=120)
-    threaded = await ExtractiveSummarizer().summarize(request)
+    threaded = (await ExtractiveSummarizer().summarize(request)).text
     inline = ExtractiveSummarizer().summarize_messages(
         request.messages, previous_summary=None, max_tokens=120
     )
@@ -469,6 +666,7 @@ async def test_service_on_pipecat_transcript():
     transcript = LLMContextSummarizationUtil.format_messages_for_summary(CONVERSATION[1:])
     context = LLMContext(messages=[user(f"Conversation history:\n{transcript}")])
     out = await ExtractiveLLMService().run_inference(context, max_tokens=300)
+    assert isinstance(out, str)  # Pipecat wants the text, not a SummaryResult
     check_conversation_summary(out)
     assert estimate_text_tokens(out) <= 300
     tiny = await ExtractiveLLMService().run_inference(context, max_tokens=30)
@@ -523,7 +721,7 @@ async def test_service_with_package_request_format():
     assert sections["FACTS"] == ["User: I train 3 days a week.", "User: My client ID is NC-48213."]
     assert "M-301" in out
     # Same answer as calling the summarizer directly on the structured request.
-    assert out == await ExtractiveSummarizer().summarize(request)
+    assert out == (await ExtractiveSummarizer().summarize(request)).text
 
 
 async def test_service_summarizes_a_plain_context_and_defaults():

@@ -113,3 +113,12 @@ def test_eviction_goes_down_to_the_target_in_one_step():
     assert sum(C.count_message(m) for m in remaining) <= total // 2
     assert len(evicted) >= 18 and len(evicted) % 2 == 0  # whole exchanges
     assert evict_for_ceiling(msgs, ceiling=total, counter=C, target=10) == (msgs, [])
+
+
+def test_pinned_items_are_left_out_of_the_summary_message_whatever_the_speaker_prefix():
+    from pipecat_summarizer.pinned import normalize
+    from pipecat_summarizer.sections import without_items
+
+    record = "FACTS:\n- User: My name is Priya Raman.\n- User: I cycle to work.\nDECISIONS:\n- x"
+    out = without_items(record, ["My name is Priya Raman."], normalize)
+    assert "Priya" not in out and "I cycle to work." in out and "DECISIONS:" in out
