@@ -4,7 +4,6 @@ import json
 
 import pytest
 from pipecat.services.llm_service import LLMService
-from pipecat.services.settings import LLMSettings
 
 from pipecat_summarizer.replay.report import (
     REPORT_KEYS,
@@ -23,6 +22,7 @@ from pipecat_summarizer.replay.report import (
 )
 from pipecat_summarizer.replay.runner import Backend, Thresholds, run_all
 from pipecat_summarizer.replay.transcript import transcript_from_messages
+from pipecat_summarizer.summarizers.extractive import offline_llm_settings
 
 
 def req(turn, *messages_and_tokens, system=0):
@@ -99,19 +99,7 @@ class StandInSummarizer:
 class StandInLLM(LLMService):
     def __init__(self):
         super().__init__(
-            settings=LLMSettings(
-                model="stand-in",
-                system_instruction=None,
-                temperature=None,
-                max_tokens=None,
-                top_p=None,
-                top_k=None,
-                frequency_penalty=None,
-                presence_penalty=None,
-                seed=None,
-                filter_incomplete_user_turns=None,
-                user_turn_completion_config=None,
-            )
+            settings=offline_llm_settings("stand-in"),
         )
 
     async def run_inference(self, context, max_tokens=None, system_instruction=None, **kwargs):

@@ -31,9 +31,9 @@ from pipecat.frames.frames import (
 from pipecat.processors.aggregators.llm_context import LLMContext, LLMSpecificMessage
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.llm_service import FunctionCallParams, LLMService
-from pipecat.services.settings import LLMSettings
 
 from pipecat_summarizer.replay.transcript import Step
+from pipecat_summarizer.summarizers.extractive import offline_llm_settings
 
 
 def message_json(message: Any) -> str:
@@ -60,22 +60,6 @@ class RecordedRequest:
     system_instruction: str | None = None
 
 
-def _replay_settings(system_instruction: str | None) -> LLMSettings:
-    return LLMSettings(
-        model="replay",
-        system_instruction=system_instruction,
-        temperature=None,
-        max_tokens=None,
-        top_p=None,
-        top_k=None,
-        frequency_penalty=None,
-        presence_penalty=None,
-        seed=None,
-        filter_incomplete_user_turns=None,
-        user_turn_completion_config=None,
-    )
-
-
 class ReplayLLM(LLMService):
     """Answers each request with the transcript's recorded step and records the request.
 
@@ -97,7 +81,7 @@ class ReplayLLM(LLMService):
         **kwargs,
     ):
         """Initialize the service."""
-        kwargs.setdefault("settings", _replay_settings(system_instruction))
+        kwargs.setdefault("settings", offline_llm_settings("replay", system_instruction))
         super().__init__(**kwargs)
         self._turns = [list(steps) for steps in turns]
         self._system_instruction = system_instruction

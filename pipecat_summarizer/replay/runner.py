@@ -29,10 +29,11 @@ than real time, so ours runs with :func:`replay_options` (a 10 ms retry backoff,
 with a failure: a failed summarizer is retried once per turn, at the next turn's context
 frame. In a live call the first attempt after an outage can come up to two minutes later.
 
-Timed hot path (``hot_path_ns``): for ``pipecat_summarizer``, ``ContextSummarizer._on_context_frame``
-on every downstream ``LLMContextFrame``; for ``pipecat_builtin``, the assistant aggregator's
-``LLMContextSummarizer.process_frame`` on every ``LLMFullResponseStartFrame`` (its threshold
-check, token estimate included, and the request when it trips); nothing for ``full_buffer``.
+Timed hot path (``hot_path_ns``): for ``pipecat_summarizer``, its own work on every user-turn
+``LLMContextFrame`` (``ContextSummarizer._on_context_frame``); for ``pipecat_builtin``, the
+assistant aggregator's ``LLMContextSummarizer.process_frame`` on every
+``LLMFullResponseStartFrame`` (its threshold check, token estimate included, and the request
+when it trips); nothing for ``full_buffer``.
 """
 
 from __future__ import annotations

@@ -1375,6 +1375,27 @@ def parse_summary_request(text: str) -> tuple[list[dict[str, Any]], str | None] 
     return None
 
 
+def offline_llm_settings(model: str, system_instruction: str | None = None) -> LLMSettings:
+    """Complete ``LLMSettings`` for a service that calls no provider.
+
+    Pipecat checks at start that every settings field has a real value.
+    """
+    return LLMSettings(
+        model=model,
+        system_instruction=system_instruction,
+        temperature=None,
+        max_tokens=None,
+        top_p=None,
+        top_k=None,
+        frequency_penalty=None,
+        presence_penalty=None,
+        seed=None,
+        filter_incomplete_user_turns=False,
+        user_turn_completion_config=None,
+        use_provider_thinking_default=False,
+    )
+
+
 class ExtractiveLLMService(LLMService):
     """A Pipecat LLM service whose ``run_inference`` returns an extractive summary.
 
@@ -1413,21 +1434,7 @@ class ExtractiveLLMService(LLMService):
         **kwargs: Any,
     ):
         """Initialize the service."""
-        # Store mode: every field needs a real value (``validate_complete`` checks at start).
-        default_settings = LLMSettings(
-            model="extractive",
-            system_instruction=None,
-            temperature=None,
-            max_tokens=None,
-            top_p=None,
-            top_k=None,
-            frequency_penalty=None,
-            presence_penalty=None,
-            seed=None,
-            filter_incomplete_user_turns=False,
-            user_turn_completion_config=None,
-            use_provider_thinking_default=False,
-        )
+        default_settings = offline_llm_settings("extractive")
         if settings is not None:
             default_settings.apply_update(settings)
         super().__init__(settings=default_settings, **kwargs)
