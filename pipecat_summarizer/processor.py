@@ -57,6 +57,7 @@ from pipecat_summarizer.policy import (
 from pipecat_summarizer.prompt import SummaryRequest, build_request
 from pipecat_summarizer.sections import parse_sections, render_sections, without_items
 from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult, as_result
+from pipecat_summarizer.summarizers.extractive import ExtractiveSummarizer
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
 from pipecat_summarizer.tokens import ContextMeter, EstimateTokenCounter, TokenCounter, count_text
 
@@ -94,6 +95,10 @@ class SummarizerOptions:
             past this processor) has room.
         pinned_facts_tokens: Token budget of the pinned-facts block.
         pin_summary_facts: Pin the FACTS and CONSTRAINTS of every summary.
+        pin_evicted_facts: When the ceiling evicts messages (no summary was ready), pin the
+            salient facts found in them at once with the offline extractive summarizer, so an
+            allergy stated before a summarizer outage stays in view until the backlog is
+            summarized.
         pinned_role: Role of the pinned-facts message. ``"developer"`` (the default) is what
             Pipecat recommends for supplementary guidance; adapters that lack the role send it
             as a user message. A leading ``"system"`` message would be dropped by non-OpenAI
@@ -113,6 +118,7 @@ class SummarizerOptions:
     eviction_target_ratio: float = 0.75
     pinned_facts_tokens: int = 300
     pin_summary_facts: bool = True
+    pin_evicted_facts: bool = True
     pinned_role: str = "developer"
 
     def __post_init__(self):
@@ -252,6 +258,7 @@ class ContextSummarizer(FrameProcessor):
             error_after=self._options.error_after_failures,
         )
         self._pinned = PinnedFacts(self._options.pinned_facts_tokens)
+        self._extractor = ExtractiveSummarizer(pin_tokens=self._options.pinned_facts_tokens // 2)
         self._pinned_message: dict | None = None
         self._pinned_version = -1
         self._folded: list[Fact] = []  # facts over the pinned budget, for the next summary
@@ -464,6 +471,15 @@ class ContextSummarizer(FrameProcessor):
                 items.append(fact.text)
         return render_sections(sections)
 
+    def _pin_from(self, messages: list) -> None:
+        """Pin the salient facts of messages that leave the context unsummarized."""
+        found = self._extractor.summarize_messages_result(
+            messages, previous_summary=None, max_tokens=self._pinned.budget_tokens
+        )
+        if found.sections and self._pinned.merge_summary(found.sections):
+            self._enforce_pinned_budget()
+            self._sync_pinned()
+
     async def _evict(self, ceiling: int) -> None:
         messages = self._context.messages
         remaining, evicted = evict_for_ceiling(
@@ -477,6 +493,8 @@ class ContextSummarizer(FrameProcessor):
         if evicted:
             self._context.set_messages(remaining)
             self._pending.extend(evicted)
+            if self._options.pin_evicted_facts:
+                self._pin_from(evicted)
         after = self._meter.measure(self._context.messages, self._summary_message).total_tokens
         if after > ceiling:
             logger.warning(

@@ -203,3 +203,33 @@ async def test_summary_facts_pushed_out_of_the_block_reappear_in_the_summary(ope
     assert "allergic to peanuts" in r.context.messages[1]["content"]
     r.processor.unpin("allergy")
     assert "NC-48213" in texts_of(r.context.messages)
+
+
+async def test_facts_evicted_during_an_outage_stay_in_view():
+    from tests.openai_server import FakeOpenAIServer
+
+    said = ["Hi, I'm vegetarian, and I'm allergic to peanuts."]
+    said += [f"filler turn {i} " + "about lunch ideas and recipes " * 8 for i in range(12)]
+
+    async def run(pin_evicted: bool):
+        server = FakeOpenAIServer(scripted(status=503))  # the summarizer is down throughout
+        await server.start()
+        try:
+            r = Run(
+                server,
+                cfg(tokens=600, messages=None, keep=2),
+                options=SummarizerOptions(
+                    max_request_tokens=700, retry_backoff_s=0, pin_evicted_facts=pin_evicted
+                ),
+            )
+            await r.run(turns(said, gap=0.06))
+            assert said[0] in texts_of(r.processor.pending_messages)  # evicted, not lost
+            assert all(request_tokens(b) <= 700 for b in server.chat_requests)
+            return [
+                "allergic to peanuts" in json.dumps(b["messages"]) for b in server.chat_requests
+            ]
+        finally:
+            await server.stop()
+
+    assert all(await run(pin_evicted=True))
+    assert not all(await run(pin_evicted=False))  # without it the allergy drops out of view
