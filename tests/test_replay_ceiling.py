@@ -3,8 +3,6 @@
 import json
 
 import pytest
-from pipecat.services.llm_service import LLMService
-from pipecat.services.settings import LLMSettings
 
 from pipecat_summarizer.cli import main
 from pipecat_summarizer.replay.report import (
@@ -29,6 +27,7 @@ from pipecat_summarizer.replay.runner import (
     run_all,
 )
 from pipecat_summarizer.replay.transcript import transcript_from_messages
+from tests.replay_fakes import StandInLLM, StandInSummarizer, conversation
 
 NEW_KEYS = (
     "probes_retained_every_turn",
@@ -186,47 +185,6 @@ def test_outage_spans_and_replay_options():
 
 
 # -- a real outage run ---------------------------------------------------------------------
-
-
-def _summary(text: str) -> str:
-    facts = [line for line in text.splitlines() if "vegetarian" in line.lower()]
-    return "FACTS:\n" + ("\n".join(f"- {f[:120]}" for f in facts) or "- none")
-
-
-class StandInSummarizer:
-    async def summarize(self, request):
-        return _summary(request.user_message)
-
-
-class StandInLLM(LLMService):
-    def __init__(self):
-        super().__init__(
-            settings=LLMSettings(
-                model="stand-in",
-                system_instruction=None,
-                temperature=None,
-                max_tokens=None,
-                top_p=None,
-                top_k=None,
-                frequency_penalty=None,
-                presence_penalty=None,
-                seed=None,
-                filter_incomplete_user_turns=None,
-                user_turn_completion_config=None,
-            )
-        )
-
-    async def run_inference(self, context, max_tokens=None, system_instruction=None, **kwargs):
-        return _summary(context.messages[-1]["content"])
-
-
-def conversation(turns: int) -> list[dict]:
-    messages = [{"role": "system", "content": "You are Sage, a nutrition coach."}]
-    for k in range(1, turns + 1):
-        user = "I'm vegetarian, and I'm allergic to peanuts." if k == 1 else f"Question {k}? " * 20
-        messages.append({"role": "user", "content": user})
-        messages.append({"role": "assistant", "content": f"Answer {k}. " * 30})
-    return messages
 
 
 async def test_outage_with_a_low_ceiling_never_violates_it_and_the_backlog_drains():

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-from pipecat.services.llm_service import LLMService
 
 from pipecat_summarizer.replay.report import (
     REPORT_KEYS,
@@ -22,7 +21,7 @@ from pipecat_summarizer.replay.report import (
 )
 from pipecat_summarizer.replay.runner import Backend, Thresholds, run_all
 from pipecat_summarizer.replay.transcript import transcript_from_messages
-from pipecat_summarizer.summarizers.extractive import offline_llm_settings
+from tests.replay_fakes import StandInLLM, StandInSummarizer, conversation
 
 
 def req(turn, *messages_and_tokens, system=0):
@@ -84,35 +83,6 @@ def test_percentile_and_probes():
     assert probes_found("Allergic to PEANUTS", ["allergic to peanuts", "vegan"]) == [
         "allergic to peanuts"
     ]
-
-
-def _summary(text: str) -> str:
-    facts = [line for line in text.splitlines() if "vegetarian" in line.lower()]
-    return "FACTS:\n" + ("\n".join(f"- {f[:120]}" for f in facts) or "- none")
-
-
-class StandInSummarizer:
-    async def summarize(self, request):
-        return _summary(request.user_message)
-
-
-class StandInLLM(LLMService):
-    def __init__(self):
-        super().__init__(
-            settings=offline_llm_settings("stand-in"),
-        )
-
-    async def run_inference(self, context, max_tokens=None, system_instruction=None, **kwargs):
-        return _summary(context.messages[-1]["content"])
-
-
-def conversation(turns: int) -> list[dict]:
-    messages = [{"role": "system", "content": "You are Sage, a nutrition coach."}]
-    for k in range(1, turns + 1):
-        user = "I'm vegetarian, and I'm allergic to peanuts." if k == 1 else f"Question {k}? " * 20
-        messages.append({"role": "user", "content": user})
-        messages.append({"role": "assistant", "content": f"Answer {k}. " * 30})
-    return messages
 
 
 async def test_three_way_report_has_the_required_keys_and_sane_values():
