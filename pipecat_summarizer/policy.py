@@ -65,19 +65,18 @@ def trigger_reason(
     return None
 
 
-def summary_budget(config: LLMAutoContextSummarizationConfig, summary: object = None) -> int:
+def summary_budget(config: LLMAutoContextSummarizationConfig) -> int:
     """The summary's output budget: ``target_context_tokens``, capped at a quarter of
     ``max_context_tokens`` so a summary alone can never refill the context it relieves
     (Pipecat's defaults, 6,000 of 8,000, would re-trigger compaction every few turns).
 
     Args:
         config: Pipecat's auto-summarization config.
-        summary: The ``LLMContextSummaryConfig`` in use (a manual override), or ``None``.
 
     Returns:
         The budget in tokens.
     """
-    target = (summary or config.summary_config).target_context_tokens
+    target = config.summary_config.target_context_tokens
     if config.max_context_tokens is None:
         return target
     return max(100, min(target, config.max_context_tokens // 4))

@@ -573,7 +573,10 @@ class ContextSummarizer(FrameProcessor):
         request = build_request(
             plan.summarized,
             previous_summary=previous,
-            max_tokens=summary_budget(self._config, config),
+            # a manual override's budget is honoured as given; ours is capped (see policy)
+            max_tokens=config.target_context_tokens
+            if config is not self._config.summary_config
+            else summary_budget(self._config),
             prompt=config.summarization_prompt,
             shortened=plan.shortened,
             shorten_to_chars=shorten_to,

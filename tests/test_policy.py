@@ -52,3 +52,13 @@ def test_failure_backoff_escalates_once_and_resets():
     assert t.ready(7) and t.consecutive == 0
     t.failed(8), t.failed(9)
     assert t.failed(10)[1] is True  # a new streak escalates again
+
+
+def test_summary_budget_is_capped_so_a_summary_cannot_refill_the_context():
+    from pipecat_summarizer.policy import summary_budget
+
+    assert summary_budget(cfg()) == 2000  # Pipecat's 6000 of 8000 would re-trigger
+    assert summary_budget(cfg(tokens=None)) == 6000
+    small = cfg(tokens=100_000)
+    small.summary_config.target_context_tokens = 700
+    assert summary_budget(small) == 700

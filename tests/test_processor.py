@@ -524,3 +524,20 @@ async def test_cancel_frame_and_cleanup_cancel_the_in_flight_summary(openai_serv
     assert len(openai_server.summary_requests) == 1
     assert not r.processor.summary_in_flight and r.applied == []
     await r.processor.cleanup()  # idempotent once cancelled
+
+
+async def test_manual_override_budget_is_not_capped(openai_server):
+    openai_server.handler = scripted(summary="FACTS:\n- manual")
+    r = Run(openai_server, cfg(tokens=8000, messages=50, keep=1))
+    override = LLMContextSummaryConfig(min_messages_after_summary=1, target_context_tokens=5000)
+    frames = [
+        *turns([f"user message number {i}" for i in range(3)], gap=0.08),
+        LLMSummarizeContextFrame(config=override),
+        SleepFrame(sleep=0.3),
+        *turns([f"user message number {i}" for i in range(3, 6)], gap=0.08),
+        LLMSummarizeContextFrame(),
+        SleepFrame(sleep=0.3),
+    ]
+    await r.run(frames)
+    budgets = [b["max_tokens"] for b in openai_server.summary_requests]
+    assert budgets == [5000, 2000]  # the override as given; the default capped at 8000 / 4
