@@ -128,6 +128,9 @@ async def test_thirty_text_turns_compact_in_background_and_bot_keeps_answering(o
             await worker.queue_frame(frame)
             reply = await asyncio.wait_for(replies.get(), timeout=5)
             assert reply == f"Answer {n}."
+            # Pace the turns like a (fast) conversation: a summary takes 0.3 s, so it lands a
+            # few turns after it starts, whatever the machine's speed.
+            await asyncio.sleep(0.05)
         for _ in range(100):  # let a summary still in flight land
             if not bot.summarizer.summary_in_flight:
                 break
