@@ -328,29 +328,20 @@ def _outage(args: argparse.Namespace):
 
 
 async def _replay(transcript, args, backend, progress: _Progress):
-    from pipecat_summarizer.replay.report import TokenTable
-    from pipecat_summarizer.replay.runner import Thresholds, replay_options, run_strategy
+    from pipecat_summarizer.replay.runner import Thresholds, replay_options, run_all
 
-    thresholds = Thresholds(
-        args.max_context_tokens, args.max_unsummarized_messages, args.keep, args.target_tokens
+    return await run_all(
+        transcript,
+        strategies=args.strategies,
+        thresholds=Thresholds(
+            args.max_context_tokens, args.max_unsummarized_messages, args.keep, args.target_tokens
+        ),
+        backend=backend,
+        options=replay_options(args.max_request_tokens),
+        progress=progress,
+        outage=_outage(args),
+        on_strategy_done=lambda strategy: progress.done(strategy, len(transcript.turns)),
     )
-    table = TokenTable()
-    results = []
-    for strategy in args.strategies:
-        results.append(
-            await run_strategy(
-                transcript,
-                strategy,
-                thresholds=thresholds,
-                backend=backend,
-                options=replay_options(args.max_request_tokens),
-                table=table,
-                progress=progress,
-                outage=_outage(args),
-            )
-        )
-        progress.done(strategy, len(transcript.turns))
-    return results
 
 
 def _write_json(path: str, data: Any) -> None:

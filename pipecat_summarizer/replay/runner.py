@@ -590,6 +590,7 @@ async def run_all(
     progress: ProgressFn | None = None,
     turn_timeout: float = 60.0,
     outage: Outage | None = None,
+    on_strategy_done: Callable[[str], None] | None = None,
 ) -> list[StrategyResult]:
     """Run each strategy on the same transcript, one after the other."""
     table = TokenTable()
@@ -608,4 +609,6 @@ async def run_all(
                 outage=outage,
             )
         )
+        if on_strategy_done is not None:
+            on_strategy_done(strategy)
     return results
