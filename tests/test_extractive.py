@@ -535,8 +535,10 @@ async def test_large_batch_runs_in_a_thread_with_the_same_result():
         messages += [user(f"My parcel {i} weighs {i} kg."), assistant("Okay.")]
     request = build_request(messages, previous_summary=None, max_tokens=120)
     threaded = (await ExtractiveSummarizer().summarize(request)).text
-    inline = ExtractiveSummarizer().summarize_messages(
-        request.messages, previous_summary=None, max_tokens=120
+    inline = (
+        ExtractiveSummarizer()
+        .summarize_messages_result(request.messages, previous_summary=None, max_tokens=120)
+        .text
     )
     assert threaded == inline
     assert f"User: {ALLERGY}" in threaded and "User: My parcel 399 weighs 399 kg." in threaded

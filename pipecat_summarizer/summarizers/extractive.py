@@ -892,32 +892,6 @@ class ExtractiveSummarizer:
             max_tokens=max_tokens,
         )
 
-    async def summarize_messages_async(
-        self, messages: Sequence[Any], *, previous_summary: str | None, max_tokens: int
-    ) -> str:
-        """Like :meth:`summarize_result_async`, returning only the record text."""
-        result = await self.summarize_result_async(
-            messages, previous_summary=previous_summary, max_tokens=max_tokens
-        )
-        return result.text
-
-    def summarize_messages(
-        self, messages: Sequence[Any], *, previous_summary: str | None, max_tokens: int
-    ) -> str:
-        """Synchronous core of :meth:`summarize`, returning only the record text.
-
-        Args:
-            messages: OpenAI-format messages, oldest first.
-            previous_summary: The record being rolled forward, or ``None``.
-            max_tokens: The output budget (values below 1 are treated as 1).
-
-        Returns:
-            The record text.
-        """
-        return self.summarize_messages_result(
-            messages, previous_summary=previous_summary, max_tokens=max_tokens
-        ).text
-
     def summarize_messages_result(
         self, messages: Sequence[Any], *, previous_summary: str | None, max_tokens: int
     ) -> SummaryResult:
@@ -1473,6 +1447,7 @@ class ExtractiveLLMService(LLMService):
         parsed = parse_summary_request(_content_text(users[-1].get("content"))) if users else None
         if parsed is not None:
             messages, previous = parsed
-        return await self.summarizer.summarize_messages_async(
+        result = await self.summarizer.summarize_result_async(
             messages, previous_summary=previous, max_tokens=int(budget)
         )
+        return result.text
