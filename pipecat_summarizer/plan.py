@@ -15,11 +15,14 @@ Vocabulary:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipecat.processors.aggregators.async_tool_messages import AsyncToolMessagePayload
+from pipecat.processors.aggregators.async_tool_messages import (
+    parse_message as parse_async_tool_message,
+)
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
 from pipecat_summarizer.tokens import TokenCounter
@@ -33,23 +36,18 @@ def _role(message: Any) -> str | None:
     return None
 
 
-def _async_tool_marker(message: Any) -> dict | None:
-    # Pipecat marks async tool progress with JSON in tool/developer messages.
+def _async_tool(message: Any) -> AsyncToolMessagePayload | None:
+    # Pipecat reports async tool calls with JSON payloads in tool and developer messages:
+    # "running" (started, intermediate results) until "finished".
     content = message.get("content") if isinstance(message, dict) else None
     if not isinstance(content, str) or not content.startswith("{"):
         return None
-    try:
-        parsed = json.loads(content)
-    except ValueError:
-        return None
-    if isinstance(parsed, dict) and parsed.get("type") == "async_tool":
-        return parsed
-    return None
+    return parse_async_tool_message(message)
 
 
 def is_system_like(message: Any) -> bool:
     """True for a system or developer instruction (not an async tool status message)."""
-    return _role(message) in SYSTEM_ROLES and _async_tool_marker(message) is None
+    return _role(message) in SYSTEM_ROLES and _async_tool(message) is None
 
 
 def head_length(messages: Sequence[Any]) -> int:
@@ -80,14 +78,6 @@ def make_protection(*, protect_injected_system: bool = True):
         return all(is_system_like(m) for m in messages[:index])
 
     return is_protected
-
-
-def _is_pending_result(message: Any) -> bool:
-    content = message.get("content") if isinstance(message, dict) else None
-    if content == "IN_PROGRESS":
-        return True
-    marker = _async_tool_marker(message)
-    return marker is not None and marker.get("status") == "started"
 
 
 @dataclass(frozen=True)
@@ -122,40 +112,32 @@ def group_units(messages: Sequence[Any], start: int = 0) -> list[Unit]:
     n = len(messages)
     call_at: dict[str, int] = {}
     span_end = list(range(start + 1, n + 1))  # exclusive end of each message's unit
-    pending_calls: dict[int, set[str]] = {}
-    unresolved_at: set[int] = set()
+    done: dict[str, bool] = {}  # call id -> has its final result
+
+    def attach(call_id: Any, i: int, final: bool) -> None:
+        owner = call_at.get(call_id)
+        if owner is None:
+            return
+        span_end[owner - start] = max(span_end[owner - start], i + 1)
+        done[call_id] = done[call_id] or final
+
     for i in range(start, n):
         msg = messages[i]
         if isinstance(msg, LLMSpecificMessage) or not isinstance(msg, dict):
             continue
         role = msg.get("role")
         if role == "assistant" and msg.get("tool_calls"):
-            ids = set()
             for call in msg["tool_calls"]:
                 if isinstance(call, dict) and call.get("id"):
                     call_at[call["id"]] = i
-                    ids.add(call["id"])
-            pending_calls[i] = ids
-        elif role == "tool":
-            owner = call_at.get(msg.get("tool_call_id"))
-            if owner is None:
-                continue
-            span_end[owner - start] = max(span_end[owner - start], i + 1)
-            if _is_pending_result(msg):
-                unresolved_at.add(owner)
-            else:
-                pending_calls[owner].discard(msg.get("tool_call_id"))
-        else:
-            marker = _async_tool_marker(msg)
-            if marker and marker.get("status") == "finished":
-                owner = call_at.get(marker.get("tool_call_id"))
-                if owner is not None:
-                    span_end[owner - start] = max(span_end[owner - start], i + 1)
-                    unresolved_at.discard(owner)
-                    pending_calls[owner].discard(marker.get("tool_call_id"))
-    for owner, ids in pending_calls.items():
-        if ids:
-            unresolved_at.add(owner)
+                    done[call["id"]] = False
+            continue
+        payload = _async_tool(msg)
+        if payload is not None:  # an async call's progress, or its end
+            attach(payload.tool_call_id, i, payload.status == "finished")
+        elif role == "tool":  # a synchronous result; IN_PROGRESS until written in place
+            attach(msg.get("tool_call_id"), i, msg.get("content") != "IN_PROGRESS")
+    unresolved_at = {call_at[c] for c, final in done.items() if not final}
 
     units: list[Unit] = []
     i = start

@@ -55,7 +55,7 @@ from pipecat_summarizer.policy import (
     validate_config,
 )
 from pipecat_summarizer.prompt import SummaryRequest, build_request
-from pipecat_summarizer.sections import parse_sections, render_sections, without_items
+from pipecat_summarizer.sections import parse_sections, with_items, without_items
 from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult, as_result
 from pipecat_summarizer.summarizers.extractive import ExtractiveSummarizer
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
@@ -131,8 +131,9 @@ class SummarizerOptions:
             raise ValueError("retry backoff must not be negative")
         if self.error_after_failures < 1:
             raise ValueError("error_after_failures must be at least 1")
-        if self.summary_role not in ("user", "assistant", "system", "developer"):
-            raise ValueError("summary_role must be user, assistant, system or developer")
+        if self.summary_role not in ("user", "assistant"):
+            # a system/developer summary would be taken for part of the system prompt
+            raise ValueError("summary_role must be 'user' or 'assistant'")
         if self.pinned_role not in ("system", "developer"):
             raise ValueError("pinned_role must be system or developer")
         if not 0.1 <= self.soft_trigger_ratio <= 1:
@@ -196,6 +197,7 @@ class ContextSummarizer(FrameProcessor):
     Event handlers:
         on_summary_applied(processor, SummaryAppliedEvent)
         on_summary_failed(processor, SummaryFailedEvent)
+        on_messages_evicted(processor, MessagesEvictedEvent)
 
     Example::
 
@@ -337,6 +339,11 @@ class ContextSummarizer(FrameProcessor):
             self._refresh_summary()
         return removed
 
+    def _set_messages(self, messages: list) -> None:
+        # The meter's cheap append check cannot see a rewrite that keeps the length.
+        self._context.set_messages(messages)
+        self._meter.invalidate()
+
     # -- frames ---------------------------------------------------------------------------
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
@@ -380,12 +387,12 @@ class ContextSummarizer(FrameProcessor):
         if self.summary_in_flight or not self._failures.ready(time.monotonic()):
             return
         reason = trigger_reason(self._config, m, self._options.soft_trigger_ratio)
+        if reason == "tokens" and m.reducible_tokens < self._replan_at_tokens:
+            reason = None  # the last token plan gained too little; wait until it would
         if reason is None and self._pending:
             reason = "backlog"
         if reason is None or self._no_plan_at == m.message_count:
             return  # nothing selectable has been added since the last empty plan
-        if reason == "tokens" and m.reducible_tokens < self._replan_at_tokens:
-            return  # the last token plan gained too little; wait until it would gain enough
         if not self._start(reason, self._config.summary_config, self._summarizer):
             self._no_plan_at = m.message_count
 
@@ -402,7 +409,7 @@ class ContextSummarizer(FrameProcessor):
         self._pinned_version = self._pinned.version
         if text is None:
             if at is not None:
-                self._context.set_messages([*messages[:at], *messages[at + 1 :]])
+                self._set_messages([*messages[:at], *messages[at + 1 :]])
             self._pinned_message = None
             return
         if at is not None and self._pinned_message["content"] == text:
@@ -413,12 +420,17 @@ class ContextSummarizer(FrameProcessor):
         else:
             new = [*messages[:at], block, *messages[at + 1 :]]
         self._pinned_message = block
-        self._context.set_messages(new)
+        self._set_messages(new)
 
-    def _enforce_pinned_budget(self, refresh: bool = True) -> None:
+    def _enforce_pinned_budget(self, applying: bool = False) -> None:
+        if self.summary_in_flight and not applying:
+            # Over budget for one summary's latency: folding now would hide the facts until
+            # the summary lands, since the summary message cannot change while in flight.
+            return
         removed = self._pinned.enforce_budget()
-        # Summary facts that leave the block are still in the summary record; the others
-        # only lived in the block, so they move into the summary, loudly.
+        # Summary facts that leave the block are still in the summary record (or, for facts
+        # of evicted messages, in the pending queue); the others only lived in the block,
+        # so they move into the summary, loudly.
         folded = [f for f in removed if f.source != "summary"]
         if removed and len(removed) > len(folded):
             logger.debug(f"{self}: {len(removed) - len(folded)} summary facts left the block")
@@ -429,7 +441,7 @@ class ContextSummarizer(FrameProcessor):
                 + "; ".join(f.text for f in folded)
             )
             self._folded.extend(folded)
-        if removed and refresh:
+        if removed and not applying:
             self._refresh_summary()
 
     def _refresh_summary(self) -> None:
@@ -460,16 +472,14 @@ class ContextSummarizer(FrameProcessor):
             new = [*messages[:at], message, *messages[at:]]
         self._summary_message, self._summary_text = message, text
         self._summary_tokens = count_text(self._meter.counter, text)
-        self._context.set_messages(new)
+        self._set_messages(new)
 
     @staticmethod
     def _with_facts(text: str | None, facts: list[Fact]) -> str:
-        sections = parse_sections(text or "")
+        items: dict[str, list[str]] = {"FACTS": [], "CONSTRAINTS": []}
         for fact in facts:
-            items = sections["CONSTRAINTS" if fact.kind == "constraint" else "FACTS"]
-            if all(normalize(i) != normalize(fact.text) for i in items):
-                items.append(fact.text)
-        return render_sections(sections)
+            items["CONSTRAINTS" if fact.kind == "constraint" else "FACTS"].append(fact.text)
+        return with_items(text or "", items, normalize)
 
     def _pin_from(self, messages: list) -> None:
         """Pin the salient facts of messages that leave the context unsummarized."""
@@ -491,7 +501,7 @@ class ContextSummarizer(FrameProcessor):
             protect_injected_system=self._options.protect_injected_system,
         )
         if evicted:
-            self._context.set_messages(remaining)
+            self._set_messages(remaining)
             self._pending.extend(evicted)
             if self._options.pin_evicted_facts:
                 self._pin_from(evicted)
@@ -605,10 +615,16 @@ class ContextSummarizer(FrameProcessor):
             except Exception as e:  # any backend error leaves the context untouched
                 await self._failed(job, f"{type(e).__name__}: {e}")
             else:
-                await self._apply(job, result)
+                try:
+                    await self._apply(job, result)
+                except Exception as e:  # a malformed result must not kill the processor
+                    logger.exception(f"{self}: applying the summary failed")
+                    await self._failed(job, f"{type(e).__name__} while applying: {e}")
         finally:
             self._task = None
+        self._enforce_pinned_budget()  # what was deferred while the summary ran
         self._refresh_summary()
+        self._sync_pinned()
         if self._manual_waiting:
             override, self._manual_pending, self._manual_waiting = self._manual_pending, None, False
             self._start_manual(override)
@@ -633,8 +649,6 @@ class ContextSummarizer(FrameProcessor):
 
     async def _apply(self, job: _Job, result: SummaryResult) -> None:
         text = result.text
-        if self._folded:  # facts that left the pinned block while this summary was running
-            text, self._folded = self._with_facts(text, self._folded), []
         messages = self._context.messages
         present = self._summary_present(messages)
         logical = with_pending(messages, self._pending, self._summary_message if present else None)
@@ -647,10 +661,12 @@ class ContextSummarizer(FrameProcessor):
             )
             return
         self._failures.succeeded()
+        if self._folded:  # facts that left the pinned block while this summary was running
+            text, self._folded = self._with_facts(text, self._folded), []
         if self._options.pin_summary_facts:
             sections = result.sections if result.sections is not None else parse_sections(text)
             if self._pinned.merge_summary(sections):
-                self._enforce_pinned_budget(refresh=False)
+                self._enforce_pinned_budget(applying=True)
             if self._folded:  # facts that left the block belong in the record
                 text = self._with_facts(text, self._folded)
                 self._folded = []
@@ -660,7 +676,7 @@ class ContextSummarizer(FrameProcessor):
         start = next(i for i, m in enumerate(logical) if m is job.plan.replaced[0])
         kept = len(logical) - start - len(job.plan.replaced)
         new_messages, self._pending = split_pending(new_logical, self._pending)
-        self._context.set_messages(new_messages)
+        self._set_messages(new_messages)
         self._summary_message, self._summary_text = summary_message, text
         self._summary_config = job.config
         self._summary_tokens = count_text(self._meter.counter, text)

@@ -131,20 +131,46 @@ def render_sections(sections: Mapping[str, Sequence[str]]) -> str:
 
 
 def without_items(text: str, drop: Iterable[str], normalize: Callable[[str], str]) -> str:
-    """The record ``text`` without the items in ``drop`` (compared after ``normalize``).
+    """``text`` without the bullet lines whose item is in ``drop`` (compared normalized).
 
-    Empty sections are left out; a record with nothing left says so in one line.
+    Everything else is kept exactly as written, prose included; a heading left with no
+    items is dropped with them. A record with nothing left says so in one line.
     """
     gone = {normalize(d) for d in drop}
-    sections = parse_sections(text)
-    kept = {
-        name: [i for i in items if normalize(i) not in gone] for name, items in sections.items()
-    }
-    if not any(kept.values()):
-        return "(everything known so far is in the pinned facts)"
-    lines: list[str] = []
-    for name, items in kept.items():
-        if items:
-            lines.append(f"{name}:")
-            lines.extend(f"- {i}" for i in items)
-    return "\n".join(lines)
+    kept: list[str] = []
+    for line in text.splitlines():
+        if _BULLET_RE.match(line) and normalize(_strip_item(line)) in gone:
+            continue
+        kept.append(line)
+    # a heading whose items all went is noise
+    lines = [
+        line
+        for i, line in enumerate(kept)
+        if not (_heading_of(line) and not _heading_of(line)[1] and _next_is_heading(kept, i))
+    ]
+    out = "\n".join(lines).strip()
+    return out or "(everything known so far is in the pinned facts)"
+
+
+def _next_is_heading(lines: list[str], i: int) -> bool:
+    rest = [line for line in lines[i + 1 :] if line.strip()]
+    return not rest or _heading_of(rest[0]) is not None
+
+
+def with_items(
+    text: str, items: Mapping[str, Sequence[str]], normalize: Callable[[str], str]
+) -> str:
+    """``text`` with ``items`` (per section) appended as bullets, unless already there.
+
+    The text is never re-rendered, so prose and custom formats survive; new items go under
+    a repeated heading at the end, which :func:`parse_sections` merges.
+    """
+    present = {normalize(_strip_item(line)) for line in text.splitlines() if line.strip()}
+    blocks: list[str] = []
+    for name in SECTIONS:
+        new = [i for i in items.get(name, ()) if normalize(i) not in present]
+        if new:
+            blocks.append(f"{name}:\n" + "\n".join(f"- {i}" for i in new))
+    if not blocks:
+        return text
+    return "\n".join([text.rstrip(), *blocks]) if text.strip() else "\n".join(blocks)

@@ -52,7 +52,7 @@ def register_remember_fact(
     async def handler(params: FunctionCallParams) -> None:
         args = params.arguments or {}
         key, fact = str(args.get("key", "")).strip(), str(args.get("fact", "")).strip()
-        kind = args.get("kind", "fact") if args.get("kind") in ("fact", "constraint") else "fact"
+        kind = "constraint" if args.get("kind") == "constraint" else "fact"
         try:
             summarizer.pin(key, fact, kind=kind, source="llm")
             result = {"remembered": key}
@@ -65,7 +65,14 @@ def register_remember_fact(
     schema = remember_fact_schema()
     if context is not None:
         tools = context.tools
-        existing = list(tools.standard_tools) if isinstance(tools, ToolsSchema) else []
-        existing = [t for t in existing if getattr(t, "name", None) != REMEMBER_FACT]
-        context.set_tools(ToolsSchema(standard_tools=[*existing, schema]))
+        existing: list = []
+        custom = None
+        if isinstance(tools, ToolsSchema):
+            # direct functions must go back as functions, or the LLM stops registering them
+            direct = {w.name: w.function for w in tools.direct_functions}
+            existing = [
+                direct.get(t.name, t) for t in tools.standard_tools if t.name != REMEMBER_FACT
+            ]
+            custom = tools.custom_tools
+        context.set_tools(ToolsSchema(standard_tools=[*existing, schema], custom_tools=custom))
     return schema

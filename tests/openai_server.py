@@ -24,6 +24,7 @@ class Reply:
     status: int = 200
     delay: float = 0.0
     tool_calls: list[dict] | None = None
+    finish_reason: str = "stop"
 
 
 def is_summary_request(body: dict) -> bool:
@@ -112,7 +113,9 @@ class FakeOpenAIServer:
                 {
                     **base,
                     "object": "chat.completion",
-                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                    "choices": [
+                        {"index": 0, "message": message, "finish_reason": reply.finish_reason}
+                    ],
                     "usage": usage,
                 }
             )

@@ -233,3 +233,56 @@ async def test_facts_evicted_during_an_outage_stay_in_view():
 
     assert all(await run(pin_evicted=True))
     assert not all(await run(pin_evicted=False))  # without it the allergy drops out of view
+
+
+async def test_remember_fact_keeps_the_context_s_other_tools(openai_server):
+    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+
+    async def get_weather(params, city: str):
+        """Get the weather.
+
+        Args:
+            city: The city.
+        """
+
+    r = Run(openai_server, cfg(messages=50))
+    lookup = FunctionSchema(name="lookup", description="Look up.", properties={}, required=[])
+    custom = {"gemini": [{"google_search": {}}]}
+    r.context.set_tools(ToolsSchema(standard_tools=[lookup, get_weather], custom_tools=custom))
+    register_remember_fact(r.llm, r.processor, r.context)
+    tools = r.context.tools
+    assert [t.name for t in tools.standard_tools] == ["lookup", "get_weather", REMEMBER_FACT]
+    assert [w.name for w in tools.direct_functions] == ["get_weather"]
+    assert tools.custom_tools == custom
+
+
+async def test_folded_facts_survive_a_discarded_summary(openai_server):
+    from pipecat.frames.frames import LLMMessagesUpdateFrame
+
+    def handler(body):
+        if is_summary_request(body):
+            for k in range(6):  # the app pins while the summary is in flight: over budget
+                r.processor.pin(f"k{k}", f"important fact number {k} with some words")
+            return Reply("FACTS:\n- from the summary", delay=0.4)
+        return Reply("Sure thing.")
+
+    openai_server.handler = handler
+    r = Run(
+        openai_server, cfg(messages=6, keep=2), options=SummarizerOptions(pinned_facts_tokens=40)
+    )
+    reset = [{"role": "system", "content": "New node."}, {"role": "user", "content": "fresh"}]
+    frames = [
+        *turns([f"turn {i}" for i in range(4)], gap=0.08),
+        LLMMessagesUpdateFrame(messages=reset, run_llm=False),
+        *turns(["after the reset"], gap=0.6),  # asked while the summary is still in flight
+        *turns(["and once it was discarded"], gap=0.2),
+    ]
+    await r.run(frames)
+    assert len(openai_server.summary_requests) == 1
+    assert r.applied == []  # the summary was discarded: its messages were replaced
+    for body in openai_server.chat_requests[-2:]:  # every fact in view, before and after
+        sent = json.dumps(body["messages"])
+        assert all(f"important fact number {k}" in sent for k in range(6))
+    block = next(m for m in r.context.messages if "Pinned facts" in str(m["content"]))
+    assert C.count_message(block) - 10 <= 40 + 5  # back within budget once it landed

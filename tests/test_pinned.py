@@ -122,3 +122,29 @@ def test_pinned_items_are_left_out_of_the_summary_message_whatever_the_speaker_p
     record = "FACTS:\n- User: My name is Priya Raman.\n- User: I cycle to work.\nDECISIONS:\n- x"
     out = without_items(record, ["My name is Priya Raman."], normalize)
     assert "Priya" not in out and "I cycle to work." in out and "DECISIONS:" in out
+
+
+def test_prose_summaries_survive_pinning_and_folding():
+    from pipecat_summarizer.pinned import normalize
+    from pipecat_summarizer.sections import parse_sections, with_items, without_items
+
+    prose = "The user, Alice, booked a table for Friday, ref ZX-991.\n- allergic to nuts"
+    out = without_items(prose, ["allergic to nuts"], normalize)
+    assert out == "The user, Alice, booked a table for Friday, ref ZX-991."
+    assert without_items(prose, ["something else"], normalize) == prose
+    folded = with_items(
+        prose, {"FACTS": ["vegetarian"], "CONSTRAINTS": ["allergic to nuts"]}, normalize
+    )
+    assert folded.startswith(prose) and "FACTS:\n- vegetarian" in folded
+    assert folded.count("allergic to nuts") == 1  # already there: not added twice
+    record = "FACTS:\n- a\nCONSTRAINTS:\n- b"
+    assert parse_sections(with_items(record, {"FACTS": ["c"]}, normalize))["FACTS"] == ["a", "c"]
+
+
+def test_summary_role_must_not_look_like_a_system_prompt():
+    from pipecat_summarizer import SummarizerOptions
+
+    for role in ("system", "developer"):
+        with pytest.raises(ValueError, match="summary_role"):
+            SummarizerOptions(summary_role=role)
+    SummarizerOptions(summary_role="assistant")

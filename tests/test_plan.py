@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from pipecat_summarizer.plan import group_units, head_length, select, splice
+from pipecat_summarizer.plan import group_units, head_length, is_system_like, select, splice
 from pipecat_summarizer.tokens import EstimateTokenCounter
 
 C = EstimateTokenCounter()
@@ -63,12 +63,31 @@ def test_units_keep_call_and_all_results_together_even_when_apart():
 def test_units_mark_missing_and_in_progress_results_unresolved():
     assert not group_units([call("x")])[0].resolved
     assert not group_units([call("x"), result("x", "IN_PROGRESS")])[0].resolved
-    started = '{"type": "async_tool", "status": "started", "tool_call_id": "x"}'
-    finished = '{"type": "async_tool", "status": "finished", "tool_call_id": "x"}'
-    assert not group_units([call("x"), result("x", started)])[0].resolved
-    units = group_units([call("x"), result("x", started), u(), dev(finished)])
-    assert len(units) == 1 and units[0].resolved
     assert not group_units([call("x", "y"), result("x")])[0].resolved
+
+
+def test_async_tool_calls_stay_unresolved_until_pipecat_says_finished():
+    from pipecat.processors.aggregators.async_tool_messages import (
+        build_final_result_message,
+        build_intermediate_result_message,
+        build_started_message,
+    )
+
+    started = build_started_message("x")
+    running = [call("x"), started, u("meanwhile"), a("still working")]
+    assert not group_units(running)[0].resolved
+    progress = build_intermediate_result_message("x", '"half done"')
+    assert not group_units([*running, progress])[0].resolved
+    finished = [*running, progress, build_final_result_message("x", '"done"')]
+    units = group_units(finished)
+    assert len(units) == 1 and units[0].resolved and units[0].end == len(finished)
+    # a running call is never summarized, nor anything after it
+    msgs = [u("q"), a("r"), *running, u("q2"), a("r2"), u("q3")]
+    plan = select(msgs, keep=1, counter=C)
+    assert plan is not None and plan.replaced == msgs[:2]
+    assert started not in plan.summarized
+    # the async status messages are not mistaken for injected system prompts
+    assert not is_system_like(progress)
 
 
 def test_orphan_tool_result_joins_previous_unit():

@@ -80,3 +80,10 @@ async def test_structured_output_falls_back_to_text(openai_server):
     openai_server.handler = lambda body: Reply("FACTS:\n- not json")
     s = OpenAISummarizer(base_url=openai_server.base_url, model="tiny", structured=True)
     assert await s.summarize(REQUEST) == "FACTS:\n- not json"
+
+
+async def test_a_summary_cut_off_at_the_budget_is_rejected(openai_server):
+    openai_server.handler = lambda body: Reply("FACTS:\n- name: Pri", finish_reason="length")
+    s = OpenAISummarizer(base_url=openai_server.base_url, model="tiny")
+    with pytest.raises(SummarizerError, match="cut off"):
+        await s.summarize(REQUEST)

@@ -84,10 +84,10 @@ class OpenAISummarizer:
             request: The summary request.
 
         Returns:
-            The summary text.
+            The summary text, or a ``SummaryResult`` with its sections when ``structured``.
 
         Raises:
-            SummarizerError: If the answer has no text.
+            SummarizerError: If the answer has no text or was cut off at the budget.
             openai.OpenAIError: On HTTP and connection errors.
         """
         system = request.system_prompt
@@ -113,7 +113,11 @@ class OpenAISummarizer:
         )
         if not response.choices:
             raise SummarizerError("summarizer response has no choices")
-        text = clean_summary(response.choices[0].message.content)
+        choice = response.choices[0]
+        if choice.finish_reason == "length":
+            # A cut-off record would roll forward with its last sections missing.
+            raise SummarizerError(f"summary cut off at max_tokens={request.max_tokens}")
+        text = clean_summary(choice.message.content)
         if self.structured:
             sections = parse_json_record(text)
             if sections is not None:
