@@ -272,6 +272,7 @@ class ContextSummarizer(FrameProcessor):
         self._summary_text: str | None = None
         self._summary_config = self._config.summary_config  # template of the current summary
         self._no_plan_at: int | None = None
+        self._no_evict_at: int | None = None
         self._replan_at_tokens = 0  # a too-small token compaction waits for this many
         self._summary_tokens = 0
         self._compactions = 0
@@ -381,7 +382,11 @@ class ContextSummarizer(FrameProcessor):
         self._sync_pinned()
         m = self._meter.measure(self._context.messages, self._summary_message)
         ceiling = self._options.max_request_tokens
-        if ceiling is not None and m.total_tokens > ceiling:
+        if (
+            ceiling is not None
+            and m.total_tokens > ceiling
+            and self._no_evict_at != m.message_count
+        ):
             await self._evict(ceiling)
             m = self._meter.measure(self._context.messages, self._summary_message)
         if self.summary_in_flight or not self._failures.ready(time.monotonic()):
@@ -507,6 +512,7 @@ class ContextSummarizer(FrameProcessor):
                 self._pin_from(evicted)
         after = self._meter.measure(self._context.messages, self._summary_message).total_tokens
         if after > ceiling:
+            self._no_evict_at = len(self._context.messages)  # retry once something changes
             logger.warning(
                 f"{self}: context is ~{after} tokens, over max_request_tokens={ceiling}, and "
                 "nothing more can be evicted (system prompt, pinned facts, summary, "
@@ -677,6 +683,8 @@ class ContextSummarizer(FrameProcessor):
         kept = len(logical) - start - len(job.plan.replaced)
         new_messages, self._pending = split_pending(new_logical, self._pending)
         self._set_messages(new_messages)
+        # summarized messages leave the token cache, so it does not keep them alive
+        self._meter.counter.forget_except([*new_messages, *self._pending])
         self._summary_message, self._summary_text = summary_message, text
         self._summary_config = job.config
         self._summary_tokens = count_text(self._meter.counter, text)

@@ -286,3 +286,17 @@ async def test_folded_facts_survive_a_discarded_summary(openai_server):
         assert all(f"important fact number {k}" in sent for k in range(6))
     block = next(m for m in r.context.messages if "Pinned facts" in str(m["content"]))
     assert C.count_message(block) - 10 <= 40 + 5  # back within budget once it landed
+
+
+async def test_a_ceiling_that_cannot_be_met_warns_and_never_blocks_the_turn(openai_server, logs):
+    r = Run(
+        openai_server,
+        cfg(messages=50),
+        options=SummarizerOptions(max_request_tokens=200),
+    )
+    huge = "a very long user turn " * 200  # the current turn alone is over the ceiling
+    await r.run(turns([huge], gap=0.2))
+    assert len(openai_server.chat_requests) == 1  # the reply was not held back
+    warnings = [x for x in logs if "nothing more can be evicted" in x["message"]]
+    assert len(warnings) == 1
+    assert r.processor.pending_messages == []
