@@ -87,3 +87,15 @@ async def test_a_summary_cut_off_at_the_budget_is_rejected(openai_server):
     s = OpenAISummarizer(base_url=openai_server.base_url, model="tiny")
     with pytest.raises(SummarizerError, match="cut off"):
         await s.summarize(REQUEST)
+
+
+async def test_budget_can_travel_as_max_completion_tokens(openai_server):
+    openai_server.handler = lambda body: Reply("FACTS:\n- x")
+    s = OpenAISummarizer(
+        base_url=openai_server.base_url, model="o-mini", max_tokens_param="max_completion_tokens"
+    )
+    await s.summarize(REQUEST)
+    body = openai_server.requests[0]
+    assert body["max_completion_tokens"] == 123 and "max_tokens" not in body
+    with pytest.raises(ValueError):
+        OpenAISummarizer(max_tokens_param="tokens")

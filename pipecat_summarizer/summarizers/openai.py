@@ -51,6 +51,8 @@ class OpenAISummarizer:
         client: An existing ``AsyncOpenAI`` client to use instead of building one.
         temperature: Sampling temperature; low keeps summaries faithful.
         max_retries: Retries inside the OpenAI client (the processor adds its own backoff).
+        max_tokens_param: The request field that carries the output budget: ``"max_tokens"``,
+            or ``"max_completion_tokens"`` for OpenAI's reasoning models.
         structured: Ask for the record as JSON under a strict schema (``response_format``),
             for servers that support it; the sections then need no parsing. An answer that
             is not valid JSON is still used as text.
@@ -65,9 +67,13 @@ class OpenAISummarizer:
         client: AsyncOpenAI | None = None,
         temperature: float = 0.2,
         max_retries: int = 0,
+        max_tokens_param: str = "max_tokens",
         structured: bool = False,
     ):
         """Initialize the summarizer."""
+        if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
+            raise ValueError("max_tokens_param must be 'max_tokens' or 'max_completion_tokens'")
+        self.max_tokens_param = max_tokens_param
         self.model = model
         self.temperature = temperature
         self.structured = structured
@@ -107,8 +113,8 @@ class OpenAISummarizer:
                 {"role": "system", "content": system},
                 {"role": "user", "content": request.user_message},
             ],
-            max_tokens=request.max_tokens,
             temperature=self.temperature,
+            **{self.max_tokens_param: request.max_tokens},
             **extra,
         )
         if not response.choices:
