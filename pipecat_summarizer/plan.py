@@ -284,32 +284,45 @@ def select(
     )
 
 
-def splice(messages: Sequence[Any], plan: Plan, summary_message: Any) -> list[Any] | None:
-    """Replace the planned range with ``summary_message``, if it is still in place.
+def locate(messages: Sequence[Any], plan: Plan) -> int | None:
+    """Where the planned range now starts, or ``None`` if it is no longer in place.
 
     The range is found by object identity wherever it now starts (messages may have been
-    inserted before it), and must still be contiguous and unchanged; everything else,
-    including messages appended while the summary was being written, is kept in order.
-
-    Args:
-        messages: The current context messages.
-        plan: The plan the summary was made from.
-        summary_message: The new summary message.
-
-    Returns:
-        The new message list, or ``None`` when the planned range is no longer in place.
+    inserted before it), and must still be contiguous and unchanged.
     """
     if not plan.replaced:
         return None
     first = plan.replaced[0]
     start = next((i for i, m in enumerate(messages) if m is first), None)
-    if start is None:
-        return None
-    end = start + len(plan.replaced)
-    if end > len(messages):
+    if start is None or start + len(plan.replaced) > len(messages):
         return None
     if any(messages[start + k] is not m for k, m in enumerate(plan.replaced)):
         return None
+    return start
+
+
+def splice(
+    messages: Sequence[Any], plan: Plan, summary_message: Any, start: int | None = None
+) -> list[Any] | None:
+    """Replace the planned range with ``summary_message``, if it is still in place.
+
+    Everything else, including messages appended while the summary was being written, is
+    kept in order.
+
+    Args:
+        messages: The current context messages.
+        plan: The plan the summary was made from.
+        summary_message: The new summary message.
+        start: The range's position from :func:`locate`, when already known.
+
+    Returns:
+        The new message list, or ``None`` when the planned range is no longer in place.
+    """
+    if start is None:
+        start = locate(messages, plan)
+        if start is None:
+            return None
+    end = start + len(plan.replaced)
     return [*messages[:start], summary_message, *plan.lifted, *messages[end:]]
 
 

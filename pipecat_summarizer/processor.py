@@ -42,6 +42,7 @@ from pipecat_summarizer.plan import (
     Plan,
     evict_for_ceiling,
     head_length,
+    locate,
     make_protection,
     select,
     splice,
@@ -659,27 +660,23 @@ class ContextSummarizer(FrameProcessor):
         present = self._summary_present(messages)
         logical = with_pending(messages, self._pending, self._summary_message if present else None)
         # Check before touching anything; everything below up to set_messages is synchronous.
-        probe = splice(logical, job.plan, {})
-        if probe is None:
+        start = locate(logical, job.plan)
+        if start is None:
             logger.warning(
                 f"{self}: context changed while summarizing (the summarized messages are no "
                 "longer in place); summary discarded, nothing applied"
             )
             return
         self._failures.succeeded()
-        if self._folded:  # facts that left the pinned block while this summary was running
-            text, self._folded = self._with_facts(text, self._folded), []
         if self._options.pin_summary_facts:
             sections = result.sections if result.sections is not None else parse_sections(text)
             if self._pinned.merge_summary(sections):
                 self._enforce_pinned_budget(applying=True)
-            if self._folded:  # facts that left the block belong in the record
-                text = self._with_facts(text, self._folded)
-                self._folded = []
+        if self._folded:  # facts that left the pinned block belong in the record
+            text, self._folded = self._with_facts(text, self._folded), []
         summary_message = self._summary_for(text, job.config)
-        new_logical = splice(logical, job.plan, summary_message)
+        new_logical = splice(logical, job.plan, summary_message, start)
         before = self._meter.measure(messages, self._summary_message)
-        start = next(i for i, m in enumerate(logical) if m is job.plan.replaced[0])
         kept = len(logical) - start - len(job.plan.replaced)
         new_messages, self._pending = split_pending(new_logical, self._pending)
         self._set_messages(new_messages)
