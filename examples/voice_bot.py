@@ -124,9 +124,13 @@ class Settings:
     max_unsummarized_messages: int = 12
     min_messages_after_summary: int = 4
     summary_max_tokens: int = 400
-    # Speech (OpenAI mode)
+    # Speech (OpenAI mode): OpenAI, or any OpenAI-compatible speech server
     openai_stt_model: str | None = None
     openai_tts_voice: str | None = None
+    stt_base_url: str | None = None
+    stt_api_key: str | None = field(default=None, repr=False)
+    tts_base_url: str | None = None
+    tts_api_key: str | None = field(default=None, repr=False)
     # Speech (local mode)
     whisper_model: str | None = None
     piper_voice: str = "en_US-ryan-high"
@@ -176,6 +180,7 @@ class Settings:
             else:
                 summary_api_key = NO_KEY
 
+        stt_base_url, tts_base_url = _get(env, "STT_BASE_URL"), _get(env, "TTS_BASE_URL")
         settings = cls(
             mode=mode,
             openai_api_key=openai_key,
@@ -191,6 +196,11 @@ class Settings:
             summary_max_tokens=_get_int(env, "SUMMARY_MAX_TOKENS", 400),
             openai_stt_model=_get(env, "OPENAI_STT_MODEL"),
             openai_tts_voice=_get(env, "OPENAI_VOICE_ID"),
+            stt_base_url=stt_base_url,
+            # like the LLM: a custom server never receives OPENAI_API_KEY
+            stt_api_key=_get(env, "STT_API_KEY") or (NO_KEY if stt_base_url else openai_key),
+            tts_base_url=tts_base_url,
+            tts_api_key=_get(env, "TTS_API_KEY") or (NO_KEY if tts_base_url else openai_key),
             whisper_model=_get(env, "WHISPER_MODEL"),
             piper_voice=_get(env, "PIPER_VOICE_ID", "en_US-ryan-high"),
         )
@@ -201,6 +211,20 @@ class Settings:
                 f"{settings.max_unsummarized_messages})"
             )
         return settings
+
+    def describe(self) -> str:
+        """One line naming where each part of the bot sends its requests (no keys)."""
+        openai = "OpenAI (api.openai.com)"
+        if self.local:
+            stt, tts = "Whisper on this machine", "Piper on this machine"
+        else:
+            stt = self.stt_base_url or openai
+            tts = self.tts_base_url or openai
+        return (
+            f"{self.mode} mode; LLM {self.llm_model} at {self.llm_base_url or openai}; "
+            f"summaries {self.summary_model} at {self.summary_base_url or openai}; "
+            f"speech-to-text {stt}; text-to-speech {tts}"
+        )
 
     def summarization_config(self) -> LLMAutoContextSummarizationConfig:
         """Pipecat's auto-summarization config for these thresholds."""
@@ -266,10 +290,11 @@ def create_stt(settings: Settings) -> FrameProcessor:
         return WhisperSTTService()
     if settings.openai_stt_model:
         return OpenAISTTService(
-            api_key=settings.openai_api_key,
+            api_key=settings.stt_api_key,
+            base_url=settings.stt_base_url,
             settings=OpenAISTTService.Settings(model=settings.openai_stt_model),
         )
-    return OpenAISTTService(api_key=settings.openai_api_key)
+    return OpenAISTTService(api_key=settings.stt_api_key, base_url=settings.stt_base_url)
 
 
 def create_tts(settings: Settings) -> FrameProcessor:
@@ -280,10 +305,11 @@ def create_tts(settings: Settings) -> FrameProcessor:
         return PiperTTSService(settings=PiperTTSService.Settings(voice=settings.piper_voice))
     if settings.openai_tts_voice:
         return OpenAITTSService(
-            api_key=settings.openai_api_key,
+            api_key=settings.tts_api_key,
+            base_url=settings.tts_base_url,
             settings=OpenAITTSService.Settings(voice=settings.openai_tts_voice),
         )
-    return OpenAITTSService(api_key=settings.openai_api_key)
+    return OpenAITTSService(api_key=settings.tts_api_key, base_url=settings.tts_base_url)
 
 
 def create_summary_backend(settings: Settings) -> OpenAISummarizer:
@@ -420,10 +446,7 @@ async def run_bot(transport: BaseTransport, runner_args: RunnerArguments, settin
     """Run one session on ``transport``."""
     from pipecat.audio.vad.silero import SileroVADAnalyzer
 
-    logger.info(
-        f"Starting bot ({settings.mode} mode, LLM {settings.llm_model}, summaries on "
-        f"{settings.summary_model} at {settings.summary_base_url or 'OpenAI'})"
-    )
+    logger.info(f"Starting bot: {settings.describe()}")
     components = build_pipeline(
         settings,
         llm=create_llm(settings),
@@ -490,7 +513,9 @@ def main() -> None:
         except ImportError:
             pass  # python-dotenv comes with the [example] extra; the environment still works
         else:
-            load_dotenv(find_dotenv(usecwd=True), override=True)
+            # Exported variables win over .env, so `BOT_MODE=local python voice_bot.py` works
+            # after `cp .env.example .env`, and an empty line in .env never wipes a key.
+            load_dotenv(find_dotenv(usecwd=True), override=False)
         try:
             settings = Settings.from_env()
             if settings.local:
@@ -498,6 +523,7 @@ def main() -> None:
         except ConfigError as e:
             print(f"voice_bot: {e}", file=sys.stderr)
             sys.exit(2)
+        print(f"voice_bot: {settings.describe()}", file=sys.stderr)
 
     from pipecat.runner.run import main as run_development_runner
 

@@ -274,3 +274,52 @@ def test_running_without_a_key_exits_with_one_line(tmp_path):
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("voice_bot:")]
     assert len(errors) == 1 and "OPENAI_API_KEY" in errors[0]
+
+
+def test_speech_servers_are_configurable_and_never_get_the_openai_key():
+    s = vb.Settings.from_env(
+        {
+            "OPENAI_API_KEY": "sk-main",
+            "STT_BASE_URL": "http://127.0.0.1:9000/v1",
+            "TTS_BASE_URL": "http://127.0.0.1:9001/v1",
+            "TTS_API_KEY": "tts-key",
+        }
+    )
+    assert (s.stt_base_url, s.stt_api_key) == ("http://127.0.0.1:9000/v1", vb.NO_KEY)
+    assert (s.tts_base_url, s.tts_api_key) == ("http://127.0.0.1:9001/v1", "tts-key")
+    line = s.describe()
+    assert "speech-to-text http://127.0.0.1:9000/v1" in line
+    assert "text-to-speech http://127.0.0.1:9001/v1" in line
+    assert "sk-main" not in line and "tts-key" not in line
+    default = vb.Settings.from_env({"OPENAI_API_KEY": "sk-main"})
+    assert default.stt_api_key == default.tts_api_key == "sk-main"
+    assert "summaries gpt-4o-mini at OpenAI" in default.describe()
+
+
+def _run_bot_args(tmp_path, dotenv: str, exported: dict, *args: str):
+    (tmp_path / ".env").write_text(dotenv)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "BOT_MODE")}
+    env.update(exported)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLE), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_exported_variables_win_over_dotenv(tmp_path):
+    # .env as copied from .env.example: BOT_MODE=openai and an empty key line.
+    dotenv = "BOT_MODE=openai\nOPENAI_API_KEY=\n"
+    # An exported key is not wiped by the empty line; the startup line says where things go.
+    # (An unknown transport makes Pipecat's runner stop right after our checks.)
+    result = _run_bot_args(tmp_path, dotenv, {"OPENAI_API_KEY": "sk-exported"}, "-t", "nope")
+    assert "OPENAI_API_KEY is not set" not in result.stderr
+    assert "voice_bot: openai mode" in result.stderr
+    assert "sk-exported" not in result.stderr + result.stdout
+    # An exported BOT_MODE wins over the file's.
+    result = _run_bot_args(tmp_path, dotenv, {"BOT_MODE": "local"}, "-t", "nope")
+    assert "OPENAI_API_KEY is not set" not in result.stderr
+    assert "local" in result.stderr
