@@ -5,24 +5,48 @@ Pure values with a little state; time is passed in, so tests need no clock.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from pipecat.utils.context.llm_context_summarization import LLMAutoContextSummarizationConfig
+from pipecat.utils.context import llm_context_summarization as _pipecat_summarization
+from pipecat.utils.context.llm_context_summarization import (
+    LLMAutoContextSummarizationConfig,
+    LLMContextSummaryConfig,
+)
 
 from pipecat_summarizer.events import Reason
 from pipecat_summarizer.tokens import Measurement
+from pipecat_summarizer.validation import validate_numeric_fields
+
+# Pipecat's fallback when summarization_timeout is None (120 s in 1.14).
+DEFAULT_SUMMARIZATION_TIMEOUT: float = _pipecat_summarization.DEFAULT_SUMMARIZATION_TIMEOUT
 
 
 def validate_config(config: LLMAutoContextSummarizationConfig) -> None:
-    """Reject configurations that would summarize on every turn.
+    """Reject configurations that are malformed or would summarize on every turn.
+
+    Every numeric field (``max_context_tokens``, ``max_unsummarized_messages`` and the
+    summary config's) must be a finite number of its type; ``summarization_timeout=None``
+    means Pipecat's fallback (:data:`DEFAULT_SUMMARIZATION_TIMEOUT`).
 
     Args:
         config: Pipecat's auto-summarization config.
 
     Raises:
-        ValueError: If the kept tail alone would trip the message threshold, or if the
-            template has no ``{summary}`` placeholder.
+        TypeError: If ``summary_config`` is not an ``LLMContextSummaryConfig``, or a numeric
+            field holds a string, a bool or another non-number (the field is named).
+        ValueError: If a numeric field is NaN or infinite or out of range, if the kept tail
+            alone would trip the message threshold, or if the template has no
+            ``{summary}`` placeholder.
     """
+    validate_summary_config(getattr(config, "summary_config", None))
+    validate_numeric_fields(config)
+    if config.max_context_tokens is None and config.max_unsummarized_messages is None:
+        raise ValueError("max_context_tokens or max_unsummarized_messages must be set")
+    if config.max_context_tokens is not None and config.max_context_tokens <= 0:
+        raise ValueError("max_context_tokens must be positive (or None)")
+    if config.max_unsummarized_messages is not None and config.max_unsummarized_messages < 1:
+        raise ValueError("max_unsummarized_messages must be at least 1 (or None)")
     summary = config.summary_config
     keep = summary.min_messages_after_summary
     limit = config.max_unsummarized_messages
@@ -32,10 +56,44 @@ def validate_config(config: LLMAutoContextSummarizationConfig) -> None:
             f"max_unsummarized_messages ({limit}): the kept messages alone would trigger "
             "a new summary on every turn"
         )
-    if "{summary}" not in summary.summary_message_template:
-        raise ValueError("summary_message_template must contain the {summary} placeholder")
+
+
+def validate_summary_config(summary: LLMContextSummaryConfig, name: str = "summary_config"):
+    """Check one summary config (the processor's, or a manual override's).
+
+    Args:
+        summary: The config.
+        name: How to name it in messages.
+
+    Raises:
+        TypeError: If it is not an ``LLMContextSummaryConfig`` or a field has the wrong type.
+        ValueError: If a numeric field is NaN, infinite or out of range, or the template
+            lacks ``{summary}``.
+    """
+    if not isinstance(summary, LLMContextSummaryConfig):
+        raise TypeError(f"{name} must be an LLMContextSummaryConfig, got {type(summary).__name__}")
+    validate_numeric_fields(summary, f"{name}.", optional=("summarization_timeout",))
+    if summary.target_context_tokens <= 0:
+        raise ValueError(f"{name}.target_context_tokens must be positive")
+    if summary.min_messages_after_summary < 0:
+        raise ValueError(f"{name}.min_messages_after_summary must not be negative")
+    template = summary.summary_message_template
+    if not isinstance(template, str) or "{summary}" not in template:
+        raise ValueError(
+            f"{name}.summary_message_template must contain the {{summary}} placeholder"
+        )
+    prompt = summary.summarization_prompt
+    if prompt is not None and not isinstance(prompt, str):
+        raise TypeError(f"{name}.summarization_prompt must be a string or None")
     if summary.summarization_timeout is not None and summary.summarization_timeout <= 0:
-        raise ValueError("summarization_timeout must be positive")
+        raise ValueError(f"{name}.summarization_timeout must be positive (or None)")
+
+
+def effective_timeout(summary: LLMContextSummaryConfig) -> float:
+    """The summarization timeout in seconds: ``None`` means Pipecat's fallback, as in
+    Pipecat (``DEFAULT_SUMMARIZATION_TIMEOUT``, 120 s), never "wait forever"."""
+    timeout = summary.summarization_timeout
+    return DEFAULT_SUMMARIZATION_TIMEOUT if timeout is None else float(timeout)
 
 
 def trigger_reason(
@@ -70,6 +128,9 @@ def summary_budget(config: LLMAutoContextSummarizationConfig) -> int:
     ``max_context_tokens`` so a summary alone can never refill the context it relieves
     (Pipecat's defaults, 6,000 of 8,000, would re-trigger compaction every few turns).
 
+    A target below the cap is sent as given; the cap is never exceeded (it is at least
+    one token, for a ``max_context_tokens`` below 4).
+
     Args:
         config: Pipecat's auto-summarization config.
 
@@ -79,7 +140,7 @@ def summary_budget(config: LLMAutoContextSummarizationConfig) -> int:
     target = config.summary_config.target_context_tokens
     if config.max_context_tokens is None:
         return target
-    return max(100, min(target, config.max_context_tokens // 4))
+    return min(target, max(1, config.max_context_tokens // 4))
 
 
 @dataclass
@@ -99,6 +160,14 @@ class FailureTracker:
     retry_at: float = 0.0
     escalated: bool = False
 
+    def __post_init__(self):
+        """Validate the numbers: a NaN backoff would never allow a retry."""
+        validate_numeric_fields(self)
+        if self.backoff_s < 0 or self.max_backoff_s < 0:
+            raise ValueError("backoff must not be negative")
+        if self.error_after < 1:
+            raise ValueError("error_after must be at least 1")
+
     def ready(self, now: float) -> bool:
         """True when an automatic attempt is allowed at ``now``."""
         return now >= self.retry_at
@@ -111,7 +180,10 @@ class FailureTracker:
             the (one) ERROR.
         """
         self.consecutive += 1
-        delay = min(self.max_backoff_s, self.backoff_s * 2 ** (self.consecutive - 1))
+        # A float exponent capped well below overflow: 2 ** 1024 as an int times a float
+        # raised OverflowError after 1,025 failures in a row.
+        exponent = min(self.consecutive - 1, 64)
+        delay = min(self.max_backoff_s, self.backoff_s * math.ldexp(1.0, exponent))
         self.retry_at = now + delay
         escalate = self.consecutive >= self.error_after and not self.escalated
         self.escalated = self.escalated or escalate

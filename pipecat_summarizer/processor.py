@@ -37,6 +37,7 @@ from pipecat_summarizer.events import (
     SummaryFailedEvent,
     short_sha256,
 )
+from pipecat_summarizer.guard import LLMRequestGuard, overhead_key, request_overhead
 from pipecat_summarizer.pinned import Fact, PinnedFacts, normalize
 from pipecat_summarizer.plan import (
     Plan,
@@ -60,7 +61,13 @@ from pipecat_summarizer.sections import parse_sections, with_items, without_item
 from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult, as_result
 from pipecat_summarizer.summarizers.extractive import ExtractiveSummarizer
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
-from pipecat_summarizer.tokens import ContextMeter, EstimateTokenCounter, TokenCounter, count_text
+from pipecat_summarizer.tokens import (
+    ContextMeter,
+    EstimateTokenCounter,
+    Measurement,
+    TokenCounter,
+    count_text,
+)
 
 
 @dataclass
@@ -100,10 +107,17 @@ class SummarizerOptions:
             salient facts found in them at once with the offline extractive summarizer, so an
             allergy stated before a summarizer outage stays in view until the backlog is
             summarized.
-        pinned_role: Role of the pinned-facts message. ``"developer"`` (the default) is what
-            Pipecat recommends for supplementary guidance; adapters that lack the role send it
-            as a user message. A leading ``"system"`` message would be dropped by non-OpenAI
-            adapters when the service has a ``system_instruction``.
+        pinned_role: Role of the message holding the facts the application pinned
+            (``pin(..., source="app")``), the only facts rendered with authority.
+            ``"developer"`` (the default) is what Pipecat recommends for supplementary
+            guidance; adapters that lack the role send it as a user message. A leading
+            ``"system"`` message would be dropped by non-OpenAI adapters when the service has
+            a ``system_instruction``. Facts from the conversation (summaries, evicted
+            messages, ``remember_fact``) always go in a user-role message, as quoted data.
+        auto_summarize: Summarize when Pipecat's thresholds trip. ``False`` is Pipecat's
+            default mode (``enable_auto_context_summarization=False``): only manual
+            ``LLMSummarizeContextFrame`` requests start a summary, plus the backlog of
+            messages the ceiling evicted, which only a summary can bring back.
     """
 
     max_summary_input_tokens: int | None = 8000
@@ -121,6 +135,7 @@ class SummarizerOptions:
     pin_summary_facts: bool = True
     pin_evicted_facts: bool = True
     pinned_role: str = "developer"
+    auto_summarize: bool = True
 
     def __post_init__(self):
         """Validate the options."""
@@ -218,6 +233,10 @@ class ContextSummarizer(FrameProcessor):
             ``OpenAISummarizer``) or any Pipecat ``LLMService``. Defaults to
             ``config.summary_config.llm``.
         options: Options beyond Pipecat's config.
+        llm: The main LLM service, so the ceiling (``max_request_tokens``) also counts its
+            ``system_instruction`` (with the instructions Pipecat appends to it) and the
+            tool schemas it sends. Not needed when the guard from :meth:`after_llm` sits
+            right after the LLM: it attaches the LLM at start.
         **kwargs: Passed to ``FrameProcessor``.
 
     Raises:
@@ -231,6 +250,7 @@ class ContextSummarizer(FrameProcessor):
         config: LLMAutoContextSummarizationConfig | Any = None,
         summarizer: Summarizer | LLMService | None = None,
         options: SummarizerOptions | None = None,
+        llm: LLMService | None = None,
         **kwargs,
     ):
         """Initialize the processor."""
@@ -253,8 +273,16 @@ class ContextSummarizer(FrameProcessor):
             protect_injected_system=self._options.protect_injected_system
         )
         self._meter = ContextMeter(
-            self._options.token_counter or EstimateTokenCounter(), self._protected
+            self._options.token_counter or EstimateTokenCounter(),
+            # the conversation-facts message is never summarized, like the head
+            lambda i, m, ms: m is self._facts_message or self._protected(i, m, ms),
         )
+        self._facts_message: dict | None = None  # conversation facts, user role
+        self._llm: LLMService | None = None
+        self._overhead_key: tuple | None = None
+        self._overhead_tokens = 0
+        if llm is not None:
+            self.attach_llm(llm)
         self._failures = FailureTracker(
             backoff_s=self._options.retry_backoff_s,
             max_backoff_s=self._options.max_retry_backoff_s,
@@ -308,6 +336,80 @@ class ContextSummarizer(FrameProcessor):
         """Messages evicted under the ceiling that still wait for a summary (a copy)."""
         return list(self._pending)
 
+    def after_llm(self) -> LLMRequestGuard:
+        """The companion processor to place right after the main LLM.
+
+        Requests the processor cannot see otherwise pass through it: the follow-up after a
+        tool call (pushed upstream by the assistant aggregator straight to the LLM) is held
+        to ``max_request_tokens`` by the same eviction, and ``LLMSummarizeContextFrame``
+        queued by a function handler (``params.llm.queue_frame(...)``, which goes
+        downstream from the LLM) is summarized here on the secondary LLM instead of by
+        Pipecat's built-in on the main LLM. It also lets the ceiling count the LLM's
+        ``system_instruction`` and tool schemas. Example::
+
+            Pipeline([user_agg, summarizer, llm, summarizer.after_llm(), tts,
+                      transport.output(), assistant_agg])
+
+        Returns:
+            A new :class:`~pipecat_summarizer.guard.LLMRequestGuard` bound to this processor.
+        """
+        return LLMRequestGuard(self)
+
+    def attach_llm(self, llm: LLMService) -> None:
+        """Count ``llm``'s ``system_instruction`` and tool schemas under the ceiling.
+
+        Args:
+            llm: The main LLM service.
+
+        Raises:
+            TypeError: If ``llm`` is not a Pipecat ``LLMService``.
+        """
+        if not isinstance(llm, LLMService):
+            raise TypeError(f"llm must be a Pipecat LLMService, got {type(llm).__name__}")
+        self._llm = llm
+        self._overhead_key = None
+
+    def request_overhead_tokens(self) -> int:
+        """Tokens every request carries besides the messages: the main LLM's
+        ``system_instruction`` (when the LLM is known) and the context's tool schemas."""
+        system = None
+        if self._llm is not None:
+            system = getattr(self._llm.settings, "system_instruction", None)
+            system = system if isinstance(system, str) else None
+        tools = self._context.tools
+        key = overhead_key(system, tools, self._llm)
+        if key != self._overhead_key:
+            self._overhead_key = key
+            self._overhead_tokens = request_overhead(
+                self._meter.counter.counter, system_instruction=system, tools=tools, llm=self._llm
+            )
+        return self._overhead_tokens
+
+    @property
+    def context(self) -> LLMContext:
+        """The shared context this processor compacts."""
+        return self._context
+
+    @property
+    def llm(self) -> LLMService | None:
+        """The main LLM whose ``system_instruction`` and tools the ceiling counts, if known."""
+        return self._llm
+
+    async def prepare_request(self) -> None:
+        """Make the context ready for a request this processor did not see go by: pinned
+        facts in place, under ``max_request_tokens``. Called by :class:`LLMRequestGuard`
+        for the follow-up after a tool call."""
+        await self._prepare_request()
+
+    def request_manual_summary(self, config: LLMContextSummaryConfig | None = None) -> None:
+        """Start a manual summary (queued behind one in flight), as
+        ``LLMSummarizeContextFrame(config=...)`` does.
+
+        Args:
+            config: A config override, honoured fully; ``None`` for the processor's own.
+        """
+        self._start_manual(config)
+
     def pin(self, key: str, text: str, *, kind: str = "fact", source: str = "app") -> None:
         """Pin a fact under ``key`` (replacing any fact with that key) in every request.
 
@@ -315,8 +417,11 @@ class ContextSummarizer(FrameProcessor):
             key: The fact's key, for example ``"allergy"``.
             text: The fact, for example ``"allergic to peanuts"``.
             kind: ``"fact"`` or ``"constraint"``.
-            source: Who pins it (``"app"``, or ``"llm"`` from the ``remember_fact`` tool);
-                application facts are the last to leave the block when it is over budget.
+            source: Who pins it. ``"app"`` (the default) is the application: only these facts
+                are rendered with authority (in a ``pinned_role`` message) and they are the
+                last to leave when the facts are over budget. ``"llm"`` (the
+                ``remember_fact`` tool) and ``"summary"`` are conversation facts, rendered
+                as quoted data in a user-role message.
 
         Raises:
             ValueError: If the key or text is empty, or the kind unknown.
@@ -343,8 +448,29 @@ class ContextSummarizer(FrameProcessor):
 
     def _set_messages(self, messages: list) -> None:
         # The meter's cheap append check cannot see a rewrite that keeps the length.
-        self._context.set_messages(messages)
+        self._context.set_messages(self._placed(messages))
         self._meter.invalidate()
+
+    def _placed(self, messages: list) -> list:
+        """``messages`` with the conversation-facts message right after the head.
+
+        The plan functions work on the context without it (see :meth:`_view`), so every
+        rewrite puts it back here: after the system head, before the summary.
+        """
+        facts = self._facts_message
+        if facts is None:
+            return messages
+        rest = [m for m in messages if m is not facts]
+        head = head_length(rest)
+        return [*rest[:head], facts, *rest[head:]]
+
+    def _view(self, messages: list) -> list:
+        """The context as the plan functions see it: without the conversation-facts message,
+        which is neither head nor conversation (never summarized, never evicted)."""
+        facts = self._facts_message
+        if facts is None:
+            return messages
+        return [m for m in messages if m is not facts]
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -380,19 +506,12 @@ class ContextSummarizer(FrameProcessor):
     # -- the per-turn hot path --------------------------------------------------------------
 
     async def _on_context_frame(self) -> None:
-        self._sync_pinned()
-        m = self._meter.measure(self._context.messages, self._summary_message)
-        ceiling = self._options.max_request_tokens
-        if (
-            ceiling is not None
-            and m.total_tokens > ceiling
-            and self._no_evict_at != m.message_count
-        ):
-            await self._evict(ceiling)
-            m = self._meter.measure(self._context.messages, self._summary_message)
+        m = await self._prepare_request()
         if self.summary_in_flight or not self._failures.ready(time.monotonic()):
             return
-        reason = trigger_reason(self._config, m, self._options.soft_trigger_ratio)
+        reason = None
+        if self._options.auto_summarize:
+            reason = trigger_reason(self._config, m, self._options.soft_trigger_ratio)
         if reason == "tokens" and m.reducible_tokens < self._replan_at_tokens:
             reason = None  # the last token plan gained too little; wait until it would
         if reason is None and self._pending:
@@ -402,31 +521,67 @@ class ContextSummarizer(FrameProcessor):
         if not self._start(reason, self._config.summary_config, self._summarizer):
             self._no_plan_at = m.message_count
 
+    async def _prepare_request(self) -> Measurement:
+        """Make the context ready to be sent: pinned facts in place, under the ceiling.
+
+        Runs for every request the main LLM receives: the user turns this processor sees,
+        and (through :class:`LLMRequestGuard`) the follow-ups after tool calls.
+        """
+        self._sync_pinned()
+        m = self._meter.measure(self._context.messages, self._summary_message)
+        ceiling = self._options.max_request_tokens
+        if ceiling is None:
+            return m
+        overhead = self.request_overhead_tokens()
+        if m.total_tokens + overhead > ceiling and self._no_evict_at != m.message_count:
+            await self._evict(ceiling, overhead)
+            m = self._meter.measure(self._context.messages, self._summary_message)
+        return m
+
     def _sync_pinned(self) -> None:
-        """Put the pinned block in place after the system prompt, rewritten only on change."""
-        if self._pinned_message is None and not len(self._pinned):
+        """Put the pinned facts in place, rewritten only on change.
+
+        Authority follows the source: the application's facts go in a ``pinned_role``
+        block inside the system head; facts from the conversation go in one user-role
+        message right after the head (before the summary), as quoted data.
+        """
+        if self._pinned_message is None and self._facts_message is None and not len(self._pinned):
             return  # the common case on the hot path: nothing pinned
         messages = self._context.messages
         head = head_length(messages)
         at = next((i for i in range(head) if messages[i] is self._pinned_message), None)
-        if at is not None and self._pinned_version == self._pinned.version:
+        app_in_place = at is not None or self._pinned_message is None
+        facts_in_place = self._facts_message is None or (
+            head < len(messages) and messages[head] is self._facts_message
+        )
+        if app_in_place and facts_in_place and self._pinned_version == self._pinned.version:
             return
-        text = self._pinned.render()
         self._pinned_version = self._pinned.version
-        if text is None:
+        new, changed = list(messages), not (app_in_place and facts_in_place)
+        app_text = self._pinned.render_app()
+        if app_text is None:
             if at is not None:
-                self._set_messages([*messages[:at], *messages[at + 1 :]])
+                del new[at]
+                changed = True
             self._pinned_message = None
-            return
-        if at is not None and self._pinned_message["content"] == text:
-            return
-        block = {"role": self._options.pinned_role, "content": text}
-        if at is None:
-            new = [*messages[:head], block, *messages[head:]]
-        else:
-            new = [*messages[:at], block, *messages[at + 1 :]]
-        self._pinned_message = block
-        self._set_messages(new)
+        elif at is None or self._pinned_message["content"] != app_text:
+            block = {"role": self._options.pinned_role, "content": app_text}
+            if at is None:
+                new.insert(head, block)
+            else:
+                new[at] = block
+            self._pinned_message, changed = block, True
+        old, noted_text = self._facts_message, self._pinned.render_noted()
+        if noted_text is None:
+            self._facts_message = None
+        elif old is None or old["content"] != noted_text:
+            self._facts_message = {"role": "user", "content": noted_text}
+        if old is not None and self._facts_message is not old:
+            new, changed = [m for m in new if m is not old], True
+        elif self._facts_message is not None and old is None:
+            changed = True
+        if changed:
+            self._set_messages(new)  # places the conversation facts after the head
 
     def _enforce_pinned_budget(self, applying: bool = False) -> None:
         if self.summary_in_flight and not applying:
@@ -437,7 +592,7 @@ class ContextSummarizer(FrameProcessor):
         # Summary facts that leave the block are still in the summary record (or, for facts
         # of evicted messages, in the pending queue); the others only lived in the block,
         # so they move into the summary, loudly.
-        folded = [f for f in removed if f.source != "summary"]
+        folded = [f for f in removed if f.source not in ("summary", "evicted")]
         if removed and len(removed) > len(folded):
             logger.debug(f"{self}: {len(removed) - len(folded)} summary facts left the block")
         if folded:
@@ -492,26 +647,38 @@ class ContextSummarizer(FrameProcessor):
         found = self._extractor.summarize_messages_result(
             messages, previous_summary=None, max_tokens=self._pinned.budget_tokens
         )
-        if found.sections and self._pinned.merge_summary(found.sections):
+        if found.sections and self._pinned.merge_summary(found.sections, source="evicted"):
             self._enforce_pinned_budget()
             self._sync_pinned()
 
-    async def _evict(self, ceiling: int) -> None:
-        messages = self._context.messages
-        remaining, evicted = evict_for_ceiling(
-            messages,
-            ceiling=ceiling,
-            counter=self._meter.counter,
-            target=int(ceiling * self._options.eviction_target_ratio),
-            summary_message=self._summary_message,
-            protect_injected_system=self._options.protect_injected_system,
-        )
-        if evicted:
-            self._set_messages(remaining)
-            self._pending.extend(evicted)
-            if self._options.pin_evicted_facts:
-                self._pin_from(evicted)
-        after = self._meter.measure(self._context.messages, self._summary_message).total_tokens
+    async def _evict(self, ceiling: int, overhead: int = 0) -> None:
+        """Evict the oldest units so messages plus ``overhead`` (system_instruction, tool
+        schemas) fit ``ceiling``; the conversation-facts message is never evicted."""
+        evicted: list = []
+        after = 0
+        # Pinning the facts of evicted messages can grow the facts message: one more pass.
+        for _ in range(2):
+            fixed = overhead
+            if self._facts_message is not None:
+                fixed += self._meter.counter.count_message(self._facts_message)
+            remaining, out = evict_for_ceiling(
+                self._view(self._context.messages),
+                ceiling=max(0, ceiling - fixed),
+                counter=self._meter.counter,
+                target=max(0, int(ceiling * self._options.eviction_target_ratio) - fixed),
+                summary_message=self._summary_message,
+                protect_injected_system=self._options.protect_injected_system,
+            )
+            if out:
+                self._set_messages(remaining)
+                self._pending.extend(out)
+                evicted.extend(out)
+                if self._options.pin_evicted_facts:
+                    self._pin_from(out)
+            m = self._meter.measure(self._context.messages, self._summary_message)
+            after = m.total_tokens + overhead
+            if not out or after <= ceiling:
+                break
         if after > ceiling:
             self._no_evict_at = len(self._context.messages)  # retry once something changes
             logger.warning(
@@ -560,7 +727,9 @@ class ContextSummarizer(FrameProcessor):
     def _start(self, reason: Reason, config: LLMContextSummaryConfig, summarizer: Summarizer):
         present = self._summary_present(self._context.messages)
         summary_message = self._summary_message if present else None
-        messages = with_pending(self._context.messages, self._pending, summary_message)
+        messages = with_pending(
+            self._view(self._context.messages), self._pending, summary_message
+        )
         counter = self._meter.counter
         previous = self._summary_text if present else None
         previous_tokens = self._summary_tokens if previous else 0
@@ -658,7 +827,9 @@ class ContextSummarizer(FrameProcessor):
         text = result.text
         messages = self._context.messages
         present = self._summary_present(messages)
-        logical = with_pending(messages, self._pending, self._summary_message if present else None)
+        logical = with_pending(
+            self._view(messages), self._pending, self._summary_message if present else None
+        )
         # Check before touching anything; everything below up to set_messages is synchronous.
         start = locate(logical, job.plan)
         if start is None:

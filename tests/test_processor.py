@@ -390,8 +390,8 @@ async def test_manual_summary_honours_the_override(openai_server):
     assert body["messages"][0]["content"].startswith("Custom pirate memory record prompt.")
     assert body["max_tokens"] == 77
     msgs = r.context.messages
-    # system prompt, the pinned block (the summary's FACTS), then the templated summary
-    assert msgs[1]["role"] == "developer" and "- manual" in msgs[1]["content"]
+    # system prompt, the summary's FACTS as quoted user-role data (issue 8 item 4), the summary
+    assert msgs[1]["role"] == "user" and '- "manual"' in msgs[1]["content"]
     assert msgs[2]["content"].startswith("<memo>") and msgs[2]["content"].endswith("</memo>")
     # keep=1 (not the default 4): only the last exchange stays, starting on a user turn
     assert [m["content"] for m in msgs[3:]] == ["user message number 2", "Sure thing."]
