@@ -25,6 +25,7 @@ class Reply:
     delay: float = 0.0
     tool_calls: list[dict] | None = None
     finish_reason: str = "stop"
+    error_message: str | None = None  # the error body's message (default "scripted <status>")
 
 
 def is_summary_request(body: dict) -> bool:
@@ -43,6 +44,11 @@ class FakeOpenAIServer:
         """Initialize with an optional handler (default: 'OK.' for chat, a summary else)."""
         self.handler: Handler = handler or self.default_handler
         self.requests: list[dict] = []
+        self.headers: list[dict[str, str]] = []  # each request's headers, in order
+        self.in_flight = 0  # requests being answered now
+        self.max_in_flight = 0
+        self.summary_in_flight = 0
+        self.max_summary_in_flight = 0
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
@@ -78,6 +84,12 @@ class FakeOpenAIServer:
         self.base_url = f"http://127.0.0.1:{port}/v1"
         return self.base_url
 
+    @property
+    def open_connections(self) -> int:
+        """Client connections the server holds open now (keep-alive ones included)."""
+        server = self._runner.server if self._runner else None
+        return len(server.connections) if server is not None else 0
+
     async def stop(self) -> None:
         """Stop the server."""
         if self._runner:
@@ -86,14 +98,30 @@ class FakeOpenAIServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        summary = is_summary_request(body)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        if summary:
+            self.summary_in_flight += 1
+            self.max_summary_in_flight = max(self.max_summary_in_flight, self.summary_in_flight)
+        try:
+            return await self._answer(request, body)
+        finally:
+            self.in_flight -= 1
+            if summary:
+                self.summary_in_flight -= 1
+
+    async def _answer(self, request: web.Request, body: dict) -> web.StreamResponse:
         reply = self.handler(body)
         if inspect.isawaitable(reply):
             reply = await reply
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if reply.status != 200:
+            message = reply.error_message or f"scripted {reply.status}"
             return web.json_response(
-                {"error": {"message": f"scripted {reply.status}", "type": "server_error"}},
+                {"error": {"message": message, "type": "server_error"}},
                 status=reply.status,
             )
         created = int(time.time())

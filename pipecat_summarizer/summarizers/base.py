@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import inspect
+import re
+import socket
+import ssl
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -31,7 +36,10 @@ class Summarizer(Protocol):
     """Turns a :class:`~pipecat_summarizer.prompt.SummaryRequest` into summary text.
 
     Implementations raise on failure; the processor treats an empty or whitespace-only
-    answer as a failure too. Timeouts are enforced by the caller.
+    answer as a failure too. Timeouts are enforced by the caller. ``summarize`` must be a
+    coroutine function. A backend holding connections may also offer ``async aclose()``:
+    the processor calls it only on summarizers it built itself; one the application
+    passed in is the application's to close.
     """
 
     async def summarize(self, request: SummaryRequest) -> str | SummaryResult:
@@ -65,3 +73,94 @@ def as_result(value: str | SummaryResult | None) -> SummaryResult:
     if isinstance(value, SummaryResult):
         return SummaryResult(clean_summary(value.text), value.sections)
     return SummaryResult(clean_summary(value))
+
+
+def is_async_summarizer(summarizer: object) -> bool:
+    """Whether ``summarizer.summarize`` is a coroutine function (or an async callable)."""
+    method = getattr(summarizer, "summarize", None)
+    if method is None or not callable(method):
+        return False
+    if inspect.iscoroutinefunction(method):
+        return True
+    # an object with an async __call__ (a mock, a wrapper) is fine too
+    return inspect.iscoroutinefunction(type(method).__call__)
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z0-9_.\-]{1,60}$")
+
+
+def _host_of(error: BaseException) -> str | None:
+    request = getattr(error, "request", None)
+    url = getattr(request, "url", None)
+    host = getattr(url, "host", None)
+    if not host:
+        return None
+    port = getattr(url, "port", None)
+    return f"{host}:{port}" if port else str(host)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in seen and len(seen) < 20:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _connection_cause(chain: list[BaseException]) -> str:
+    for e in chain:
+        if isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED:
+            return "connection refused"
+        if isinstance(e, ConnectionResetError):
+            return "connection reset"
+        if isinstance(e, socket.gaierror):
+            return "name resolution failed"
+        if isinstance(e, TimeoutError) or "Timeout" in type(e).__name__:
+            return "connection timed out"
+        if isinstance(e, ssl.SSLError):
+            return "TLS error"
+    text = " ".join(str(e) for e in chain).lower()
+    # httpx/anyio keep the OS error only as text on some platforms
+    if "refused" in text or "errno 111" in text or "connect call failed" in text:
+        return "connection refused"
+    if "name or service not known" in text or "nodename nor servname" in text:
+        return "name resolution failed"
+    return f"connection failed ({type(chain[-1]).__name__})"
+
+
+def describe_error(error: BaseException) -> str:
+    """A log-safe description of a summarizer failure: its kind, host and cause.
+
+    Backend error bodies and arbitrary exception messages can echo the request (the
+    conversation), so only structured, identifier-like parts are kept: the exception type,
+    the HTTP status, the error's ``type``/``code``, the host, and the cause of a connection
+    failure ("connection refused to 127.0.0.1:9"). Messages of :class:`SummarizerError`
+    are written by this package without content, and are kept.
+
+    Args:
+        error: The exception.
+
+    Returns:
+        One line, without conversation text.
+    """
+    name = type(error).__name__
+    if isinstance(error, SummarizerError):
+        return f"{name}: {error}"
+    if isinstance(error, TimeoutError):
+        return name
+    host = _host_of(error)
+    where = f" to {host}" if host else ""
+    status = getattr(error, "status_code", None)
+    if isinstance(status, int):
+        parts = [f"HTTP {status}"]
+        for attr in ("type", "code"):
+            value = getattr(error, attr, None)
+            if isinstance(value, str) and _IDENTIFIER.match(value):
+                parts.append(f"{attr}={value}")
+        where = f" from {host}" if host else ""
+        return f"{name}: {' '.join(parts)}{where}"
+    chain = _chain(error)
+    if "Connection" in name or any(isinstance(e, OSError) for e in chain):
+        return f"{name}: {_connection_cause(chain)}{where}"
+    return f"{name}{where}"

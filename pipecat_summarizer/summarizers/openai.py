@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from urllib.parse import urlsplit
 
+from loguru import logger
 from openai import AsyncOpenAI
 
 from pipecat_summarizer.prompt import SECTIONS, SummaryRequest
 from pipecat_summarizer.sections import render_sections
 from pipecat_summarizer.summarizers.base import SummarizerError, SummaryResult, clean_summary
+from pipecat_summarizer.validation import check_number
+
+# A key from the environment is sent only to these hosts (or when base_url is not given).
+OPENAI_HOSTS = ("api.openai.com",)
 
 _JSON_KEYS = {name: name.lower().replace(" ", "_") for name in SECTIONS}
 
@@ -40,15 +47,31 @@ def parse_json_record(text: str) -> dict[str, list[str]] | None:
     return sections
 
 
+def is_openai_url(base_url: str | None) -> bool:
+    """Whether ``base_url`` is OpenAI's own API (``None`` means the client's default)."""
+    if base_url is None:
+        return True
+    host = (urlsplit(str(base_url)).hostname or "").lower()
+    return host in OPENAI_HOSTS
+
+
 class OpenAISummarizer:
     """Summarizes on an OpenAI-compatible server (OpenAI, Groq, Together, Ollama, vLLM...).
+
+    One instance can serve every call of a process: it holds one connection pool, and
+    ``max_concurrency`` caps the summary requests in flight across all calls (the others
+    wait their turn). Whoever builds it closes it: ``await summarizer.aclose()`` at
+    shutdown, or ``async with OpenAISummarizer(...) as summarizer:``. A processor never
+    closes a summarizer it was given.
 
     Args:
         model: The model name, for example ``"gpt-4o-mini"``.
         base_url: The API base URL; ``None`` for OpenAI's.
-        api_key: The API key; defaults to ``OPENAI_API_KEY`` (a placeholder is used for
-            local servers that need none).
-        client: An existing ``AsyncOpenAI`` client to use instead of building one.
+        api_key: The API key. When not given, ``OPENAI_API_KEY`` is used only for OpenAI's
+            own API (``base_url`` ``None`` or ``api.openai.com``); another host gets a
+            placeholder, so the OpenAI key never leaks to a third-party or local server.
+        client: An existing ``AsyncOpenAI`` client to use instead of building one. It stays
+            the caller's: :meth:`aclose` does not close it.
         temperature: Sampling temperature; low keeps summaries faithful.
         max_retries: Retries inside the OpenAI client (the processor adds its own backoff).
         max_tokens_param: The request field that carries the output budget: ``"max_tokens"``,
@@ -56,6 +79,8 @@ class OpenAISummarizer:
         structured: Ask for the record as JSON under a strict schema (``response_format``),
             for servers that support it; the sections then need no parsing. An answer that
             is not valid JSON is still used as text.
+        max_concurrency: At most this many summary requests in flight at once through this
+            instance (``None`` for no cap). Share one instance across calls to cap a server.
     """
 
     def __init__(
@@ -69,19 +94,42 @@ class OpenAISummarizer:
         max_retries: int = 0,
         max_tokens_param: str = "max_tokens",
         structured: bool = False,
+        max_concurrency: int | None = None,
     ):
         """Initialize the summarizer."""
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
             raise ValueError("max_tokens_param must be 'max_tokens' or 'max_completion_tokens'")
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError("model must be a non-empty model name, for example 'gpt-4o-mini'")
+        check_number("temperature", temperature)
+        check_number("max_retries", max_retries, integer=True)
+        check_number("max_concurrency", max_concurrency, integer=True, optional=True)
+        if max_retries < 0:
+            raise ValueError("max_retries must not be negative")
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1 (or None)")
         self.max_tokens_param = max_tokens_param
         self.model = model
         self.temperature = temperature
         self.structured = structured
+        self.max_concurrency = max_concurrency
+        self._semaphore = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        self._in_flight = 0
+        self._owns_client = client is None
+        if api_key is None and is_openai_url(base_url):
+            api_key = os.environ.get("OPENAI_API_KEY")
+        elif api_key is None and os.environ.get("OPENAI_API_KEY"):
+            logger.debug("OpenAISummarizer: OPENAI_API_KEY not sent to a non-OpenAI base_url")
         self._client = client or AsyncOpenAI(
             base_url=base_url,
-            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+            api_key=api_key or "not-needed",
             max_retries=max_retries,
         )
+
+    @property
+    def in_flight(self) -> int:
+        """Summary requests sent and not yet answered."""
+        return self._in_flight
 
     async def summarize(self, request: SummaryRequest) -> str | SummaryResult:
         """Request a summary from the chat completions endpoint.
@@ -107,16 +155,21 @@ class OpenAISummarizer:
                 "type": "json_schema",
                 "json_schema": {"name": "memory_record", "strict": True, "schema": RECORD_SCHEMA},
             }
-        response = await self._client.chat.completions.create(
-            model=self.model,
-            messages=[
+        params = {
+            "model": self.model,
+            "messages": [
                 {"role": "system", "content": system},
                 {"role": "user", "content": request.user_message},
             ],
-            temperature=self.temperature,
-            **{self.max_tokens_param: request.max_tokens},
+            "temperature": self.temperature,
+            self.max_tokens_param: request.max_tokens,
             **extra,
-        )
+        }
+        if self._semaphore is None:
+            response = await self._create(params)
+        else:
+            async with self._semaphore:
+                response = await self._create(params)
         if not response.choices:
             raise SummarizerError("summarizer response has no choices")
         choice = response.choices[0]
@@ -130,6 +183,25 @@ class OpenAISummarizer:
                 return SummaryResult(clean_summary(render_sections(sections)), sections)
         return text
 
+    async def _create(self, params: dict):
+        self._in_flight += 1
+        try:
+            return await self._client.chat.completions.create(**params)
+        finally:
+            self._in_flight -= 1
+
     async def aclose(self) -> None:
-        """Close the underlying HTTP client."""
-        await self._client.close()
+        """Close the connection pool this summarizer built (not a ``client`` passed in).
+
+        Safe to call more than once.
+        """
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> OpenAISummarizer:
+        """Use as ``async with OpenAISummarizer(...) as summarizer:``."""
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        """Close on leaving the block."""
+        await self.aclose()
