@@ -9,7 +9,6 @@ Frames are never held: every frame is pushed on unchanged, except the manual
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,13 +51,21 @@ from pipecat_summarizer.plan import (
 )
 from pipecat_summarizer.policy import (
     FailureTracker,
+    effective_timeout,
     summary_budget,
     trigger_reason,
     validate_config,
+    validate_summary_config,
 )
 from pipecat_summarizer.prompt import SummaryRequest, build_request
 from pipecat_summarizer.sections import parse_sections, with_items, without_items
-from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult, as_result
+from pipecat_summarizer.summarizers.base import (
+    Summarizer,
+    SummaryResult,
+    as_result,
+    describe_error,
+    is_async_summarizer,
+)
 from pipecat_summarizer.summarizers.extractive import ExtractiveSummarizer
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
 from pipecat_summarizer.tokens import (
@@ -68,6 +75,7 @@ from pipecat_summarizer.tokens import (
     TokenCounter,
     count_text,
 )
+from pipecat_summarizer.validation import validate_numeric_fields
 
 
 @dataclass
@@ -114,6 +122,9 @@ class SummarizerOptions:
             ``"system"`` message would be dropped by non-OpenAI adapters when the service has
             a ``system_instruction``. Facts from the conversation (summaries, evicted
             messages, ``remember_fact``) always go in a user-role message, as quoted data.
+        log_content: Also log message, fact and error text, at DEBUG only, for local
+            debugging. Log lines at INFO and above never carry conversation or fact text
+            (counts, ids, roles and hashes only), whatever this says.
         auto_summarize: Summarize when Pipecat's thresholds trip. ``False`` is Pipecat's
             default mode (``enable_auto_context_summarization=False``): only manual
             ``LLMSummarizeContextFrame`` requests start a summary, plus the backlog of
@@ -136,9 +147,13 @@ class SummarizerOptions:
     pin_evicted_facts: bool = True
     pinned_role: str = "developer"
     auto_summarize: bool = True
+    log_content: bool = False
 
     def __post_init__(self):
         """Validate the options."""
+        # every int/float field, by annotation: NaN, infinity, strings and bools fail here,
+        # named, before the range checks below (which NaN would pass)
+        validate_numeric_fields(self)
         if self.max_summary_input_tokens is not None and self.max_summary_input_tokens < 100:
             raise ValueError("max_summary_input_tokens must be at least 100 (or None)")
         if not 0 <= self.min_token_gain < 1:
@@ -177,11 +192,24 @@ def _as_auto_config(config: Any) -> LLMAutoContextSummarizationConfig:
 def _as_summarizer(summarizer: Any) -> Summarizer:
     if isinstance(summarizer, LLMService):
         return PipecatLLMSummarizer(summarizer)
-    if not callable(getattr(summarizer, "summarize", None)):
+    if not is_async_summarizer(summarizer):
+        # a sync summarize() would block the event loop, or return a non-awaitable that
+        # fails only at the first summary, far from the cause
         raise TypeError(
-            "summarizer must have an async summarize(request) method or be an LLMService"
+            "summarizer must have an async summarize(request) method (a coroutine "
+            f"function) or be an LLMService; got {type(summarizer).__name__}"
         )
     return summarizer
+
+
+def _clock() -> float:
+    """The running event loop's clock, on which backoff and latency are measured.
+
+    ``time.monotonic()`` on a standard loop. Reading the loop's clock (not the wall clock)
+    is a documented hook: a simulated-time loop (the replay's) governs the retry backoff
+    too, so a replay in compressed time keeps the real 5 s to 120 s schedule.
+    """
+    return asyncio.get_running_loop().time()
 
 
 def _render(template: str, summary: str) -> str:
@@ -259,6 +287,8 @@ class ContextSummarizer(FrameProcessor):
             raise TypeError("context must be the LLMContext shared with the aggregators")
         self._context = context
         self._config = _as_auto_config(config)
+        if options is not None and not isinstance(options, SummarizerOptions):
+            raise TypeError(f"options must be a SummarizerOptions, got {type(options).__name__}")
         self._options = options or SummarizerOptions()
         validate_config(self._config)
         if summarizer is None:
@@ -269,6 +299,9 @@ class ContextSummarizer(FrameProcessor):
                 "(or any LLMService), or set LLMContextSummaryConfig(llm=...)"
             )
         self._summarizer = _as_summarizer(summarizer)
+        # Clients this processor built itself are its to close at End/Cancel/cleanup; a
+        # summarizer the application passed in is the application's (it may be shared).
+        self._owned: list[Any] = [] if self._summarizer is summarizer else [self._summarizer]
         self._protected = make_protection(
             protect_injected_system=self._options.protect_injected_system
         )
@@ -489,6 +522,7 @@ class ContextSummarizer(FrameProcessor):
             return
         if isinstance(frame, (EndFrame, CancelFrame)):
             await self._cancel_task()
+            await self._close_owned()
         elif (
             isinstance(frame, LLMContextFrame)
             and direction == FrameDirection.DOWNSTREAM
@@ -499,15 +533,16 @@ class ContextSummarizer(FrameProcessor):
         await self.push_frame(frame, direction)
 
     async def cleanup(self):
-        """Cancel the in-flight summary and clean up."""
+        """Cancel the in-flight summary, close the clients this processor built, clean up."""
         await self._cancel_task()
+        await self._close_owned()
         await super().cleanup()
 
     # -- the per-turn hot path --------------------------------------------------------------
 
     async def _on_context_frame(self) -> None:
         m = await self._prepare_request()
-        if self.summary_in_flight or not self._failures.ready(time.monotonic()):
+        if self.summary_in_flight or not self._failures.ready(_clock()):
             return
         reason = None
         if self._options.auto_summarize:
@@ -598,9 +633,12 @@ class ContextSummarizer(FrameProcessor):
         if folded:
             logger.warning(
                 f"{self}: pinned facts over their {self._pinned.budget_tokens}-token budget; "
-                f"{len(folded)} least recent moved into the summary: "
-                + "; ".join(f.text for f in folded)
+                f"{len(folded)} least recent moved into the summary (sha256 "
+                + ", ".join(short_sha256(f.text) for f in folded)
+                + ")"
             )
+            if self._options.log_content:
+                logger.debug(f"{self}: moved facts: " + "; ".join(f.text for f in folded))
             self._folded.extend(folded)
         if removed and not applying:
             self._refresh_summary()
@@ -720,6 +758,13 @@ class ContextSummarizer(FrameProcessor):
             self._manual_pending = override
             self._manual_waiting = True
             return
+        if override is not None:
+            try:
+                validate_summary_config(override, "LLMSummarizeContextFrame.config")
+            except (TypeError, ValueError) as e:
+                # a frame is no place to crash the pipeline: the processor's own config runs
+                logger.warning(f"{self}: manual summary config rejected ({e}); using default")
+                override, config = None, self._config.summary_config
         summarizer = PipecatLLMSummarizer(override.llm) if override and override.llm else None
         if not self._start("manual", config, summarizer or self._summarizer):
             logger.info(f"{self}: manual summary requested, but nothing can be summarized")
@@ -767,7 +812,7 @@ class ContextSummarizer(FrameProcessor):
             shortened=plan.shortened,
             shorten_to_chars=shorten_to,
         )
-        job = _Job(plan, request, reason, config, summarizer, time.monotonic())
+        job = _Job(plan, request, reason, config, summarizer, _clock())
         logger.debug(
             f"{self}: summarizing {len(plan.summarized)} messages ({reason}), "
             f"~{plan.input_tokens} input tokens, {plan.deferred} deferred"
@@ -778,7 +823,7 @@ class ContextSummarizer(FrameProcessor):
     # -- running --------------------------------------------------------------------------
 
     async def _run(self, job: _Job) -> None:
-        timeout = job.config.summarization_timeout
+        timeout = effective_timeout(job.config)
         try:
             try:
                 result = as_result(
@@ -789,13 +834,16 @@ class ContextSummarizer(FrameProcessor):
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # any backend error leaves the context untouched
-                await self._failed(job, f"{type(e).__name__}: {e}")
+                self._log_error_content(e)
+                await self._failed(job, describe_error(e))
             else:
                 try:
                     await self._apply(job, result)
                 except Exception as e:  # a malformed result must not kill the processor
-                    logger.exception(f"{self}: applying the summary failed")
-                    await self._failed(job, f"{type(e).__name__} while applying: {e}")
+                    # no logger.exception: loguru's traceback shows local variables (messages)
+                    logger.error(f"{self}: applying the summary failed ({type(e).__name__})")
+                    self._log_error_content(e)
+                    await self._failed(job, f"{type(e).__name__} while applying")
         finally:
             self._task = None
         self._enforce_pinned_budget()  # what was deferred while the summary ran
@@ -804,11 +852,26 @@ class ContextSummarizer(FrameProcessor):
         if self._manual_waiting:
             override, self._manual_pending, self._manual_waiting = self._manual_pending, None, False
             self._start_manual(override)
-        elif self._pending and self._failures.ready(time.monotonic()):
+        elif self._pending and self._failures.ready(_clock()):
             self._start("backlog", self._config.summary_config, self._summarizer)
 
+    def _log_error_content(self, error: BaseException) -> None:
+        if self._options.log_content:
+            logger.opt(exception=error).debug(f"{self}: summary error detail: {error!r}")
+
+    async def _close_owned(self) -> None:
+        owned, self._owned = self._owned, []
+        for client in owned:
+            close = getattr(client, "aclose", None)
+            if close is None:
+                continue
+            try:
+                await close()
+            except Exception as e:  # closing must never break End/Cancel
+                logger.warning(f"{self}: closing the summarizer failed ({type(e).__name__})")
+
     async def _failed(self, job: _Job, error: str) -> None:
-        delay, escalate = self._failures.failed(time.monotonic())
+        delay, escalate = self._failures.failed(_clock())
         n = self._failures.consecutive
         logger.warning(
             f"{self}: summary failed ({error}); context left untouched, "
@@ -872,7 +935,7 @@ class ContextSummarizer(FrameProcessor):
             summary_tokens=self._meter.counter.count_message(summary_message),
             input_tokens=job.plan.input_tokens
             + count_text(self._meter.counter, job.request.system_prompt),
-            latency_s=time.monotonic() - job.started,
+            latency_s=_clock() - job.started,
             summary_sha256=short_sha256(text),
             compaction=self._compactions,
             pending_messages=len(self._pending),
