@@ -180,9 +180,7 @@ class PinnedFacts:
         self.version += 1
         return True
 
-    def merge_summary(
-        self, sections: dict[str, list[str]], *, source: Source = "summary"
-    ) -> bool:
+    def merge_summary(self, sections: dict[str, list[str]], *, source: Source = "summary") -> bool:
         """Upsert the FACTS and CONSTRAINTS bullets of a summary.
 
         A bullet with a ``topic:`` prefix replaces the fact on that topic; a bullet marked

@@ -772,9 +772,7 @@ class ContextSummarizer(FrameProcessor):
     def _start(self, reason: Reason, config: LLMContextSummaryConfig, summarizer: Summarizer):
         present = self._summary_present(self._context.messages)
         summary_message = self._summary_message if present else None
-        messages = with_pending(
-            self._view(self._context.messages), self._pending, summary_message
-        )
+        messages = with_pending(self._view(self._context.messages), self._pending, summary_message)
         counter = self._meter.counter
         previous = self._summary_text if present else None
         previous_tokens = self._summary_tokens if previous else 0
