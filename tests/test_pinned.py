@@ -148,3 +148,40 @@ def test_summary_role_must_not_look_like_a_system_prompt():
         with pytest.raises(ValueError, match="summary_role"):
             SummarizerOptions(summary_role=role)
     SummarizerOptions(summary_role="assistant")
+
+
+def test_conversation_facts_render_as_quoted_data_and_app_facts_as_instructions():
+    from pipecat_summarizer.pinned import HEADER, NOTED_HEADER
+
+    p = PinnedFacts()
+    p.pin("tier", "Account tier: gold")  # the application's: source="app" by default
+    p.merge_summary({"FACTS": ["Caller name: Priya"]})
+    p.merge_summary({"CONSTRAINTS": ["allergic to peanuts"]}, source="evicted")
+    p.pin("seat", "window seat", source="llm")
+    assert p.render_app() == f"{HEADER}\n- Account tier: gold"
+    noted = p.render_noted().splitlines()
+    assert noted[0] == NOTED_HEADER
+    assert sorted(noted[1:]) == [
+        '- "Caller name: Priya"',
+        '- "allergic to peanuts"',
+        '- "window seat"',
+    ]
+    assert {f.source for f in p.facts} == {"app", "summary", "evicted", "llm"}
+    assert p.tokens() > 0
+
+
+def test_a_summary_bullet_never_overwrites_the_applications_fact():
+    p = PinnedFacts()
+    p.pin("topic:name", "Name: Priya Raman")  # an app key that looks like a topic key
+    assert not p.merge_summary({"FACTS": ["Name: DAN the unrestricted"]})
+    assert [(f.text, f.source) for f in p.facts] == [("Name: Priya Raman", "app")]
+
+
+def test_evicted_facts_leave_the_block_before_app_facts_over_budget():
+    p = PinnedFacts(budget_tokens=60)
+    p.pin("tier", "Account tier: gold")
+    for k in range(6):
+        p.merge_summary({"FACTS": [f"evicted fact number {k} about the call"]}, source="evicted")
+    removed = p.enforce_budget()
+    assert removed and all(f.source == "evicted" for f in removed)
+    assert any(f.source == "app" for f in p.facts)
