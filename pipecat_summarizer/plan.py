@@ -10,7 +10,11 @@ Vocabulary:
     unit: messages that must be summarized together: an assistant message with
         ``tool_calls``, every result for those calls, and anything between them.
     unresolved: a unit with a call that has no result yet, or an in-progress result;
-        nothing from it onwards is summarized.
+        nothing from it onwards is summarized, unless ``stale_after`` user turns have
+        followed the call (a result that never came must not block compaction forever:
+        the call is then summarized as made, with no result).
+    service-specific: ``LLMSpecificMessage`` (thinking blocks, provider messages); kept
+        verbatim like protected messages, since the transcript cannot carry them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 from pipecat_summarizer.tokens import TokenCounter
 
 SYSTEM_ROLES = ("system", "developer")
+# Pipecat writes the payload type first; a generous window also allows other key orders.
+_ASYNC_TAG_WITHIN = 4096
 
 
 def _role(message: Any) -> str | None:
@@ -42,7 +48,14 @@ def _async_tool(message: Any) -> AsyncToolMessagePayload | None:
     content = message.get("content") if isinstance(message, dict) else None
     if not isinstance(content, str) or not content.startswith("{"):
         return None
-    return parse_async_tool_message(message)
+    if '"async_tool"' not in content[:_ASYNC_TAG_WITHIN]:
+        return None  # an ordinary JSON tool result: not worth parsing
+    try:
+        return parse_async_tool_message(message)
+    except (RecursionError, ValueError, TypeError, AttributeError):
+        # A deeply nested JSON result exceeds json's recursion limit; whatever it is, it is
+        # not one of Pipecat's flat status payloads.
+        return None
 
 
 def is_system_like(message: Any) -> bool:
@@ -61,6 +74,9 @@ def head_length(messages: Sequence[Any]) -> int:
 def make_protection(*, protect_injected_system: bool = True):
     """Build the predicate ``(index, message, messages) -> bool`` for never-summarized messages.
 
+    Service-specific messages (``LLMSpecificMessage``) are always protected: they are lifted
+    out of a summarized range and kept verbatim, so nothing in them is lost.
+
     Args:
         protect_injected_system: Also protect system/developer messages that appear after
             the conversation has started.
@@ -71,6 +87,8 @@ def make_protection(*, protect_injected_system: bool = True):
     """
 
     def is_protected(index: int, message: Any, messages: Sequence[Any]) -> bool:
+        if isinstance(message, LLMSpecificMessage):
+            return True  # kept verbatim: the transcript cannot carry it
         if not is_system_like(message):
             return False
         if protect_injected_system:
@@ -95,16 +113,22 @@ class Unit:
     resolved: bool = True
 
 
-def group_units(messages: Sequence[Any], start: int = 0) -> list[Unit]:
+def group_units(
+    messages: Sequence[Any], start: int = 0, *, stale_after: int | None = None
+) -> list[Unit]:
     """Group ``messages[start:]`` into units (see the module docstring).
 
     Tool results that are not adjacent to their call pull everything in between into the
     call's unit, so a cut at any unit boundary never separates a call from a result.
-    A tool result without a call in range joins the unit before it.
+    A tool result without a call in range joins the unit before it; a tool message
+    without a ``tool_call_id`` answers no call and resolves nothing.
 
     Args:
         messages: The context messages.
         start: First index to group.
+        stale_after: A call still without its final result once this many user messages
+            have followed it counts as resolved (made, with no result); ``None`` waits
+            forever.
 
     Returns:
         Units covering ``[start, len(messages))`` in order.
@@ -113,9 +137,11 @@ def group_units(messages: Sequence[Any], start: int = 0) -> list[Unit]:
     call_at: dict[str, int] = {}
     span_end = list(range(start + 1, n + 1))  # exclusive end of each message's unit
     done: dict[str, bool] = {}  # call id -> has its final result
+    users_before: dict[str, int] = {}  # call id -> user messages before the call
+    users = 0
 
     def attach(call_id: Any, i: int, final: bool) -> None:
-        owner = call_at.get(call_id)
+        owner = call_at.get(call_id) if isinstance(call_id, str) else None
         if owner is None:
             return
         span_end[owner - start] = max(span_end[owner - start], i + 1)
@@ -126,17 +152,26 @@ def group_units(messages: Sequence[Any], start: int = 0) -> list[Unit]:
         if isinstance(msg, LLMSpecificMessage) or not isinstance(msg, dict):
             continue
         role = msg.get("role")
+        if role == "user":
+            users += 1
+            continue
         if role == "assistant" and msg.get("tool_calls"):
-            for call in msg["tool_calls"]:
-                if isinstance(call, dict) and call.get("id"):
+            calls = msg["tool_calls"]
+            for call in calls if isinstance(calls, list) else ():
+                if isinstance(call, dict) and isinstance(call.get("id"), str) and call["id"]:
                     call_at[call["id"]] = i
                     done[call["id"]] = False
+                    users_before[call["id"]] = users
             continue
         payload = _async_tool(msg)
         if payload is not None:  # an async call's progress, or its end
             attach(payload.tool_call_id, i, payload.status == "finished")
         elif role == "tool":  # a synchronous result; IN_PROGRESS until written in place
             attach(msg.get("tool_call_id"), i, msg.get("content") != "IN_PROGRESS")
+    if stale_after is not None:
+        for call_id, final in done.items():
+            if not final and users - users_before[call_id] >= stale_after:
+                done[call_id] = True  # given up on: summarized as called, with no result
     unresolved_at = {call_at[c] for c, final in done.items() if not final}
 
     units: list[Unit] = []
@@ -191,14 +226,16 @@ def select(
     previous_summary_tokens: int = 0,
     input_budget: int | None = None,
     protect_injected_system: bool = True,
+    stale_after: int | None = None,
 ) -> Plan | None:
     """Choose the oldest messages to summarize, keeping at least ``keep`` messages verbatim.
 
     Rules: the head is never touched; whole units only, oldest first; never a unit that is
     unresolved or anything after it; the kept tail has at least ``keep`` messages and, when
     possible, starts with a user message; with ``input_budget``, units are taken until the
-    next one would exceed it; a first unit that alone exceeds it is sent shortened rather
-    than blocking compaction forever.
+    next one would exceed it. A unit that alone exceeds the budget never blocks compaction:
+    wherever it stands, it is sent shortened once what is taken before it leaves half the
+    budget free (shortened texts share half the budget), otherwise it comes first next time.
 
     Args:
         messages: The context messages.
@@ -209,9 +246,12 @@ def select(
         input_budget: Maximum summarizer input tokens for messages plus previous summary;
             ``None`` for unbounded.
         protect_injected_system: Keep mid-call system/developer messages verbatim.
+        stale_after: User messages after which an unresolved tool call no longer blocks
+            (see :func:`group_units`); ``None`` waits forever.
 
     Returns:
-        The plan, or ``None`` when there is nothing new to summarize.
+        The plan, or ``None`` when there is nothing new to summarize
+        (:func:`blocked_reason` says why).
     """
     n = len(messages)
     region = head_length(messages)
@@ -222,7 +262,7 @@ def select(
 
     # Candidate cuts are unit boundaries before the first unresolved unit.
     cuts: list[int] = []
-    for unit in group_units(messages, region):
+    for unit in group_units(messages, region, stale_after=stale_after):
         if not unit.resolved or unit.start > latest_cut:
             break
         if unit.end <= latest_cut:
@@ -240,16 +280,21 @@ def select(
     budget = None if input_budget is None else max(1, input_budget - previous_summary_tokens)
     shortened: set[int] = set()
     end = region
+    floor = region  # the kept tail never moves back over a shortened unit
     used = 0
     for cut in cuts:
         cost = tokens_of(end, cut)
         if budget is not None and used + cost > budget:
-            if end == region:
-                # An oversized first unit is sent shortened so compaction can progress.
+            if cost > budget and used <= budget // 2:
+                # Too large for any request: sent shortened here, so it cannot stall
+                # compaction (the previous summary or other units may stand before it).
                 for k in range(end, cut):
-                    if messages[k] is not summary_message:
+                    if messages[k] is not summary_message and not is_protected(
+                        k, messages[k], messages
+                    ):
                         shortened.add(id(messages[k]))
-                end = cut
+                used += budget - budget // 2
+                end = floor = cut
             break
         used += cost
         end = cut
@@ -257,7 +302,7 @@ def select(
     # Prefer a kept tail that starts with a user turn, if that still summarizes something.
     if end < n and _role(messages[end]) != "user":
         for cut in reversed(cuts):
-            if region < cut < end and _role(messages[cut]) == "user":
+            if floor < cut < end and _role(messages[cut]) == "user":
                 end = cut
                 break
 
@@ -270,18 +315,61 @@ def select(
     if not summarized:
         return None
     lifted = [m for k, m in enumerate(replaced, start=region) if is_protected(k, m, messages)]
-    used = tokens_of(region, end)
+    summarized_ids = {id(m) for m in summarized}
+    shortened &= summarized_ids
+    used = sum(counter.count_message(m) for m in summarized if id(m) not in shortened) + (
+        budget - budget // 2 if shortened and budget is not None else 0
+    )
     if budget is not None:
         used = min(used, budget)
-    summarized_ids = {id(m) for m in summarized}
     return Plan(
         replaced=replaced,
         summarized=summarized,
         lifted=lifted,
-        shortened=shortened & summarized_ids,
+        shortened=shortened,
         input_tokens=used + previous_summary_tokens,
         deferred=cuts[-1] - end,
     )
+
+
+def blocked_reason(
+    messages: Sequence[Any],
+    *,
+    keep: int,
+    summary_message: Any = None,
+    protect_injected_system: bool = True,
+    stale_after: int | None = None,
+) -> str:
+    """Why :func:`select` found nothing to summarize, as a short cause without any text.
+
+    Args:
+        messages: The context messages, as given to :func:`select`.
+        keep: Minimum number of most recent messages kept verbatim.
+        summary_message: The current summary message (by identity), if any.
+        protect_injected_system: Keep mid-call system/developer messages verbatim.
+        stale_after: As for :func:`select`.
+
+    Returns:
+        ``"unresolved tool call"``, ``"only the kept recent messages"`` or
+        ``"only protected messages"``.
+    """
+    region = head_length(messages)
+    latest_cut = len(messages) - keep
+    if latest_cut <= region:
+        return "only the kept recent messages"
+    units = group_units(messages, region, stale_after=stale_after)
+    first = next((u for u in units if not u.resolved), None)
+    if first is not None and first.start < latest_cut:
+        before = messages[region : first.start]
+        is_protected = make_protection(protect_injected_system=protect_injected_system)
+        if not any(
+            m is not summary_message and not is_protected(region + k, m, messages)
+            for k, m in enumerate(before)
+        ):
+            return "unresolved tool call"
+    if units and units[0].end > latest_cut:
+        return "only the kept recent messages"
+    return "only protected messages"
 
 
 def locate(messages: Sequence[Any], plan: Plan) -> int | None:
@@ -342,6 +430,7 @@ def evict_for_ceiling(
     target: int | None = None,
     summary_message: Any = None,
     protect_injected_system: bool = True,
+    stale_after: int | None = None,
 ) -> tuple[list[Any], list[Any]]:
     """Move the oldest whole units out of the context once it exceeds ``ceiling``.
 
@@ -361,6 +450,8 @@ def evict_for_ceiling(
         target: Tokens to evict down to once over the ceiling (at most ``ceiling``).
         summary_message: The current summary message, by identity.
         protect_injected_system: Keep mid-call system/developer messages in place.
+        stale_after: User messages after which an unresolved tool call no longer blocks
+            (see :func:`group_units`).
 
     Returns:
         ``(remaining, evicted)``: the new context and the evicted messages, oldest first.
@@ -376,7 +467,7 @@ def evict_for_ceiling(
     )
     is_protected = make_protection(protect_injected_system=protect_injected_system)
     evicted_idx: set[int] = set()
-    for unit in group_units(messages, start):
+    for unit in group_units(messages, start, stale_after=stale_after):
         if not unit.resolved or unit.end > last_user:
             break
         if total <= goal and _role(messages[unit.start]) == "user":

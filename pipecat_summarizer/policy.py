@@ -194,3 +194,55 @@ class FailureTracker:
         self.consecutive = 0
         self.retry_at = 0.0
         self.escalated = False
+
+
+def chain_backlog(*, pending: bool, last_failed: bool, ready: bool) -> bool:
+    """Whether a finished summary task may start the next backlog round itself.
+
+    Only after a success: a failed attempt waits for the next user turn (and its backoff),
+    so a fast-failing summarizer with ``retry_backoff_s=0`` is not retried back to back.
+
+    Args:
+        pending: Evicted messages wait for a summary.
+        last_failed: The attempt that just ended failed.
+        ready: The backoff allows an automatic attempt now.
+
+    Returns:
+        True to start the backlog round now.
+    """
+    return pending and ready and not last_failed
+
+
+@dataclass
+class StepFailures:
+    """Failures of the processor's own per-frame work (counting, planning, eviction...).
+
+    Each failure is reported; the same step failing ``limit`` frames in a row disables
+    summarization for the call (reported once), since retrying it every turn only repeats
+    the error. A frame whose work completes resets the streak.
+
+    Args:
+        limit: Failures of one step in a row that disable summarization.
+    """
+
+    limit: int = 3
+    step: str | None = None
+    streak: int = 0
+    disabled: bool = False
+
+    def failed(self, step: str) -> bool:
+        """Record a failure of ``step``.
+
+        Returns:
+            True exactly once: when this failure disables summarization.
+        """
+        self.streak = self.streak + 1 if step == self.step else 1
+        self.step = step
+        if self.streak >= self.limit and not self.disabled:
+            self.disabled = True
+            return True
+        return False
+
+    def succeeded(self) -> None:
+        """A frame's work completed: the streak resets."""
+        self.step, self.streak = None, 0

@@ -40,6 +40,7 @@ from pipecat_summarizer.guard import LLMRequestGuard, overhead_key, request_over
 from pipecat_summarizer.pinned import Fact, PinnedFacts, normalize
 from pipecat_summarizer.plan import (
     Plan,
+    blocked_reason,
     evict_for_ceiling,
     head_length,
     locate,
@@ -51,6 +52,8 @@ from pipecat_summarizer.plan import (
 )
 from pipecat_summarizer.policy import (
     FailureTracker,
+    StepFailures,
+    chain_backlog,
     effective_timeout,
     summary_budget,
     trigger_reason,
@@ -73,6 +76,8 @@ from pipecat_summarizer.tokens import (
     EstimateTokenCounter,
     Measurement,
     TokenCounter,
+    as_token_counter,
+    content_fingerprint,
     count_text,
 )
 from pipecat_summarizer.validation import validate_numeric_fields
@@ -87,7 +92,9 @@ class SummarizerOptions:
             summary and transcript). Whole units are taken oldest first; the rest waits for
             the next round. ``None`` for unbounded.
         token_counter: Per-message token counter; defaults to the Pipecat-compatible
-            estimate. Pass ``TokenizerCounter(encoding)`` for exact counts.
+            estimate. Pass ``TokenizerCounter(encoding)`` for exact counts; a raw tokenizer
+            with ``encode()`` (a tiktoken ``Encoding``) is wrapped in it, anything else
+            without ``count_message()`` is rejected with a ``TypeError``.
         protect_injected_system: Keep system/developer messages injected mid-call verbatim
             instead of summarizing them.
         min_token_gain: A token-triggered compaction starts only if it would summarize at
@@ -125,6 +132,10 @@ class SummarizerOptions:
         log_content: Also log message, fact and error text, at DEBUG only, for local
             debugging. Log lines at INFO and above never carry conversation or fact text
             (counts, ids, roles and hashes only), whatever this says.
+        unresolved_tool_call_turns: A tool call whose result has not arrived after this many
+            user turns no longer holds back compaction: it is summarized as called, with no
+            result (a result that arrives later finds its placeholder gone). ``None`` waits
+            forever.
         auto_summarize: Summarize when Pipecat's thresholds trip. ``False`` is Pipecat's
             default mode (``enable_auto_context_summarization=False``): only manual
             ``LLMSummarizeContextFrame`` requests start a summary, plus the backlog of
@@ -148,6 +159,7 @@ class SummarizerOptions:
     pinned_role: str = "developer"
     auto_summarize: bool = True
     log_content: bool = False
+    unresolved_tool_call_turns: int | None = 3
 
     def __post_init__(self):
         """Validate the options."""
@@ -175,6 +187,10 @@ class SummarizerOptions:
             raise ValueError("max_request_tokens must be at least 200 (or None)")
         if self.pinned_facts_tokens < 20:
             raise ValueError("pinned_facts_tokens must be at least 20")
+        if self.unresolved_tool_call_turns is not None and self.unresolved_tool_call_turns < 1:
+            raise ValueError("unresolved_tool_call_turns must be at least 1 (or None)")
+        if self.token_counter is not None:
+            self.token_counter = as_token_counter(self.token_counter)
 
 
 def _as_auto_config(config: Any) -> LLMAutoContextSummarizationConfig:
@@ -200,6 +216,11 @@ def _as_summarizer(summarizer: Any) -> Summarizer:
             f"function) or be an LLMService; got {type(summarizer).__name__}"
         )
     return summarizer
+
+
+# The same internal step failing on this many frames in a row stops summarization for the
+# call: retrying it every turn would only repeat the error.
+_STEP_FAILURE_LIMIT = 3
 
 
 def _clock() -> float:
@@ -250,8 +271,12 @@ class ContextSummarizer(FrameProcessor):
             config=LLMAutoContextSummarizationConfig(max_context_tokens=8000),
             summarizer=OpenAISummarizer(model="gpt-4o-mini"),
         )
-        pipeline = Pipeline([transport.input(), stt, user_agg, summarizer, llm, tts,
-                             transport.output(), assistant_agg])
+        pipeline = Pipeline([transport.input(), stt, user_agg, summarizer, llm,
+                             summarizer.after_llm(), tts, transport.output(), assistant_agg])
+
+    ``summarizer.after_llm()`` is the companion placed right after the main LLM: it holds the
+    ceiling on tool-call follow-ups and takes ``LLMSummarizeContextFrame`` queued by function
+    handlers (see :class:`~pipecat_summarizer.guard.LLMRequestGuard`).
 
     Args:
         context: The ``LLMContext`` shared with ``LLMContextAggregatorPair``.
@@ -306,7 +331,7 @@ class ContextSummarizer(FrameProcessor):
             protect_injected_system=self._options.protect_injected_system
         )
         self._meter = ContextMeter(
-            self._options.token_counter or EstimateTokenCounter(),
+            as_token_counter(self._options.token_counter or EstimateTokenCounter()),
             # the conversation-facts message is never summarized, like the head
             lambda i, m, ms: m is self._facts_message or self._protected(i, m, ms),
         )
@@ -334,7 +359,12 @@ class ContextSummarizer(FrameProcessor):
         self._summary_text: str | None = None
         self._summary_config = self._config.summary_config  # template of the current summary
         self._no_plan_at: int | None = None
-        self._no_evict_at: int | None = None
+        self._no_evict: tuple | None = None  # (fingerprint, overhead) nothing could leave
+        # the processor's own per-frame work: which step runs, and its failures in a row
+        self._step = "counting"
+        self._step_failures = StepFailures(_STEP_FAILURE_LIMIT)
+        self._blocked: str | None = None  # why the last due compaction could not start
+        self._warned_blocked: set[str] = set()
         self._replan_at_tokens = 0  # a too-small token compaction waits for this many
         self._summary_tokens = 0
         self._compactions = 0
@@ -431,8 +461,9 @@ class ContextSummarizer(FrameProcessor):
     async def prepare_request(self) -> None:
         """Make the context ready for a request this processor did not see go by: pinned
         facts in place, under ``max_request_tokens``. Called by :class:`LLMRequestGuard`
-        for the follow-up after a tool call."""
-        await self._prepare_request()
+        for the follow-up after a tool call. Never raises: a failure is logged and the
+        request goes out as it is."""
+        await self._guarded(self._prepare_request)
 
     def request_manual_summary(self, config: LLMContextSummaryConfig | None = None) -> None:
         """Start a manual summary (queued behind one in flight), as
@@ -518,7 +549,7 @@ class ContextSummarizer(FrameProcessor):
 
         if isinstance(frame, LLMSummarizeContextFrame):
             # Ours to handle; the built-in summarizer downstream must not run it too.
-            self._start_manual(frame.config)
+            await self._guarded(self._start_manual, frame.config)
             return
         if isinstance(frame, (EndFrame, CancelFrame)):
             await self._cancel_task()
@@ -529,8 +560,42 @@ class ContextSummarizer(FrameProcessor):
             and not frame.speculation
             and frame.context is self._context
         ):
-            await self._on_context_frame()
+            await self._guarded(self._on_context_frame)
         await self.push_frame(frame, direction)
+
+    async def _guarded(self, work, *args) -> None:
+        """Run this processor's own work for a frame; no exception in it costs the frame.
+
+        A failure is logged as one ERROR naming the step and the exception type (never its
+        text, which may quote the conversation); the next frame tries again. The same step
+        failing on ``_STEP_FAILURE_LIMIT`` frames in a row stops summarization for the call
+        (one more ERROR); frames keep flowing unchanged.
+        """
+        if self._step_failures.disabled:
+            return
+        self._step = "counting"
+        try:
+            result = work(*args)
+            if asyncio.iscoroutine(result):
+                await result
+        except Exception as e:
+            await self._step_failed(self._step, e)
+        else:
+            self._step_failures.succeeded()
+
+    async def _step_failed(self, step: str, error: BaseException) -> None:
+        if self._options.log_content:
+            logger.opt(exception=error).debug(f"{self}: {step} failed")
+        logger.error(
+            f"{self}: {step} failed ({type(error).__name__}); the frame goes on unchanged, "
+            "the next turn tries again"
+        )
+        if self._step_failures.failed(step):
+            logger.error(
+                f"{self}: {step} failed {self._step_failures.streak} turns in a row; "
+                "summarization stopped for this call (the call goes on, context as it is)"
+            )
+            await self._cancel_task()
 
     async def cleanup(self):
         """Cancel the in-flight summary, close the clients this processor built, clean up."""
@@ -544,6 +609,7 @@ class ContextSummarizer(FrameProcessor):
         m = await self._prepare_request()
         if self.summary_in_flight or not self._failures.ready(_clock()):
             return
+        self._step = "planning"
         reason = None
         if self._options.auto_summarize:
             reason = trigger_reason(self._config, m, self._options.soft_trigger_ratio)
@@ -555,6 +621,38 @@ class ContextSummarizer(FrameProcessor):
             return  # nothing selectable has been added since the last empty plan
         if not self._start(reason, self._config.summary_config, self._summarizer):
             self._no_plan_at = m.message_count
+            self._warn_blocked(reason)
+
+    def _warn_blocked(self, reason: Reason) -> None:
+        """One WARNING per cause (until a summary lands) when a due compaction cannot start."""
+        cause = self._blocked
+        if cause is None or cause in self._warned_blocked:
+            return
+        self._warned_blocked.add(cause)
+        logger.warning(
+            f"{self}: compaction is due ({reason}) but cannot start: {cause}; "
+            f"{len(self._pending)} messages pending, the context grows until this changes"
+        )
+
+    def _pending_discarded(self, messages: list, reason: str) -> None:
+        """Pending (evicted, unsummarized) messages leave the processor for good.
+
+        The one place they go: a store sink hooks in here to archive them.
+
+        Args:
+            messages: The messages, oldest first.
+            reason: Why, for the log (no conversation text).
+        """
+        logger.info(f"{self}: {len(messages)} pending messages dropped, not summarized ({reason})")
+
+    def _check_replaced(self, m: Measurement | None = None) -> None:
+        """Drop the pending queue once the application replaced the context: its messages
+        belong to the old conversation and must not be summarized into the new one."""
+        if m is None:
+            self._meter.measure(self._context.messages, self._summary_message)
+        if self._meter.take_replaced() and self._pending:
+            dropped, self._pending = self._pending, []
+            self._pending_discarded(dropped, "the context was replaced")
 
     async def _prepare_request(self) -> Measurement:
         """Make the context ready to be sent: pinned facts in place, under the ceiling.
@@ -562,16 +660,27 @@ class ContextSummarizer(FrameProcessor):
         Runs for every request the main LLM receives: the user turns this processor sees,
         and (through :class:`LLMRequestGuard`) the follow-ups after tool calls.
         """
+        self._step = "pinning"
         self._sync_pinned()
+        self._step = "counting"
         m = self._meter.measure(self._context.messages, self._summary_message)
+        self._check_replaced(m)
         ceiling = self._options.max_request_tokens
         if ceiling is None:
             return m
         overhead = self.request_overhead_tokens()
-        if m.total_tokens + overhead > ceiling and self._no_evict_at != m.message_count:
+        if m.total_tokens + overhead > ceiling and not self._nothing_to_evict(overhead):
+            self._step = "eviction"
             await self._evict(ceiling, overhead)
             m = self._meter.measure(self._context.messages, self._summary_message)
         return m
+
+    def _nothing_to_evict(self, overhead: int) -> bool:
+        """True when eviction already found nothing to move from this very content
+        (remembered by a fingerprint, not a message count, so any change retries)."""
+        if self._no_evict is None:
+            return False
+        return self._no_evict == (content_fingerprint(self._context.messages), overhead)
 
     def _sync_pinned(self) -> None:
         """Put the pinned facts in place, rewritten only on change.
@@ -706,6 +815,7 @@ class ContextSummarizer(FrameProcessor):
                 target=max(0, int(ceiling * self._options.eviction_target_ratio) - fixed),
                 summary_message=self._summary_message,
                 protect_injected_system=self._options.protect_injected_system,
+                stale_after=self._options.unresolved_tool_call_turns,
             )
             if out:
                 self._set_messages(remaining)
@@ -717,8 +827,10 @@ class ContextSummarizer(FrameProcessor):
             after = m.total_tokens + overhead
             if not out or after <= ceiling:
                 break
+        self._no_evict = None
         if after > ceiling:
-            self._no_evict_at = len(self._context.messages)  # retry once something changes
+            # retry once the content changes
+            self._no_evict = (content_fingerprint(self._context.messages), overhead)
             logger.warning(
                 f"{self}: context is ~{after} tokens, over max_request_tokens={ceiling}, and "
                 "nothing more can be evicted (system prompt, pinned facts, summary, "
@@ -770,6 +882,8 @@ class ContextSummarizer(FrameProcessor):
             logger.info(f"{self}: manual summary requested, but nothing can be summarized")
 
     def _start(self, reason: Reason, config: LLMContextSummaryConfig, summarizer: Summarizer):
+        self._step = "planning"
+        self._blocked = None
         present = self._summary_present(self._context.messages)
         summary_message = self._summary_message if present else None
         messages = with_pending(self._view(self._context.messages), self._pending, summary_message)
@@ -785,8 +899,16 @@ class ContextSummarizer(FrameProcessor):
             previous_summary_tokens=previous_tokens,
             input_budget=budget,
             protect_injected_system=self._options.protect_injected_system,
+            stale_after=self._options.unresolved_tool_call_turns,
         )
         if plan is None:
+            self._blocked = blocked_reason(
+                messages,
+                keep=config.min_messages_after_summary,
+                summary_message=summary_message,
+                protect_injected_system=self._options.protect_injected_system,
+                stale_after=self._options.unresolved_tool_call_turns,
+            )
             return False
         if reason == "tokens" and self._config.max_context_tokens:
             gain = plan.input_tokens - previous_tokens
@@ -795,7 +917,9 @@ class ContextSummarizer(FrameProcessor):
                 logger.debug(f"{self}: token threshold tripped, but only {gain} tokens to gain")
                 measured = self._meter.measure(self._context.messages, self._summary_message)
                 self._replan_at_tokens = measured.reducible_tokens + int(needed - gain)
+                self._blocked = "too little to summarize outside the kept recent messages"
                 return False
+        self._step = "rendering"
         shorten_to = 2000
         if plan.shortened and budget:
             shorten_to = max(200, budget * 4 // (2 * len(plan.shortened)))
@@ -844,13 +968,22 @@ class ContextSummarizer(FrameProcessor):
                     await self._failed(job, f"{type(e).__name__} while applying")
         finally:
             self._task = None
+        # the same guard as a frame's work: an error here must not end the task unreported
+        await self._guarded(self._after_run)
+
+    def _after_run(self) -> None:
+        self._step = "pinning"
         self._enforce_pinned_budget()  # what was deferred while the summary ran
         self._refresh_summary()
         self._sync_pinned()
         if self._manual_waiting:
             override, self._manual_pending, self._manual_waiting = self._manual_pending, None, False
             self._start_manual(override)
-        elif self._pending and self._failures.ready(_clock()):
+        elif chain_backlog(
+            pending=bool(self._pending),
+            last_failed=self._failures.consecutive > 0,
+            ready=self._failures.ready(_clock()),
+        ):
             self._start("backlog", self._config.summary_config, self._summarizer)
 
     def _log_error_content(self, error: BaseException) -> None:
@@ -886,6 +1019,7 @@ class ContextSummarizer(FrameProcessor):
 
     async def _apply(self, job: _Job, result: SummaryResult) -> None:
         text = result.text
+        self._check_replaced()  # a replaced context's pending messages are not spliced in
         messages = self._context.messages
         present = self._summary_present(messages)
         logical = with_pending(
@@ -918,6 +1052,7 @@ class ContextSummarizer(FrameProcessor):
         self._summary_config = job.config
         self._summary_tokens = count_text(self._meter.counter, text)
         self._no_plan_at = None
+        self._warned_blocked.clear()
         self._replan_at_tokens = 0
         self._sync_pinned()
         after = self._meter.measure(self._context.messages, summary_message)

@@ -2,12 +2,14 @@
 
 The estimate agrees with Pipecat's ``LLMContextSummarizationUtil`` (characters / 4 plus a
 per-message overhead) on plain ASCII chat, but also counts ``input_text`` parts, dict-valued
-tool arguments and the text of service-specific messages, and counts CJK characters as about
-one token each instead of a quarter.
+tool arguments and the text of service-specific messages, counts CJK characters as about
+one token each instead of a quarter, and counts audio and file parts by their size (see
+:func:`media_tokens`) instead of not at all.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -21,8 +23,21 @@ CHARS_PER_TOKEN = 4
 TOKEN_OVERHEAD_PER_MESSAGE = 10
 IMAGE_TOKEN_ESTIMATE = 500
 
+# Audio: Pipecat's audio messages are WAV at the input rate (16 kHz, 16-bit mono = 32,000
+# bytes a second). Providers bill audio by duration: OpenAI about 10 tokens a second, Gemini
+# 32; the higher is used, so a ceiling errs on the safe side.
+AUDIO_BYTES_PER_SECOND = 32_000
+AUDIO_TOKENS_PER_SECOND = 32
+# Files (PDFs, documents) inline as base64: providers extract text and page images; about 8
+# bytes of file a token sits between plain text (~4) and image-heavy PDFs.
+FILE_BYTES_PER_TOKEN = 8
+# A part whose size cannot be known (a file or audio by id or URL) counts like an image.
+UNKNOWN_MEDIA_TOKEN_ESTIMATE = IMAGE_TOKEN_ESTIMATE
+
 _TEXT_PART_TYPES = ("text", "input_text", "output_text")
 _IMAGE_PART_TYPES = ("image_url", "image", "input_image")
+_AUDIO_PART_TYPES = ("input_audio", "audio")
+_FILE_PART_TYPES = ("file", "file_base64", "file_url", "input_file")
 
 
 # CJK ideographs, kana, hangul and full-width forms: real tokenizers spend about one token
@@ -58,7 +73,7 @@ def _json_text(value: Any) -> str:
         return value
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # deeply nested values too
         return str(value)
 
 
@@ -91,12 +106,70 @@ def message_texts(message: Any) -> list[str]:
     return texts
 
 
-def _image_count(message: Any) -> int:
-    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+def _base64_bytes(data: Any) -> int | None:
+    """Decoded size of base64 ``data`` (a data URL's payload too), or None if not given."""
+    if not isinstance(data, str) or not data:
+        return None
+    if data.startswith("data:"):
+        comma = data.find(",")
+        if comma < 0:
+            return None
+        return (len(data) - comma - 1) * 3 // 4
+    if data.startswith(("http://", "https://", "gs://", "s3://")):
+        return None
+    return len(data) * 3 // 4
+
+
+def audio_tokens(size_bytes: int) -> int:
+    """Tokens of ``size_bytes`` of audio: its duration at ``AUDIO_BYTES_PER_SECOND``, billed
+    at ``AUDIO_TOKENS_PER_SECOND`` (at least one token)."""
+    return max(1, size_bytes * AUDIO_TOKENS_PER_SECOND // AUDIO_BYTES_PER_SECOND)
+
+
+def file_tokens(size_bytes: int) -> int:
+    """Tokens of an inline file of ``size_bytes`` (at least one token)."""
+    return max(1, size_bytes // FILE_BYTES_PER_TOKEN)
+
+
+def _part_tokens(part: Any) -> int:
+    kind = part.get("type")
+    if kind in _TEXT_PART_TYPES:
+        return 0  # counted as text
+    if kind in _IMAGE_PART_TYPES:
+        return IMAGE_TOKEN_ESTIMATE
+    if kind in _AUDIO_PART_TYPES:
+        inner = part.get(kind)
+        size = _base64_bytes(inner.get("data") if isinstance(inner, dict) else inner)
+        return UNKNOWN_MEDIA_TOKEN_ESTIMATE if size is None else audio_tokens(size)
+    if kind in _FILE_PART_TYPES:
+        inner = part.get("file")
+        inner = inner if isinstance(inner, dict) else part
+        size = _base64_bytes(inner.get("file_data") or inner.get("data"))
+        return UNKNOWN_MEDIA_TOKEN_ESTIMATE if size is None else file_tokens(size)
+    # An unknown part type: its serialized size, like text.
+    return estimate_text_tokens(_json_text(part))
+
+
+def media_tokens(message: Any) -> int:
+    """Tokens of a message's non-text content parts.
+
+    Images count ``IMAGE_TOKEN_ESTIMATE`` each, as in Pipecat. Audio counts by duration
+    (decoded base64 size at ``AUDIO_BYTES_PER_SECOND``, ``AUDIO_TOKENS_PER_SECOND``), inline
+    files by size (``FILE_BYTES_PER_TOKEN``), audio or files given by reference
+    ``UNKNOWN_MEDIA_TOKEN_ESTIMATE``, and unknown part types by their serialized size.
+
+    Args:
+        message: A context message.
+
+    Returns:
+        The tokens of its non-text parts (0 for plain text messages).
+    """
+    if not isinstance(message, dict):
         return 0
-    return sum(
-        1 for p in message["content"] if isinstance(p, dict) and p.get("type") in _IMAGE_PART_TYPES
-    )
+    content = message.get("content")
+    if not isinstance(content, list):
+        return 0
+    return sum(_part_tokens(p) for p in content if isinstance(p, dict))
 
 
 class TokenCounter(Protocol):
@@ -122,7 +195,7 @@ class EstimateTokenCounter:
         total = TOKEN_OVERHEAD_PER_MESSAGE
         for text in message_texts(message):
             total += estimate_text_tokens(text)
-        total += IMAGE_TOKEN_ESTIMATE * _image_count(message)
+        total += media_tokens(message)
         if isinstance(message, dict) and "tool_call_id" in message:
             total += TOKEN_OVERHEAD_PER_MESSAGE
         return total
@@ -155,11 +228,37 @@ class TokenizerCounter:
         Returns:
             The token count, overhead included.
         """
-        total = self._overhead + IMAGE_TOKEN_ESTIMATE * _image_count(message)
+        total = self._overhead + media_tokens(message)
         for text in message_texts(message):
             if text:
                 total += self._count(text)
         return total
+
+
+def as_token_counter(counter: Any) -> TokenCounter:
+    """Accept a token counter, or wrap a raw tokenizer, or reject it with a clear error.
+
+    Args:
+        counter: An object with ``count_message(message) -> int`` (used as is), or a
+            tokenizer with ``encode(str)`` such as a tiktoken ``Encoding`` (wrapped in
+            :class:`TokenizerCounter`).
+
+    Returns:
+        A :class:`TokenCounter`.
+
+    Raises:
+        TypeError: For anything else, a bare callable included (it is ambiguous whether it
+            counts a string or a message: wrap it as ``TokenizerCounter(fn)``).
+    """
+    if callable(getattr(counter, "count_message", None)):
+        return counter
+    if callable(getattr(counter, "encode", None)):
+        return TokenizerCounter(counter)
+    hint = "; for a function str -> int, pass TokenizerCounter(fn)" if callable(counter) else ""
+    raise TypeError(
+        "token_counter must have count_message(message) -> int (a TokenCounter) or be a "
+        f"tokenizer with encode(str), got {type(counter).__name__}{hint}"
+    )
 
 
 def count_text(counter: TokenCounter, text: str) -> int:
@@ -236,13 +335,55 @@ class Measurement:
     message_count: int
 
 
+def is_placeholder(message: Any) -> bool:
+    """True for a tool result Pipecat may still overwrite in place: the synchronous
+    ``IN_PROGRESS`` placeholder, or an async tool's "running" started message."""
+    if not isinstance(message, dict) or message.get("role") != "tool":
+        return False
+    content = message.get("content")
+    return isinstance(content, str) and (
+        content == "IN_PROGRESS" or content.startswith('{"type": "async_tool"')
+    )
+
+
+def content_fingerprint(messages: Sequence[Any]) -> str:
+    """A digest of what ``messages`` say (roles, texts, media sizes), in order.
+
+    Two contexts with the same fingerprint carry the same content, whichever objects hold
+    it; used to remember "nothing could be evicted from this context".
+
+    Args:
+        messages: The context messages.
+
+    Returns:
+        A short hex digest.
+    """
+    h = hashlib.blake2b(digest_size=12)
+    for m in messages:
+        role = m.get("role") if isinstance(m, dict) else type(m).__name__
+        h.update(f"\x1e{role}\x1f{media_tokens(m)}".encode())
+        for text in message_texts(m):
+            h.update(b"\x1f" + text.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+# How many recent conversation messages the meter remembers to tell an edited context
+# (some survive) from a replaced one (none survive).
+_ANCHORS = 3
+
+
 class ContextMeter:
     """Incrementally measures a context so the per-frame cost does not grow with its length.
 
     The common case is append-only growth: the meter checks that the messages it saw are
-    still where it saw them (identity of the first and the last seen message) and counts
-    only the new ones. Anything else (a splice, ``set_messages``) triggers a full, cached
-    recount.
+    still where it saw them (identity of the first and the last seen message, the size of
+    the last one, and the content of every tool placeholder Pipecat may overwrite in place)
+    and counts only the new ones. Anything else (a splice, ``set_messages``, a tool result
+    written over its placeholder) triggers a full, cached recount.
+
+    A rewrite the meter was not told about (:meth:`invalidate`) in which none of the last
+    conversation messages it saw survives is a replaced context (``LLMMessagesUpdateFrame``,
+    a Flows reset); :meth:`take_replaced` reports it once.
 
     Args:
         counter: The per-message token counter.
@@ -262,6 +403,10 @@ class ContextMeter:
         self._reducible = 0
         self._since = 0
         self._summary: Any = None
+        self._watch: list[tuple[Any, Any]] = []  # (placeholder message, its content)
+        self._anchors: list[Any] = []  # the last conversation messages seen
+        self._expected = False  # invalidate() was called: the next rewrite is ours
+        self._replaced = False
 
     @property
     def counter(self) -> CachedCounter:
@@ -269,9 +414,29 @@ class ContextMeter:
         return self._counter
 
     def invalidate(self) -> None:
-        """Force a full recount on the next measurement."""
+        """Force a full recount on the next measurement (the caller rewrote the context)."""
         self._seen_len = 0
         self._first = self._last = None
+        self._expected = True
+
+    def take_replaced(self) -> bool:
+        """True once after a measurement found the context replaced by someone else."""
+        replaced, self._replaced = self._replaced, False
+        return replaced
+
+    def _unchanged_prefix(self, messages: list, summary_message: Any) -> bool:
+        n = self._seen_len
+        if not (
+            n
+            and len(messages) >= n
+            and summary_message is self._summary
+            and messages[0] is self._first
+            and messages[n - 1] is self._last
+            and _content_size(self._last) == self._last_size
+        ):
+            return False
+        # Pipecat writes tool results over their placeholders in place, anywhere in the list.
+        return all(m.get("content") is content for m, content in self._watch)
 
     def measure(self, messages: list, summary_message: Any = None) -> Measurement:
         """Measure ``messages``; ``summary_message`` is the current summary, by identity.
@@ -285,22 +450,22 @@ class ContextMeter:
         """
         n = len(messages)
         start = 0
-        if (
-            self._seen_len
-            and n >= self._seen_len
-            and summary_message is self._summary
-            and messages[0] is self._first
-            and messages[self._seen_len - 1] is self._last
-            and _content_size(self._last) == self._last_size
-        ):
+        if self._unchanged_prefix(messages, summary_message):
             start = self._seen_len
         else:
+            if not self._expected and self._anchors:
+                ids = {id(a) for a in self._anchors}
+                self._replaced = not any(id(m) in ids for m in messages)
             self._total = self._reducible = self._since = 0
             self._summary = summary_message
+            self._watch = []
+        self._expected = False
         for i in range(start, n):
             msg = messages[i]
             tokens = self._counter.count_message(msg)
             self._total += tokens
+            if is_placeholder(msg):
+                self._watch.append((msg, msg.get("content")))
             if self._is_protected(i, msg, messages):
                 continue
             self._reducible += tokens
@@ -308,8 +473,21 @@ class ContextMeter:
                 self._since = 0
             else:
                 self._since += 1
+        if start < n:
+            self._anchors = self._recent(messages)
+            # results written over their placeholders no longer need watching
+            self._watch = [w for w in self._watch if is_placeholder(w[0])]
         self._seen_len = n
         if n:
             self._first, self._last = messages[0], messages[-1]
             self._last_size = _content_size(self._last)
         return Measurement(self._total, self._reducible, self._since, n)
+
+    def _recent(self, messages: list) -> list:
+        found: list = []
+        for i in range(len(messages) - 1, max(-1, len(messages) - 1 - 4 * _ANCHORS), -1):
+            if not self._is_protected(i, messages[i], messages):
+                found.append(messages[i])
+                if len(found) == _ANCHORS:
+                    break
+        return found

@@ -133,7 +133,12 @@ def _result(i, content="found it"):
 
 async def test_tool_units_are_never_split_and_unresolved_calls_never_summarized(openai_server):
     openai_server.handler = scripted(summary="FACTS:\n- tools happened")
-    r = Run(openai_server, cfg(messages=6, keep=3))
+    # within the bound on unresolved calls (4 user turns follow it here)
+    r = Run(
+        openai_server,
+        cfg(messages=6, keep=3),
+        options=SummarizerOptions(unresolved_tool_call_turns=5),
+    )
     history = [
         {"role": "user", "content": "first"},
         _call("p1", "p2"),  # parallel calls
