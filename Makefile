@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo lint clean
+.PHONY: install test demo lint clean fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+SEEDS ?= 200
+fuzz: $(STAMP)  # the schedule fuzzer: SEEDS seeds from START (prints a replay command per failure)
+	$(PY) -m tests.fuzz --seeds $(SEEDS) --start $(or $(START),0)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipecat_summarizer tests examples benchmarks

@@ -1,0 +1,1 @@
+"""The seeded schedule fuzzer and the fault matrix (see harness.py)."""

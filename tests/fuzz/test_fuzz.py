@@ -1,0 +1,41 @@
+"""The schedule fuzzer in CI: a bounded number of seeds (``make fuzz SEEDS=N`` runs more).
+
+Each seed is a random schedule played through a real pipeline (see ``harness.py`` for the
+events and the invariants checked on every request the main LLM receives). A failure
+prints the violations and the command that replays the seed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.fuzz.harness import make_schedule, replay_command, run_schedule
+
+CI_SEEDS = int(os.environ.get("FUZZ_CI_SEEDS", "12"))
+
+# Open findings (/work/notes/fuzz_findings.md, issue 8): a seed whose every violation is
+# of one of these kinds is reported as xfail with the finding id until the fix lands. Remove
+# an entry when its finding is fixed; never add one to hide a new kind of violation.
+OPEN_FINDINGS: dict[str, str] = {
+    "stale": "F1 (issue 8 item 7: pending messages of a replaced context)",
+    "ceiling": "F2 (ceiling overshoot by messages appended after the check)",
+}
+
+
+@pytest.mark.parametrize("seed", range(CI_SEEDS))
+async def test_fuzz_seed(seed):
+    result = await run_schedule(make_schedule(seed))
+    assert result.requests > 0, "no request reached the main LLM"
+    if result.ok:
+        return
+    report = "\n".join(str(v) for v in result.violations[:20])
+    kinds = {v.kind for v in result.violations}
+    message = (
+        f"seed {seed}: {len(result.violations)} violations\n{report}\n"
+        f"replay: {replay_command(seed)}"
+    )
+    if kinds <= OPEN_FINDINGS.keys():
+        pytest.xfail(f"{', '.join(OPEN_FINDINGS[k] for k in sorted(kinds))}: {message}")
+    pytest.fail(message)

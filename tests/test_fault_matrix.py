@@ -1,0 +1,46 @@
+"""The fault matrix: each summarizer fault for a stretch of turns, then healthy, twice.
+
+Per fault kind (``tests/fuzz/matrix.py``), through a real pipeline against the fault server:
+the context stays intact (the fuzzer's invariants on every main-LLM request), one WARNING per
+failure, exactly one ERROR per streak (failures in a row reach ``error_after_failures``),
+recovery after (a summary applied once healthy), and the attempts during the outage within
+what the backoff allows. Run with ``-s`` to see the table.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fuzz.fault_server import FAILING
+from tests.fuzz.matrix import ERROR_AFTER, MATRIX_FAULTS, OUTAGE_TURNS, Row, format_table, run_row
+
+_rows: dict[str, Row] = {}
+
+
+@pytest.mark.parametrize("fault", MATRIX_FAULTS)
+async def test_fault_streaks(fault):
+    row = await run_row(fault)
+    _rows[fault] = row
+    assert row.violations == [], row.violations[:5]
+    for k, s in enumerate(row.streaks):
+        where = f"{fault} streak {k}: {s}"
+        if fault in FAILING:
+            assert s.calls >= ERROR_AFTER, where  # the outage was long enough to escalate
+            assert s.warnings == s.calls, where  # one WARNING per failure
+            assert s.errors == 1, where  # exactly one ERROR per streak
+            assert s.calls <= s.bound, where  # the backoff held
+            assert s.calls <= OUTAGE_TURNS + 1, where  # no retries without a turn
+            if fault != "refused":
+                assert s.server_calls == s.calls, where  # every request the server saw failed
+        else:  # slow but within the timeout: no failure at all
+            assert (s.calls, s.warnings, s.errors) == (0, 0, 0), where
+        # any other WARNING says something distinct, once per streak
+        assert len(s.other_warnings) == len(set(s.other_warnings)), where
+        assert s.recovered, where
+
+
+def test_print_matrix():
+    """Prints the table for the closing note (``pytest -s``)."""
+    if not _rows:
+        pytest.skip("run together with test_fault_streaks")
+    print("\n" + format_table([_rows[f] for f in MATRIX_FAULTS if f in _rows]))
