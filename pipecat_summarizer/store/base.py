@@ -1,0 +1,149 @@
+"""The store's one small async interface, shared by the SQLite and PostgreSQL backends."""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from pipecat_summarizer.store.records import (
+    ArchivedMessage,
+    CallerMemory,
+    CallRecord,
+    CompactionRecord,
+    FactEvent,
+    Record,
+    SearchHit,
+)
+
+#: The schema version this code writes; the ``schema_version`` table holds the database's.
+SCHEMA_VERSION = 1
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def query_words(query: str, limit: int = 32) -> list[str]:
+    """The words of a search query (letters and digits only: no query syntax gets through)."""
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a string, got {type(query).__name__}")
+    return _WORD.findall(query.lower())[:limit]
+
+
+class StoreError(Exception):
+    """A store could not be opened or read (bad path or DSN, newer schema, closed store)."""
+
+
+class MemoryStore(ABC):
+    """Where a call's records go, and where a returning caller's memory comes from.
+
+    Every method is a coroutine and none blocks the event loop. :meth:`open` is idempotent
+    and creates or migrates the schema on first use; the other methods call it. A store may
+    be shared by many calls (and processors) of one process; the application closes it.
+    """
+
+    #: ``"sqlite"`` or ``"postgres"``.
+    backend: str = ""
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect, and create or migrate the schema (idempotent)."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections and threads. The store can be opened again."""
+
+    @abstractmethod
+    async def write(self, records: Sequence[Record]) -> None:
+        """Write ``records`` in one transaction (idempotent: natural keys, upserts).
+
+        Raises:
+            Exception: The backend's own error when the database is unavailable; the
+                writer keeps the records and retries.
+        """
+
+    @abstractmethod
+    async def calls(self, user_id: str | None = None, *, limit: int = 50) -> list[CallRecord]:
+        """Calls newest first: all of ``user_id``'s, or the most recent of any caller."""
+
+    @abstractmethod
+    async def call(self, call_id: str) -> CallRecord | None:
+        """One call's row, or ``None``."""
+
+    @abstractmethod
+    async def compactions(self, call_id: str) -> list[CompactionRecord]:
+        """A call's summary attempts, in order."""
+
+    @abstractmethod
+    async def messages(
+        self, call_id: str, *, compaction: int | None = None
+    ) -> list[ArchivedMessage]:
+        """A call's archived messages in conversation order (only those summarized by
+        ``compaction`` if given)."""
+
+    @abstractmethod
+    async def message(self, call_id: str, position: int) -> ArchivedMessage | None:
+        """One archived message, or ``None``."""
+
+    @abstractmethod
+    async def fact_history(
+        self, *, call_id: str | None = None, user_id: str | None = None
+    ) -> list[FactEvent]:
+        """Pinned-fact changes of a call or of a caller, oldest first."""
+
+    @abstractmethod
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        call_id: str | None = None,
+        limit: int = 10,
+        any_word: bool = False,
+    ) -> list[SearchHit]:
+        """Full-text search of archived messages, best first.
+
+        Args:
+            query: Words (any punctuation is ignored; no query syntax).
+            user_id: Only this caller's messages.
+            call_id: Only this call's messages.
+            limit: At most this many hits.
+            any_word: Match messages with any of the words (ranked), instead of all.
+        """
+
+    @abstractmethod
+    async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
+        """A returning caller's pinned facts and their latest calls' final summaries."""
+
+    @abstractmethod
+    async def forget(self, user_id: str) -> int:
+        """Delete everything held for ``user_id`` (every table). Returns rows deleted."""
+
+    @abstractmethod
+    async def purge_older_than(self, days: float) -> int:
+        """Delete records older than ``days`` days. Returns rows deleted."""
+
+    async def __aenter__(self) -> MemoryStore:
+        """Open the store."""
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        """Close the store."""
+        await self.close()
+
+
+def open_store(target: str, **kwargs) -> MemoryStore:
+    """A store for a SQLite path (``:memory:`` too) or a ``postgresql://`` DSN.
+
+    Raises:
+        StoreError: If ``target`` is empty.
+    """
+    if not isinstance(target, str) or not target.strip():
+        raise StoreError("store target must be a SQLite path or a postgresql:// DSN")
+    if target.startswith(("postgresql://", "postgres://")):
+        from pipecat_summarizer.store.postgres import PostgresMemoryStore
+
+        return PostgresMemoryStore(target, **kwargs)
+    from pipecat_summarizer.store.sqlite import SQLiteMemoryStore
+
+    return SQLiteMemoryStore(None if target == ":memory:" else target, **kwargs)

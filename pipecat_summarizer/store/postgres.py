@@ -1,0 +1,425 @@
+"""``PostgresMemoryStore``: the fleet backend, on asyncpg with a connection pool.
+
+Many workers on many machines can write for the same caller: every record has a natural
+key and is written with an upsert, and the schema migration takes a transaction-level
+advisory lock, so concurrent first uses migrate once. Archived messages carry a generated
+``tsvector`` column (GIN-indexed) for ranked full-text search in the configured language.
+Install with ``pip install 'pipecat-summarizer[postgres]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pipecat_summarizer.store.base import SCHEMA_VERSION, MemoryStore, StoreError, query_words
+from pipecat_summarizer.store.records import (
+    ArchivedMessage,
+    CallerMemory,
+    CallRecord,
+    CompactionRecord,
+    FactEvent,
+    Record,
+    SearchHit,
+)
+from pipecat_summarizer.store.sqlite import (
+    _CALL_COLS,
+    _COMPACTION_COLS,
+    _FACT_COLS,
+    _MESSAGE_COLS,
+    call_row,
+    compaction_row,
+    fact_row,
+    message_row,
+    to_call,
+    to_compaction,
+    to_fact,
+    to_message,
+)
+
+_LOCK_KEY = 0x5C_0A_11  # advisory lock for migrations
+
+_CONFIG = re.compile(r"^[a-z_]+$")
+
+
+def _migrations(config: str) -> dict[int, list[str]]:
+    return {
+        1: [
+            """CREATE TABLE calls(
+                call_id TEXT PRIMARY KEY, user_id TEXT, started_at DOUBLE PRECISION NOT NULL,
+                ended_at DOUBLE PRECISION, ended_by TEXT, summary TEXT,
+                facts TEXT NOT NULL DEFAULT '[]',
+                messages_in_context INTEGER NOT NULL DEFAULT 0,
+                messages_archived INTEGER NOT NULL DEFAULT 0,
+                compactions INTEGER NOT NULL DEFAULT 0, turns INTEGER NOT NULL DEFAULT 0,
+                resumed BOOLEAN NOT NULL DEFAULT FALSE)""",
+            "CREATE INDEX calls_user ON calls(user_id, started_at)",
+            f"""CREATE TABLE messages(
+                id BIGSERIAL PRIMARY KEY, call_id TEXT NOT NULL, user_id TEXT,
+                position INTEGER NOT NULL, turn INTEGER NOT NULL, at DOUBLE PRECISION NOT NULL,
+                role TEXT NOT NULL, content TEXT NOT NULL, message_json TEXT NOT NULL,
+                tool_call_ids TEXT NOT NULL DEFAULT '[]', removed_by TEXT NOT NULL,
+                compaction INTEGER, evicted_turn INTEGER,
+                tsv tsvector GENERATED ALWAYS AS (to_tsvector('{config}', content)) STORED,
+                UNIQUE(call_id, position))""",
+            "CREATE INDEX messages_user ON messages(user_id, at)",
+            "CREATE INDEX messages_at ON messages(at)",
+            "CREATE INDEX messages_tsv ON messages USING GIN(tsv)",
+            """CREATE TABLE compactions(
+                call_id TEXT NOT NULL, attempt INTEGER NOT NULL, compaction INTEGER,
+                ok BOOLEAN NOT NULL, reason TEXT NOT NULL, turn INTEGER NOT NULL,
+                at DOUBLE PRECISION NOT NULL, messages_before INTEGER, messages_after INTEGER,
+                messages_summarized INTEGER, tokens_before INTEGER, tokens_after INTEGER,
+                summary TEXT, summary_sha256 TEXT, latency_s DOUBLE PRECISION, model TEXT,
+                error TEXT, user_id TEXT, PRIMARY KEY(call_id, attempt))""",
+            "CREATE INDEX compactions_user ON compactions(user_id, at)",
+            """CREATE TABLE facts(
+                call_id TEXT NOT NULL, seq INTEGER NOT NULL, user_id TEXT, key TEXT NOT NULL,
+                action TEXT NOT NULL, text TEXT NOT NULL, fact_kind TEXT NOT NULL,
+                source TEXT NOT NULL, actor TEXT NOT NULL, turn INTEGER NOT NULL,
+                at DOUBLE PRECISION NOT NULL, PRIMARY KEY(call_id, seq))""",
+            "CREATE INDEX facts_user ON facts(user_id, at)",
+        ],
+    }
+
+
+_INSERT_MESSAGE = """INSERT INTO messages(call_id, user_id, position, turn, at, role, content,
+    message_json, tool_call_ids, removed_by, compaction, evicted_turn)
+    VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
+    ON CONFLICT(call_id, position) DO UPDATE SET removed_by=excluded.removed_by,
+    compaction=COALESCE(excluded.compaction, messages.compaction)"""
+_INSERT_COMPACTION = """INSERT INTO compactions VALUES
+    ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)
+    ON CONFLICT(call_id, attempt) DO NOTHING"""
+_INSERT_FACT = """INSERT INTO facts VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)
+    ON CONFLICT(call_id, seq) DO NOTHING"""
+_START_CALL = """INSERT INTO calls(call_id, user_id, started_at, resumed) VALUES ($1,$2,$3,$4)
+    ON CONFLICT(call_id) DO UPDATE SET user_id=COALESCE(excluded.user_id, calls.user_id),
+    resumed=excluded.resumed OR calls.resumed"""
+_END_CALL = """INSERT INTO calls VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
+    ON CONFLICT(call_id) DO UPDATE SET user_id=COALESCE(excluded.user_id, calls.user_id),
+    ended_at=excluded.ended_at, ended_by=excluded.ended_by, summary=excluded.summary,
+    facts=excluded.facts, messages_in_context=excluded.messages_in_context,
+    messages_archived=excluded.messages_archived, compactions=excluded.compactions,
+    turns=excluded.turns, resumed=excluded.resumed OR calls.resumed"""
+
+
+class PostgresMemoryStore(MemoryStore):
+    """The PostgreSQL backend.
+
+    Args:
+        dsn: A ``postgresql://user@host:port/db`` connection string.
+        min_size: Connections the pool keeps open.
+        max_size: Most connections the pool opens.
+        text_search_config: PostgreSQL text-search configuration of the archive (the
+            caller's language: ``english``, ``french``, ``simple``...). Fixed when the
+            schema is created.
+        connect_timeout_s: Timeout for one connection attempt.
+        retention_days: If set, records older than this are deleted when the store opens.
+
+    Raises:
+        StoreError: If ``asyncpg`` is not installed (the ``postgres`` extra).
+    """
+
+    backend = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        text_search_config: str = "english",
+        connect_timeout_s: float = 5.0,
+        retention_days: float | None = None,
+    ):
+        """Configure the store; nothing connects until first use."""
+        if not isinstance(dsn, str) or not dsn.startswith(("postgresql://", "postgres://")):
+            raise ValueError("dsn must be a postgresql:// connection string")
+        if not _CONFIG.match(text_search_config or ""):
+            raise ValueError("text_search_config must be a configuration name like 'english'")
+        if not 1 <= min_size <= max_size:
+            raise ValueError("pool sizes must satisfy 1 <= min_size <= max_size")
+        if retention_days is not None and not retention_days > 0:
+            raise ValueError("retention_days must be positive (or None)")
+        try:
+            import asyncpg  # noqa: F401
+        except ImportError as e:
+            raise StoreError(
+                "PostgresMemoryStore needs asyncpg: pip install 'pipecat-summarizer[postgres]'"
+            ) from e
+        self.dsn = dsn
+        self.min_size, self.max_size = min_size, max_size
+        self.text_search_config = text_search_config
+        self.connect_timeout_s = connect_timeout_s
+        self.retention_days = retention_days
+        self._pool: Any = None
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        """The DSN without its password."""
+        return f"PostgresMemoryStore({re.sub(r':[^:@/]*@', ':***@', self.dsn)!r})"
+
+    async def open(self) -> None:
+        """Create the pool and migrate the schema (idempotent)."""
+        if self._pool is not None:
+            return
+        import asyncpg
+
+        async with self._lock:
+            if self._pool is not None:
+                return
+            pool = await asyncpg.create_pool(
+                self.dsn,
+                min_size=self.min_size,
+                max_size=self.max_size,
+                timeout=self.connect_timeout_s,
+                command_timeout=30,
+            )
+            try:
+                async with pool.acquire() as conn:
+                    await self._migrate(conn)
+                    if self.retention_days:
+                        await self._purge(conn, self.retention_days)
+            except BaseException:
+                await pool.close()
+                raise
+            self._pool = pool
+
+    async def _migrate(self, conn) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)"
+            )
+            version = await conn.fetchval("SELECT MAX(version) FROM schema_version") or 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"database schema v{version} is newer than this code's")
+            for v, statements in sorted(_migrations(self.text_search_config).items()):
+                if v > version:
+                    for statement in statements:
+                        await conn.execute(statement)
+                    await conn.execute("INSERT INTO schema_version VALUES ($1)", v)
+
+    async def close(self) -> None:
+        """Close the pool."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), 5)
+            except (TimeoutError, OSError):
+                pool.terminate()
+
+    async def _acquire(self):
+        await self.open()
+        return self._pool.acquire()
+
+    async def write(self, records: Sequence[Record]) -> None:
+        """Write ``records`` in one transaction."""
+        groups: dict[str, list[tuple]] = {
+            "start": [],
+            "message": [],
+            "compaction": [],
+            "fact": [],
+            "end": [],
+        }
+        for r in records:
+            if isinstance(r, ArchivedMessage):
+                groups["message"].append(message_row(r))
+            elif isinstance(r, CompactionRecord):
+                groups["compaction"].append(compaction_row(r))
+            elif isinstance(r, FactEvent):
+                groups["fact"].append(fact_row(r))
+            elif isinstance(r, CallRecord):
+                if r.ended_at is None:
+                    groups["start"].append((r.call_id, r.user_id, r.started_at, r.resumed))
+                else:
+                    groups["end"].append(call_row(r))
+            else:
+                raise TypeError(f"not a store record: {type(r).__name__}")
+        if not records:
+            return
+        sql = {
+            "start": _START_CALL,
+            "message": _INSERT_MESSAGE,
+            "compaction": _INSERT_COMPACTION,
+            "fact": _INSERT_FACT,
+            "end": _END_CALL,
+        }
+        async with await self._acquire() as conn, conn.transaction():
+            # calls first, their end last; messages before compactions, in record order
+            for name in ("start", "message", "compaction", "fact", "end"):
+                if groups[name]:
+                    await conn.executemany(sql[name], groups[name])
+
+    async def _fetch(self, query: str, *args) -> list:
+        async with await self._acquire() as conn:
+            return await conn.fetch(query, *args)
+
+    async def calls(self, user_id: str | None = None, *, limit: int = 50) -> list[CallRecord]:
+        """Calls newest first: all of ``user_id``'s, or the most recent of any caller."""
+        if user_id is None:
+            rows = await self._fetch(
+                f"SELECT {_CALL_COLS} FROM calls ORDER BY started_at DESC LIMIT $1", int(limit)
+            )
+        else:
+            rows = await self._fetch(
+                f"SELECT {_CALL_COLS} FROM calls WHERE user_id = $1 "
+                "ORDER BY started_at DESC LIMIT $2",
+                user_id,
+                int(limit),
+            )
+        return [to_call(tuple(r)) for r in rows]
+
+    async def call(self, call_id: str) -> CallRecord | None:
+        """One call's row, or ``None``."""
+        rows = await self._fetch(f"SELECT {_CALL_COLS} FROM calls WHERE call_id = $1", call_id)
+        return to_call(tuple(rows[0])) if rows else None
+
+    async def compactions(self, call_id: str) -> list[CompactionRecord]:
+        """A call's summary attempts, in order."""
+        rows = await self._fetch(
+            f"SELECT {_COMPACTION_COLS} FROM compactions WHERE call_id = $1 ORDER BY attempt",
+            call_id,
+        )
+        return [to_compaction(tuple(r)) for r in rows]
+
+    async def messages(
+        self, call_id: str, *, compaction: int | None = None
+    ) -> list[ArchivedMessage]:
+        """A call's archived messages in order (those of one compaction if given)."""
+        if compaction is None:
+            rows = await self._fetch(
+                f"SELECT {_MESSAGE_COLS} FROM messages WHERE call_id = $1 ORDER BY position",
+                call_id,
+            )
+        else:
+            rows = await self._fetch(
+                f"SELECT {_MESSAGE_COLS} FROM messages WHERE call_id = $1 AND compaction = $2 "
+                "ORDER BY position",
+                call_id,
+                compaction,
+            )
+        return [to_message(tuple(r)) for r in rows]
+
+    async def message(self, call_id: str, position: int) -> ArchivedMessage | None:
+        """One archived message, or ``None``."""
+        rows = await self._fetch(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE call_id = $1 AND position = $2",
+            call_id,
+            int(position),
+        )
+        return to_message(tuple(rows[0])) if rows else None
+
+    async def fact_history(
+        self, *, call_id: str | None = None, user_id: str | None = None
+    ) -> list[FactEvent]:
+        """Pinned-fact changes of a call or of a caller, oldest first."""
+        if call_id is None and user_id is None:
+            raise ValueError("fact_history needs call_id or user_id")
+        column, value = ("call_id", call_id) if call_id is not None else ("user_id", user_id)
+        rows = await self._fetch(
+            f"SELECT {_FACT_COLS} FROM facts WHERE {column} = $1 ORDER BY at, call_id, seq",
+            value,
+        )
+        return [to_fact(tuple(r)) for r in rows]
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        call_id: str | None = None,
+        limit: int = 10,
+        any_word: bool = False,
+    ) -> list[SearchHit]:
+        """``tsvector`` search of archived messages, ranked by ``ts_rank_cd``."""
+        words = query_words(query)
+        if not words:
+            return []
+        # plain words only, joined by the operator: no tsquery syntax from the caller
+        text = (" or " if any_word else " ").join(words)
+        cfg = self.text_search_config
+        sql = (
+            "SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by, "
+            f"ts_rank_cd(m.tsv, q)::float8 AS score, m.user_id "
+            f"FROM messages m, websearch_to_tsquery('{cfg}', $1) q WHERE m.tsv @@ q"
+        )
+        args: list[Any] = [text]
+        if user_id is not None:
+            args.append(user_id)
+            sql += f" AND m.user_id = ${len(args)}"
+        if call_id is not None:
+            args.append(call_id)
+            sql += f" AND m.call_id = ${len(args)}"
+        args.append(int(limit))
+        sql += f" ORDER BY score DESC, m.at DESC LIMIT ${len(args)}"
+        return [SearchHit(*tuple(r)) for r in await self._fetch(sql, *args)]
+
+    async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
+        """The caller's current pinned facts and their latest calls' summaries."""
+        async with await self._acquire() as conn:
+            fact_rows = await conn.fetch(
+                "SELECT DISTINCT ON (key) key, action, text, fact_kind, source, at, seq "
+                "FROM facts WHERE user_id = $1 ORDER BY key, at DESC, seq DESC",
+                user_id,
+            )
+            rows = await conn.fetch(
+                "SELECT COALESCE(ended_at, started_at), COALESCE(summary, (SELECT c.summary "
+                "FROM compactions c WHERE c.call_id = calls.call_id AND c.ok "
+                "ORDER BY attempt DESC LIMIT 1)), resumed FROM calls WHERE user_id = $1 "
+                "ORDER BY started_at DESC LIMIT $2",
+                user_id,
+                int(max_calls),
+            )
+        ordered = sorted(fact_rows, key=lambda r: (r["at"], r["seq"]))
+        facts = [
+            {"key": r["key"], "text": r["text"], "kind": r["fact_kind"], "source": r["source"]}
+            for r in ordered
+            if r["action"] != "unpinned"
+        ]
+        summaries = [(r[0], r[1], bool(r[2])) for r in rows if r[1]]
+        return CallerMemory(user_id, facts, summaries, len(rows))
+
+    async def forget(self, user_id: str) -> int:
+        """Delete every record of ``user_id`` in every table."""
+        if not isinstance(user_id, str) or not user_id:
+            raise ValueError("forget needs a non-empty user_id")
+        n = 0
+        async with await self._acquire() as conn, conn.transaction():
+            for table in ("messages", "compactions", "facts"):
+                status = await conn.execute(
+                    f"DELETE FROM {table} WHERE user_id = $1 OR call_id IN "
+                    "(SELECT call_id FROM calls WHERE user_id = $1)",
+                    user_id,
+                )
+                n += int(status.split()[-1])
+            status = await conn.execute("DELETE FROM calls WHERE user_id = $1", user_id)
+            n += int(status.split()[-1])
+        return n
+
+    async def purge_older_than(self, days: float) -> int:
+        """Delete records older than ``days`` days."""
+        if isinstance(days, bool) or not days >= 0:
+            raise ValueError("days must be a non-negative number")
+        async with await self._acquire() as conn:
+            return await self._purge(conn, days)
+
+    @staticmethod
+    async def _purge(conn, days: float) -> int:
+        cutoff = time.time() - days * 86400
+        n = 0
+        async with conn.transaction():
+            for table in ("messages", "compactions", "facts"):
+                status = await conn.execute(f"DELETE FROM {table} WHERE at < $1", cutoff)
+                n += int(status.split()[-1])
+            status = await conn.execute(
+                "DELETE FROM calls WHERE COALESCE(ended_at, started_at) < $1", cutoff
+            )
+            n += int(status.split()[-1])
+        return n
+
+

@@ -1,0 +1,561 @@
+"""``SQLiteMemoryStore``: the embedded default, stdlib ``sqlite3`` on one worker thread.
+
+One file in WAL mode (readers never block the writer; several processes on one machine can
+share it: writes serialize on SQLite's lock, waiting up to ``busy_timeout_s``), or a private
+in-memory database when no path is given. Every call runs on the store's own thread, so the
+event loop never blocks on disk or on a lock. Archived messages are indexed with FTS5
+(BM25 ranking, Porter stemming, diacritics folded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pipecat_summarizer.store.base import SCHEMA_VERSION, MemoryStore, StoreError, query_words
+from pipecat_summarizer.store.records import (
+    ArchivedMessage,
+    CallerMemory,
+    CallRecord,
+    CompactionRecord,
+    FactEvent,
+    Record,
+    SearchHit,
+)
+
+T = TypeVar("T")
+
+# version -> statements; applied in order inside one write transaction
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE calls(
+            call_id TEXT PRIMARY KEY, user_id TEXT, started_at REAL NOT NULL,
+            ended_at REAL, ended_by TEXT, summary TEXT, facts TEXT NOT NULL DEFAULT '[]',
+            messages_in_context INTEGER NOT NULL DEFAULT 0,
+            messages_archived INTEGER NOT NULL DEFAULT 0,
+            compactions INTEGER NOT NULL DEFAULT 0, turns INTEGER NOT NULL DEFAULT 0,
+            resumed INTEGER NOT NULL DEFAULT 0)""",
+        "CREATE INDEX calls_user ON calls(user_id, started_at)",
+        """CREATE TABLE messages(
+            id INTEGER PRIMARY KEY, call_id TEXT NOT NULL, user_id TEXT,
+            position INTEGER NOT NULL, turn INTEGER NOT NULL, at REAL NOT NULL,
+            role TEXT NOT NULL, content TEXT NOT NULL, message_json TEXT NOT NULL,
+            tool_call_ids TEXT NOT NULL DEFAULT '[]', removed_by TEXT NOT NULL,
+            compaction INTEGER, evicted_turn INTEGER, UNIQUE(call_id, position))""",
+        "CREATE INDEX messages_user ON messages(user_id, at)",
+        "CREATE INDEX messages_at ON messages(at)",
+        # external-content FTS5 index over messages.content, kept in step by triggers
+        """CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages',
+            content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')""",
+        """CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END""",
+        """CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, old.content); END""",
+        """CREATE TRIGGER messages_au AFTER UPDATE OF content ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, old.content);
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END""",
+        """CREATE TABLE compactions(
+            call_id TEXT NOT NULL, attempt INTEGER NOT NULL, compaction INTEGER,
+            ok INTEGER NOT NULL, reason TEXT NOT NULL, turn INTEGER NOT NULL, at REAL NOT NULL,
+            messages_before INTEGER, messages_after INTEGER, messages_summarized INTEGER,
+            tokens_before INTEGER, tokens_after INTEGER, summary TEXT, summary_sha256 TEXT,
+            latency_s REAL, model TEXT, error TEXT, user_id TEXT,
+            PRIMARY KEY(call_id, attempt))""",
+        "CREATE INDEX compactions_user ON compactions(user_id, at)",
+        """CREATE TABLE facts(
+            call_id TEXT NOT NULL, seq INTEGER NOT NULL, user_id TEXT, key TEXT NOT NULL,
+            action TEXT NOT NULL, text TEXT NOT NULL, fact_kind TEXT NOT NULL,
+            source TEXT NOT NULL, actor TEXT NOT NULL, turn INTEGER NOT NULL,
+            at REAL NOT NULL, PRIMARY KEY(call_id, seq))""",
+        "CREATE INDEX facts_user ON facts(user_id, at)",
+    ],
+}
+
+_INSERT_MESSAGE = """INSERT INTO messages(call_id, user_id, position, turn, at, role, content,
+    message_json, tool_call_ids, removed_by, compaction, evicted_turn)
+    VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
+    ON CONFLICT(call_id, position) DO UPDATE SET removed_by=excluded.removed_by,
+    compaction=COALESCE(excluded.compaction, messages.compaction)"""
+_INSERT_COMPACTION = """INSERT OR REPLACE INTO compactions VALUES
+    (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"""
+_INSERT_FACT = "INSERT OR REPLACE INTO facts VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+_START_CALL = """INSERT INTO calls(call_id, user_id, started_at, resumed) VALUES (?,?,?,?)
+    ON CONFLICT(call_id) DO UPDATE SET user_id=COALESCE(excluded.user_id, calls.user_id),
+    resumed=MAX(excluded.resumed, calls.resumed)"""
+_END_CALL = """INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
+    ON CONFLICT(call_id) DO UPDATE SET user_id=COALESCE(excluded.user_id, calls.user_id),
+    ended_at=excluded.ended_at, ended_by=excluded.ended_by, summary=excluded.summary,
+    facts=excluded.facts, messages_in_context=excluded.messages_in_context,
+    messages_archived=excluded.messages_archived, compactions=excluded.compactions,
+    turns=excluded.turns, resumed=MAX(excluded.resumed, calls.resumed)"""
+
+_MESSAGE_COLS = (
+    "call_id, position, role, content, message_json, tool_call_ids, removed_by, "
+    "compaction, turn, at, user_id, evicted_turn"
+)
+_CALL_COLS = (
+    "call_id, user_id, started_at, ended_at, ended_by, summary, facts, "
+    "messages_in_context, messages_archived, compactions, turns, resumed"
+)
+_COMPACTION_COLS = (
+    "call_id, attempt, compaction, ok, reason, turn, messages_before, messages_after, "
+    "messages_summarized, tokens_before, tokens_after, summary, summary_sha256, latency_s, "
+    "model, error, at, user_id"
+)
+_FACT_COLS = "call_id, seq, key, action, text, fact_kind, source, actor, turn, at, user_id"
+
+
+def message_row(r: ArchivedMessage) -> tuple:
+    """An archived message as the ``messages`` insert's parameters (shared with PostgreSQL)."""
+    return (
+        r.call_id,
+        r.user_id,
+        r.position,
+        r.turn,
+        r.at,
+        r.role,
+        r.content,
+        r.message_json,
+        json.dumps(list(r.tool_call_ids)),
+        r.removed_by,
+        r.compaction,
+        r.turn if r.removed_by == "evicted" else None,
+    )
+
+
+def compaction_row(r: CompactionRecord) -> tuple:
+    """A compaction as the ``compactions`` insert's parameters, in table order."""
+    return (
+        r.call_id,
+        r.attempt,
+        r.compaction,
+        r.ok,
+        r.reason,
+        r.turn,
+        r.at,
+        r.messages_before,
+        r.messages_after,
+        r.messages_summarized,
+        r.tokens_before,
+        r.tokens_after,
+        r.summary,
+        r.summary_sha256,
+        r.latency_s,
+        r.model,
+        r.error,
+        r.user_id,
+    )
+
+
+def fact_row(r: FactEvent) -> tuple:
+    """A fact event as the ``facts`` insert's parameters, in table order."""
+    return (
+        r.call_id,
+        r.seq,
+        r.user_id,
+        r.key,
+        r.action,
+        r.text,
+        r.fact_kind,
+        r.source,
+        r.actor,
+        r.turn,
+        r.at,
+    )
+
+
+def call_row(r: CallRecord) -> tuple:
+    """A call's final state as the ``calls`` insert's parameters, in table order."""
+    return (
+        r.call_id,
+        r.user_id,
+        r.started_at,
+        r.ended_at,
+        r.ended_by,
+        r.summary,
+        json.dumps([dict(f) for f in r.facts], ensure_ascii=False),
+        r.messages_in_context,
+        r.messages_archived,
+        r.compactions,
+        r.turns,
+        r.resumed,
+    )
+
+
+def to_message(row: Sequence) -> ArchivedMessage:
+    """A ``_MESSAGE_COLS`` row as a record (``evicted_turn`` is not part of it)."""
+    return ArchivedMessage(
+        call_id=row[0],
+        position=row[1],
+        role=row[2],
+        content=row[3],
+        message_json=row[4],
+        tool_call_ids=tuple(json.loads(row[5] or "[]")),
+        removed_by=row[6],
+        compaction=row[7],
+        turn=row[8],
+        at=row[9],
+        user_id=row[10],
+    )
+
+
+def to_call(row: Sequence) -> CallRecord:
+    """A ``_CALL_COLS`` row as a record."""
+    facts = row[6]
+    facts = json.loads(facts) if isinstance(facts, str) else (facts or [])
+    return CallRecord(
+        call_id=row[0],
+        user_id=row[1],
+        started_at=row[2],
+        ended_at=row[3],
+        ended_by=row[4],
+        summary=row[5],
+        facts=tuple(facts),
+        messages_in_context=row[7],
+        messages_archived=row[8],
+        compactions=row[9],
+        turns=row[10],
+        resumed=bool(row[11]),
+    )
+
+
+def to_compaction(row: Sequence) -> CompactionRecord:
+    """A ``_COMPACTION_COLS`` row as a record."""
+    values = list(row)
+    values[3] = bool(values[3])
+    return CompactionRecord(*values)
+
+
+def to_fact(row: Sequence) -> FactEvent:
+    """A ``_FACT_COLS`` row as a record."""
+    return FactEvent(*row)
+
+
+class SQLiteMemoryStore(MemoryStore):
+    """The SQLite backend.
+
+    Args:
+        path: The database file (created if missing), or ``None`` for a private in-memory
+            database (gone when the store closes).
+        busy_timeout_s: How long a write waits for another process's lock before it fails
+            (the writer then keeps the records and retries).
+        retention_days: If set, records older than this are deleted when the store opens.
+
+    Example::
+
+        store = SQLiteMemoryStore("memory.db")
+        summarizer = ContextSummarizer(context=context, summarizer=..., store=store,
+                                       call_id=call_id, user_id=caller_number)
+    """
+
+    backend = "sqlite"
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        busy_timeout_s: float = 5.0,
+        retention_days: float | None = None,
+    ):
+        """Configure the store; nothing is opened until first use."""
+        if path is not None and not isinstance(path, (str, Path)):
+            raise TypeError(f"path must be a str, a Path or None, got {type(path).__name__}")
+        if path is not None and not str(path).strip():
+            raise ValueError("path must not be empty (None for an in-memory store)")
+        if isinstance(busy_timeout_s, bool) or not busy_timeout_s >= 0:
+            raise ValueError("busy_timeout_s must be a non-negative number")
+        if retention_days is not None and not retention_days > 0:
+            raise ValueError("retention_days must be positive (or None)")
+        self.path = None if path is None else Path(path)
+        self.busy_timeout_s = float(busy_timeout_s)
+        self.retention_days = retention_days
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._open_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        """``SQLiteMemoryStore('path')``."""
+        return f"SQLiteMemoryStore({str(self.path) if self.path else ':memory:'!r})"
+
+    # -- thread plumbing ------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._executor is None:
+            with self._open_lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="sqlite-store")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, fn)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._conn is None:
+            self._conn = self._connect()
+        return fn(self._conn)
+
+    def _connect(self) -> sqlite3.Connection:
+        target = str(self.path) if self.path else ":memory:"
+        if self.path is not None and not self.path.parent.exists():
+            raise StoreError(f"store path {target!r}: folder does not exist")
+        conn = sqlite3.connect(target, timeout=self.busy_timeout_s, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            if self.path is not None:
+                conn.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL: a killed process loses nothing committed; only power loss can
+            # roll back the last transactions
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=OFF")
+            self._migrate(conn)
+            if self.retention_days:
+                self._purge(conn, self.retention_days)
+        except Exception:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)")
+        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+        if version >= SCHEMA_VERSION:
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"database schema v{version} is newer than this code's")
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # another process may have migrated while we waited for the lock
+            version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+            for v in sorted(MIGRATIONS):
+                if v > version:
+                    for statement in MIGRATIONS[v]:
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO schema_version VALUES (?)", (v,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    # -- the interface --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the database and create or migrate its schema (idempotent)."""
+        await self._run(lambda conn: None)
+
+    async def close(self) -> None:
+        """Close the connection and its thread. An in-memory database is gone afterwards."""
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+
+        def _close(conn_holder=self) -> None:
+            if conn_holder._conn is not None:
+                conn_holder._conn.close()
+                conn_holder._conn = None
+
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(executor, _close)
+        finally:
+            executor.shutdown(wait=False)
+
+    async def write(self, records: Sequence[Record]) -> None:
+        """Write ``records`` in one transaction."""
+        records = list(records)
+        if records:
+            await self._run(lambda conn: self._write(conn, records))
+
+    @staticmethod
+    def _write(conn: sqlite3.Connection, records: list[Record]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for r in records:
+                if isinstance(r, ArchivedMessage):
+                    conn.execute(_INSERT_MESSAGE, message_row(r))
+                elif isinstance(r, CompactionRecord):
+                    conn.execute(_INSERT_COMPACTION, compaction_row(r))
+                elif isinstance(r, FactEvent):
+                    conn.execute(_INSERT_FACT, fact_row(r))
+                elif isinstance(r, CallRecord):
+                    if r.ended_at is None:
+                        conn.execute(
+                            _START_CALL, (r.call_id, r.user_id, r.started_at, r.resumed)
+                        )
+                    else:
+                        conn.execute(_END_CALL, call_row(r))
+                else:
+                    raise TypeError(f"not a store record: {type(r).__name__}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return await self._run(lambda conn: conn.execute(sql, tuple(params)).fetchall())
+
+    async def calls(self, user_id: str | None = None, *, limit: int = 50) -> list[CallRecord]:
+        """Calls newest first: all of ``user_id``'s, or the most recent of any caller."""
+        where, params = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
+        rows = await self._query(
+            f"SELECT {_CALL_COLS} FROM calls {where} ORDER BY started_at DESC LIMIT ?",
+            [*params, int(limit)],
+        )
+        return [to_call(r) for r in rows]
+
+    async def call(self, call_id: str) -> CallRecord | None:
+        """One call's row, or ``None``."""
+        rows = await self._query(f"SELECT {_CALL_COLS} FROM calls WHERE call_id = ?", [call_id])
+        return to_call(rows[0]) if rows else None
+
+    async def compactions(self, call_id: str) -> list[CompactionRecord]:
+        """A call's summary attempts, in order."""
+        rows = await self._query(
+            f"SELECT {_COMPACTION_COLS} FROM compactions WHERE call_id = ? ORDER BY attempt",
+            [call_id],
+        )
+        return [to_compaction(r) for r in rows]
+
+    async def messages(
+        self, call_id: str, *, compaction: int | None = None
+    ) -> list[ArchivedMessage]:
+        """A call's archived messages in order (those of one compaction if given)."""
+        sql = f"SELECT {_MESSAGE_COLS} FROM messages WHERE call_id = ?"
+        params: list[Any] = [call_id]
+        if compaction is not None:
+            sql += " AND compaction = ?"
+            params.append(compaction)
+        rows = await self._query(sql + " ORDER BY position", params)
+        return [to_message(r) for r in rows]
+
+    async def message(self, call_id: str, position: int) -> ArchivedMessage | None:
+        """One archived message, or ``None``."""
+        rows = await self._query(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE call_id = ? AND position = ?",
+            [call_id, int(position)],
+        )
+        return to_message(rows[0]) if rows else None
+
+    async def fact_history(
+        self, *, call_id: str | None = None, user_id: str | None = None
+    ) -> list[FactEvent]:
+        """Pinned-fact changes of a call or of a caller, oldest first."""
+        if call_id is None and user_id is None:
+            raise ValueError("fact_history needs call_id or user_id")
+        column, value = ("call_id", call_id) if call_id is not None else ("user_id", user_id)
+        rows = await self._query(
+            f"SELECT {_FACT_COLS} FROM facts WHERE {column} = ? ORDER BY at, call_id, seq",
+            [value],
+        )
+        return [to_fact(r) for r in rows]
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        call_id: str | None = None,
+        limit: int = 10,
+        any_word: bool = False,
+    ) -> list[SearchHit]:
+        """FTS5 search of archived messages, ranked by BM25 (best first)."""
+        words = query_words(query)
+        if not words:
+            return []
+        # every word quoted: FTS5 operators in the caller's words are just words
+        match = (" OR " if any_word else " ").join(f'"{w}"' for w in words)
+        sql = (
+            "SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by, "
+            "-bm25(messages_fts) AS score, m.user_id FROM messages_fts "
+            "JOIN messages m ON m.id = messages_fts.rowid WHERE messages_fts MATCH ?"
+        )
+        params: list[Any] = [match]
+        if user_id is not None:
+            sql += " AND m.user_id = ?"
+            params.append(user_id)
+        if call_id is not None:
+            sql += " AND m.call_id = ?"
+            params.append(call_id)
+        sql += " ORDER BY bm25(messages_fts) LIMIT ?"
+        params.append(int(limit))
+        return [SearchHit(*r) for r in await self._query(sql, params)]
+
+    async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
+        """The caller's current pinned facts and their latest calls' summaries."""
+
+        def read(conn: sqlite3.Connection) -> CallerMemory:
+            facts = [
+                {"key": k, "text": t, "kind": kd, "source": s}
+                for k, a, t, kd, s in conn.execute(
+                    "SELECT key, action, text, fact_kind, source FROM ("
+                    " SELECT *, ROW_NUMBER() OVER (PARTITION BY key ORDER BY at DESC, seq DESC)"
+                    " AS n FROM facts WHERE user_id = ?) WHERE n = 1 ORDER BY at, seq",
+                    (user_id,),
+                )
+                if a != "unpinned"
+            ]
+            rows = conn.execute(
+                "SELECT COALESCE(ended_at, started_at), COALESCE(summary, (SELECT summary FROM"
+                " compactions c WHERE c.call_id = calls.call_id AND c.ok"
+                " ORDER BY attempt DESC LIMIT 1)), resumed FROM calls WHERE user_id = ?"
+                " ORDER BY started_at DESC LIMIT ?",
+                (user_id, int(max_calls)),
+            ).fetchall()
+            summaries = [(at, text, bool(resumed)) for at, text, resumed in rows if text]
+            return CallerMemory(user_id, facts, summaries, len(rows))
+
+        return await self._run(read)
+
+    async def forget(self, user_id: str) -> int:
+        """Delete every record of ``user_id`` in every table."""
+        if not isinstance(user_id, str) or not user_id:
+            raise ValueError("forget needs a non-empty user_id")
+
+        def delete(conn: sqlite3.Connection) -> int:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                n = 0
+                for table in ("messages", "compactions", "facts"):
+                    n += conn.execute(
+                        f"DELETE FROM {table} WHERE user_id = ? OR call_id IN "
+                        "(SELECT call_id FROM calls WHERE user_id = ?)",
+                        (user_id, user_id),
+                    ).rowcount
+                n += conn.execute("DELETE FROM calls WHERE user_id = ?", (user_id,)).rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return n
+
+        return await self._run(delete)
+
+    async def purge_older_than(self, days: float) -> int:
+        """Delete records older than ``days`` days."""
+        if isinstance(days, bool) or not days >= 0:
+            raise ValueError("days must be a non-negative number")
+        return await self._run(lambda conn: self._purge(conn, days))
+
+    @staticmethod
+    def _purge(conn: sqlite3.Connection, days: float) -> int:
+        cutoff = time.time() - days * 86400
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            n = 0
+            for table in ("messages", "compactions", "facts"):
+                n += conn.execute(f"DELETE FROM {table} WHERE at < ?", (cutoff,)).rowcount
+            n += conn.execute(
+                "DELETE FROM calls WHERE COALESCE(ended_at, started_at) < ?", (cutoff,)
+            ).rowcount
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return n
