@@ -31,11 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     failed, requests, calls, applied = [], 0, 0, 0
     kinds: dict[str, int] = {}
+    coverage: dict[str, int] = {}
     for seed in seeds:
         result = asyncio.run(run_schedule(make_schedule(seed)))
         requests += result.requests
         calls += result.summary_calls
         applied += result.applied
+        for k, v in result.coverage.items():
+            coverage[k] = coverage.get(k, 0) + v
         if result.ok:
             if args.verbose:
                 print(
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{applied} summaries applied, {len(failed)} failing seeds "
         f"{dict(sorted(kinds.items()))} in {time.monotonic() - t0:.0f}s"
     )
+    print("exercised: " + ", ".join(f"{k}={v}" for k, v in sorted(coverage.items())))
     return 1 if failed else 0
 
 

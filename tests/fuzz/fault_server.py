@@ -90,6 +90,7 @@ class FaultServer:
         self.fault = "ok"
         self.fault_for: Callable[[int, dict], str] | None = None
         self.delay_for: Callable[[int, dict], float] | None = None
+        self.mutate: Callable[[str], str] | None = None  # rewrites healthy answers (self-tests)
         self.calls: list[Call] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -99,8 +100,6 @@ class FaultServer:
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._listening = False
-        self.refused_attempts_window: list[tuple[float, float]] = []
-        self._refused_since: float | None = None
 
     async def start(self) -> str:
         """Listen on a free loopback port; returns the ``/v1`` base URL."""
@@ -183,6 +182,8 @@ class FaultServer:
                 body=b"\x00\xffnot json <html>502</html>", content_type="application/json"
             )
         content: str | None = healthy_summary(body)
+        if self.mutate is not None:
+            content = self.mutate(content)
         finish = "stop"
         if fault == "empty":
             content = ""

@@ -39,3 +39,12 @@ async def test_fuzz_seed(seed):
     if kinds <= OPEN_FINDINGS.keys():
         pytest.xfail(f"{', '.join(OPEN_FINDINGS[k] for k in sorted(kinds))}: {message}")
     pytest.fail(message)
+
+
+async def test_checker_catches_a_lost_message():
+    """Self-test: summaries that silently forget one message are caught as ``lost``."""
+    from tests.fuzz.matrix import matrix_schedule
+
+    result = await run_schedule(matrix_schedule("ok"), sabotage="drop")
+    assert result.applied > 0
+    assert "lost" in {v.kind for v in result.violations}, result.violations[:5]
