@@ -12,8 +12,6 @@ from pipecat_summarizer.replay.report import (
     StrategyResult,
     build_report,
     ceiling_violations,
-    format_table,
-    merge_reports,
     pending_drained_turn,
     probe_first_misses,
     probes_retained_every_turn,
@@ -26,6 +24,7 @@ from pipecat_summarizer.replay.runner import (
     replay_options,
     run_all,
 )
+from pipecat_summarizer.replay.tables import format_table, merge_reports
 from pipecat_summarizer.replay.transcript import transcript_from_messages
 from tests.replay_fakes import StandInLLM, StandInSummarizer, conversation
 
@@ -181,7 +180,8 @@ def test_outage_spans_and_replay_options():
         Outage(0, 5)
     options = replay_options(6000)
     assert options.max_request_tokens == 6000
-    assert options.retry_backoff_s == options.max_retry_backoff_s < 1
+    # the real backoff: the replay's clock is simulated, and ours reads the loop's clock
+    assert (options.retry_backoff_s, options.max_retry_backoff_s) == (5.0, 120.0)
 
 
 # -- a real outage run ---------------------------------------------------------------------

@@ -12,14 +12,13 @@ from pipecat_summarizer.replay.report import (
     build_report,
     cached_tokens,
     compaction_points,
-    format_table,
-    merge_reports,
     per_turn_tokens,
     percentile,
     prefix_stable_fraction,
     probes_found,
 )
 from pipecat_summarizer.replay.runner import Backend, Thresholds, run_all
+from pipecat_summarizer.replay.tables import format_table, merge_reports
 from pipecat_summarizer.replay.transcript import transcript_from_messages
 from tests.replay_fakes import StandInLLM, StandInSummarizer, conversation
 
@@ -58,15 +57,18 @@ def test_costs_follow_the_stated_arithmetic():
         hot_path_ns=[1000, 2000, 3000],
         final_text="I'm VEGETARIAN.",
     )
-    prices = Prices(input=3, output=15, cached_input=0.3)
+    prices = Prices(input=3, output=15, cached_input=0.3, summary_input=0.15, summary_output=0.6)
     entry = build_report([result], turns=2, prices=prices, probes=["vegetarian", "peanuts"])[
         "strategies"
     ]["pipecat_summarizer"]
     assert entry["input_tokens"] == 3_000_000
-    # main input 3M * $3 + summarizer 2M * $3 + 0.1M * $15
-    assert entry["cost_usd"] == pytest.approx(9 + 6 + 1.5)
+    # main input 3M * $3, and the summarizer at its own prices: 2M * $0.15 + 0.1M * $0.60
+    assert entry["cost_usd"] == pytest.approx(9 + 0.3 + 0.06)
     # the second request's first 1M tokens are cached: 2M * $3 + 1M * $0.3, plus the summarizer
-    assert entry["cost_usd_with_cache"] == pytest.approx(6 + 0.3 + 7.5)
+    assert entry["cost_usd_with_cache"] == pytest.approx(6 + 0.3 + 0.36)
+    # the defaults price the summarizer as a small model (gpt-4o-mini), not as the main one
+    assert (Prices().summary_input, Prices().summary_output) == (0.15, 0.6)
+    assert (Prices().input, Prices().output) == (3.0, 15.0)
     assert entry["cached_input_tokens"] == 1_000_000
     assert entry["max_request_tokens"] == 2_000_000
     assert entry["mean_request_tokens"] == 1_500_000
@@ -116,7 +118,11 @@ async def test_three_way_report_has_the_required_keys_and_sane_values():
     assert ours["input_tokens"] <= full["input_tokens"]
     assert builtin["input_tokens"] <= full["input_tokens"]
     assert ours["hot_path_frames"] == 14 and ours["hot_path_us_p50"] > 0
-    assert builtin["hot_path_frames"] == 14 and builtin["hot_path_us_p50"] > 0
+    # the built-in's check runs inside Pipecat's aggregator: benchmarks/hot_path.py times it
+    assert builtin["hot_path_frames"] == 0
+    for entry in (ours, builtin):  # instant mode: every request comes back and is applied
+        assert entry["summaries_requested"] == entry["summaries_applied"] >= 1
+        assert entry["summaries_discarded"] == entry["summaries_unfinished"] == 0
     json.dumps(report)  # serializable
     table = format_table(report)
     assert "pipecat_summarizer" in table and "probes retained" in table

@@ -8,11 +8,13 @@ the step's tool calls through Pipecat's own function-calling path (``run_functio
 with a catch-all handler that returns the recorded result), then
 ``LLMFullResponseEndFrame``. The assistant aggregator writes the calls and results into the
 context and runs the LLM again, exactly as with a real model, so a turn with one round of
-tool calls costs two requests.
+tool calls costs two requests. With a ``response_delay``, each answer starts after that many
+seconds (the modelled time to the bot's first word; simulated in a real-time replay).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -69,6 +71,7 @@ class ReplayLLM(LLMService):
             transcript's system prompt normally lives in the context instead).
         on_turn_answered: Called with the turn number once the turn's last step has been
             pushed (its ``LLMFullResponseEndFrame`` included).
+        response_delay: Called with ``(turn, step)``: seconds to wait before answering.
         **kwargs: Passed to ``LLMService``.
     """
 
@@ -78,6 +81,7 @@ class ReplayLLM(LLMService):
         *,
         system_instruction: str | None = None,
         on_turn_answered: Callable[[int], None] | None = None,
+        response_delay: Callable[[int, int], float] | None = None,
         **kwargs,
     ):
         """Initialize the service."""
@@ -86,6 +90,7 @@ class ReplayLLM(LLMService):
         self._turns = [list(steps) for steps in turns]
         self._system_instruction = system_instruction
         self._on_turn_answered = on_turn_answered
+        self._response_delay = response_delay
         self._turn = 0  # 1-based turn being answered; 0 before the first user turn
         self._step = 0
         self._results: dict[str, Any] = {}
@@ -151,6 +156,10 @@ class ReplayLLM(LLMService):
 
     async def _answer(self, context: LLMContext) -> None:
         self._record(context)
+        if self._response_delay is not None and self._turn:
+            delay = self._response_delay(self._turn, self._step)
+            if delay > 0:
+                await asyncio.sleep(delay)
         step, last = self._next_step()
         await self.push_frame(LLMFullResponseStartFrame())
         if step.text:

@@ -9,9 +9,10 @@ Definitions (all token figures use the package's ``EstimateTokenCounter``):
   message, counted as two messages) and what it returned.
 * ``prefix_stable_fraction``: among requests after the first, the share whose message list
   begins byte-identically with the whole previous request (a prompt-cache hit).
-* ``cost_usd``: main-LLM input and summarizer input at the input price, summarizer output
-  at the output price. The main LLM's own output (the replayed answers, the same for every
-  strategy) is reported as ``output_tokens`` but not billed.
+* ``cost_usd``: main-LLM input at the main model's input price; summarizer input and output at
+  the summarizer's own prices (a small model's, by default). The main LLM's own output (the
+  replayed answers, the same for every strategy) is reported as ``output_tokens`` but not
+  billed.
 * ``cost_usd_with_cache``: the same, except that in each request the longest message
   prefix shared with the previous request is billed at the cached-input price.
 * ``probes_retained``: probes found, case-insensitively, in the text of the final request.
@@ -23,6 +24,13 @@ Definitions (all token figures use the package's ``EstimateTokenCounter``):
   against the same figure.
 * ``pending_max_messages`` / ``pending_final_messages``: ours' queue of messages evicted
   under the ceiling and not yet summarized, at its largest and at the end (0 for others).
+* ``summaries_requested``: requests that reached the summarizer (``summary_calls``);
+  ``summaries_discarded``: those that came back and were never applied;
+  ``summaries_unfinished``: those still running when the call ended.
+* ``probes_per_turn``: for each turn, the probes already stated that its largest request
+  carries (the plot's facts panel).
+
+The table and the merge of several reports are in :mod:`pipecat_summarizer.replay.tables`.
 """
 
 from __future__ import annotations
@@ -41,7 +49,9 @@ REPORT_KEYS = (
     "input_tokens",
     "summary_input_tokens",
     "summary_output_tokens",
+    "summaries_requested",
     "summaries_applied",
+    "summaries_discarded",
     "max_request_tokens",
     "mean_request_tokens",
     "prefix_stable_fraction",
@@ -58,13 +68,32 @@ REPORT_KEYS = (
 )
 
 
+MAIN_PRICES = (3.0, 15.0, 0.3)
+"""The main LLM's default prices (input, output, cached input), dollars per million tokens: a
+large model's (Claude Sonnet's published $3 / $15, cached reads at a tenth)."""
+
+SUMMARY_PRICES = (0.15, 0.60)
+"""The summarizer's default prices (input, output), dollars per million tokens: OpenAI's
+published prices for gpt-4o-mini, the small model this package's examples use."""
+
+
 @dataclass(frozen=True)
 class Prices:
-    """Prices in dollars per million tokens."""
+    """Prices in dollars per million tokens.
 
-    input: float = 3.0
-    output: float = 15.0
-    cached_input: float = 0.3
+    Parameters:
+        input: The main LLM's input.
+        output: The main LLM's output (reported, not billed: the same for every strategy).
+        cached_input: The main LLM's cached input (the prompt-cache cost).
+        summary_input: The summarizer's input.
+        summary_output: The summarizer's output.
+    """
+
+    input: float = MAIN_PRICES[0]
+    output: float = MAIN_PRICES[1]
+    cached_input: float = MAIN_PRICES[2]
+    summary_input: float = SUMMARY_PRICES[0]
+    summary_output: float = SUMMARY_PRICES[1]
 
 
 @dataclass
@@ -111,6 +140,10 @@ class StrategyResult:
         pending_max_messages: Ours: the largest pending queue seen (after a turn or an
             eviction).
         eviction_turns: Ours: the turn of each eviction under the ceiling.
+        summaries_discarded: Summaries that came back and were never applied.
+        summaries_unfinished: Summaries still running when the call ended.
+        applied_turns: The turn of each applied summary.
+        requested_turns: The turn of each summarizer request.
         extra: Anything else to report for this strategy.
     """
 
@@ -124,6 +157,10 @@ class StrategyResult:
     pending_per_turn: list[int] = field(default_factory=list)
     pending_max_messages: int = 0
     eviction_turns: list[int] = field(default_factory=list)
+    summaries_discarded: int = 0
+    summaries_unfinished: int = 0
+    applied_turns: list[int] = field(default_factory=list)
+    requested_turns: list[int] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -318,6 +355,26 @@ def probes_retained_every_turn(
     return [p for p in probes if misses[p] is None]
 
 
+def probes_per_turn(
+    requests: Sequence[RequestTokens], presence: Sequence[Iterable[str]], turns: int
+) -> list[int]:
+    """For each turn 1..``turns``, the probes already stated that the turn's largest request
+    carries (a probe counts from the first request that contains it).
+
+    Args:
+        requests: The requests in order.
+        presence: For each request, the probes its text contains.
+        turns: Number of turns.
+    """
+    stated: set[str] = set()
+    best: list[tuple[int, int]] = [(-1, 0)] * turns  # (tokens, probes) of the largest request
+    for req, found in zip(requests, presence, strict=True):
+        stated |= set(found)
+        if 1 <= req.turn <= turns and req.total > best[req.turn - 1][0]:
+            best[req.turn - 1] = (req.total, len(stated & set(found)))
+    return [p for _, p in best]
+
+
 def ceiling_violations(requests: Sequence[RequestTokens], ceiling: int | None) -> int | None:
     """Requests whose tokens exceed ``ceiling``; ``None`` when there is no ceiling."""
     if ceiling is None:
@@ -359,20 +416,21 @@ def strategy_metrics(
     summary_in = sum(c[0] for c in result.summary_calls)
     summary_out = sum(c[1] for c in result.summary_calls)
     cached = sum(cached_tokens(requests))
-    summary_cost = (summary_in * prices.input + summary_out * prices.output) / 1e6
+    summary_cost = (summary_in * prices.summary_input + summary_out * prices.summary_output) / 1e6
     cost = input_tokens * prices.input / 1e6 + summary_cost
     cost_cache = ((input_tokens - cached) * prices.input + cached * prices.cached_input) / 1e6
     hot_us = [ns / 1000 for ns in result.hot_path_ns]
     found = probes_found(result.final_text, probes)
-    misses = probe_first_misses(
-        request_probes(requests, probes), [r.turn for r in requests], probes
-    )
+    presence = request_probes(requests, probes)
+    misses = probe_first_misses(presence, [r.turn for r in requests], probes)
     pending_final = result.pending_per_turn[-1] if result.pending_per_turn else 0
     entry: dict[str, Any] = {
         "input_tokens": input_tokens,
         "summary_input_tokens": summary_in,
         "summary_output_tokens": summary_out,
+        "summaries_requested": len(result.summary_calls),
         "summaries_applied": result.summaries_applied,
+        "summaries_discarded": result.summaries_discarded,
         "max_request_tokens": max(totals, default=0),
         "mean_request_tokens": round(statistics.fmean(totals), 1) if totals else 0.0,
         "prefix_stable_fraction": round(prefix_stable_fraction(requests), 4),
@@ -395,6 +453,10 @@ def strategy_metrics(
         "probes_missing": [p for p in probes if p not in found],
         "probes_dropped_at_turn": {p: t for p, t in misses.items() if t is not None},
         "hot_path_frames": len(hot_us),
+        "summaries_unfinished": result.summaries_unfinished,
+        "summary_requested_turns": list(result.requested_turns),
+        "summary_applied_turns": list(result.applied_turns),
+        "probes_per_turn": probes_per_turn(requests, presence, result.turns),
     }
     if ceiling is not None:
         # the requests a turn makes after its tool calls (the assistant aggregator sends
@@ -441,153 +503,3 @@ def per_turn_tokens(requests: Sequence[RequestTokens], turns: int) -> list[int]:
         if 1 <= r.turn <= turns:
             out[r.turn - 1] = max(out[r.turn - 1], r.total)
     return out
-
-
-def _fmt_int(n: float) -> str:
-    return f"{int(round(n)):,}"
-
-
-def format_table(report: dict[str, Any]) -> str:
-    """A fixed-width comparison table of the strategies in ``report``."""
-    strategies = report["strategies"]
-    names = list(strategies)
-    base = strategies.get("full_buffer")
-    rows: list[tuple[str, list[str]]] = []
-
-    def row(label: str, fn) -> None:
-        rows.append((label, [fn(strategies[n]) for n in names]))
-
-    row("input tokens (main LLM)", lambda s: _fmt_int(s["input_tokens"]))
-    row(
-        "summarizer in / out",
-        lambda s: f"{_fmt_int(s['summary_input_tokens'])} / {_fmt_int(s['summary_output_tokens'])}",
-    )
-    if base:
-        total_base = base["input_tokens"] + base["summary_input_tokens"]
-        row(
-            "billed input vs full buffer",
-            lambda s: (
-                f"{100 * (s['input_tokens'] + s['summary_input_tokens']) / total_base:.1f}%"
-                if total_base
-                else "-"
-            ),
-        )
-    row("summaries applied", lambda s: str(s["summaries_applied"]))
-    if any(s.get("summary_failures") for s in strategies.values()):
-        row("summary failures", lambda s: str(s.get("summary_failures", 0)))
-    row(
-        "max / mean request",
-        lambda s: f"{_fmt_int(s['max_request_tokens'])} / {_fmt_int(s['mean_request_tokens'])}",
-    )
-    row("prefix-stable requests", lambda s: f"{100 * s['prefix_stable_fraction']:.1f}%")
-    row("cost (no cache)", lambda s: f"${s['cost_usd']:.4f}")
-    row("cost (prompt cache)", lambda s: f"${s['cost_usd_with_cache']:.4f}")
-    if any(s["probes_total"] for s in strategies.values()):
-        row("probes retained", lambda s: f"{s['probes_retained']}/{s['probes_total']}")
-        row(
-            "probes retained every turn",
-            lambda s: f"{s.get('probes_retained_every_turn', 0)}/{s['probes_total']}",
-        )
-    if any(s.get("ceiling_violations") is not None for s in strategies.values()):
-        row(
-            "ceiling violations",
-            lambda s: (
-                "-" if s.get("ceiling_violations") is None else f"{s['ceiling_violations']:,}"
-            ),
-        )
-    if any(
-        s.get("ceiling_violations") is not None or s.get("pending_max_messages")
-        for s in strategies.values()
-    ):
-        row(
-            "pending max / final (msgs)",
-            lambda s: f"{s.get('pending_max_messages', 0)} / {s.get('pending_final_messages', 0)}",
-        )
-    if any("answer_recall" in s for s in strategies.values()):
-        row("answer recall", lambda s: f"{100 * s.get('answer_recall', 0):.1f}%")
-    row(
-        "hot path p50 / p99 (us)",
-        lambda s: f"{s['hot_path_us_p50']:.1f} / {s['hot_path_us_p99']:.1f}",
-    )
-
-    label_w = max(len(label) for label, _ in rows)
-    col_w = [max(len(n), *(len(vals[i]) for _, vals in rows)) for i, n in enumerate(names)]
-    lines = [
-        " " * label_w + "  " + "  ".join(n.rjust(w) for n, w in zip(names, col_w, strict=True)),
-        "-" * (label_w + 2 + sum(col_w) + 2 * (len(names) - 1)),
-    ]
-    for label, vals in rows:
-        lines.append(
-            label.ljust(label_w)
-            + "  "
-            + "  ".join(v.rjust(w) for v, w in zip(vals, col_w, strict=True))
-        )
-    return "\n".join(lines)
-
-
-def merge_reports(
-    reports: Sequence[dict[str, Any]], hot_path_ns: dict[str, list[int]] | None = None
-) -> dict[str, Any]:
-    """Combine per-conversation reports into one ``{"turns", "strategies"}`` report.
-
-    Token, call, cost, probe and violation figures are summed (``ceiling_violations``
-    stays ``None`` without a ceiling); ``max_request_tokens`` and ``pending_max_messages``
-    are the maximum; ``mean_request_tokens`` is over all requests; ``prefix_stable_fraction``
-    is weighted by the requests that have a predecessor; ``answer_recall`` (when present) is
-    weighted by QA items; hot-path percentiles come from the pooled samples in
-    ``hot_path_ns``.
-    """
-    names: list[str] = []
-    for rep in reports:
-        names += [n for n in rep["strategies"] if n not in names]
-    merged: dict[str, Any] = {"turns": sum(r["turns"] for r in reports), "strategies": {}}
-    summed = (
-        "input_tokens",
-        "summary_input_tokens",
-        "summary_output_tokens",
-        "summaries_applied",
-        "cost_usd",
-        "cost_usd_with_cache",
-        "probes_retained",
-        "probes_total",
-        "requests",
-        "summary_calls",
-        "cached_input_tokens",
-        "output_tokens",
-        "summary_failures",
-        "probes_retained_every_turn",
-        "pending_final_messages",
-    )
-    for name in names:
-        entries = [r["strategies"][name] for r in reports if name in r["strategies"]]
-        out: dict[str, Any] = {}
-        for key in summed:
-            if all(key in e for e in entries):
-                total = sum(e[key] for e in entries)
-                out[key] = round(total, 6) if isinstance(total, float) else total
-        requests = sum(e["requests"] for e in entries)
-        out["max_request_tokens"] = max(e["max_request_tokens"] for e in entries)
-        out["pending_max_messages"] = max(e.get("pending_max_messages", 0) for e in entries)
-        violations = [e.get("ceiling_violations") for e in entries]
-        out["ceiling_violations"] = (
-            None if all(v is None for v in violations) else sum(v or 0 for v in violations)
-        )
-        out["mean_request_tokens"] = round(out["input_tokens"] / requests, 1) if requests else 0.0
-        pairs = sum(max(0, e["requests"] - 1) for e in entries)
-        stable = sum(e["prefix_stable_fraction"] * max(0, e["requests"] - 1) for e in entries)
-        out["prefix_stable_fraction"] = round(stable / pairs, 4) if pairs else 0.0
-        pooled = [ns / 1000 for ns in (hot_path_ns or {}).get(name, [])]
-        out["hot_path_us_p50"] = round(percentile(pooled, 50), 2)
-        out["hot_path_us_p99"] = round(percentile(pooled, 99), 2)
-        if all("answer_recall" in e for e in entries):
-            items = sum(e["qa_items"] for e in entries)
-            out["answer_recall"] = (
-                round(sum(e["answer_recall"] * e["qa_items"] for e in entries) / items, 4)
-                if items
-                else 0.0
-            )
-            out["qa_items"] = items
-        merged["strategies"][name] = {k: out[k] for k in REPORT_KEYS if k in out} | {
-            k: v for k, v in out.items() if k not in REPORT_KEYS
-        }
-    return merged

@@ -11,13 +11,20 @@ before a tool call is spoken with it, the call's recorded results are returned b
 handler, and the text after the last call is the final answer. A Pipecat assistant
 aggregator stores consecutive assistant texts of one response as one message, so two
 recorded assistant messages in a row become one.
+
+A message may carry a ``"timestamp"``: seconds from the start of the call (a number) or an
+ISO 8601 date and time. It is taken out of the message (never sent to an LLM); on user
+messages it sets when the turn starts in the replay in simulated real time. Timestamps of
+user messages must not go backwards.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +91,7 @@ class Turn:
         responses: The recorded assistant and tool messages of the turn, in order.
         steps: The same responses as replay steps (see the module docstring).
         line: Line number of the user message.
+        started_at: The user message's timestamp in seconds, if it had one.
     """
 
     index: int
@@ -91,6 +99,7 @@ class Turn:
     responses: list[dict]
     steps: list[Step]
     line: int | None = None
+    started_at: float | None = None
 
     @property
     def user_message(self) -> dict:
@@ -117,6 +126,27 @@ class Transcript:
     preamble: list[dict]
     turns: list[Turn]
     warnings: list[str] = field(default_factory=list)
+
+
+def _timestamp(value: Any, source: str, line: int) -> float:
+    """A message's ``timestamp`` in seconds (numbers as given, ISO 8601 as POSIX time)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TranscriptError(source, line, "timestamp must be seconds or an ISO 8601 string")
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            raise TranscriptError(
+                source, line, f"timestamp {value!r} is not an ISO 8601 date and time"
+            ) from None
+    if not math.isfinite(value) or value < 0:
+        raise TranscriptError(source, line, "timestamp must be a non-negative number of seconds")
+    return float(value)
+
+
+def message_words(message: dict) -> int:
+    """Words a message says (its text content), for speaking times."""
+    return len(_text(message.get("content")).split())
 
 
 def _content_ok(content: Any) -> bool:
@@ -165,9 +195,22 @@ def validate_messages(
     calls: dict[str, ToolCall] = {}
     call_line: dict[str, int] = {}
     unanswered: dict[str, int] = {}
+    last_time: tuple[float, int] | None = None
     for line, msg in items:
         if not isinstance(msg, dict):
             raise TranscriptError(source, line, f"expected a JSON object, got {type(msg).__name__}")
+        if "timestamp" in msg:
+            seconds = _timestamp(msg["timestamp"], source, line)
+            if msg.get("role") == "user":
+                if last_time is not None and seconds < last_time[0]:
+                    raise TranscriptError(
+                        source,
+                        line,
+                        f"timestamp goes backwards (earlier than the user turn on line "
+                        f"{last_time[1]})",
+                    )
+                last_time = (seconds, line)
+            msg = {**msg, "timestamp": seconds}
         role = msg.get("role")
         if role not in ROLES:
             raise TranscriptError(
@@ -318,7 +361,7 @@ def split_turns(
     """
     lines = list(lines) if lines is not None else list(range(1, len(messages) + 1))
     first_user = next(i for i, m in enumerate(messages) if m["role"] == "user")
-    preamble = list(messages[:first_user])
+    preamble = [_without_timestamp(m) for m in messages[:first_user]]
     turns: list[Turn] = []
     pending: list[dict] = []
     warnings: list[str] = []
@@ -326,8 +369,10 @@ def split_turns(
     for i in range(first_user, len(messages)):
         msg = messages[i]
         role = msg["role"]
+        started_at = msg.get("timestamp")
+        msg = _without_timestamp(msg)
         if role == "user":
-            current = Turn(len(turns) + 1, [*pending, msg], [], [], lines[i])
+            current = Turn(len(turns) + 1, [*pending, msg], [], [], lines[i], started_at)
             pending = []
             turns.append(current)
         elif role in INSTRUCTION_ROLES:
@@ -345,6 +390,12 @@ def split_turns(
     for turn in turns:
         turn.steps = build_steps(turn.responses, calls)
     return preamble, turns, warnings
+
+
+def _without_timestamp(message: dict) -> dict:
+    if "timestamp" not in message:
+        return message
+    return {k: v for k, v in message.items() if k != "timestamp"}
 
 
 def parse_lines(text_lines: Iterable[str], source: str) -> list[tuple[int, Any]]:
@@ -381,7 +432,7 @@ def transcript_from_messages(
     """
     valid, lines, calls = validate_messages(enumerate(messages, start=1), source)
     preamble, turns, warnings = split_turns(valid, lines, calls)
-    return Transcript(name, valid, preamble, turns, warnings)
+    return Transcript(name, [_without_timestamp(m) for m in valid], preamble, turns, warnings)
 
 
 def load_transcript(path: str | Path) -> Transcript:
@@ -406,7 +457,7 @@ def load_transcript(path: str | Path) -> Transcript:
     items = parse_lines(text.splitlines(), str(p))
     valid, lines, calls = validate_messages(items, str(p))
     preamble, turns, warnings = split_turns(valid, lines, calls)
-    return Transcript(p.stem, valid, preamble, turns, warnings)
+    return Transcript(p.stem, [_without_timestamp(m) for m in valid], preamble, turns, warnings)
 
 
 def load_probes(path: str | Path) -> list[str]:
