@@ -7,6 +7,7 @@ flight at the server, the connections open while the calls ran and after the app
 closed the summarizer, the wall time, and memory per call (tracemalloc). Not a test.
 
     .venv/bin/python benchmarks/many_calls.py [--calls 200] [--turns 6] [--cap 8]
+    .venv/bin/python benchmarks/many_calls.py --per-call-clients   # the pattern to avoid
 """
 
 from __future__ import annotations
@@ -30,18 +31,28 @@ async def main() -> None:
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--cap", type=int, default=8)
     parser.add_argument("--summary-delay", type=float, default=0.02)
+    parser.add_argument(
+        "--per-call-clients",
+        action="store_true",
+        help="the pattern to avoid: one uncapped OpenAISummarizer per call, never closed",
+    )
     args = parser.parse_args()
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
     figures, _, _ = await run_many_calls(
-        calls=args.calls, turns=args.turns, cap=args.cap, summary_delay=args.summary_delay
+        calls=args.calls,
+        turns=args.turns,
+        cap=args.cap,
+        summary_delay=args.summary_delay,
+        per_call_clients=args.per_call_clients,
     )
     print(f"calls                         {figures.calls} ({figures.turns} user turns each)")
     print(f"summary requests / applied    {figures.summary_requests} / {figures.applied}")
     print(f"failed                        {figures.failed}")
-    print(f"peak in flight at the server  {figures.peak_in_flight} (cap {figures.cap})")
+    cap = "none" if args.per_call_clients else figures.cap
+    print(f"peak in flight at the server  {figures.peak_in_flight} (cap {cap})")
     print(f"connections while running     {figures.connections_during}")
-    print(f"connections after aclose()    {figures.connections_after_close}")
+    print(f"connections after the calls   {figures.connections_after_close}")
     print(f"ResourceWarnings              {figures.resource_warnings}")
     print(f"cross-talk / lost turns       {len(figures.cross_talk)} / {len(figures.lost)}")
     print(f"seconds (tracemalloc on)      {figures.seconds:.1f}")

@@ -190,8 +190,12 @@ async def run_many_calls(
     summary_delay: float = 0.02,
     gap: float = 0.05,
     trace_memory: bool = True,
+    per_call_clients: bool = False,
 ) -> tuple[Figures, list[Call], FakeOpenAIServer]:
     """Run ``calls`` concurrent pipelines through one capped summarizer and measure.
+
+    ``per_call_clients=True`` measures the pattern to avoid instead: one uncapped
+    ``OpenAISummarizer`` per call, never closed.
 
     Returns:
         The figures, the calls (for further checks) and the (stopped) server.
@@ -216,7 +220,13 @@ async def run_many_calls(
             tracemalloc.start(1)
             base = tracemalloc.get_traced_memory()[0]
         started = time.perf_counter()
-        all_calls = [Call(i, shared) for i in range(calls)]
+        if per_call_clients:
+            all_calls = [
+                Call(i, OpenAISummarizer(base_url=server.base_url, model="cheap"))
+                for i in range(calls)
+            ]
+        else:
+            all_calls = [Call(i, shared) for i in range(calls)]
         await asyncio.gather(*(c.run(turns, gap) for c in all_calls))
         figures.seconds = time.perf_counter() - started
         if trace_memory:

@@ -152,7 +152,8 @@ def test_none_timeout_means_pipecats_fallback_not_forever():
 
 
 def test_backoff_never_overflows():
-    tracker = FailureTracker(backoff_s=5, max_backoff_s=120)
+    tracker = FailureTracker(backoff_s=5.0, max_backoff_s=120.0)  # the options' floats
+    # 2 ** 1024 as an int times a float raised OverflowError at the 1,025th failure
     delays = [tracker.failed(now=float(i))[0] for i in range(3000)]
     assert delays[0] == 5 and delays[5] == 120 and delays[-1] == 120
     assert all(math.isfinite(d) for d in delays)
