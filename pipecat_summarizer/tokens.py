@@ -250,6 +250,12 @@ def as_token_counter(counter: Any) -> TokenCounter:
         TypeError: For anything else, a bare callable included (it is ambiguous whether it
             counts a string or a message: wrap it as ``TokenizerCounter(fn)``).
     """
+    if isinstance(counter, (str, bytes)):  # str has an encode() too
+        raise TypeError(
+            "token_counter must be a TokenCounter or a tokenizer object, got a "
+            f"{type(counter).__name__}; for a tiktoken encoding name, pass "
+            "TokenizerCounter(tiktoken.get_encoding(name))"
+        )
     if callable(getattr(counter, "count_message", None)):
         return counter
     if callable(getattr(counter, "encode", None)):
