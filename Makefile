@@ -25,10 +25,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check pipecat_summarizer tests examples benchmarks
 	$(VENV)/bin/hadolint Dockerfile
 
+# DEMO_ARGS=--instant for the replay without time (every summary lands before the next turn)
+DEMO_ARGS ?=
 demo: $(STAMP)
 	$(VENV)/bin/pipecat-summarizer replay examples/conversations/nutrition_call.jsonl \
 		--probes-file examples/conversations/nutrition_call.probes.txt \
-		--report out/report.json --plot out/plot.png
+		--report out/report.json --plot out/plot.png $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -164,3 +164,107 @@ async def test_openai_backend_against_a_local_server(openai_server):
         assert result.summaries_applied >= 1, result.strategy
     # Both backends really went over HTTP: our summarizer's requests and Pipecat's.
     assert openai_server.summary_requests and openai_server.chat_requests
+
+
+# -- the replay as an extra ----------------------------------------------------------------
+
+BLOCKING_MAIN = (
+    "import sys\n"
+    "for name in sys.argv[1].split(','):\n"
+    "    sys.modules[name] = None  # import name now raises ImportError\n"
+    "from pipecat_summarizer.cli import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+def run_cli_without(modules: str, *argv: str):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKING_MAIN, modules, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_plot_without_matplotlib_fails_at_once_with_the_install_hint(tmp_path):
+    path = write_transcript(tmp_path)
+    report = tmp_path / "report.json"
+    done = run_cli_without(
+        "matplotlib",
+        "replay",
+        str(path),
+        "--plot",
+        str(tmp_path / "plot.png"),
+        "--report",
+        str(report),
+        "--no-progress",
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--plot needs matplotlib" in done.stderr
+    assert 'pip install "pipecat-summarizer[replay]"' in done.stderr
+    # before replaying: no strategy ran, no table, no report
+    assert "turns replayed" not in done.stderr and "input tokens" not in done.stdout
+    assert not report.exists()
+
+
+def test_the_replay_without_its_extra_says_how_to_install_it(tmp_path):
+    done = run_cli_without("tqdm", "replay", str(write_transcript(tmp_path)), "--no-progress")
+    assert done.returncode == 2
+    assert 'pip install "pipecat-summarizer[replay]"' in done.stderr
+
+
+def test_importing_the_package_does_not_import_the_replay():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pipecat_summarizer\n"
+        "loaded = [m for m in sys.modules if m.startswith('pipecat_summarizer.replay')\n"
+        "          or m.split('.')[0] in ('tqdm', 'matplotlib')]\n"
+        "print(loaded)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_failing_plot_does_not_lose_the_report(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = write_transcript(tmp_path)
+    report = tmp_path / "report.json"
+    not_a_file = tmp_path / "plot.png"
+    not_a_file.mkdir()  # saving the PNG there fails
+    argv = ["replay", str(path), "--strategies", "full_buffer", "--no-progress"]
+    assert main([*argv, "--report", str(report), "--plot", str(not_a_file)]) == 1
+    assert "the plot failed" in capsys.readouterr().err
+    assert json.loads(report.read_text())["strategies"]["full_buffer"]["input_tokens"] > 0
+
+
+def test_help_names_the_summarizer_prices(capsys):
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "gpt-4o-mini's published $0.15 input / $0.6 output" in text
+    assert "--summary-input-price" in text and "--instant" in text
+
+
+def test_real_time_is_the_default_and_instant_an_option(tmp_path, capsys):
+    path = write_transcript(tmp_path, turns=12)
+    report_path = tmp_path / "report.json"
+    base = ["replay", str(path), "--max-unsummarized-messages", "6", "--keep", "2"]
+    base += ["--no-progress", "--report", str(report_path)]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "timing: simulated real time" in out and "summaries requested / applied" in out
+    report = json.loads(report_path.read_text())
+    assert report["timing"]["summary_latency_s"] == [0.5, 3.0]
+    assert report["prices_per_million"]["summary_input"] == 0.15
+    ours = report["strategies"]["pipecat_summarizer"]
+    assert ours["summaries_applied"] >= 1 and ours["call_seconds"] > 0
+    assert main([*base, "--instant"]) == 0
+    assert json.loads(report_path.read_text())["timing"] == "instant"
+    assert main([*base, "--instant", "--barge-ins", "0.5"]) == 2
+    assert "not with --instant" in capsys.readouterr().err

@@ -410,7 +410,7 @@ def build_job(args: argparse.Namespace) -> ReplayJob:
     ]
     if args.instant and timed:
         raise UsageError(f"{', '.join(timed)} model time: not with --instant")
-    if args.plot and importlib.util.find_spec("matplotlib") is None:
+    if args.plot and not _importable("matplotlib"):
         raise UsageError(f"--plot needs matplotlib: {INSTALL_HINT}")
     given = {k: getattr(args, k) for k in PIPECAT_THRESHOLDS if hasattr(args, k)}
     values, source = resolve_thresholds(given, args.synthetic is not None)
@@ -561,8 +561,8 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pipecat_summarizer.replay import output
 
-    if importlib.util.find_spec("tqdm") is None:
-        raise UsageError(f"the replay needs its extra: {INSTALL_HINT}")
+    if not _importable("tqdm"):
+        raise UsageError(f"the replay needs its extra (tqdm, matplotlib): {INSTALL_HINT}")
     _configure_logging(args.verbose)
     job = build_job(args)
     backend = _backend(job)
@@ -573,11 +573,28 @@ def _run(args: argparse.Namespace) -> int:
     else:
         report, plots = output.single(job, backend)
     if args.report:  # first: a failing plot must not lose the report
-        _write_json(args.report, report)
+        try:
+            _write_json(args.report, report)
+        except OSError as e:
+            print(f"pipecat-summarizer: error: cannot write the report: {e}", file=sys.stderr)
+            return 1
         print(f"report written to {args.report}")
     for plot in plots:
-        plot()
+        try:
+            plot()
+        except Exception as e:  # the figures are printed and saved already
+            print(f"pipecat-summarizer: error: the plot failed: {e}", file=sys.stderr)
+            return 1
     return 0
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` imports (really imported: a broken install counts as missing)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
 def _configure_logging(verbose: int) -> None:
