@@ -19,6 +19,7 @@ from pipecat.frames.frames import (
     Frame,
     LLMContextFrame,
     LLMSummarizeContextFrame,
+    StartFrame,
 )
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -62,6 +63,8 @@ from pipecat_summarizer.policy import (
 )
 from pipecat_summarizer.prompt import SummaryRequest, build_request
 from pipecat_summarizer.sections import parse_sections, with_items, without_items
+from pipecat_summarizer.store.base import MemoryStore
+from pipecat_summarizer.store.recorder import CallRecorder, MemoryOptions
 from pipecat_summarizer.summarizers.base import (
     Summarizer,
     SummaryResult,
@@ -69,7 +72,7 @@ from pipecat_summarizer.summarizers.base import (
     describe_error,
     is_async_summarizer,
 )
-from pipecat_summarizer.summarizers.extractive import ExtractiveSummarizer
+from pipecat_summarizer.summarizers.extractive import pinnable_facts
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
 from pipecat_summarizer.tokens import (
     ContextMeter,
@@ -290,6 +293,14 @@ class ContextSummarizer(FrameProcessor):
             ``system_instruction`` (with the instructions Pipecat appends to it) and the
             tool schemas it sends. Not needed when the guard from :meth:`after_llm` sits
             right after the LLM: it attaches the LLM at start.
+        store: A :class:`~pipecat_summarizer.store.MemoryStore` (``SQLiteMemoryStore``,
+            ``PostgresMemoryStore``) that records every compaction, every message that
+            leaves the context, the pinned facts' history and the call's final state, off
+            the hot path; and gives a returning caller's call their memory. ``None`` (the
+            default): nothing is recorded, behaviour as without it.
+        call_id: This call's id in the store (a random one if not given).
+        user_id: The caller's id: their earlier calls' memory is loaded at the first turn.
+        memory: How the store is used (resume on/off, budgets, timeouts, queue).
         **kwargs: Passed to ``FrameProcessor``.
 
     Raises:
@@ -304,6 +315,10 @@ class ContextSummarizer(FrameProcessor):
         summarizer: Summarizer | LLMService | None = None,
         options: SummarizerOptions | None = None,
         llm: LLMService | None = None,
+        store: MemoryStore | None = None,
+        call_id: str | None = None,
+        user_id: str | None = None,
+        memory: MemoryOptions | None = None,
         **kwargs,
     ):
         """Initialize the processor."""
@@ -347,7 +362,6 @@ class ContextSummarizer(FrameProcessor):
             error_after=self._options.error_after_failures,
         )
         self._pinned = PinnedFacts(self._options.pinned_facts_tokens)
-        self._extractor = ExtractiveSummarizer(pin_tokens=self._options.pinned_facts_tokens // 2)
         self._pinned_message: dict | None = None
         self._pinned_version = -1
         self._folded: list[Fact] = []  # facts over the pinned budget, for the next summary
@@ -371,6 +385,12 @@ class ContextSummarizer(FrameProcessor):
         self._register_event_handler("on_summary_applied")
         self._register_event_handler("on_summary_failed")
         self._register_event_handler("on_messages_evicted")
+        # durable memory: one more sink for the same moments (see the store hooks below)
+        if store is None and memory is not None:
+            raise ValueError("memory options need a store (store=SQLiteMemoryStore(...))")
+        self._recorder = (
+            CallRecorder(store, call_id, user_id, memory) if store is not None else None
+        )
 
     # -- public surface -------------------------------------------------------------------
 
@@ -547,12 +567,16 @@ class ContextSummarizer(FrameProcessor):
         """
         await super().process_frame(frame, direction)
 
+        if isinstance(frame, StartFrame) and self._recorder is not None:
+            self._recorder.start()  # the writer's task, and the caller's memory loading
         if isinstance(frame, LLMSummarizeContextFrame):
             # Ours to handle; the built-in summarizer downstream must not run it too.
             await self._guarded(self._start_manual, frame.config)
             return
         if isinstance(frame, (EndFrame, CancelFrame)):
             await self._cancel_task()
+            if self._recorder is not None:
+                await self._store_end("end" if isinstance(frame, EndFrame) else "cancel")
             await self._close_owned()
         elif (
             isinstance(frame, LLMContextFrame)
@@ -600,12 +624,16 @@ class ContextSummarizer(FrameProcessor):
     async def cleanup(self):
         """Cancel the in-flight summary, close the clients this processor built, clean up."""
         await self._cancel_task()
+        if self._recorder is not None:
+            await self._store_end("cleanup")
         await self._close_owned()
         await super().cleanup()
 
     # -- the per-turn hot path --------------------------------------------------------------
 
     async def _on_context_frame(self) -> None:
+        if self._recorder is not None:
+            await self._store_turn()
         m = await self._prepare_request()
         if self.summary_in_flight or not self._failures.ready(_clock()):
             return
@@ -644,6 +672,8 @@ class ContextSummarizer(FrameProcessor):
             reason: Why, for the log (no conversation text).
         """
         logger.info(f"{self}: {len(messages)} pending messages dropped, not summarized ({reason})")
+        if self._recorder is not None:
+            self._recorder.archive(messages, "replaced")
 
     def _check_replaced(self, m: Measurement | None = None) -> None:
         """Drop the pending queue once the application replaced the context: its messages
@@ -701,6 +731,8 @@ class ContextSummarizer(FrameProcessor):
         if app_in_place and facts_in_place and self._pinned_version == self._pinned.version:
             return
         self._pinned_version = self._pinned.version
+        if self._recorder is not None:
+            self._recorder.facts_changed(self._pinned)
         new, changed = list(messages), not (app_in_place and facts_in_place)
         app_text = self._pinned.render_app()
         if app_text is None:
@@ -791,10 +823,8 @@ class ContextSummarizer(FrameProcessor):
 
     def _pin_from(self, messages: list) -> None:
         """Pin the salient facts of messages that leave the context unsummarized."""
-        found = self._extractor.summarize_messages_result(
-            messages, previous_summary=None, max_tokens=self._pinned.budget_tokens
-        )
-        if found.sections and self._pinned.merge_summary(found.sections, source="evicted"):
+        found = pinnable_facts(messages, max_tokens=self._pinned.budget_tokens)
+        if any(found.values()) and self._pinned.merge_summary(found, source="evicted"):
             self._enforce_pinned_budget()
             self._sync_pinned()
 
@@ -846,6 +876,8 @@ class ContextSummarizer(FrameProcessor):
             ceiling=ceiling,
         )
         logger.info(f"{self}: {event.log_line()}")
+        if self._recorder is not None:
+            self._recorder.archive(evicted, "evicted")
         await self._call_event_handler("on_messages_evicted", event)
 
     # -- starting a summary -----------------------------------------------------------------
@@ -1013,6 +1045,10 @@ class ContextSummarizer(FrameProcessor):
                 f"{self}: context summarization has failed {n} times in a row; the context "
                 "keeps growing until the summarizer recovers"
             )
+        if self._recorder is not None:
+            self._recorder.failed(
+                job.reason, error, _clock() - job.started, getattr(job.summarizer, "model", None)
+            )
         await self._call_event_handler(
             "on_summary_failed", SummaryFailedEvent(error, n, job.reason, delay)
         )
@@ -1075,11 +1111,67 @@ class ContextSummarizer(FrameProcessor):
             pinned_facts=len(self._pinned),
         )
         logger.info(f"{self}: {event.log_line()}")
+        if self._recorder is not None:
+            model = getattr(job.summarizer, "model", None)
+            self._recorder.applied(event, job.plan.summarized, text, model)
         await self.push_frame(
             ContextSummaryAppliedFrame(message=summary_message, event=event),
             FrameDirection.UPSTREAM,
         )
         await self._call_event_handler("on_summary_applied", event)
+
+    # -- durable memory (store) hooks: nothing here runs without a store --------------------
+
+    @property
+    def call_id(self) -> str | None:
+        """This call's id in the store (``None`` without a store)."""
+        return self._recorder.call_id if self._recorder is not None else None
+
+    async def _store_turn(self) -> None:
+        """Count the turn; on the first one, give a returning caller their memory."""
+        recorder = self._recorder
+        recorder.turns += 1
+        if recorder.turns == 1:
+            memory = await recorder.memory_for_first_turn()
+            if memory is not None:
+                self._restore_memory(*memory)
+
+    def _restore_memory(self, facts: list[dict], earlier: str | None) -> None:
+        """Pin a returning caller's facts and place the "earlier calls" text where the
+        summary goes (user-role data, like any summary), so this call's summaries build on
+        it."""
+        self._recorder.restoring(True)
+        try:
+            for f in facts:
+                try:
+                    self._pinned.pin(
+                        f["key"], f["text"], kind=f.get("kind", "fact"), source=f["source"]
+                    )
+                except (KeyError, ValueError, TypeError):
+                    continue  # a malformed stored fact is skipped, never the call
+            self._enforce_pinned_budget()
+            self._sync_pinned()
+        finally:
+            self._recorder.restoring(False)
+        if earlier and not self.summary_in_flight and not self._summary_present(
+            self._context.messages
+        ):
+            message = self._summary_for(earlier, self._summary_config)
+            messages = self._context.messages
+            at = head_length(messages)
+            self._summary_message, self._summary_text = message, earlier
+            self._summary_tokens = count_text(self._meter.counter, earlier)
+            self._set_messages([*messages[:at], message, *messages[at:]])
+
+    async def _store_end(self, ended_by: str) -> None:
+        """Record the final state and flush the queue (bounded by ``flush_timeout_s``)."""
+        await self._recorder.end(
+            ended_by=ended_by,
+            summary=self.summary_text,
+            facts=self._pinned.facts,
+            messages_in_context=len(self._context.messages),
+            compactions=self._compactions,
+        )
 
     async def _cancel_task(self) -> None:
         task, self._task = self._task, None

@@ -3,6 +3,7 @@ import pytest_asyncio
 from loguru import logger
 
 from tests.openai_server import FakeOpenAIServer
+from tests.store_fixtures import backend, pg_server, store_target  # noqa: F401
 
 
 @pytest_asyncio.fixture

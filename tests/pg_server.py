@@ -112,7 +112,14 @@ class PgServer:
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         )
         self._run(
-            "pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w",
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.root / "log"),
+            "-w",
             "start",
         )
 

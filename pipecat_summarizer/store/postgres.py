@@ -343,12 +343,17 @@ class PostgresMemoryStore(MemoryStore):
         # plain words only, joined by the operator: no tsquery syntax from the caller
         text = (" or " if any_word else " ").join(words)
         cfg = self.text_search_config
+        # score: how many distinct query words match, plus ts_rank_cd scaled into [0, 1), so
+        # a message with more of the words outranks one repeating a single word (as BM25's
+        # idf does on SQLite)
         sql = (
             "SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by, "
-            f"ts_rank_cd(m.tsv, q)::float8 AS score, m.user_id "
+            f"((SELECT count(*) FROM unnest($2::text[]) w "
+            f"WHERE m.tsv @@ plainto_tsquery('{cfg}', w)) "
+            f"+ ts_rank_cd(m.tsv, q, 32))::float8 AS score, m.user_id "
             f"FROM messages m, websearch_to_tsquery('{cfg}', $1) q WHERE m.tsv @@ q"
         )
-        args: list[Any] = [text]
+        args: list[Any] = [text, sorted(set(words))]
         if user_id is not None:
             args.append(user_id)
             sql += f" AND m.user_id = ${len(args)}"
@@ -421,5 +426,3 @@ class PostgresMemoryStore(MemoryStore):
             )
             n += int(status.split()[-1])
         return n
-
-

@@ -386,9 +386,7 @@ class SQLiteMemoryStore(MemoryStore):
                     conn.execute(_INSERT_FACT, fact_row(r))
                 elif isinstance(r, CallRecord):
                     if r.ended_at is None:
-                        conn.execute(
-                            _START_CALL, (r.call_id, r.user_id, r.started_at, r.resumed)
-                        )
+                        conn.execute(_START_CALL, (r.call_id, r.user_id, r.started_at, r.resumed))
                     else:
                         conn.execute(_END_CALL, call_row(r))
                 else:

@@ -1,0 +1,338 @@
+"""``CallRecorder``: turns a ``ContextSummarizer``'s moments into store records.
+
+The processor calls it at a handful of hook points (a summary applied or failed, messages
+evicted or discarded, pinned facts changed, start and end of the call). Each hook builds
+records from values already in memory and hands them to the :class:`StoreWriter` queue:
+nothing here waits for the database, except :meth:`end` (the flush, bounded by a timeout)
+and the first turn's wait for a returning caller's memory (bounded by ``load_timeout_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from pipecat_summarizer.store.base import MemoryStore
+from pipecat_summarizer.store.records import (
+    ArchivedMessage,
+    CallerMemory,
+    CallRecord,
+    CompactionRecord,
+    FactEvent,
+    Removal,
+    earlier_calls_text,
+    fact_changes,
+    fact_snapshot,
+    message_json,
+    message_text,
+    sha256_hex,
+    tool_call_ids,
+)
+from pipecat_summarizer.store.writer import StoreWriter, WriterOptions
+from pipecat_summarizer.validation import validate_numeric_fields
+
+if TYPE_CHECKING:
+    from pipecat_summarizer.events import SummaryAppliedEvent
+
+
+@dataclass
+class MemoryOptions:
+    """How a call uses its store.
+
+    Parameters:
+        resume: Start a known caller's call (``user_id`` set) with their pinned facts and an
+            "earlier calls" summary from the store. ``False`` records only.
+        earlier_calls_tokens: Token budget of the "earlier calls" summary.
+        max_earlier_calls: Most earlier calls whose summaries are considered.
+        load_timeout_s: The first turn waits at most this long (from the start of the call)
+            for the caller's memory; later, it is not applied (the call goes on without it).
+        flush_timeout_s: ``EndFrame``/``CancelFrame`` wait at most this long for the queue
+            to be written.
+        writer: Queue size, flush interval (default 1 s) and retry settings.
+    """
+
+    resume: bool = True
+    earlier_calls_tokens: int = 300
+    max_earlier_calls: int = 5
+    load_timeout_s: float = 1.0
+    flush_timeout_s: float = 3.0
+    writer: WriterOptions = field(default_factory=WriterOptions)
+
+    def __post_init__(self):
+        """Validate the options."""
+        validate_numeric_fields(self)
+        if self.earlier_calls_tokens < 0 or self.max_earlier_calls < 0:
+            raise ValueError("earlier_calls_tokens and max_earlier_calls must not be negative")
+        if self.load_timeout_s < 0 or self.flush_timeout_s < 0:
+            raise ValueError("load_timeout_s and flush_timeout_s must not be negative")
+        if not isinstance(self.writer, WriterOptions):
+            raise TypeError("writer must be a WriterOptions")
+
+
+EARLIER_CALLS_HEADER = "From earlier calls with this caller:"
+
+
+class CallRecorder:
+    """One call's recorder.
+
+    Args:
+        store: The store (shared; the application closes it).
+        call_id: This call's id (a random one if ``None``).
+        user_id: The caller's id, if known: needed to resume and to ``forget``.
+        options: Memory options.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        call_id: str | None = None,
+        user_id: str | None = None,
+        options: MemoryOptions | None = None,
+    ):
+        """Create the recorder (its writer starts with the call)."""
+        if not isinstance(store, MemoryStore):
+            raise TypeError(f"store must be a MemoryStore, got {type(store).__name__}")
+        for name, value in (("call_id", call_id), ("user_id", user_id)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name} must be a non-empty string or None")
+        if options is not None and not isinstance(options, MemoryOptions):
+            raise TypeError(f"memory must be a MemoryOptions, got {type(options).__name__}")
+        self.store = store
+        self.call_id = call_id or uuid.uuid4().hex
+        self.user_id = user_id
+        self.options = options or MemoryOptions()
+        self.writer = StoreWriter(store, self.options.writer, name=f"call {self.call_id}")
+        self.turns = 0
+        self.started_at = time.time()
+        self.resumed = False
+        self._archived = 0  # next archive position
+        self._pending_pos: dict[int, tuple[int, Any]] = {}  # id(evicted message) -> position
+        self._attempts = 0
+        self._fact_seq = 0
+        self._facts: dict[str, tuple[str, str, str]] = {}
+        self._fact_version = -1
+        self._restoring = False
+        self._load: asyncio.Task | None = None
+        self._load_deadline = 0.0
+        self._ended = False
+
+    # -- call start -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """At ``StartFrame``: start the writer, record the call, start loading its memory."""
+        self.started_at = time.time()
+        self.writer.start()
+        if self.options.resume and self.user_id is not None and self._load is None:
+            self._load_deadline = time.monotonic() + self.options.load_timeout_s
+            self._load = asyncio.get_running_loop().create_task(self._load_memory())
+        else:
+            self.writer.submit(CallRecord(self.call_id, self.user_id, self.started_at))
+
+    async def _load_memory(self) -> CallerMemory:
+        return await self.store.caller_memory(
+            self.user_id, max_calls=self.options.max_earlier_calls
+        )
+
+    async def memory_for_first_turn(self) -> tuple[list[dict], str | None] | None:
+        """The caller's facts and "earlier calls" text, once, on the first turn; waits for
+        the load at most until ``load_timeout_s`` after the start. ``None`` if there is
+        nothing (or it did not come in time)."""
+        task, self._load = self._load, None
+        if task is None:
+            return None
+        memory: CallerMemory | None = None
+        try:
+            remaining = max(0.0, self._load_deadline - time.monotonic())
+            memory = await asyncio.wait_for(task, remaining) if not task.done() else task.result()
+        except TimeoutError:
+            logger.warning(
+                f"memory store (call {self.call_id}): caller memory not loaded within "
+                f"{self.options.load_timeout_s}s; the call starts without it"
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a store that is down costs the memory, never the call
+            logger.warning(
+                f"memory store (call {self.call_id}): loading caller memory failed "
+                f"({type(e).__name__}); the call starts without it"
+            )
+        text = None
+        if memory is not None and memory.summaries and self.options.earlier_calls_tokens:
+            body = earlier_calls_text(memory.summaries, self.options.earlier_calls_tokens - 10)
+            text = f"{EARLIER_CALLS_HEADER}\n{body}" if body else None
+        self.resumed = bool(text)
+        self.writer.submit(
+            CallRecord(self.call_id, self.user_id, self.started_at, resumed=self.resumed)
+        )
+        if memory is None or (not memory.facts and not text):
+            return None
+        logger.info(
+            f"memory store (call {self.call_id}): returning caller, {memory.calls} earlier "
+            f"calls, {len(memory.facts)} facts restored, earlier-calls summary "
+            f"{'restored' if text else 'none'}"
+        )
+        return memory.facts, text
+
+    def restoring(self, on: bool) -> None:
+        """Fact changes while ``on`` are recorded as ``restored``."""
+        self._restoring = on
+
+    # -- during the call ------------------------------------------------------------------
+
+    def archive(
+        self, messages: Iterable[Any], removed_by: Removal, compaction: int | None = None
+    ) -> None:
+        """Messages that left the context (oldest first)."""
+        now = time.time()
+        for message in messages:
+            kept = self._pending_pos.pop(id(message), None)
+            if kept is not None and kept[1] is message:
+                position = kept[0]
+            else:
+                position, self._archived = self._archived, self._archived + 1
+            if removed_by == "evicted":  # the same message may be summarized later
+                self._pending_pos[id(message)] = (position, message)
+            role = message.get("role", "unknown") if isinstance(message, dict) else "unknown"
+            self.writer.submit(
+                ArchivedMessage(
+                    call_id=self.call_id,
+                    position=position,
+                    role=str(role),
+                    content=message_text(message),
+                    message_json=message_json(message),
+                    tool_call_ids=tuple(tool_call_ids(message)),
+                    removed_by=removed_by,
+                    compaction=compaction,
+                    turn=self.turns,
+                    at=now,
+                    user_id=self.user_id,
+                )
+            )
+
+    def applied(
+        self,
+        event: SummaryAppliedEvent,
+        summarized: list,
+        summary_text: str,
+        model: str | None,
+    ) -> None:
+        """A compaction was applied: its messages, then its record."""
+        self.archive(summarized, "summarized", event.compaction)
+        self._attempts += 1
+        self.writer.submit(
+            CompactionRecord(
+                call_id=self.call_id,
+                attempt=self._attempts,
+                compaction=event.compaction,
+                ok=True,
+                reason=event.reason,
+                turn=self.turns,
+                messages_before=event.messages_before,
+                messages_after=event.messages_after,
+                messages_summarized=event.messages_summarized,
+                tokens_before=event.tokens_before,
+                tokens_after=event.tokens_after,
+                summary=summary_text,
+                summary_sha256=sha256_hex(summary_text),
+                latency_s=event.latency_s,
+                model=model,
+                user_id=self.user_id,
+            )
+        )
+
+    def failed(self, reason: str, error: str, latency_s: float, model: str | None) -> None:
+        """A summary attempt failed (the context was left untouched)."""
+        self._attempts += 1
+        self.writer.submit(
+            CompactionRecord(
+                call_id=self.call_id,
+                attempt=self._attempts,
+                compaction=None,
+                ok=False,
+                reason=reason,
+                turn=self.turns,
+                latency_s=latency_s,
+                model=model,
+                error=error,
+                user_id=self.user_id,
+            )
+        )
+
+    def facts_changed(self, pinned: Any) -> None:
+        """Record what changed in the pinned facts since the last call (cheap when nothing
+        did: one version compare)."""
+        version = pinned.version
+        if version == self._fact_version:
+            return
+        self._fact_version = version
+        now = fact_snapshot(pinned.facts)
+        changes = fact_changes(self._facts, now, restoring=self._restoring)
+        self._facts = now
+        at = time.time()
+        for key, action, text, kind, source, actor in changes:
+            self._fact_seq += 1
+            self.writer.submit(
+                FactEvent(
+                    call_id=self.call_id,
+                    seq=self._fact_seq,
+                    key=key,
+                    action=action,
+                    text=text,
+                    fact_kind=kind,
+                    source=source,
+                    actor=actor,
+                    turn=self.turns,
+                    at=at,
+                    user_id=self.user_id,
+                )
+            )
+
+    # -- call end -------------------------------------------------------------------------
+
+    async def end(
+        self,
+        *,
+        ended_by: str,
+        summary: str | None,
+        facts: Iterable[Any],
+        messages_in_context: int,
+        compactions: int,
+    ) -> bool:
+        """At ``EndFrame``/``CancelFrame``: record the final state and flush (bounded).
+
+        Returns:
+            True if every record was written.
+        """
+        if self._ended:
+            return True
+        self._ended = True
+        if self._load is not None:
+            self._load.cancel()
+            self._load = None
+        self.writer.submit(
+            CallRecord(
+                call_id=self.call_id,
+                user_id=self.user_id,
+                started_at=self.started_at,
+                ended_at=time.time(),
+                ended_by=ended_by,
+                summary=summary,
+                facts=tuple(
+                    {"key": f.key, "text": f.text, "kind": f.kind, "source": f.source}
+                    for f in facts
+                ),
+                messages_in_context=messages_in_context,
+                messages_archived=self._archived,
+                compactions=compactions,
+                turns=self.turns,
+                resumed=self.resumed,
+            )
+        )
+        self._pending_pos.clear()
+        return await self.writer.close(self.options.flush_timeout_s)
