@@ -8,15 +8,14 @@ from pipecat.utils.context.llm_context_summarization import LLMContextSummarizat
 from pipecat_summarizer.pinned import PinnedFacts
 from pipecat_summarizer.prompt import SECTIONS, build_request
 from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult
+from pipecat_summarizer.sections import parse_sections, render_sections
 from pipecat_summarizer.summarizers.extractive import (
     ExtractiveLLMService,
     ExtractiveSummarizer,
-    _split_sentences,
-    parse_sections,
     parse_summary_request,
-    render_sections,
-    transcript_to_messages,
+    pipecat_transcript_to_messages,
 )
+from pipecat_summarizer.summarizers.extractive.classify import split_sentences
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
 from pipecat_summarizer.tokens import estimate_text_tokens
 
@@ -522,7 +521,7 @@ async def test_structured_content_and_shortened_marker():
 
 def test_sentence_splitting_keeps_abbreviations_and_decimals():
     text = "I'll see Dr. Lee on Jan. 5th at 3 p.m. for $12.50. Is it 3.5 km away? Yes!"
-    assert _split_sentences(text) == [
+    assert split_sentences(text) == [
         "I'll see Dr. Lee on Jan. 5th at 3 p.m. for $12.50.",
         "Is it 3.5 km away?",
         "Yes!",
@@ -740,7 +739,7 @@ def test_transcript_parsers():
         'TOOL_CALL: book_slot({"day": "Fri"})\n\nTOOL: {"ok": true}\n\n'
         'TOOL_RESULT[c7]: {"ok": true}'
     )
-    assert transcript_to_messages(pipecat, pipecat=True) == [
+    assert pipecat_transcript_to_messages(pipecat) == [
         {"role": "user", "content": "I need it by Friday.\nSecond line."},
         {
             "role": "assistant",
@@ -767,7 +766,8 @@ def test_transcript_parsers():
         previous_summary="FACTS:\n- x",
         max_tokens=100,
     )
-    messages, previous = parse_summary_request(request.user_message)
+    transcript, previous = parse_summary_request(request.user_message)
+    messages = transcript.messages
     assert previous == "FACTS:\n- x"
     assert messages[0]["tool_calls"][0]["function"] == {"name": "book", "arguments": '{"a": 1}'}
     assert messages[0]["tool_calls"][0]["id"] == "c1"

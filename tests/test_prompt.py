@@ -1,5 +1,6 @@
 """The prompt states the budget and the sections; the transcript cannot escape its delimiter."""
 
+import json
 import re
 
 from pipecat_summarizer.prompt import (
@@ -28,7 +29,7 @@ def test_request_states_budget_and_rolls_previous_summary():
     assert "321 tokens" in req.system_prompt
     assert "Carry forward every fact" in req.user_message
     assert "user is vegetarian" in req.user_message
-    assert "USER: My booking is AB-123." in req.user_message
+    assert '{"role":"user","text":"My booking is AB-123."}' in req.user_message
     assert req.messages[0]["content"] == "My booking is AB-123."
 
 
@@ -70,8 +71,12 @@ def test_transcript_covers_tool_calls_and_results():
             {"role": "tool", "tool_call_id": "c1", "content": "booked NC-1"},
         ]
     )
-    assert "ASSISTANT CALLED book [c1]" in text and "Friday" in text
-    assert "TOOL RESULT [c1]: booked NC-1" in text
+    call, result = (json.loads(line) for line in text.split("\n"))
+    assert call == {
+        "role": "assistant",
+        "tool_calls": [{"id": "c1", "name": "book", "arguments": {"day": "Friday"}}],
+    }
+    assert result == {"role": "tool", "tool_call_id": "c1", "text": "booked NC-1"}
 
 
 def test_shorten_keeps_head_and_tail_and_marks_the_cut():
