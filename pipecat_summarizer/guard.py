@@ -149,11 +149,11 @@ class LLMRequestGuard(FrameProcessor):
         """
         await super().process_frame(frame, direction)
         s = self._summarizer
-        if isinstance(frame, StartFrame):
+        if isinstance(frame, StartFrame) and s.llm is None:
             llm = self.previous
-            if s.llm is None and isinstance(llm, LLMService):
+            if isinstance(llm, LLMService):
                 s.attach_llm(llm)
-            elif not isinstance(llm, LLMService):
+            else:
                 logger.warning(
                     f"{self}: not placed right after an LLM service; system_instruction and "
                     "tool schemas are counted only if ContextSummarizer(llm=...) is given"

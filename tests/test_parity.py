@@ -352,3 +352,19 @@ async def test_a_small_target_reaches_the_summarizer_as_given(openai_server):
     )
     assert openai_server.summary_requests
     assert {b["max_tokens"] for b in openai_server.summary_requests} == {50}
+
+
+async def test_a_guard_not_after_an_llm_says_so_and_passes_frames_on(openai_server, logs):
+    context = LLMContext(messages=[{"role": "user", "content": "hi"}])
+    summarizer = ContextSummarizer(
+        context=context,
+        config=cfg(messages=50, keep=2),
+        summarizer=OpenAISummarizer(base_url=openai_server.base_url, model="cheap"),
+    )
+    down, _ = await run_test(
+        Pipeline([summarizer, summarizer.after_llm()]),
+        frames_to_send=[LLMSummarizeContextFrame(), SleepFrame(sleep=0.1)],
+        expected_down_frames=[],  # consumed by the summarizer, not passed on
+    )
+    assert summarizer.llm is None
+    assert [x for x in logs if "not placed right after an LLM" in x["message"]]
