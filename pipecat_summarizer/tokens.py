@@ -108,7 +108,7 @@ def message_texts(message: Any) -> list[str]:
 
 def _base64_bytes(data: Any) -> int | None:
     """Decoded size of base64 ``data`` (a data URL's payload too), or None if not given."""
-    if not isinstance(data, str) or not data:
+    if not isinstance(data, str):
         return None
     if data.startswith("data:"):
         comma = data.find(",")
