@@ -22,97 +22,15 @@ from typing import Any
 
 from loguru import logger
 
-STRATEGY_NAMES = ("full_buffer", "pipecat_builtin", "pipecat_summarizer")
-INSTALL_HINT = 'pip install "pipecat-summarizer[replay]"'
-
-# dest -> Pipecat's default; a flag not given takes the default of the input's preset
-PIPECAT_THRESHOLDS: dict[str, int | None] = {
-    "max_context_tokens": 8000,
-    "max_unsummarized_messages": 20,
-    "keep": 4,
-    "target_tokens": None,
-}
+from pipecat_summarizer.replay.arguments import (
+    INSTALL_HINT,
+    PIPECAT_THRESHOLDS,
+    add_arguments,
+)
 
 
 class UsageError(Exception):
     """A problem with the command line or its inputs (exit status 2)."""
-
-
-# -- argument types ------------------------------------------------------------------------
-
-
-def _threshold(value: str) -> int | None:
-    if value.lower() in ("none", "off", "0"):
-        return None
-    n = _int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be positive (or 'none' to disable)")
-    return n
-
-
-def _int(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {value!r}") from None
-
-
-def _non_negative_int(value: str) -> int:
-    n = _int(value)
-    if n < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return n
-
-
-def _positive_int(value: str) -> int:
-    n = _int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return n
-
-
-def _ceiling(value: str) -> int:
-    n = _positive_int(value)
-    if n < 200:
-        raise argparse.ArgumentTypeError("must be at least 200")
-    return n
-
-
-def _number(value: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
-    if not x >= 0 or x == float("inf"):
-        raise argparse.ArgumentTypeError("must be a non-negative number")
-    return x
-
-
-def _share(value: str) -> float:
-    x = _number(value)
-    if x > 1:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return x
-
-
-def _span(value: str):
-    from pipecat_summarizer.replay.timing import Span
-
-    try:
-        return Span.parse(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _strategies(value: str) -> tuple[str, ...]:
-    names = [s.strip() for s in value.split(",") if s.strip()]
-    bad = [s for s in names if s not in STRATEGY_NAMES]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown strategy {', '.join(bad) or '(none)'}; "
-            f"choose from {', '.join(STRATEGY_NAMES)}"
-        )
-    return tuple(s for s in STRATEGY_NAMES if s in names)
 
 
 # -- the parser ----------------------------------------------------------------------------
@@ -120,8 +38,6 @@ def _strategies(value: str) -> tuple[str, ...]:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``replay`` subcommand to ``subparsers``; it runs :func:`run`."""
-    from pipecat_summarizer.replay.report import MAIN_PRICES, SUMMARY_PRICES
-
     rp = subparsers.add_parser(
         "replay",
         help="replay a conversation through three context strategies and compare them",
@@ -136,176 +52,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         ),
     )
     rp.set_defaults(run=run)
-    src = rp.add_argument_group("input (exactly one)")
-    src.add_argument(
-        "transcript",
-        nargs="?",
-        help="JSONL file, one OpenAI-format chat message per line (system first); user "
-        'messages may carry a "timestamp" (seconds or ISO 8601) that sets the turn cadence',
-    )
-    src.add_argument(
-        "--synthetic",
-        nargs="?",
-        const=200,
-        type=_positive_int,
-        metavar="N",
-        help="replay the article's scenario: N exchanges of 480 tokens after a 3,000-token "
-        "prefix (default N: 200)",
-    )
-    src.add_argument(
-        "--locomo",
-        metavar="PATH",
-        help="replay LoCoMo conversations (locomo10.zip, a JSON file or a folder); "
-        "all of them unless --locomo-id/--locomo-index",
-    )
-    src.add_argument(
-        "--locomo-id",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="LoCoMo conversation id, e.g. 30 or conv-30 (repeatable)",
-    )
-    src.add_argument(
-        "--locomo-index", type=int, metavar="I", help="LoCoMo conversation by 0-based index"
-    )
-
-    probes = rp.add_argument_group("facts that must stay known")
-    probes.add_argument("--probe", action="append", default=[], metavar="TEXT", help="repeatable")
-    probes.add_argument("--probes-file", metavar="PATH", help="one probe per line")
-
-    out = rp.add_argument_group("output")
-    out.add_argument("--report", metavar="PATH", help="write the JSON report here")
-    out.add_argument("--plot", metavar="PATH", help="write the PNG plot here (needs matplotlib)")
-    out.add_argument("--no-progress", action="store_true", help="no progress bar")
-    out.add_argument("-v", "--verbose", action="count", default=0, help="-v info, -vv debug logs")
-
-    tm = rp.add_argument_group(
-        "time",
-        "The replay runs on a simulated clock: a 160-turn call replays in seconds, with "
-        "every event in the order it has at full speed. Each user turn starts with an "
-        "InterruptionFrame (as Pipecat's user aggregator sends at every turn start); the "
-        "user speaks at 2.5 words/s, the end of the turn takes 0.5 s to detect, the bot "
-        "starts answering after 0.8-1.6 s and speaks its answer; the user then pauses "
-        "0.4-2 s, or barges in while the bot speaks.",
-    )
-    tm.add_argument(
-        "--instant",
-        action="store_true",
-        help="no time: every summary lands before the next turn, no interruptions",
-    )
-    tm.add_argument(
-        "--summary-latency",
-        type=_span,
-        default=None,
-        metavar="LOW-HIGH",
-        help="seconds before the summarizer answers (default 0.5-3)",
-    )
-    tm.add_argument(
-        "--summary-tokens-per-second",
-        type=_number,
-        default=None,
-        metavar="N",
-        help="the summarizer's output rate: an N-token summary takes N/rate s more "
-        "(default 100; 0: none)",
-    )
-    tm.add_argument(
-        "--barge-ins",
-        type=_share,
-        default=None,
-        metavar="SHARE",
-        help="share of the bot's answers the user interrupts (default 0.2)",
-    )
-    tm.add_argument("--seed", type=_int, default=0, help="seed of the simulated call")
-
-    th = rp.add_argument_group(
-        "thresholds",
-        "Pipecat's defaults (8000 / 20 / 4 / 6000), except that --synthetic with none of "
-        "these flags uses the article's hybrid: max_context_tokens=15000, "
-        "max_unsummarized_messages=40 (20 exchanges), keep=20 (10 exchanges), "
-        "target_tokens=700. Any of these flags replaces the preset: the flags not given "
-        "then take Pipecat's defaults.",
-    )
-    th.add_argument("--max-context-tokens", type=_threshold, default=argparse.SUPPRESS, metavar="N")
-    th.add_argument(
-        "--max-unsummarized-messages", type=_threshold, default=argparse.SUPPRESS, metavar="N"
-    )
-    th.add_argument(
-        "--keep",
-        type=_non_negative_int,
-        default=argparse.SUPPRESS,
-        metavar="N",
-        help="min_messages_after_summary",
-    )
-    th.add_argument(
-        "--target-tokens",
-        type=_threshold,
-        default=argparse.SUPPRESS,
-        metavar="N",
-        help="target_context_tokens, the summary's output budget (Pipecat's default: 6000)",
-    )
-    th.add_argument(
-        "--strategies",
-        type=_strategies,
-        default=STRATEGY_NAMES,
-        metavar="LIST",
-        help="comma-separated subset of " + ",".join(STRATEGY_NAMES),
-    )
-
-    cg = rp.add_argument_group(
-        "ceiling and outage",
-        "Show the hard ceiling at work: ours evicts the oldest units into a pending queue "
-        "when a request would exceed --max-request-tokens and no summary is ready; the "
-        "report counts every strategy's requests over it. During a simulated outage every "
-        "summarizer call of both summarizing strategies fails (the failures are counted, not "
-        "logged, unless -v); ours retries on its own backoff (5 s doubling to 120 s).",
-    )
-    cg.add_argument(
-        "--max-request-tokens",
-        type=_ceiling,
-        default=None,
-        metavar="N",
-        help="SummarizerOptions(max_request_tokens=N) for ours (at least 200)",
-    )
-    cg.add_argument(
-        "--summarizer-down-from",
-        type=_positive_int,
-        default=None,
-        metavar="TURN",
-        help="first user turn (1-based) of the outage",
-    )
-    cg.add_argument(
-        "--summarizer-down-for",
-        type=_positive_int,
-        default=None,
-        metavar="TURNS",
-        help="length of the outage in turns",
-    )
-
-    sm = rp.add_argument_group("summarizer (the same backend for both summarizing strategies)")
-    sm.add_argument("--summarizer", choices=("extractive", "openai"), default="extractive")
-    sm.add_argument("--base-url", help="OpenAI-compatible base URL (openai)")
-    sm.add_argument("--model", default="gpt-4o-mini", help="model name (openai)")
-    sm.add_argument(
-        "--api-key-env",
-        default="OPENAI_API_KEY",
-        metavar="VAR",
-        help="environment variable holding the API key (openai)",
-    )
-
-    pr = rp.add_argument_group(
-        "prices, dollars per million tokens",
-        "The main LLM and the summarizer are priced apart. Main LLM defaults: a large "
-        f"model's ${MAIN_PRICES[0]:g} input / ${MAIN_PRICES[1]:g} output / "
-        f"${MAIN_PRICES[2]:g} cached input. Summarizer defaults: gpt-4o-mini's published "
-        f"${SUMMARY_PRICES[0]:g} input / ${SUMMARY_PRICES[1]:g} output.",
-    )
-    pr.add_argument("--input-price", type=_number, default=MAIN_PRICES[0], metavar="USD")
-    pr.add_argument("--output-price", type=_number, default=MAIN_PRICES[1], metavar="USD")
-    pr.add_argument("--cached-input-price", type=_number, default=MAIN_PRICES[2], metavar="USD")
-    pr.add_argument("--summary-input-price", type=_number, default=SUMMARY_PRICES[0], metavar="USD")
-    pr.add_argument(
-        "--summary-output-price", type=_number, default=SUMMARY_PRICES[1], metavar="USD"
-    )
+    add_arguments(rp)
     return rp
 
 
