@@ -7,6 +7,9 @@ status 2). This module only parses and dispatches.
 * ``replay``: replays a recorded conversation through real Pipecat pipelines with three
   strategies and compares them (:mod:`pipecat_summarizer.replay.command`; needs the
   ``replay`` extra).
+* ``inspect``: shows what a memory store holds: a caller's calls, a call's compactions and
+  dropped messages, the pinned facts' history, a search of dropped messages
+  (:mod:`pipecat_summarizer.store.command`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, with every subcommand registered."""
     from pipecat_summarizer.replay import command as replay_command
+    from pipecat_summarizer.store import command as inspect_command
 
     parser = argparse.ArgumentParser(
         prog="pipecat-summarizer",
@@ -25,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     replay_command.register(sub)
+    inspect_command.register(sub)
     return parser
 
 

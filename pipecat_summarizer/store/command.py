@@ -1,0 +1,280 @@
+"""``pipecat-summarizer inspect DB``: what a support engineer asks after a complaint.
+
+* ``inspect DB``: the most recent calls; ``--user ID``: the calls of a caller.
+* ``inspect DB --call ID``: the call's timeline of compactions (turn, reason, tokens and
+  messages before and after, summary hash, what was dropped), the pinned facts' history,
+  the messages still pending at the end and the final summary.
+* ``inspect DB --call ID --message N``: the full text of a dropped message.
+* ``inspect DB --search WORDS [--user ID] [--call ID]``: dropped messages by words, best
+  first.
+
+``DB`` is a SQLite file or a ``postgresql://`` DSN. Plain text by default, ``--json`` for
+tools. The output quotes the conversation: it is for the operator's terminal, not for logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pipecat_summarizer.store.base import MemoryStore, StoreError, open_store
+from pipecat_summarizer.store.records import to_dict
+
+PREVIEW = 72
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``inspect`` subcommand to ``subparsers``; it runs :func:`run`."""
+    p = subparsers.add_parser(
+        "inspect",
+        help="show what a memory store holds: calls, compactions, dropped messages, facts",
+        description=(
+            "Inspect a memory store (a SQLite file or a postgresql:// DSN): the calls of a "
+            "caller, a call's compactions and pinned facts, a dropped message's full text, "
+            "or a search of dropped messages by words."
+        ),
+    )
+    p.add_argument("db", metavar="DB", help="SQLite file or postgresql:// DSN")
+    p.add_argument("--user", metavar="ID", help="a caller: their calls (or limit --search)")
+    p.add_argument("--call", metavar="ID", help="a call: its timeline (or limit --search)")
+    p.add_argument(
+        "--message", type=int, metavar="N", help="with --call: the full text of message N"
+    )
+    p.add_argument("--search", metavar="WORDS", help="dropped messages with these words")
+    p.add_argument("--any", action="store_true", help="with --search: any of the words, not all")
+    p.add_argument("--limit", type=int, default=20, help="most rows listed (default 20)")
+    p.add_argument("--json", action="store_true", help="JSON output, for tools")
+    p.set_defaults(run=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; 0 on success, 1 if nothing was found, 2 on a usage error."""
+    if args.message is not None and not args.call:
+        return _usage("--message needs --call")
+    if args.limit < 1:
+        return _usage("--limit must be at least 1")
+    target = args.db
+    if not target.startswith(("postgresql://", "postgres://")) and not Path(target).is_file():
+        # never create an empty database for a mistyped path
+        return _usage(f"no such SQLite file: {target}")
+    try:
+        store = open_store(target)
+    except (StoreError, ValueError) as e:
+        return _usage(str(e))
+    try:
+        return asyncio.run(_inspect(store, args))
+    except StoreError as e:
+        print(f"pipecat-summarizer inspect: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a database error: name it, without a traceback
+        print(f"pipecat-summarizer inspect: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+def _usage(message: str) -> int:
+    print(f"pipecat-summarizer inspect: {message}", file=sys.stderr)
+    return 2
+
+
+async def _inspect(store: MemoryStore, args: argparse.Namespace) -> int:
+    try:
+        await store.open()
+        if args.search is not None:
+            data = await _search(store, args)
+        elif args.message is not None:
+            data = await _message(store, args.call, args.message)
+        elif args.call:
+            data = await _call(store, args.call)
+        else:
+            data = await _calls(store, args.user, args.limit)
+    finally:
+        await store.close()
+    if data is None:
+        what = (
+            f"message {args.message} of call {args.call}"
+            if args.message is not None
+            else (f"call {args.call}")
+        )
+        print(f"pipecat-summarizer inspect: no {what} in the store", file=sys.stderr)
+        return 1
+    kind, payload = data
+    if args.json:
+        print(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+    else:
+        print(RENDER[kind](payload))
+    return 0
+
+
+# -- gathering -----------------------------------------------------------------------------
+
+
+async def _calls(store: MemoryStore, user: str | None, limit: int):
+    calls = await store.calls(user, limit=limit)
+    return "calls", {"user_id": user, "calls": [to_dict(c) for c in calls]}
+
+
+async def _call(store: MemoryStore, call_id: str):
+    call = await store.call(call_id)
+    if call is None:
+        return None
+    messages = await store.messages(call_id)
+    by_compaction: dict[int | None, list[dict]] = {}
+    for m in messages:
+        by_compaction.setdefault(m.compaction, []).append(to_dict(m))
+    records = await store.compactions(call_id)
+    row = to_dict(call)
+    if call.ended_at is None:  # no final state (still running, or killed): count what is here
+        row["messages_archived"] = len(messages)
+        row["compactions"] = sum(1 for c in records if c.ok)
+        row["turns"] = max([m.turn for m in messages] + [c.turn for c in records] + [0])
+    compactions = []
+    for c in records:
+        item = to_dict(c)
+        item["dropped"] = by_compaction.get(c.compaction, []) if c.ok else []
+        compactions.append(item)
+    return "call", {
+        "call": row,
+        "compactions": compactions,
+        "not_summarized": by_compaction.get(None, []),
+        "facts": [to_dict(f) for f in await store.fact_history(call_id=call_id)],
+    }
+
+
+async def _message(store: MemoryStore, call_id: str, position: int):
+    message = await store.message(call_id, position)
+    return None if message is None else ("message", to_dict(message))
+
+
+async def _search(store: MemoryStore, args: argparse.Namespace):
+    hits = await store.search(
+        args.search, user_id=args.user, call_id=args.call, limit=args.limit, any_word=args.any
+    )
+    return "search", {"query": args.search, "hits": [to_dict(h) for h in hits]}
+
+
+# -- plain text ----------------------------------------------------------------------------
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(t))
+
+
+def _preview(text: str, width: int = PREVIEW) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _ranges(positions: list[int]) -> str:
+    out: list[str] = []
+    for p in sorted(positions):
+        if out and out[-1][1] == p - 1:
+            out[-1][1] = p
+        else:
+            out.append([p, p])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
+def _call_line(c: dict) -> str:
+    end = f"ended {_when(c['ended_at'])} ({c['ended_by']})" if c["ended_at"] else "no end"
+    return (
+        f"{c['call_id']}  caller {c['user_id'] or '-'}  started {_when(c['started_at'])}  "
+        f"{end}  turns {c['turns']}  compactions {c['compactions']}  "
+        f"archived {c['messages_archived']}" + ("  resumed" if c.get("resumed") else "")
+    )
+
+
+def _render_calls(data: dict) -> str:
+    head = f"calls of {data['user_id']}" if data["user_id"] else "most recent calls"
+    if not data["calls"]:
+        return f"{head}: none"
+    return "\n".join([f"{head}:", *("  " + _call_line(c) for c in data["calls"])])
+
+
+def _message_line(m: dict) -> str:
+    return f"[{m['position']}] {m['role']}: {_preview(m['content'])}"
+
+
+def render_call(data: dict) -> str:
+    """The plain-text timeline of one call."""
+    c = data["call"]
+    lines = [f"call {_call_line(c)}", "", "compactions:"]
+    if not data["compactions"]:
+        lines.append("  none")
+    for x in data["compactions"]:
+        if not x["ok"]:
+            lines.append(
+                f"  attempt {x['attempt']}  turn {x['turn']}  {x['reason']}  FAILED "
+                f"({x['error']})  after {x['latency_s']:.2f}s"
+            )
+            continue
+        dropped = x["dropped"]
+        lines.append(
+            f"  #{x['compaction']}  turn {x['turn']}  {x['reason']}  {_when(x['at'])}  "
+            f"tokens {x['tokens_before']} -> {x['tokens_after']}  messages "
+            f"{x['messages_before']} -> {x['messages_after']}  summary sha256 "
+            f"{x['summary_sha256'][:12]}  {x['latency_s']:.2f}s  model {x['model'] or '-'}"
+        )
+        positions = [m["position"] for m in dropped]
+        lines.append(
+            f"      dropped {len(dropped)} messages"
+            + (f" [{_ranges(positions)}]:" if dropped else "")
+        )
+        lines += [f"        {_message_line(m)}" for m in dropped]
+    if data["not_summarized"]:
+        lines += ["", "evicted or replaced, never summarized:"]
+        lines += [
+            f"  {_message_line(m)}  ({m['removed_by']} at turn {m['turn']})"
+            for m in data["not_summarized"]
+        ]
+    lines += ["", "pinned facts:"]
+    if not data["facts"]:
+        lines.append("  none")
+    for f in data["facts"]:
+        lines.append(
+            f"  turn {f['turn']}  {f['action']:<9} {f['key']} ({f['fact_kind']}, by "
+            f"{f['actor']}/{f['source']}): {_preview(f['text'], 60)}"
+        )
+    if c.get("summary"):
+        lines += ["", "final summary:", *("  " + line for line in c["summary"].splitlines())]
+    return "\n".join(lines)
+
+
+def _render_message(m: dict) -> str:
+    state = m["removed_by"] + (
+        f" by compaction #{m['compaction']}" if m["compaction"] is not None else ""
+    )
+    ids = ", ".join(m["tool_call_ids"])
+    return "\n".join(
+        [
+            f"call {m['call_id']}  message {m['position']}  {m['role']}  turn {m['turn']}  "
+            f"{_when(m['at'])}  {state}" + (f"  tool calls {ids}" if ids else ""),
+            "",
+            m["content"],
+        ]
+    )
+
+
+def _render_search(data: dict) -> str:
+    if not data["hits"]:
+        return f"no dropped message matches {data['query']!r}"
+    return "\n".join(
+        f"{h['call_id']} [{h['position']}] turn {h['turn']} {h['role']} "
+        f"score {h['score']:.3f} ({h['removed_by']}): {_preview(h['content'])}"
+        for h in data["hits"]
+    )
+
+
+RENDER = {
+    "calls": _render_calls,
+    "call": render_call,
+    "message": _render_message,
+    "search": _render_search,
+}
