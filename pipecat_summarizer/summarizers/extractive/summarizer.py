@@ -222,8 +222,9 @@ class ExtractiveSummarizer:
                 continue
             role = str(message.get("role", ""))
             text = text_of(message.get("content"))
-            if text and looks_like_record(text):
-                # A summary message already in the context (Pipecat's built-in flow).
+            if text and role != "tool" and looks_like_record(text):
+                # A summary message already in the context (Pipecat's built-in flow); a tool
+                # result is never one, whatever headings it carries.
                 record.merge(parse_sections(text))
                 continue
             if role == "user":
