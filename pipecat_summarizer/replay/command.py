@@ -1,37 +1,24 @@
 """``pipecat-summarizer replay``: parse the command line, run the replay, print the results.
 
 Needs the ``replay`` extra (``pip install "pipecat-summarizer[replay]"``: tqdm, matplotlib).
-The arguments are turned once into a frozen :class:`ReplayJob` (nothing mutates the parsed
-namespace); the thresholds are checked by the library itself (Pipecat's config and
-``ContextSummarizer``'s construction), not again here. A missing plotting library is reported
-before anything is replayed, and the JSON report is written before the plot, so a failing
-later step never loses it.
+The arguments are in :mod:`~pipecat_summarizer.replay.arguments`, their resolution and the
+replay of one transcript in :mod:`~pipecat_summarizer.replay.job`, what is printed per kind
+of input in :mod:`~pipecat_summarizer.replay.output`. The JSON report is written before the
+plot, so a failing later step never loses it.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
-from pipecat_summarizer.replay.arguments import (
-    INSTALL_HINT,
-    PIPECAT_THRESHOLDS,
-    add_arguments,
-)
-
-
-class UsageError(Exception):
-    """A problem with the command line or its inputs (exit status 2)."""
-
+from pipecat_summarizer.replay.arguments import INSTALL_HINT, add_arguments
+from pipecat_summarizer.replay.job import UsageError, backend_for, build_job, importable
 
 # -- the parser ----------------------------------------------------------------------------
 
@@ -56,240 +43,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return rp
 
 
-# -- the job -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReplayJob:
-    """Everything the command line asked for, resolved and checked.
-
-    Parameters:
-        args: The parsed arguments (read only).
-        thresholds: The trigger thresholds.
-        thresholds_source: Where they came from, for the report.
-        model: The call model (``None``: instant).
-        outage: The simulated summarizer outage, if any.
-        prices: Prices per million tokens.
-        probes: Facts that must stay known.
-    """
-
-    args: argparse.Namespace
-    thresholds: Any
-    thresholds_source: str
-    model: Any
-    outage: Any
-    prices: Any
-    probes: list[str] = field(default_factory=list)
-
-    @property
-    def strategies(self) -> tuple[str, ...]:
-        """The strategies to run."""
-        return tuple(self.args.strategies)
-
-
-def resolve_thresholds(given: dict[str, Any], synthetic: bool) -> tuple[dict[str, Any], str]:
-    """The threshold values and a description of where they came from.
-
-    Args:
-        given: The threshold flags given on the command line, by name.
-        synthetic: Whether the input is ``--synthetic`` (whose preset is the article's).
-
-    Returns:
-        ``(values, source)``: every threshold, and where they came from.
-    """
-    from pipecat_summarizer.replay.synthetic import HYBRID_THRESHOLDS
-
-    if synthetic and not given:
-        return dict(HYBRID_THRESHOLDS), (
-            "the article's hybrid (the --synthetic default): compact at 20 exchanges "
-            "(40 messages), keep the last 10 (20 messages), ~700-token summary"
-        )
-    if not given:
-        return dict(PIPECAT_THRESHOLDS), "Pipecat's defaults"
-    source = "command line (" + ", ".join("--" + k.replace("_", "-") for k in given) + ")"
-    if len(given) < len(PIPECAT_THRESHOLDS):
-        source += ", Pipecat's defaults for the rest"
-    return PIPECAT_THRESHOLDS | given, source
-
-
-def _check_thresholds(thresholds: Any, strategies: tuple[str, ...]) -> None:
-    """Let the library judge the thresholds: Pipecat's config, then ours' constructor."""
-    from pipecat.processors.aggregators.llm_context import LLMContext
-
-    from pipecat_summarizer import ContextSummarizer, ExtractiveSummarizer
-
-    try:
-        config = thresholds.config()
-        if "pipecat_summarizer" in strategies:
-            ContextSummarizer(
-                context=LLMContext(), config=config, summarizer=ExtractiveSummarizer()
-            )
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"thresholds: {e}") from None
-
-
-def build_job(args: argparse.Namespace) -> ReplayJob:
-    """Resolve and check the arguments.
-
-    Raises:
-        UsageError: On a bad combination or value.
-    """
-    from pipecat_summarizer.replay.backends import Outage
-    from pipecat_summarizer.replay.report import Prices
-    from pipecat_summarizer.replay.strategies import Thresholds
-    from pipecat_summarizer.replay.timing import CallModel
-
-    sources = [args.transcript is not None, args.synthetic is not None, args.locomo is not None]
-    if sum(sources) != 1:
-        raise UsageError("give exactly one of TRANSCRIPT, --synthetic [N] or --locomo PATH")
-    if (args.locomo_id or args.locomo_index is not None) and not args.locomo:
-        raise UsageError("--locomo-id/--locomo-index need --locomo PATH")
-    if (args.summarizer_down_from is None) != (args.summarizer_down_for is None):
-        raise UsageError("--summarizer-down-from and --summarizer-down-for go together")
-    timed = [
-        f
-        for f, v in (
-            ("--summary-latency", args.summary_latency),
-            ("--summary-tokens-per-second", args.summary_tokens_per_second),
-            ("--barge-ins", args.barge_ins),
-        )
-        if v is not None
-    ]
-    if args.instant and timed:
-        raise UsageError(f"{', '.join(timed)} model time: not with --instant")
-    if args.plot and not _importable("matplotlib"):
-        raise UsageError(f"--plot needs matplotlib: {INSTALL_HINT}")
-    given = {k: getattr(args, k) for k in PIPECAT_THRESHOLDS if hasattr(args, k)}
-    values, source = resolve_thresholds(given, args.synthetic is not None)
-    thresholds = Thresholds(
-        values["max_context_tokens"],
-        values["max_unsummarized_messages"],
-        values["keep"],
-        values["target_tokens"],
-    )
-    _check_thresholds(thresholds, tuple(args.strategies))
-    model = None
-    if not args.instant:
-        defaults = CallModel()
-        model = CallModel(
-            summary_latency_s=args.summary_latency or defaults.summary_latency_s,
-            summary_tokens_per_second=(
-                defaults.summary_tokens_per_second
-                if args.summary_tokens_per_second is None
-                else args.summary_tokens_per_second
-            ),
-            barge_in_share=defaults.barge_in_share if args.barge_ins is None else args.barge_ins,
-            seed=args.seed,
-        )
-    outage = None
-    if args.summarizer_down_from is not None:
-        outage = Outage(args.summarizer_down_from, args.summarizer_down_for)
-    prices = Prices(
-        args.input_price,
-        args.output_price,
-        args.cached_input_price,
-        args.summary_input_price,
-        args.summary_output_price,
-    )
-    return ReplayJob(args, thresholds, source, model, outage, prices, _probes(args))
-
-
-def _probes(args: argparse.Namespace) -> list[str]:
-    from pipecat_summarizer.replay.transcript import load_probes
-
-    probes = list(args.probe)
-    if args.probes_file:
-        try:
-            probes += load_probes(args.probes_file)
-        except OSError as e:
-            raise UsageError(
-                f"cannot read probes file {args.probes_file}: {e.strerror or e}"
-            ) from None
-    return probes
-
-
-def _backend(job: ReplayJob):
-    from pipecat_summarizer.replay.backends import extractive_backend, openai_backend
-
-    args = job.args
-    if "pipecat_builtin" not in job.strategies and "pipecat_summarizer" not in job.strategies:
-        return None
-    if args.summarizer == "openai":
-        api_key = os.environ.get(args.api_key_env)
-        if not api_key and not args.base_url:
-            raise UsageError(
-                f"--summarizer openai needs an API key in ${args.api_key_env} "
-                "(or a --base-url for a local server that needs none)"
-            )
-        return openai_backend(model=args.model, base_url=args.base_url, api_key=api_key)
-    return extractive_backend()
-
-
-# -- running -------------------------------------------------------------------------------
-
-
-class _Progress:
-    """A tqdm bar on stderr, or one line per strategy when stderr is not a terminal."""
-
-    def __init__(self, total: int, enabled: bool, label: str):
-        self._bar = None
-        self._enabled = enabled
-        self._label = label
-        self._started = time.monotonic()
-        self._last: str | None = None
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, unit="turn", file=sys.stderr, leave=False)
-
-    def __call__(self, strategy: str, turn: int) -> None:
-        if self._bar is not None:
-            if strategy != self._last:
-                self._bar.set_description(f"{self._label} {strategy}")
-            self._bar.update(1)
-        self._last = strategy
-
-    def done(self, strategy: str, turns: int) -> None:
-        now = time.monotonic()
-        elapsed, self._started = now - self._started, now
-        if self._bar is None and self._enabled:
-            print(
-                f"  {self._label} {strategy}: {turns} turns replayed ({elapsed:.1f}s)",
-                file=sys.stderr,
-            )
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
-def replay_transcript(job: ReplayJob, transcript: Any, backend: Any) -> list:
-    """Replay one transcript with every strategy of ``job`` (with a progress display)."""
-    from pipecat_summarizer.replay import clock
-    from pipecat_summarizer.replay.runner import replay_options, run_all
-
-    for warning in transcript.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    n = len(transcript.turns)
-    progress = _Progress(n * len(job.strategies), not job.args.no_progress, transcript.name)
-    try:
-        return clock.run(
-            run_all(
-                transcript,
-                strategies=job.strategies,
-                thresholds=job.thresholds,
-                backend=backend,
-                options=replay_options(job.args.max_request_tokens),
-                progress=progress,
-                outage=job.outage,
-                model=job.model,
-                on_strategy_done=lambda strategy: progress.done(strategy, n),
-            )
-        )
-    finally:
-        progress.close()
-
-
 def _write_json(path: str, data: Any) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -308,11 +61,11 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pipecat_summarizer.replay import output
 
-    if not _importable("tqdm"):
+    if not importable("tqdm"):
         raise UsageError(f"the replay needs its extra (tqdm, matplotlib): {INSTALL_HINT}")
     _configure_logging(args.verbose)
     job = build_job(args)
-    backend = _backend(job)
+    backend = backend_for(job)
     if args.synthetic is not None:
         report, plots = output.synthetic(job, backend)
     elif args.locomo is not None:
@@ -333,15 +86,6 @@ def _run(args: argparse.Namespace) -> int:
             print(f"pipecat-summarizer: error: the plot failed: {e}", file=sys.stderr)
             return 1
     return 0
-
-
-def _importable(module: str) -> bool:
-    """Whether ``module`` imports (really imported: a broken install counts as missing)."""
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return False
-    return True
 
 
 def _configure_logging(verbose: int) -> None:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipecat_summarizer.replay.command import ReplayJob, UsageError, replay_transcript
+from pipecat_summarizer.replay.job import ReplayJob, UsageError, replay_transcript
 from pipecat_summarizer.replay.report import StrategyResult, build_report
 from pipecat_summarizer.replay.tables import format_table, merge_reports
 

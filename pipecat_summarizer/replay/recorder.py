@@ -73,8 +73,8 @@ class Recorder:
     pending_max: int = 0
     hot_path_ns: list[int] = field(default_factory=list)
     barge_ins: int = 0
-    _running: int = 0
-    _idle: asyncio.Event | None = None
+    _running: int = field(default=0, init=False, repr=False)
+    _idle: asyncio.Event | None = field(default=None, init=False, repr=False)
 
     # -- summarizer calls ------------------------------------------------------------------
 
