@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -410,7 +411,7 @@ class ContextMeter:
         self._since = 0
         self._summary: Any = None
         self._watch: list[tuple[Any, Any]] = []  # (placeholder message, its content)
-        self._anchors: list[Any] = []  # the last conversation messages seen
+        self._anchors: deque[Any] = deque(maxlen=_ANCHORS)  # last conversation messages seen
         self._expected = False  # invalidate() was called: the next rewrite is ours
         self._replaced = False
 
@@ -442,7 +443,7 @@ class ContextMeter:
         ):
             return False
         # Pipecat writes tool results over their placeholders in place, anywhere in the list.
-        return all(m.get("content") is content for m, content in self._watch)
+        return not self._watch or all(m.get("content") is c for m, c in self._watch)
 
     def measure(self, messages: list, summary_message: Any = None) -> Measurement:
         """Measure ``messages``; ``summary_message`` is the current summary, by identity.
@@ -465,7 +466,9 @@ class ContextMeter:
             self._total = self._reducible = self._since = 0
             self._summary = summary_message
             self._watch = []
+            self._anchors = deque(maxlen=_ANCHORS)
         self._expected = False
+        anchors = self._anchors
         for i in range(start, n):
             msg = messages[i]
             tokens = self._counter.count_message(msg)
@@ -475,12 +478,12 @@ class ContextMeter:
             if self._is_protected(i, msg, messages):
                 continue
             self._reducible += tokens
+            anchors.append(msg)
             if msg is summary_message:
                 self._since = 0
             else:
                 self._since += 1
-        if start < n:
-            self._anchors = self._recent(messages)
+        if self._watch and start < n:
             # results written over their placeholders no longer need watching
             self._watch = [w for w in self._watch if is_placeholder(w[0])]
         self._seen_len = n
@@ -488,12 +491,3 @@ class ContextMeter:
             self._first, self._last = messages[0], messages[-1]
             self._last_size = _content_size(self._last)
         return Measurement(self._total, self._reducible, self._since, n)
-
-    def _recent(self, messages: list) -> list:
-        found: list = []
-        for i in range(len(messages) - 1, max(-1, len(messages) - 1 - 4 * _ANCHORS), -1):
-            if not self._is_protected(i, messages[i], messages):
-                found.append(messages[i])
-                if len(found) == _ANCHORS:
-                    break
-        return found
