@@ -16,7 +16,14 @@ def test_default_prompt_has_sections_and_rules():
     for section in SECTIONS:
         assert f"{section}:" in DEFAULT_PROMPT
     lowered = DEFAULT_PROMPT.lower()
-    for needle in ("allergies", "corrected", "language", "never answer", "data"):
+    for needle in (
+        "allergies",
+        "corrected",
+        "language",
+        "never answer",
+        "data",
+        "never a fact or constraint",
+    ):
         assert needle in lowered
 
 
