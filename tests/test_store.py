@@ -465,3 +465,83 @@ async def test_database_down_for_a_stretch_of_turns(
         assert len([c for c in await store.compactions("down") if c.ok]) == call.compactions >= 1
     finally:
         await store.close()
+
+
+# -- evicted, then summarized or replaced ---------------------------------------------------
+
+
+def _said(n, prefix, pad=40):
+    return [f"{prefix} {i}" + " filler" * pad for i in range(n)]
+
+
+async def test_evicted_messages_keep_their_place_until_summarized_or_replaced(
+    openai_server, store_target
+):
+    from pipecat.frames.frames import LLMMessagesTransformFrame, LLMMessagesUpdateFrame
+    from pipecat.tests.utils import SleepFrame
+
+    from pipecat_summarizer import SummarizerOptions
+
+    healthy = False
+
+    def handler(body):
+        if is_summary_request(body):
+            return Reply("FACTS:\n- talked") if healthy else Reply("down", status=500)
+        return Reply("Sure thing.")
+
+    def toggle(messages):
+        nonlocal healthy
+        healthy = not healthy
+        return messages
+
+    openai_server.handler = handler
+    store = open_store(store_target)
+    context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=6, keep=2),
+        summarizer=OpenAISummarizer(base_url=openai_server.base_url, model="cheap"),
+        options=SummarizerOptions(
+            max_request_tokens=300,
+            retry_backoff_s=0,
+            pin_evicted_facts=False,
+            pin_summary_facts=False,  # a pinned block hides the replacement (see report)
+        ),
+        store=store,
+        call_id="evict",
+        memory=MemoryOptions(writer=FAST),
+    )
+    system = context.messages[0]
+    frames = [
+        *turns(_said(6, "FIRST-TOPIC"), 0.1),  # summarizer down: the ceiling evicts
+        LLMMessagesTransformFrame(transform=toggle),  # up: the backlog is summarized
+        *turns(_said(3, "SECOND-TOPIC"), 0.15),
+        LLMMessagesTransformFrame(transform=toggle),  # down again: evictions wait...
+        *turns(_said(6, "THIRD-TOPIC"), 0.1),
+        LLMMessagesUpdateFrame(  # ...and the application replaces the context
+            messages=[system, {"role": "user", "content": "a new conversation"}], run_llm=True
+        ),
+        SleepFrame(sleep=0.2),
+    ]
+    try:
+        await run_test(
+            build(context, processor, main_llm(openai_server.base_url)), frames_to_send=frames
+        )
+        archived = await store.messages("evict")
+        compactions = await store.compactions("evict")
+    finally:
+        await store.close()
+    assert [m.position for m in archived] == list(range(len(archived)))
+    first = [m for m in archived if "FIRST-TOPIC" in m.content]
+    third = [m for m in archived if "THIRD-TOPIC" in m.content]
+    assert first and third
+    # evicted while the summarizer was down, then summarized by the backlog compaction
+    evicted = [m for m in first if m.evicted_turn is not None]
+    assert len(evicted) >= 2
+    assert all(m.removed_by == "summarized" and m.compaction for m in first)
+    assert any(c.ok and c.reason == "backlog" for c in compactions)
+    assert any(not c.ok for c in compactions)  # the failures are on record too
+    # pending when the application replaced the context: archived as replaced, not lost
+    replaced = [m for m in third if m.removed_by == "replaced"]
+    assert replaced and all(m.compaction is None and m.evicted_turn for m in replaced)
+    assert processor.pending_messages == []

@@ -227,7 +227,11 @@ def render_call(data: dict) -> str:
             f"      dropped {len(dropped)} messages"
             + (f" [{_ranges(positions)}]:" if dropped else "")
         )
-        lines += [f"        {_message_line(m)}" for m in dropped]
+        lines += [
+            f"        {_message_line(m)}"
+            + (f"  (evicted at turn {m['evicted_turn']})" if m.get("evicted_turn") else "")
+            for m in dropped
+        ]
     if data["not_summarized"]:
         lines += ["", "evicted or replaced, never summarized:"]
         lines += [
@@ -251,6 +255,9 @@ def _render_message(m: dict) -> str:
     state = m["removed_by"] + (
         f" by compaction #{m['compaction']}" if m["compaction"] is not None else ""
     )
+    if m.get("evicted_turn") is not None and m["removed_by"] != "evicted":
+        state = f"evicted at turn {m['evicted_turn']}, then {state}"
+
     ids = ", ".join(m["tool_call_ids"])
     return "\n".join(
         [

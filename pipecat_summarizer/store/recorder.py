@@ -112,7 +112,7 @@ class CallRecorder:
         self.started_at = time.time()
         self.resumed = False
         self._archived = 0  # next archive position
-        self._pending_pos: dict[int, tuple[int, Any]] = {}  # id(evicted message) -> position
+        self._pending_pos: dict[int, tuple[int, Any, int]] = {}  # id -> (position, message, turn)
         self._attempts = 0
         self._fact_seq = 0
         self._facts: dict[str, tuple[str, str, str]] = {}
@@ -192,12 +192,14 @@ class CallRecorder:
         now = time.time()
         for message in messages:
             kept = self._pending_pos.pop(id(message), None)
+            evicted_turn = None
             if kept is not None and kept[1] is message:
-                position = kept[0]
+                position, _, evicted_turn = kept
             else:
                 position, self._archived = self._archived, self._archived + 1
             if removed_by == "evicted":  # the same message may be summarized later
-                self._pending_pos[id(message)] = (position, message)
+                evicted_turn = self.turns
+                self._pending_pos[id(message)] = (position, message, evicted_turn)
             role = message.get("role", "unknown") if isinstance(message, dict) else "unknown"
             self.writer.submit(
                 ArchivedMessage(
@@ -212,6 +214,7 @@ class CallRecorder:
                     turn=self.turns,
                     at=now,
                     user_id=self.user_id,
+                    evicted_turn=evicted_turn,
                 )
             )
 

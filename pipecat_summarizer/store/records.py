@@ -86,6 +86,8 @@ class ArchivedMessage:
         turn: The user turn at which it left.
         at: When it left (seconds since the epoch).
         user_id: The caller, if known.
+        evicted_turn: The turn at which the ceiling evicted it, if it went through the
+            pending queue (kept when it is summarized or replaced later).
     """
 
     kind = "message"
@@ -100,6 +102,7 @@ class ArchivedMessage:
     turn: int = 0
     at: float = field(default_factory=time.time)
     user_id: str | None = None
+    evicted_turn: int | None = None
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,11 @@ def message_row(r: ArchivedMessage) -> tuple:
         json.dumps(list(r.tool_call_ids)),
         r.removed_by,
         r.compaction,
-        r.turn if r.removed_by == "evicted" else None,
+        r.evicted_turn
+        if r.evicted_turn is not None
+        else r.turn
+        if r.removed_by == "evicted"
+        else None,
     )
 
 
@@ -192,7 +196,7 @@ def call_row(r: CallRecord) -> tuple:
 
 
 def to_message(row: Sequence) -> ArchivedMessage:
-    """A ``_MESSAGE_COLS`` row as a record (``evicted_turn`` is not part of it)."""
+    """A ``_MESSAGE_COLS`` row as a record."""
     return ArchivedMessage(
         call_id=row[0],
         position=row[1],
@@ -205,6 +209,7 @@ def to_message(row: Sequence) -> ArchivedMessage:
         turn=row[8],
         at=row[9],
         user_id=row[10],
+        evicted_turn=row[11],
     )
 
 
