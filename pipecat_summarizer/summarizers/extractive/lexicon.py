@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from pipecat_summarizer.prompt import SHORTENED_MARK
+from pipecat_summarizer.transcript_format import SHORTENED_MARK
 
 # The mark of a message sent shortened: not part of anything said.
 SHORTENED_RE = re.compile(re.escape(SHORTENED_MARK).replace(re.escape("{omitted}"), r"\d+"))

@@ -15,9 +15,10 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.llm_service import LLMService
 from pipecat.services.settings import LLMSettings
 
-from pipecat_summarizer.prompt import ParsedTranscript, parse_request
+from pipecat_summarizer.prompt import parse_request
 from pipecat_summarizer.summarizers.extractive.record import text_of
 from pipecat_summarizer.summarizers.extractive.summarizer import ExtractiveSummarizer
+from pipecat_summarizer.transcript_format import ParsedTranscript
 
 # Pipecat's built-in summarization sends "Conversation history:" and a plain transcript:
 # "USER: ...", "TOOL_CALL: name(args)", "TOOL_RESULT[id]: ...". It is not forgery-proof

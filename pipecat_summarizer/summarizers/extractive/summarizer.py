@@ -14,7 +14,7 @@ from typing import Any
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
 from pipecat_summarizer.authority import is_instruction_like
-from pipecat_summarizer.prompt import SummaryRequest, provider_message
+from pipecat_summarizer.prompt import SummaryRequest
 from pipecat_summarizer.sections import parse_sections
 from pipecat_summarizer.summarizers.base import SummaryResult
 from pipecat_summarizer.summarizers.extractive.classify import (
@@ -43,6 +43,7 @@ from pipecat_summarizer.summarizers.extractive.record import (
     pin_worthy,
     text_of,
 )
+from pipecat_summarizer.transcript_format import provider_message
 from pipecat_summarizer.vocabulary import (
     CORRECTED_MARK,
     DECISIONS,

@@ -1,0 +1,384 @@
+"""The transcript the summarizer reads: one JSON line per message, and its parser.
+
+:func:`encode_message` writes each message as one JSON object on one line. JSON escapes
+every line break, so a message's text can never start a line of its own and pass for
+another message, a role, a tool call or a tool result. Media parts become placeholders
+(``[image]``, ``[audio, 31 KB]``) and provider-specific messages keep their text, so nothing
+summarized vanishes. :func:`parse_transcript` is the exact inverse of
+:func:`format_transcript`; :mod:`pipecat_summarizer.prompt` wraps the transcript in the
+request and parses the request back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
+
+from pipecat_summarizer.tokens import _json_text
+
+SHORTENED_MARK = "[... shortened for the summary: {omitted} characters omitted ...]"
+
+
+def shorten(text: str, max_chars: int) -> str:
+    """Keep the head and tail of ``text`` within about ``max_chars``, marking the cut.
+
+    Args:
+        text: The text.
+        max_chars: The length to aim for.
+
+    Returns:
+        ``text`` itself when it fits, otherwise its head, a marker, and its tail.
+    """
+    if len(text) <= max_chars:
+        return text
+    keep = max(2, max_chars - 80)
+    head, tail = text[: keep * 2 // 3], text[len(text) - keep // 3 :]
+    return f"{head}\n{SHORTENED_MARK.format(omitted=len(text) - len(head) - len(tail))}\n{tail}"
+
+
+# Media parts become placeholders in the transcript, so the summary can say one was there.
+_TEXT_PARTS = ("text", "input_text", "output_text")
+_MEDIA_LABELS = {
+    "image_url": "image",
+    "image": "image",
+    "input_image": "image",
+    "input_audio": "audio",
+    "audio": "audio",
+    "file": "file",
+    "file_base64": "file",
+    "file_url": "file",
+    "input_file": "file",
+}
+# Pipecat's placeholder for a tool result that has not arrived yet.
+_PENDING_RESULT = "IN_PROGRESS"
+# Characters some readers take for line breaks even though JSON leaves them unescaped.
+_LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+TRANSCRIPT_FORMAT = (
+    'Each line is one message as a JSON object (role, text, tool_calls with "no_result": true '
+    "when the result never arrived, tool_call_id, provider for provider-specific content, "
+    "shortened when cut); a line break inside a text is part of that text."
+)
+
+
+def _size_label(size: int) -> str:
+    return f"{size} bytes" if size < 1024 else f"{size / 1024:.0f} KB"
+
+
+def _base64_size(data: Any) -> int | None:
+    """Decoded size of inline base64 ``data`` (a data URL's payload too), if it is inline."""
+    if not isinstance(data, str) or not data:
+        return None
+    if data.startswith("data:"):
+        data = data.partition(",")[2]
+    elif "://" in data[:12]:
+        return None  # a URL: size unknown
+    return len(data.rstrip("=")) * 3 // 4
+
+
+def part_placeholder(part: dict[str, Any]) -> str:
+    """The transcript's stand-in for a non-text content part: ``[image]``, ``[audio, 31 KB]``.
+
+    Args:
+        part: An OpenAI-format content part that is not text.
+
+    Returns:
+        A bracketed label with the part's kind, its file name and its size when known.
+    """
+    kind = str(part.get("type", "content"))
+    label = _MEDIA_LABELS.get(kind, kind)
+    inner = part.get(kind)
+    inner = inner if isinstance(inner, dict) else part
+    details = []
+    name = inner.get("filename") or inner.get("name")
+    if isinstance(name, str) and name:
+        details.append(name)
+    data = inner.get("data") or inner.get("file_data")
+    if data is None and isinstance(inner.get("url"), str):
+        data = inner["url"]
+    if data is None and isinstance(part.get(kind), str):
+        data = part[kind]
+    size = _base64_size(data)
+    if size is not None:
+        details.append(_size_label(size))
+    return f"[{', '.join([label, *details])}]"
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content, with placeholders for media parts.
+
+    Args:
+        content: A string, a list of content parts, or anything else (no text).
+
+    Returns:
+        The text; list parts are joined with spaces.
+    """
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts = []
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, dict):
+            if part.get("type") in _TEXT_PARTS:
+                texts.append(str(part.get("text", "")))
+            else:
+                texts.append(part_placeholder(part))
+    return " ".join(t for t in texts if t)
+
+
+_PROVIDER_TEXT_KEYS = ("text", "thinking", "reasoning", "reasoning_content", "content", "parts")
+
+
+def _provider_texts(value: Any, depth: int = 0) -> list[str]:
+    if depth > 20:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _provider_texts(v, depth + 1)]
+    if not isinstance(value, dict):
+        dump = getattr(value, "model_dump", None) or getattr(value, "to_json_dict", None)
+        try:
+            value = dump() if callable(dump) else vars(value)
+        except (TypeError, ValueError):
+            return []
+        if not isinstance(value, dict):
+            return []
+    kind = value.get("type")
+    if kind in _MEDIA_LABELS:
+        return [part_placeholder(value)]
+    return [
+        t for k in _PROVIDER_TEXT_KEYS if k in value for t in _provider_texts(value[k], depth + 1)
+    ]
+
+
+def provider_message(message: LLMSpecificMessage) -> tuple[str, str]:
+    """The role and text of a provider-specific message (a thinking block, Gemini content).
+
+    Args:
+        message: The ``LLMSpecificMessage``.
+
+    Returns:
+        ``(role, text)``: the inner message's role (``"unknown"`` if it has none) and its
+        texts (thinking included, signatures and raw data left out) joined with spaces, or
+        ``"[provider-specific content]"`` when it carries no text.
+    """
+    inner = message.message
+    role = inner.get("role") if isinstance(inner, dict) else getattr(inner, "role", None)
+    try:
+        texts = [t for t in _provider_texts(inner) if t.strip()]
+    except RecursionError:
+        texts = []
+    return str(role or "unknown"), " ".join(texts) or "[provider-specific content]"
+
+
+def _dumps(entry: dict[str, Any]) -> str:
+    try:
+        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError, RecursionError):
+        # Arguments too deep or odd for JSON: send them as their text instead.
+        for call in entry.get("tool_calls", ()):
+            call["arguments"] = _json_text(call.get("arguments"))
+        line = json.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str)
+    for raw, escaped in _LINE_BREAKS.items():
+        line = line.replace(raw, escaped)
+    return line
+
+
+def encode_message(
+    message: Any, *, max_chars: int | None = None, unresolved: Collection[str] = frozenset()
+) -> str:
+    """Encode one message as one JSON line of the transcript.
+
+    The line is a JSON object with ``role``, then ``provider`` (for a provider-specific
+    message), ``tool_call_id``, ``text`` (absent when the content is ``None``), ``tool_calls``
+    (each ``{"id", "name", "arguments"}``, plus ``"no_result": true`` for an id in
+    ``unresolved``) and ``"shortened": true`` when text was cut. JSON escapes every line
+    break, so no text can start another line, and every other message is on a line of its
+    own: no text can pass for another message, role or tool result.
+
+    Args:
+        message: An OpenAI-format message dict or an ``LLMSpecificMessage``.
+        max_chars: Cut the text and each call's arguments to about this length.
+        unresolved: Ids of tool calls whose result never arrived.
+
+    Returns:
+        The JSON line.
+    """
+    entry: dict[str, Any] = {}
+    cut = False
+
+    def _cut(text: str) -> str:
+        nonlocal cut
+        if max_chars is None or len(text) <= max_chars:
+            return text
+        cut = True
+        return shorten(text, max_chars)
+
+    if isinstance(message, LLMSpecificMessage):
+        role, text = provider_message(message)
+        entry = {"role": role, "provider": str(message.llm), "text": _cut(text)}
+    elif not isinstance(message, dict):
+        entry = {"role": "unknown", "text": _cut(str(message))}
+    else:
+        entry["role"] = str(message.get("role", "unknown"))
+        if "tool_call_id" in message:
+            entry["tool_call_id"] = message["tool_call_id"]
+        content = message.get("content")
+        if content is not None:
+            entry["text"] = _cut(content_text(content))
+        calls = []
+        for call in message.get("tool_calls") or []:
+            if not isinstance(call, dict):
+                continue
+            func = call.get("function")
+            func = func if isinstance(func, dict) else {}
+            args = func.get("arguments", "")
+            if max_chars is not None:
+                args = _cut(_json_text(args))
+            encoded = {"id": call.get("id"), "name": func.get("name"), "arguments": args}
+            if call.get("id") in unresolved:
+                encoded["no_result"] = True
+            calls.append(encoded)
+        if calls:
+            entry["tool_calls"] = calls
+    if cut:
+        entry["shortened"] = True
+    return _dumps(entry)
+
+
+def find_unresolved_calls(messages: Sequence[Any]) -> set[str]:
+    """Ids of the tool calls in ``messages`` with no result among them.
+
+    A call counts as unresolved when no tool message answers it, or only Pipecat's
+    ``IN_PROGRESS`` placeholder does.
+
+    Args:
+        messages: The messages being summarized.
+
+    Returns:
+        The call ids.
+    """
+    calls: list[str] = []
+    answered: set[str] = set()
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        for call in m.get("tool_calls") or []:
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                calls.append(call["id"])
+        if m.get("role") == "tool" and m.get("content") != _PENDING_RESULT:
+            answered.add(str(m.get("tool_call_id")))
+    return {c for c in calls if c not in answered}
+
+
+def format_transcript(
+    messages: Sequence[Any],
+    *,
+    shortened: Collection[int] = frozenset(),
+    max_chars: int = 2000,
+    unresolved: Collection[str] | None = None,
+) -> str:
+    """Format messages as the summarizer's transcript: one JSON line per message.
+
+    See :func:`encode_message` for the line format and :func:`parse_transcript` for the
+    inverse.
+
+    Args:
+        messages: The messages to format (dicts and ``LLMSpecificMessage``\\ s).
+        shortened: Ids (``id()``) of messages to send shortened (head and tail).
+        max_chars: The length each shortened text is cut to.
+        unresolved: Ids of tool calls whose result never arrived; ``None`` finds them
+            (:func:`find_unresolved_calls`).
+
+    Returns:
+        The transcript.
+    """
+    if unresolved is None:
+        unresolved = find_unresolved_calls(messages)
+    return "\n".join(
+        encode_message(
+            m, max_chars=max_chars if id(m) in shortened else None, unresolved=unresolved
+        )
+        for m in messages
+    )
+
+
+@dataclass(frozen=True)
+class ParsedTranscript:
+    """A transcript decoded back into messages.
+
+    Parameters:
+        messages: OpenAI-format messages, oldest first; ``content`` is the line's text (or
+            ``None``), tool calls are ``{"id", "type": "function", "function": {...}}``.
+        shortened: Indices of the messages that were sent shortened.
+        unresolved: Ids of the tool calls marked as having no result.
+        provider_specific: Indices of the messages that were provider-specific.
+    """
+
+    messages: list[dict[str, Any]]
+    shortened: frozenset[int] = frozenset()
+    unresolved: frozenset[str] = frozenset()
+    provider_specific: frozenset[int] = frozenset()
+
+
+def parse_transcript(text: str) -> ParsedTranscript:
+    """Decode a transcript written by :func:`format_transcript`.
+
+    Args:
+        text: The transcript (the text between the delimiter tags).
+
+    Returns:
+        The messages and their marks.
+
+    Raises:
+        ValueError: If a line is not a JSON object with a string ``role``; the message names
+            the line and the field.
+    """
+    messages: list[dict[str, Any]] = []
+    shortened: set[int] = set()
+    unresolved: set[str] = set()
+    provider: set[int] = set()
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"transcript line {number} is not JSON: {e.msg}") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("role"), str):
+            raise ValueError(f"transcript line {number}: 'role' must be a string")
+        index = len(messages)
+        message: dict[str, Any] = {"role": entry["role"], "content": entry.get("text")}
+        if "tool_call_id" in entry:
+            message["tool_call_id"] = entry["tool_call_id"]
+        calls = entry.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+                raise ValueError(
+                    f"transcript line {number}: 'tool_calls' must be a list of objects"
+                )
+            message["tool_calls"] = [
+                {
+                    "id": c.get("id"),
+                    "type": "function",
+                    "function": {"name": c.get("name"), "arguments": c.get("arguments", "")},
+                }
+                for c in calls
+            ]
+            unresolved.update(str(c.get("id")) for c in calls if c.get("no_result") is True)
+        if entry.get("shortened") is True:
+            shortened.add(index)
+        if "provider" in entry:
+            provider.add(index)
+        messages.append(message)
+    return ParsedTranscript(
+        messages, frozenset(shortened), frozenset(unresolved), frozenset(provider)
+    )
