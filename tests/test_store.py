@@ -144,7 +144,9 @@ async def test_every_record_kind_round_trips(store):
     assert await store.compactions("c1") == [compaction, failure]
     messages = await store.messages("c1")
     assert [m.position for m in messages] == [0, 1]
-    assert messages[0] == later and json.loads(messages[0].message_json) == tool_call
+    # the row keeps the turn it was evicted at
+    assert messages[0] == ArchivedMessage(**{**later.__dict__, "evicted_turn": 2})
+    assert json.loads(messages[0].message_json) == tool_call
     assert messages[0].tool_call_ids == ("call_7",)
     assert messages[1] == summarized
     assert await store.messages("c1", compaction=1) == messages
