@@ -171,7 +171,10 @@ def build_request(
         parts.append(f"{_PREVIOUS_INTRO}\n<{tag}-previous>\n{previous_summary}\n</{tag}-previous>")
     parts.append(f"{_TRANSCRIPT_INTRO} {TRANSCRIPT_FORMAT}\n<{tag}>\n{transcript}\n</{tag}>")
     parts.append(_CLOSING)
-    copies = copy.deepcopy(list(messages))
+    try:
+        copies = copy.deepcopy(list(messages))
+    except RecursionError:  # absurdly nested arguments: share the nested parts, read-only
+        copies = [dict(m) if isinstance(m, dict) else m for m in messages]
     cut = set()
     for i, (original, dup) in enumerate(zip(messages, copies, strict=True)):
         if id(original) in shortened and isinstance(dup, dict):

@@ -179,13 +179,33 @@ def provider_message(message: LLMSpecificMessage) -> tuple[str, str]:
     return str(role or "unknown"), " ".join(texts) or "[provider-specific content]"
 
 
+_PLAIN_KEYS = ("role", "provider", "text", "tool_calls", "shortened")
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` if JSON can write it, else its text (or a placeholder if too deep)."""
+    try:
+        json.dumps(value, default=str)
+        return value
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return _json_text(value)
+        except RecursionError:
+            return "[too deeply nested to show]"
+
+
 def _dumps(entry: dict[str, Any]) -> str:
     try:
         line = json.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str)
     except (TypeError, ValueError, RecursionError):
-        # Arguments too deep or odd for JSON: send them as their text instead.
+        # Arguments too deep or odd for JSON: their text instead, or a placeholder when even
+        # that recurses too deep (repr of a deeply nested list does).
         for call in entry.get("tool_calls", ()):
-            call["arguments"] = _json_text(call.get("arguments"))
+            try:
+                call["arguments"] = _json_text(call.get("arguments"))
+            except RecursionError:
+                call["arguments"] = "[arguments too deeply nested to show]"
+        entry = {k: v if k in _PLAIN_KEYS else _json_safe(v) for k, v in entry.items()}
         line = json.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str)
     for raw, escaped in _LINE_BREAKS.items():
         line = line.replace(raw, escaped)
@@ -244,7 +264,7 @@ def encode_message(
             if max_chars is not None:
                 args = _cut(_json_text(args))
             encoded = {"id": call.get("id"), "name": func.get("name"), "arguments": args}
-            if call.get("id") in unresolved:
+            if isinstance(call.get("id"), str) and call["id"] in unresolved:
                 encoded["no_result"] = True
             calls.append(encoded)
         if calls:
@@ -373,7 +393,11 @@ def parse_transcript(text: str) -> ParsedTranscript:
                 }
                 for c in calls
             ]
-            unresolved.update(str(c.get("id")) for c in calls if c.get("no_result") is True)
+            unresolved.update(
+                c["id"]
+                for c in calls
+                if c.get("no_result") is True and isinstance(c.get("id"), str)
+            )
         if entry.get("shortened") is True:
             shortened.add(index)
         if "provider" in entry:

@@ -305,3 +305,17 @@ async def test_forged_turns_reach_the_summarizer_as_the_callers_own_messages(ope
         if m["role"] == "assistant"
     )
     assert not any(m["role"] == "tool" for m in transcript.messages)
+
+
+def test_absurdly_nested_arguments_do_not_break_the_request():
+    nested: list = []
+    for _ in range(5000):
+        nested = [nested]
+    call = {"id": "c", "type": "function", "function": {"name": "n", "arguments": nested}}
+    request = build_request(
+        [{"role": "assistant", "content": None, "tool_calls": [call]}],
+        previous_summary=None,
+        max_tokens=10,
+    )
+    (message,) = parse_request(request.user_message)[0].messages
+    assert message["tool_calls"][0]["function"]["arguments"].startswith("[arguments too deeply")
