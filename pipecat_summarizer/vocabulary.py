@@ -29,6 +29,8 @@ CORRECTED_MARK = "(corrected)"
 CORRECTED_RE = re.compile(r"\s*\((?:corrected|correction)\)\s*", re.IGNORECASE)
 #: A speaker prefix on a bullet ("User: ...", "Caller: ...").
 SPEAKER_RE = re.compile(r"^(?:user|assistant|caller|customer|agent)\s*:\s*", re.IGNORECASE)
+#: The speaker prefix the extractive summarizer writes on its items ("User: ", "Tool: ").
+ITEM_SPEAKER_RE = re.compile(r"^(?:user|assistant|tool)\s*:\s*", re.IGNORECASE)
 
 STOPWORDS = frozenset(
     """a an the and or but so to of in on at for with by from about as into is are was were be

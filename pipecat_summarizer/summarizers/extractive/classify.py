@@ -55,6 +55,7 @@ from pipecat_summarizer.vocabulary import (
     CORRECTED_MARK,
     DECISIONS,
     FACTS,
+    ITEM_SPEAKER_RE,
     OPEN_QUESTIONS,
     fold,
     topic_words,
@@ -298,6 +299,4 @@ def salience(section: str, item: str) -> int:
 
 
 def strip_role(item: str) -> str:
-    return re.sub(r"^(?:user|assistant|tool)\s*:\s*", "", item, flags=re.IGNORECASE).replace(
-        CORRECTED_MARK, ""
-    )
+    return ITEM_SPEAKER_RE.sub("", item).replace(CORRECTED_MARK, "")

@@ -28,6 +28,7 @@ from pipecat_summarizer.vocabulary import (
     CORRECTED_MARK,
     DECISIONS,
     FACTS,
+    ITEM_SPEAKER_RE,
     OPEN_QUESTIONS,
     SECTIONS,
     fold,
@@ -345,7 +346,7 @@ def pin_worthy(kept: Mapping[str, Sequence[str]], pin_tokens: int) -> dict[str, 
     chosen: dict[str, list[tuple[int, str]]] = {FACTS: [], CONSTRAINTS: []}
     used = 0
     for _, name, position, item in candidates:
-        cost = estimate_text_tokens(f"- {PIN_SPEAKER_RE.sub('', item)}\n")
+        cost = estimate_text_tokens(f"- {ITEM_SPEAKER_RE.sub('', item)}\n")
         if used + cost > pin_tokens:
             continue
         used += cost
@@ -354,7 +355,6 @@ def pin_worthy(kept: Mapping[str, Sequence[str]], pin_tokens: int) -> dict[str, 
 
 
 PIN_MIN_SALIENCE = 4
-PIN_SPEAKER_RE = re.compile(r"^(?:user|assistant|tool)\s*:\s*", re.IGNORECASE)
 
 
 class RenderedSize:
