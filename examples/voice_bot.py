@@ -63,6 +63,7 @@ from pipecat_summarizer import (
     SummarizerOptions,
     SummaryAppliedEvent,
 )
+from pipecat_summarizer.store import MemoryStore, open_store
 
 SYSTEM_PROMPT = (
     "You are a friendly, helpful assistant in a voice conversation. Your answers are "
@@ -135,6 +136,9 @@ class Settings:
     whisper_model: str | None = None
     piper_voice: str = "en_US-ryan-high"
     system_prompt: str = SYSTEM_PROMPT
+    # Durable memory: a SQLite file or a postgresql:// DSN, and who is calling
+    memory_store: str | None = field(default=None, repr=False)
+    caller_id: str | None = None
 
     @property
     def local(self) -> bool:
@@ -203,6 +207,8 @@ class Settings:
             tts_api_key=_get(env, "TTS_API_KEY") or (NO_KEY if tts_base_url else openai_key),
             whisper_model=_get(env, "WHISPER_MODEL"),
             piper_voice=_get(env, "PIPER_VOICE_ID", "en_US-ryan-high"),
+            memory_store=_get(env, "MEMORY_STORE"),
+            caller_id=_get(env, "CALLER_ID"),
         )
         if settings.min_messages_after_summary >= settings.max_unsummarized_messages:
             raise ConfigError(
@@ -223,8 +229,14 @@ class Settings:
         return (
             f"{self.mode} mode; LLM {self.llm_model} at {self.llm_base_url or openai}; "
             f"summaries {self.summary_model} at {self.summary_base_url or openai}; "
-            f"speech-to-text {stt}; text-to-speech {tts}"
+            f"speech-to-text {stt}; text-to-speech {tts}" + self._describe_memory()
         )
+
+    def _describe_memory(self) -> str:
+        if not self.memory_store:
+            return ""
+        where = "PostgreSQL" if "://" in self.memory_store else self.memory_store  # no DSN
+        return f"; memory in {where}, caller {self.caller_id or '(unknown: not resumed)'}"
 
     def summarization_config(self) -> LLMAutoContextSummarizationConfig:
         """Pipecat's auto-summarization config for these thresholds."""
@@ -344,14 +356,20 @@ def compaction_message(event: SummaryAppliedEvent) -> dict:
 
 
 def create_summarizer(
-    settings: Settings, context: LLMContext, backend: OpenAISummarizer
+    settings: Settings,
+    context: LLMContext,
+    backend: OpenAISummarizer,
+    store: MemoryStore | None = None,
 ) -> ContextSummarizer:
-    """The ``ContextSummarizer``, logging each compaction and telling the client about it."""
+    """The ``ContextSummarizer``, logging each compaction and telling the client about it.
+    With a ``store``, it records the call and a returning ``CALLER_ID`` is remembered."""
     summarizer = ContextSummarizer(
         context=context,
         config=settings.summarization_config(),
         summarizer=backend,
         options=SummarizerOptions(),
+        store=store,
+        user_id=settings.caller_id,
     )
 
     @summarizer.event_handler("on_summary_applied")
@@ -381,6 +399,7 @@ class BotComponents:
     summary_backend: OpenAISummarizer
     user_aggregator: LLMUserAggregator
     assistant_aggregator: LLMAssistantAggregator
+    store: MemoryStore | None = None
 
 
 def build_pipeline(
@@ -417,7 +436,8 @@ def build_pipeline(
         user_params=LLMUserAggregatorParams(vad_analyzer=vad_analyzer),
     )
     backend = summary_backend or create_summary_backend(settings)
-    summarizer = create_summarizer(settings, context, backend)
+    store = open_store(settings.memory_store) if settings.memory_store else None
+    summarizer = create_summarizer(settings, context, backend, store)
     stages = [
         transport_input,
         stt,
@@ -436,6 +456,7 @@ def build_pipeline(
         summary_backend=backend,
         user_aggregator=user_aggregator,
         assistant_aggregator=assistant_aggregator,
+        store=store,
     )
 
 
@@ -484,6 +505,8 @@ async def run_bot(transport: BaseTransport, runner_args: RunnerArguments, settin
         await runner.run()
     finally:
         await components.summary_backend.aclose()
+        if components.store is not None:
+            await components.store.close()
 
 
 async def bot(runner_args: RunnerArguments):
