@@ -62,6 +62,8 @@ from pipecat_summarizer.policy import (
     validate_summary_config,
 )
 from pipecat_summarizer.prompt import SummaryRequest, build_request
+from pipecat_summarizer.recall import RecallParams
+from pipecat_summarizer.recall_shell import RecallStep
 from pipecat_summarizer.sections import parse_sections, with_items, without_items
 from pipecat_summarizer.store.base import MemoryStore
 from pipecat_summarizer.store.recorder import CallRecorder, MemoryOptions
@@ -301,6 +303,10 @@ class ContextSummarizer(FrameProcessor):
         call_id: This call's id in the store (a random one if not given).
         user_id: The caller's id: their earlier calls' memory is loaded at the first turn.
         memory: How the store is used (resume on/off, budgets, timeouts, queue).
+        recall: Bring archived details back: on each user turn, the store's best matches
+            for the latest user message that are not in view go in one bounded
+            user-role "recalled from earlier" message before it (see
+            :class:`~pipecat_summarizer.recall.RecallParams`). Needs ``store``.
         **kwargs: Passed to ``FrameProcessor``.
 
     Raises:
@@ -319,6 +325,7 @@ class ContextSummarizer(FrameProcessor):
         call_id: str | None = None,
         user_id: str | None = None,
         memory: MemoryOptions | None = None,
+        recall: RecallParams | None = None,
         **kwargs,
     ):
         """Initialize the processor."""
@@ -348,7 +355,9 @@ class ContextSummarizer(FrameProcessor):
         self._meter = ContextMeter(
             as_token_counter(self._options.token_counter or EstimateTokenCounter()),
             # the conversation-facts message is never summarized, like the head
-            lambda i, m, ms: m is self._facts_message or self._protected(i, m, ms),
+            lambda i, m, ms: (
+                m is self._facts_message or m is self._recalled() or self._protected(i, m, ms)
+            ),
         )
         self._facts_message: dict | None = None  # conversation facts, user role
         self._llm: LLMService | None = None
@@ -391,6 +400,20 @@ class ContextSummarizer(FrameProcessor):
         self._recorder = (
             CallRecorder(store, call_id, user_id, memory) if store is not None else None
         )
+        # recall: archived details back in view (see the recall hooks below)
+        self._recall: RecallStep | None = None
+        if recall is not None:
+            if not isinstance(recall, RecallParams):
+                raise TypeError(f"recall must be a RecallParams, got {type(recall).__name__}")
+            if self._recorder is None:
+                raise ValueError("recall needs a store (store=SQLiteMemoryStore(...))")
+            self._recall = RecallStep(
+                store,
+                recall,
+                call_id=self._recorder.call_id,
+                user_id=user_id,
+                count=lambda text: count_text(self._meter.counter.counter, text),
+            )
 
     # -- public surface -------------------------------------------------------------------
 
@@ -550,11 +573,12 @@ class ContextSummarizer(FrameProcessor):
 
     def _view(self, messages: list) -> list:
         """The context as the plan functions see it: without the conversation-facts message,
-        which is neither head nor conversation (never summarized, never evicted)."""
-        facts = self._facts_message
-        if facts is None:
+        which is neither head nor conversation (never summarized, never evicted), nor the
+        recalled message (this turn's only: never summarized, evicted or archived)."""
+        facts, recalled = self._facts_message, self._recalled()
+        if facts is None and recalled is None:
             return messages
-        return [m for m in messages if m is not facts]
+        return [m for m in messages if m is not facts and m is not recalled]
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -584,7 +608,11 @@ class ContextSummarizer(FrameProcessor):
             and not frame.speculation
             and frame.context is self._context
         ):
+            if self._recall is not None:
+                self._recall_clear()
             await self._guarded(self._on_context_frame)
+            if self._recall is not None:
+                await self._recall_turn()
         await self.push_frame(frame, direction)
 
     async def _guarded(self, work, *args) -> None:
@@ -680,7 +708,11 @@ class ContextSummarizer(FrameProcessor):
         belong to the old conversation and must not be summarized into the new one."""
         if m is None:
             self._meter.measure(self._context.messages, self._summary_message)
-        if self._meter.take_replaced() and self._pending:
+        if not self._meter.take_replaced():
+            return
+        self._no_plan_at = None  # a new conversation: plan it afresh
+        self._warned_blocked.clear()
+        if self._pending:
             dropped, self._pending = self._pending, []
             self._pending_discarded(dropped, "the context was replaced")
 
