@@ -13,8 +13,10 @@ Vocabulary:
         nothing from it onwards is summarized, unless ``stale_after`` user turns have
         followed the call (a result that never came must not block compaction forever:
         the call is then summarized as made, with no result).
-    service-specific: ``LLMSpecificMessage`` (thinking blocks, provider messages); kept
-        verbatim like protected messages, since the transcript cannot carry them.
+    service-specific: ``LLMSpecificMessage`` (thinking blocks, provider messages) are
+        summarized like any other message: the transcript carries their text
+        (``transcript_format.provider_message``). Kept verbatim instead, the thought Pipecat
+        appends every turn would pile up beyond the reach of summaries and the ceiling.
 """
 
 from __future__ import annotations
@@ -74,9 +76,6 @@ def head_length(messages: Sequence[Any]) -> int:
 def make_protection(*, protect_injected_system: bool = True):
     """Build the predicate ``(index, message, messages) -> bool`` for never-summarized messages.
 
-    Service-specific messages (``LLMSpecificMessage``) are always protected: they are lifted
-    out of a summarized range and kept verbatim, so nothing in them is lost.
-
     Args:
         protect_injected_system: Also protect system/developer messages that appear after
             the conversation has started.
@@ -87,8 +86,6 @@ def make_protection(*, protect_injected_system: bool = True):
     """
 
     def is_protected(index: int, message: Any, messages: Sequence[Any]) -> bool:
-        if isinstance(message, LLMSpecificMessage):
-            return True  # kept verbatim: the transcript cannot carry it
         if not is_system_like(message):
             return False
         if protect_injected_system:

@@ -12,13 +12,12 @@ from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
 from pipecat_summarizer.plan import (
     blocked_reason,
-    evict_for_ceiling,
     group_units,
     is_system_like,
-    make_protection,
     select,
 )
 from pipecat_summarizer.policy import StepFailures, chain_backlog
+from pipecat_summarizer.prompt import build_request
 from pipecat_summarizer.tokens import (
     AUDIO_BYTES_PER_SECOND,
     AUDIO_TOKENS_PER_SECOND,
@@ -224,16 +223,17 @@ def test_audio_tokens_grow_with_the_data(a, b):
     assert media_tokens(_audio(small)) <= media_tokens(_audio(large))
 
 
-def test_llm_specific_messages_are_lifted_not_summarized():
-    special = LLMSpecificMessage(llm="anthropic", message={"thinking": "account 777-888-999"})
+def test_llm_specific_messages_are_summarized_with_their_text():
+    special = LLMSpecificMessage(
+        llm="anthropic", message={"type": "thought", "text": "account 777-888-999"}
+    )
     messages = [{"role": "system", "content": "s"}, user("a"), special, assistant("b")]
     messages += [user("c"), assistant("d"), user("e")]
     plan = select(messages, keep=1, counter=COUNTER)
-    assert plan is not None and special in plan.replaced
-    assert special in plan.lifted and special not in plan.summarized
-    assert make_protection()(2, special, messages)
-    remaining, evicted = evict_for_ceiling(messages, ceiling=1, counter=COUNTER)
-    assert special in remaining and special not in evicted
+    assert plan is not None and special in plan.summarized  # not spliced out unseen
+    request = build_request(plan.summarized, previous_summary=None, max_tokens=100)
+    assert "777-888-999" in request.user_message
+    assert COUNTER.count_message(special) > 5  # its text is counted, not just overhead
 
 
 def test_token_counter_coercion():
