@@ -137,6 +137,27 @@ async def test_a_step_failing_every_turn_stops_summarization_once(openai_server,
     assert not openai_server.summary_requests
 
 
+async def test_a_step_that_fails_once_is_tried_again_on_the_next_turn(
+    openai_server, logs, monkeypatch
+):
+    openai_server.handler = scripted()
+    r = Run(openai_server, cfg(messages=6, keep=2))
+    real, calls = processor_module.select, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError(SECRET)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(processor_module, "select", flaky)
+    await r.run(turns(_said(10), 0.1))
+
+    assert len(openai_server.chat_requests) == 10
+    assert len(_errors(logs)) == 1 and SECRET not in _errors(logs)[0]
+    assert r.applied  # the next turn planned again, and summarization went on
+
+
 class _WordTokenizer:
     """A raw tokenizer (like a tiktoken Encoding): encode() only, no count_message()."""
 
@@ -196,7 +217,7 @@ async def test_a_call_whose_result_never_arrives_is_summarized_after_bounded_tur
 
     assert r.applied
     sent = [b["messages"][1]["content"] for b in openai_server.summary_requests]
-    assert any("find_order" in s for s in sent)  # summarized as called
+    assert any("find_order" in s and "no_result" in s for s in sent)  # called, no result
     calls_left = [m for m in r.context.messages if m.get("tool_calls")]
     assert not calls_left
 
