@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="run this one seed (a replay)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every violation")
     parser.add_argument("--logs", action="store_true", help="keep the package's log output")
+    parser.add_argument("--dump", action="store_true", help="print the first violating request")
+    parser.add_argument("--repeat", type=int, default=1, help="run each seed this many times")
     args = parser.parse_args(argv)
     if not args.logs:
         logger.remove()
@@ -32,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     failed, requests, calls, applied = [], 0, 0, 0
     kinds: dict[str, int] = {}
     coverage: dict[str, int] = {}
-    for seed in seeds:
+    for seed in [s for s in seeds for _ in range(args.repeat)]:
         result = asyncio.run(run_schedule(make_schedule(seed)))
         requests += result.requests
         calls += result.summary_calls
@@ -55,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             for v in result.violations:
                 print(f"  {v}")
+        if args.dump:
+            print("\n".join(f"  | {line}" for line in result.snapshot))
     n = len(seeds)
     print(
         f"{n} schedules, {requests} main-LLM requests checked, {calls} summarizer calls, "

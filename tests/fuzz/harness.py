@@ -303,10 +303,19 @@ class Checker:
         self.replacements: dict[str, set[str]] = {}  # first marker -> the replacement's keys
         self.max_ratio = 0.0
         self.replaced = 0  # context replacements seen by the main LLM
+        self.snapshot: list[str] | None = None
+        self._messages: list | None = None
 
     def _add(self, kind: str, detail: str, request: int) -> None:
         if len(self.violations) < 50:
             self.violations.append(Violation(kind, detail, request))
+        if self.snapshot is None and self._messages is not None:
+            # what the first violation saw, for the replay's --dump
+            self.snapshot = [
+                f"request {request}:",
+                *(f"  {_texts([m])[:200]}" for m in self._messages),
+                f"pending: {[_texts([m])[:60] for m in self.processor.pending_messages]}",
+            ]
 
     def _register(self, messages: list) -> None:
         for m in messages:
@@ -333,6 +342,7 @@ class Checker:
         self._check_messages(messages, index, body.get("tools"))
 
     def _check_messages(self, messages: list, index: int, tools: Any = None) -> None:
+        self._messages = messages
         keys = {_key(m) for m in messages if isinstance(m, dict)} - {None}
         self._maybe_switch_epoch(keys)
         by_key = {_key(m): m for m in messages if isinstance(m, dict) and _key(m)}
@@ -471,6 +481,7 @@ class Result:
     failed_at: list[float] = field(default_factory=list)
     marks: list[tuple[float, str]] = field(default_factory=list)  # (time, fault switched to)
     coverage: dict[str, int] = field(default_factory=dict)  # what the schedule exercised
+    snapshot: list[str] = field(default_factory=list)  # the first violation's request, logs
 
     @property
     def ok(self) -> bool:
@@ -778,6 +789,8 @@ async def run_schedule(
         failed_at=failed_at,
         marks=marks,
         coverage=coverage,
+        snapshot=(checker.snapshot or [])
+        + [f"log {r['level']} {r['msg'][:200]}" for r in records[-12:]],
     )
 
 
