@@ -242,8 +242,10 @@ def render_call(data: dict) -> str:
     if not data["facts"]:
         lines.append("  none")
     for f in data["facts"]:
+        # summary bullets are keyed by their own text ("text:..."): not worth printing twice
+        key = "" if f["key"].startswith("text:") else f"{f['key']} "
         lines.append(
-            f"  turn {f['turn']}  {f['action']:<9} {f['key']} ({f['fact_kind']}, by "
+            f"  turn {f['turn']}  {f['action']:<9} {key}({f['fact_kind']}, by "
             f"{f['actor']}/{f['source']}): {_preview(f['text'], 60)}"
         )
     if c.get("summary"):
