@@ -187,3 +187,24 @@ async def test_the_real_time_replay_is_deterministic():
     for name in first["strategies"]:
         a, b = first["strategies"][name], second["strategies"][name]
         assert [a[k] for k in keys] == [b[k] for k in keys], name
+
+
+def test_a_scaled_model_is_the_same_call_faster():
+    transcript = transcript_from_messages(conversation(6))
+    model = CallModel(seed=5)
+    fast = model.scaled(0.1)
+    for slow_turn, fast_turn in zip(
+        plan_call(transcript, model), plan_call(transcript, fast), strict=True
+    ):
+        assert fast_turn.user_speech_s == pytest.approx(slow_turn.user_speech_s * 0.1)
+        assert fast_turn.bot_speech_s == pytest.approx(slow_turn.bot_speech_s * 0.1)
+        assert fast_turn.pause_s == pytest.approx(slow_turn.pause_s * 0.1)
+        assert fast_turn.response_s == pytest.approx([s * 0.1 for s in slow_turn.response_s])
+        assert fast_turn.barge_in_after == slow_turn.barge_in_after  # a fraction: unchanged
+    slow_latency, fast_latency = model.summary_latency(), fast.summary_latency()
+    assert fast_latency(1000) == pytest.approx(slow_latency(1000) * 0.1)
+
+
+async def test_a_wall_time_replay_needs_a_call_model():
+    with pytest.raises(ValueError, match="needs a call model"):
+        await run_all(transcript_from_messages(conversation(2)), simulated=False)

@@ -317,10 +317,11 @@ class _Run:
         )
 
 
-async def _on_simulated_clock(make: Callable[[], Any]) -> Any:
+async def _on_simulated_clock(make: Callable[[], Any], simulated: bool = True) -> Any:
     """Await ``make()`` on a simulated clock: here if the running loop has one, else on a
-    worker thread's own simulated loop (the caller's loop keeps serving meanwhile)."""
-    if isinstance(asyncio.get_running_loop(), clock.SimulatedClockLoop):
+    worker thread's own simulated loop (the caller's loop keeps serving meanwhile). With
+    ``simulated=False``, on the running loop, in wall time."""
+    if not simulated or isinstance(asyncio.get_running_loop(), clock.SimulatedClockLoop):
         return await make()
     return await asyncio.to_thread(clock.run, make())
 
@@ -337,6 +338,7 @@ async def run_strategy(
     turn_timeout: float = 60.0,
     outage: Outage | None = None,
     model: CallModel | None = None,
+    simulated: bool = True,
 ) -> StrategyResult:
     """Replay ``transcript`` through a real pipeline with one strategy.
 
@@ -352,6 +354,8 @@ async def run_strategy(
         outage: Turns during which the summarizer backend fails (both summarizing
             strategies).
         model: Replay in simulated real time with this call model; ``None``: instant.
+        simulated: Run on the simulated clock (the default); ``False`` runs in wall time on
+            the running loop (every modelled second takes a second: to check the clock).
 
     Returns:
         What was measured.
@@ -360,6 +364,8 @@ async def run_strategy(
         ValueError: On an unknown strategy or a missing backend.
         RuntimeError: If a turn is not answered in time.
     """
+    if not simulated and model is None:
+        raise ValueError("a wall-time replay needs a call model (instant mode has no time)")
     if strategy not in STRATEGY_CLASSES:
         raise ValueError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
     table = table or TokenTable()
@@ -384,7 +390,7 @@ async def run_strategy(
         await run.run()
         return run.result(table)
 
-    return await _on_simulated_clock(go)
+    return await _on_simulated_clock(go, simulated)
 
 
 async def run_all(
@@ -398,6 +404,7 @@ async def run_all(
     turn_timeout: float = 60.0,
     outage: Outage | None = None,
     model: CallModel | None = None,
+    simulated: bool = True,
     on_strategy_done: Callable[[str], None] | None = None,
 ) -> list[StrategyResult]:
     """Run each strategy on the same transcript, one after the other (same arguments as
@@ -419,10 +426,11 @@ async def run_all(
                     turn_timeout=turn_timeout,
                     outage=outage,
                     model=model,
+                    simulated=simulated,
                 )
             )
             if on_strategy_done is not None:
                 on_strategy_done(strategy)
         return results
 
-    return await _on_simulated_clock(go)
+    return await _on_simulated_clock(go, simulated)

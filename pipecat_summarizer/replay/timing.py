@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pipecat_summarizer.replay.transcript import Transcript, message_words
 
@@ -118,6 +118,25 @@ class CallModel:
         if self.barge_in_after.high > 1:
             raise ValueError("barge_in_after is a fraction of the answer: at most 1")
 
+    def scaled(self, factor: float) -> CallModel:
+        """The same call with every duration multiplied by ``factor`` (rates divided by it):
+        to run it faster, or slower, on a wall clock."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ValueError("the factor must be a positive number")
+
+        def span(s: Span) -> Span:
+            return Span(s.low * factor, s.high * factor)
+
+        return replace(
+            self,
+            summary_latency_s=span(self.summary_latency_s),
+            summary_tokens_per_second=self.summary_tokens_per_second / factor,
+            response_latency_s=span(self.response_latency_s),
+            user_pause_s=span(self.user_pause_s),
+            end_of_turn_s=self.end_of_turn_s * factor,
+            words_per_second=self.words_per_second / factor,
+        )
+
     def summary_latency(self) -> Callable[[int], float]:
         """A function from a summary's output tokens to its latency in seconds, drawing the
         first-token delays in request order from its own seeded generator (the n-th request
@@ -157,8 +176,8 @@ class TurnTiming:
 
 
 def speech_seconds(words: int, words_per_second: float) -> float:
-    """Seconds to say ``words`` words (at least a short half second for any utterance)."""
-    return max(0.5, words / words_per_second) if words else 0.0
+    """Seconds to say ``words`` words."""
+    return words / words_per_second
 
 
 def plan_call(transcript: Transcript, model: CallModel) -> list[TurnTiming]:
