@@ -412,7 +412,7 @@ class ContextSummarizer(FrameProcessor):
                 recall,
                 call_id=self._recorder.call_id,
                 user_id=user_id,
-                count=lambda text: count_text(self._meter.counter.counter, text),
+                count=lambda text: count_text(self._meter.counter, text),
             )
 
     # -- public surface -------------------------------------------------------------------
@@ -1152,6 +1152,43 @@ class ContextSummarizer(FrameProcessor):
         )
         await self._call_event_handler("on_summary_applied", event)
 
+    # -- recall hooks: nothing here runs without recall=RecallParams(...) --------------------
+
+    @property
+    def recall_step(self) -> RecallStep | None:
+        """The recall step (``None`` without ``recall=``): the ``recall_memory`` tool uses it."""
+        return self._recall
+
+    def _recalled(self) -> dict | None:
+        recall = getattr(self, "_recall", None)  # the meter may ask during __init__
+        return recall.message if recall is not None else None
+
+    def _recall_clear(self) -> None:
+        """Take last turn's recalled message out before anything measures or plans: it is
+        replaced each turn, never accumulated, summarized or archived."""
+        try:
+            kept = self._recall.clear(self._context.messages)  # type: ignore[union-attr]
+            if kept is not None:
+                self._set_messages(kept)
+        except Exception as e:  # recall never costs the turn
+            logger.error(f"{self}: recall clear failed ({type(e).__name__})")
+
+    async def _recall_turn(self) -> None:
+        """Place this turn's recalled message, if the archive answers within the budget."""
+        recall = self._recall
+        if recall is None or not recall.params.enabled or self._step_failures.disabled:
+            return
+        try:
+            placed = await recall.prepare(
+                lambda: self._context.messages,
+                lambda: [self._summary_text or "", *(f.text for f in self._pinned.facts)],
+            )
+            if placed is not None:
+                self._set_messages(placed)
+        except Exception as e:  # recall never costs the turn
+            recall.message = None
+            logger.error(f"{self}: recall failed ({type(e).__name__}); the turn goes without")
+
     # -- durable memory (store) hooks: nothing here runs without a store --------------------
 
     @property
@@ -1185,8 +1222,10 @@ class ContextSummarizer(FrameProcessor):
             self._sync_pinned()
         finally:
             self._recorder.restoring(False)
-        if earlier and not self.summary_in_flight and not self._summary_present(
-            self._context.messages
+        if (
+            earlier
+            and not self.summary_in_flight
+            and not self._summary_present(self._context.messages)
         ):
             message = self._summary_for(earlier, self._summary_config)
             messages = self._context.messages
