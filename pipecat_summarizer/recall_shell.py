@@ -1,0 +1,275 @@
+"""The per-turn recall step: asks the archive within the turn's latency budget.
+
+:class:`RecallStep` is the thin asyncio shell around the rules of
+:mod:`pipecat_summarizer.recall`. ``ContextSummarizer`` owns one when it has a store and
+``recall=RecallParams(...)``; the ``recall_memory`` tool uses the same step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from loguru import logger
+
+from pipecat_summarizer.recall import (
+    STOPWORDS,
+    RecallParams,
+    Snippet,
+    View,
+    estimate_tokens,
+    latest_user_index,
+    make_view,
+    message_text,
+    place_recall,
+    recall_message,
+    recall_query,
+    render_recall,
+    select_hits,
+    snippet_label,
+    still_relevant,
+    topic_terms,
+    window,
+    without_recall,
+    words,
+)
+
+
+@runtime_checkable
+class RecallArchive(Protocol):
+    """What recall needs of an archive: the store's ``search`` (``MemoryStore`` has it).
+
+    ``search`` returns hits best first, each with ``call_id``, ``position``, ``turn``, ``at``,
+    ``role`` and ``content`` (a :class:`~pipecat_summarizer.store.SearchHit`).
+    """
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        call_id: str | None = None,
+        limit: int = 10,
+        any_word: bool = False,
+    ) -> Sequence[Any]:
+        """Full-text search of archived messages, best first."""
+        ...
+
+
+def search_words(query: str) -> str:
+    """The words sent to the archive: the query's topic words, unstemmed (the archive stems
+    in its own language), so a question's function words do not weigh in the ranking."""
+    seen: dict[str, None] = {}
+    for w in words(query):
+        if w not in STOPWORDS and (len(w) > 1 or w.isdigit()):
+            seen.setdefault(w, None)
+    return " ".join(seen)
+
+
+class RecallStep:
+    """Recall for one call: the search within budget, the late answer, the placed message.
+
+    Args:
+        archive: Where archived messages are searched (the call's store).
+        params: Recall params.
+        call_id: This call's id (its own archived messages are labelled by turn).
+        user_id: The caller: when set, their earlier calls are searched too; otherwise
+            only this call.
+        count: Token counter for a text.
+    """
+
+    def __init__(
+        self,
+        archive: RecallArchive,
+        params: RecallParams,
+        *,
+        call_id: str | None,
+        user_id: str | None = None,
+        count: Callable[[str], int] = estimate_tokens,
+    ):
+        """Create the step."""
+        if not isinstance(archive, RecallArchive):
+            raise TypeError(f"recall needs an archive with search(), got {type(archive).__name__}")
+        if not isinstance(params, RecallParams):
+            raise TypeError(f"recall must be a RecallParams, got {type(params).__name__}")
+        self.archive = archive
+        self.params = params
+        self.call_id = call_id
+        self.user_id = user_id
+        self.count = count
+        #: The recalled message now in the context (replaced each turn).
+        self.message: dict | None = None
+        self._inflight: asyncio.Task | None = None
+        self._late_query: str | None = None
+        self._failing = False
+        # counters (no conversation text): turns asked, recalled, missed the budget,
+        # served by a late answer, failed
+        self.turns = 0
+        self.recalled = 0
+        self.missed = 0
+        self.late_served = 0
+        self.errors = 0
+
+    # -- the archive ----------------------------------------------------------------------
+
+    def _search(self, query: str, limit: int) -> asyncio.Task:
+        scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
+        return asyncio.ensure_future(
+            self.archive.search(search_words(query), limit=limit, any_word=True, **scope)
+        )
+
+    def _result(self, task: asyncio.Task) -> list[Any]:
+        """A finished search's hits; a failure costs the recall, never the call."""
+        if task.cancelled():
+            return []
+        error = task.exception()
+        if error is None:
+            if self._failing:
+                self._failing = False
+                logger.info(f"recall (call {self.call_id}): the archive answers again")
+            return list(task.result() or [])
+        self.errors += 1
+        if not self._failing:  # one WARNING per outage, no conversation text
+            self._failing = True
+            logger.warning(
+                f"recall (call {self.call_id}): archive search failed "
+                f"({type(error).__name__}); turns go without recall until it answers"
+            )
+        return []
+
+    async def hits_for_turn(self, query: str) -> tuple[list[Any], str]:
+        """The hits for this turn's query, within the latency budget.
+
+        Returns:
+            ``(hits, how)``: ``how`` is ``"on_time"``, ``"late"`` (a previous turn's late
+            answer, still relevant to this query), ``"missed"`` or ``"busy"`` (the
+            previous search is still running: no second search is stacked on a slow
+            archive).
+        """
+        late: list[Any] = []
+        previous = self._inflight
+        if previous is not None:
+            if not previous.done():
+                self.missed += 1
+                return [], "busy"
+            self._inflight = None
+            late = self._result(previous)
+        task = self._search(query, self.params.search_limit)
+        budget = self.params.latency_budget_s
+        if not task.done():
+            await asyncio.wait({task}, timeout=budget)
+        if task.done():
+            return self._result(task), "on_time"
+        self.missed += 1
+        self._inflight = task  # may serve the next turn
+        task.add_done_callback(_consume)
+        if late:
+            return late, "late"
+        return [], "missed"
+
+    # -- the turn -------------------------------------------------------------------------
+
+    def clear(self, messages: Sequence[Any]) -> list[Any] | None:
+        """``messages`` without last turn's recalled message, or ``None`` if it is not there."""
+        current, self.message = self.message, None
+        return without_recall(messages, current)
+
+    async def prepare(
+        self, messages: Callable[[], Sequence[Any]], view_texts: Callable[[], Iterable[str]]
+    ) -> list[Any] | None:
+        """The context with this turn's recalled message placed, or ``None`` (nothing to
+        recall, or no answer within the budget).
+
+        Args:
+            messages: Returns the context as it is now (read again after the search: a
+                summary may have been spliced in meanwhile).
+            view_texts: The texts the model already sees besides the context messages
+                (summary, pinned facts); called only when there are hits.
+        """
+        params = self.params
+        before = messages()
+        query = recall_query(before, params.max_question_words)
+        if query is None:
+            return None
+        asking = before[latest_user_index(before)]  # type: ignore[index]
+        self.turns += 1
+        hits, how = await self.hits_for_turn(query)
+        if not hits:
+            return None
+        current = list(messages())
+        at = latest_user_index(current)
+        if at is None or current[at] is not asking:
+            return None  # the turn moved on while the archive answered
+        view = make_view([*(message_text(m) for m in current), *view_texts()])
+        snippets = select_hits(hits, query, view, params)
+        if how == "late":
+            snippets = still_relevant(snippets, query, params.min_score)
+        text = render_recall(
+            snippets,
+            query=query,
+            call_id=self.call_id,
+            max_tokens=params.max_tokens,
+            max_snippet_tokens=params.max_snippet_tokens,
+            count=self.count,
+        )
+        if text is None:
+            return None
+        message = recall_message(text)
+        placed = place_recall(current, message)
+        if placed is None:
+            return None
+        self.message = message
+        self.recalled += 1
+        self.late_served += how == "late"
+        return placed
+
+    # -- the tool -------------------------------------------------------------------------
+
+    async def lookup(self, query: str, *, max_snippets: int | None = None) -> list[dict]:
+        """What the ``recall_memory`` tool returns for the LLM's own query: the best
+        snippets (no "in view" filter: the model asked), each ``{when, speaker, text}``,
+        within the recall budget. Waits at most ``tool_timeout_s``.
+
+        Raises:
+            TimeoutError: If the archive did not answer in time.
+        """
+        params = self.params
+        task = self._search(query, params.search_limit)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), params.tool_timeout_s)
+        except TimeoutError:
+            task.add_done_callback(_consume)
+            raise
+        hits = self._result(task)
+        limit = max_snippets or params.max_snippets
+        snippets = select_hits(
+            hits, query, View("", frozenset()), params, exclude_roles=("system", "developer")
+        )[:limit]
+        terms = topic_terms(query)
+        out, used = [], 0
+        for s in snippets:
+            text = window(s.text, terms, params.max_snippet_tokens, self.count)
+            cost = self.count(text) + 10
+            if used + cost > params.max_tokens and out:
+                break
+            used += cost
+            label = snippet_label(s, self.call_id)
+            when, _, speaker = label.rpartition(", ")
+            out.append({"when": when, "speaker": speaker, "text": text})
+        return out
+
+    async def close(self) -> None:
+        """Cancel a search still running (the call is over)."""
+        task, self._inflight = self._inflight, None
+        if task is not None and not task.done():
+            task.cancel()
+
+
+def _consume(task: asyncio.Task) -> None:
+    # a late search's exception is read here so asyncio never logs it as unretrieved
+    if not task.cancelled():
+        task.exception()
+
+
+__all__ = ["RecallArchive", "RecallStep", "Snippet", "search_words"]
