@@ -1,11 +1,16 @@
 """When to compact: thresholds, the no-re-trigger rules, and backoff after failures.
 
-Pure values with a little state; time is passed in, so tests need no clock.
+:class:`CompactionTrigger` is the one place that decides whether a summary starts: Pipecat's
+thresholds (with the soft ratio), messages since the summary, manual-only mode, the backoff
+after failures, the wait for enough to gain, the "nothing to plan at this content" memo and
+the summary's output budget cap. Pure values with a little state; time is passed in, so tests
+need no clock.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipecat.utils.context import llm_context_summarization as _pipecat_summarization
@@ -15,6 +20,7 @@ from pipecat.utils.context.llm_context_summarization import (
 )
 
 from pipecat_summarizer.events import Reason
+from pipecat_summarizer.options import RetryParams, TriggerParams
 from pipecat_summarizer.tokens import Measurement
 from pipecat_summarizer.validation import validate_numeric_fields
 
@@ -246,3 +252,120 @@ class StepFailures:
     def succeeded(self) -> None:
         """A frame's work completed: the streak resets."""
         self.step, self.streak = None, 0
+
+
+class CompactionTrigger:
+    """Every gate that decides when an automatic compaction starts, with its state.
+
+    The processor asks :meth:`due` on each user turn, plans when it answers a reason, and
+    reports back: :meth:`nothing_to_plan` (the plan was empty), :meth:`worth_it` (the token
+    plan's gain), :meth:`summary_failed`, :meth:`summary_applied`, :meth:`context_replaced`.
+    Manual requests do not ask: they only wait for the summary in flight.
+
+    Args:
+        config: Pipecat's auto-summarization config (thresholds and summary config).
+        trigger: Manual-only mode, the soft ratio and the minimum gain.
+        retry: The backoff after failures.
+    """
+
+    def __init__(
+        self,
+        config: LLMAutoContextSummarizationConfig,
+        trigger: TriggerParams | None = None,
+        retry: RetryParams | None = None,
+    ):
+        """Initialize the gates (nothing remembered yet)."""
+        self.config = config
+        self.params = trigger or TriggerParams()
+        retry = retry or RetryParams()
+        self.failures = FailureTracker(
+            backoff_s=retry.backoff_s,
+            max_backoff_s=retry.max_backoff_s,
+            error_after=retry.error_after_failures,
+        )
+        # a token plan that gained too little: wait until the reducible tokens reach this
+        self.replan_at_tokens = 0
+        # the message count at which the last plan found nothing: nothing new to plan yet
+        self.no_plan_at: int | None = None
+
+    def due(self, m: Measurement, *, now: float, in_flight: bool, pending: bool) -> Reason | None:
+        """The reason to start an automatic compaction now, or ``None``.
+
+        Args:
+            m: The context measurement of this turn.
+            now: The loop's clock (for the backoff).
+            in_flight: A summary is running (one at a time).
+            pending: Evicted messages wait for a summary (the backlog, due even in
+                manual-only mode: only a summary brings them back).
+        """
+        if in_flight or not self.failures.ready(now):
+            return None
+        reason = None
+        if self.params.auto:
+            reason = trigger_reason(self.config, m, self.params.soft_ratio)
+        if reason == "tokens" and m.reducible_tokens < self.replan_at_tokens:
+            reason = None  # the last token plan gained too little; wait until it would
+        if reason is None and pending:
+            reason = "backlog"
+        if reason is None or self.no_plan_at == m.message_count:
+            return None  # nothing selectable has been added since the last empty plan
+        return reason
+
+    def nothing_to_plan(self, m: Measurement) -> None:
+        """The plan at this content was empty (or not worth it): skip until it grows."""
+        self.no_plan_at = m.message_count
+
+    def worth_it(self, reason: Reason, gain: int, reducible_tokens: Callable[[], int]) -> bool:
+        """Whether a planned compaction gains enough to start.
+
+        A token-triggered plan must summarize at least ``min_token_gain`` of
+        ``max_context_tokens`` (net of the previous summary it replaces); otherwise the next
+        attempt waits until the reducible tokens have grown by the shortfall.
+
+        Args:
+            reason: What triggered it (only ``"tokens"`` is gated).
+            gain: Tokens the plan summarizes, minus the previous summary's.
+            reducible_tokens: The context's reducible tokens now (read only when too small).
+        """
+        tokens = self.config.max_context_tokens
+        if reason != "tokens" or not tokens:
+            return True
+        needed = self.params.min_token_gain * tokens
+        if gain >= needed:
+            return True
+        self.replan_at_tokens = reducible_tokens() + int(needed - gain)
+        return False
+
+    def output_budget(self, summary: LLMContextSummaryConfig) -> int:
+        """The summary's output budget: the processor's own config is capped (see
+        :func:`summary_budget`); a manual override's is honoured as given."""
+        if summary is self.config.summary_config:
+            return summary_budget(self.config)
+        return summary.target_context_tokens
+
+    def ready(self, now: float) -> bool:
+        """The backoff allows an automatic attempt at ``now``."""
+        return self.failures.ready(now)
+
+    def summary_failed(self, now: float) -> tuple[float, bool]:
+        """Record a failure; see :meth:`FailureTracker.failed`."""
+        return self.failures.failed(now)
+
+    def summary_applied(self) -> None:
+        """A summary landed: the backoff, the gain wait and the memo reset."""
+        self.failures.succeeded()
+        self.no_plan_at = None
+        self.replan_at_tokens = 0
+
+    def context_replaced(self) -> None:
+        """The application replaced the context: plan it afresh."""
+        self.no_plan_at = None
+
+    def chain_backlog(self, *, pending: bool, now: float) -> bool:
+        """Whether a finished summary task starts the next backlog round itself (only after
+        a success, when the backoff allows it; see :func:`chain_backlog`)."""
+        return chain_backlog(
+            pending=pending,
+            last_failed=self.failures.consecutive > 0,
+            ready=self.failures.ready(now),
+        )

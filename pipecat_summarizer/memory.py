@@ -1,0 +1,375 @@
+"""The memory record: what the model sees besides the verbatim turns.
+
+:class:`ConversationMemory` owns the pinned facts (by source), the rolling summary (its text,
+its message and the template it was rendered with) and the facts folded out of the pinned
+block over budget, and renders them as the messages of the context's head:
+
+- the application's facts: one ``pinning.app_role`` (developer/system) message inside the
+  system head, the only text rendered with authority;
+- the conversation's facts (from summaries, the ``remember_fact`` tool, evicted messages):
+  one quoted user-role "noted" message right after the head;
+- the summary: a ``summary_role`` message after that, with the pinned facts left out (they
+  are not paid for twice; the full record rolls into the next summary).
+
+Pure: no asyncio, no frames. Every method that may change the context takes the current
+messages and returns the new list (with the noted message placed after the head), or
+``None`` when the messages stay as they are. Unchanged messages are the SAME dict objects
+from one call to the next: the processor's splice and the prompt cache rely on identity.
+
+While a summary is in flight (``in_flight=True``) the summary message must not change, since
+the splice finds it by identity; facts over budget then wait for the summary to land.
+
+The store plugs in here: :attr:`ConversationMemory.on_facts_changed` sees every fact change,
+:meth:`ConversationMemory.load` gives a returning caller their facts and earlier-calls
+summary; recall reads :meth:`ConversationMemory.texts_in_view`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from loguru import logger
+from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
+
+from pipecat_summarizer.events import short_sha256
+from pipecat_summarizer.options import PinningParams
+from pipecat_summarizer.pinned import Fact, PinnedFacts, normalize
+from pipecat_summarizer.plan import head_length
+from pipecat_summarizer.sections import parse_sections, with_items, without_items
+from pipecat_summarizer.summarizers.extractive import pinnable_facts
+from pipecat_summarizer.tokens import estimate_text_tokens
+
+Messages = list[Any]
+
+
+def render_template(template: str, summary: str) -> str:
+    """The summary message's text: ``template`` with ``{summary}`` filled in (literally,
+    when the template has other braces that ``str.format`` cannot take)."""
+    try:
+        return template.format(summary=summary)
+    except (KeyError, IndexError, ValueError):
+        return template.replace("{summary}", summary)
+
+
+def with_facts(text: str | None, facts: Iterable[Fact]) -> str:
+    """``text`` (a summary record) with ``facts`` written into FACTS / CONSTRAINTS."""
+    items: dict[str, list[str]] = {"FACTS": [], "CONSTRAINTS": []}
+    for fact in facts:
+        items["CONSTRAINTS" if fact.kind == "constraint" else "FACTS"].append(fact.text)
+    return with_items(text or "", items, normalize)
+
+
+@dataclass(frozen=True)
+class SummaryDraft:
+    """A summary ready to be spliced: :meth:`ConversationMemory.absorb` makes it, the
+    processor splices ``message`` in, then :meth:`ConversationMemory.commit` adopts it."""
+
+    message: dict
+    text: str
+    config: LLMContextSummaryConfig
+
+
+class ConversationMemory:
+    """Pinned facts, the rolling summary and folded facts, rendered as head messages.
+
+    Args:
+        summary_config: Pipecat's summary config (its template renders the summary message
+            until a manual override's summary replaces it).
+        pinning: Budget, automatic sources and the application facts' role.
+        summary_role: Role of the summary message (``"user"`` or ``"assistant"``).
+        count_text: Tokens of a bare string (the processor's counter).
+        log_content: Also log fact text, at DEBUG only.
+        name: How log lines name the owner.
+    """
+
+    def __init__(
+        self,
+        summary_config: LLMContextSummaryConfig,
+        pinning: PinningParams | None = None,
+        *,
+        summary_role: str = "user",
+        count_text: Callable[[str], int] = estimate_text_tokens,
+        log_content: bool = False,
+        name: str = "memory",
+    ):
+        """Initialize an empty record."""
+        self.pinning = pinning or PinningParams()
+        self.facts = PinnedFacts(self.pinning.budget_tokens)
+        self.summary_role = summary_role
+        self.summary_config = summary_config  # the template of the current summary
+        self.summary_message: dict | None = None
+        self.summary_text: str | None = None
+        self.summary_tokens = 0
+        self.app_message: dict | None = None  # the application's facts, in the head
+        self.noted_message: dict | None = None  # the conversation's facts, user role
+        self.folded: list[Fact] = []  # left the block over budget, for the next summary
+        #: Called with the facts whenever :meth:`render` sees them changed (the store's hook).
+        self.on_facts_changed: Callable[[PinnedFacts], None] | None = None
+        self._rendered_version = -1
+        self._count_text = count_text
+        self._log_content = log_content
+        self._name = name
+
+    def __str__(self) -> str:
+        """The owner's name, for log lines."""
+        return self._name
+
+    # -- reading --------------------------------------------------------------------------
+
+    def summary_in(self, messages: Sequence[Any]) -> dict | None:
+        """The summary message if it is in ``messages`` (by identity), else ``None``."""
+        summary = self.summary_message
+        if summary is not None and any(m is summary for m in messages):
+            return summary
+        return None
+
+    def place(self, messages: Messages) -> Messages:
+        """``messages`` with the noted message right after the head (plan functions work on
+        the context without it: see :meth:`view`)."""
+        noted = self.noted_message
+        if noted is None:
+            return messages
+        rest = [m for m in messages if m is not noted]
+        head = head_length(rest)
+        return [*rest[:head], noted, *rest[head:]]
+
+    def view(self, messages: Messages) -> Messages:
+        """``messages`` without the noted message, which is neither head nor conversation
+        (never summarized, never evicted)."""
+        noted = self.noted_message
+        return messages if noted is None else [m for m in messages if m is not noted]
+
+    def texts_in_view(self) -> list[str]:
+        """The summary and fact texts the model already sees (recall skips what they say)."""
+        return [self.summary_text or "", *(f.text for f in self.facts.facts)]
+
+    def render_summary(self, text: str, config: LLMContextSummaryConfig) -> dict:
+        """The summary message for ``text``, with the pinned facts left out."""
+        if self.pinning.from_summaries and len(self.facts):
+            text = without_items(text, (f.text for f in self.facts.facts), normalize)
+        content = render_template(config.summary_message_template, text)
+        return {"role": self.summary_role, "content": content}
+
+    # -- rendering ------------------------------------------------------------------------
+
+    def render(self, messages: Messages) -> Messages | None:
+        """Put the fact messages in place, rewritten only on change.
+
+        Authority follows the source: the application's facts go in an ``app_role`` message
+        inside the system head; facts from the conversation in one user-role message right
+        after the head (before the summary), as quoted data.
+
+        Returns:
+            The new messages, or ``None`` when the fact messages are in place and current
+            (the common case, cheap: identity checks and a version compare).
+        """
+        app, noted = self.app_message, self.noted_message
+        if app is None and noted is None and not len(self.facts):
+            return None  # nothing pinned
+        head = head_length(messages)
+        at = next((i for i in range(head) if messages[i] is app), None)
+        app_in_place = at is not None or app is None
+        noted_in_place = noted is None or (head < len(messages) and messages[head] is noted)
+        if app_in_place and noted_in_place and self._rendered_version == self.facts.version:
+            return None
+        self._rendered_version = self.facts.version
+        if self.on_facts_changed is not None:
+            self.on_facts_changed(self.facts)
+        new, changed = list(messages), not (app_in_place and noted_in_place)
+        app_text = self.facts.render_app()
+        if app_text is None:
+            if at is not None:
+                del new[at]
+                changed = True
+            self.app_message = None
+        elif app is None or at is None or app["content"] != app_text:
+            block = {"role": self.pinning.app_role, "content": app_text}
+            if at is None:
+                new.insert(head, block)
+            else:
+                new[at] = block
+            self.app_message, changed = block, True
+        noted_text = self.facts.render_noted()
+        if noted_text is None:
+            self.noted_message = None
+        elif noted is None or noted["content"] != noted_text:
+            self.noted_message = {"role": "user", "content": noted_text}
+        if noted is not None and self.noted_message is not noted:
+            new, changed = [m for m in new if m is not noted], True
+        elif self.noted_message is not None and noted is None:
+            changed = True
+        return self.place(new) if changed else None
+
+    def refresh_summary(self, messages: Messages, *, in_flight: bool) -> Messages | None:
+        """Re-render the summary message after the pinned facts changed.
+
+        Facts in the block are left out of the summary message; when they leave the block
+        (over budget, unpinned) they show in the summary again, and folded facts (which only
+        lived in the block) are written into the record. Never while a summary is in
+        flight: its splice checks the current summary message by identity.
+        """
+        if in_flight:
+            return None
+        present = self.summary_in(messages) is not None
+        if not present and not self.folded:
+            return None
+        text = (self.summary_text or "") if present else ""
+        if self.folded:
+            text, self.folded = with_facts(text, self.folded), []
+        message = self.render_summary(text, self.summary_config)
+        if present and message["content"] == self.summary_message["content"]:  # type: ignore[index]
+            return None
+        if present:
+            at = next(i for i, m in enumerate(messages) if m is self.summary_message)
+            new = [*messages[:at], message, *messages[at + 1 :]]
+        else:
+            at = head_length(messages)
+            new = [*messages[:at], message, *messages[at:]]
+        self._adopt(message, text)
+        return self.place(new)
+
+    # -- changes --------------------------------------------------------------------------
+
+    def fold_over_budget(self) -> bool:
+        """Remove the least recent facts until the block fits its budget.
+
+        Facts from a summary or from evicted messages are still in the summary record (or in
+        the pending queue); the others only lived in the block, so they are folded into the
+        next summary text, loudly (a WARNING with hashes, never the text).
+
+        Returns:
+            True if any fact left the block.
+        """
+        removed = self.facts.enforce_budget()
+        folded = [f for f in removed if f.source not in ("summary", "evicted")]
+        if len(removed) > len(folded):
+            logger.debug(f"{self}: {len(removed) - len(folded)} summary facts left the block")
+        if folded:
+            logger.warning(
+                f"{self}: pinned facts over their {self.facts.budget_tokens}-token budget; "
+                f"{len(folded)} least recent moved into the summary (sha256 "
+                + ", ".join(short_sha256(f.text) for f in folded)
+                + ")"
+            )
+            if self._log_content:
+                logger.debug(f"{self}: moved facts: " + "; ".join(f.text for f in folded))
+            self.folded.extend(folded)
+        return bool(removed)
+
+    def enforce_budget(self, messages: Messages, *, in_flight: bool) -> Messages | None:
+        """Fold over budget and re-render the summary. Deferred while a summary is in
+        flight: folding then would hide the facts until it lands."""
+        if in_flight or not self.fold_over_budget():
+            return None
+        return self.refresh_summary(messages, in_flight=in_flight)
+
+    def pin(
+        self,
+        messages: Messages,
+        key: str,
+        text: str,
+        *,
+        kind: str = "fact",
+        source: str = "app",
+        in_flight: bool = False,
+    ) -> Messages | None:
+        """Pin a fact (see :meth:`ContextSummarizer.pin`) and render.
+
+        Raises:
+            ValueError: If the key or text is empty, the kind or source unknown, or a
+                conversation fact reads as an instruction.
+        """
+        if kind not in ("fact", "constraint"):
+            raise ValueError("kind must be 'fact' or 'constraint'")
+        if source not in ("app", "llm", "summary"):
+            raise ValueError("source must be 'app', 'llm' or 'summary'")
+        if not self.facts.pin(key, text, kind=kind, source=source):  # type: ignore[arg-type]
+            return None
+        return self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
+
+    def unpin(
+        self, messages: Messages, key: str, *, in_flight: bool = False
+    ) -> tuple[bool, Messages | None]:
+        """Remove the fact under ``key`` and render; the summary shows it again.
+
+        Returns:
+            Whether a fact was removed, and the new messages (or ``None``).
+        """
+        if not self.facts.unpin(key):
+            return False, None
+        new = self.render(messages)
+        current = messages if new is None else new
+        refreshed = self.refresh_summary(current, in_flight=in_flight)
+        return True, new if refreshed is None else refreshed
+
+    def pin_evicted(
+        self, messages: Messages, evicted: Sequence[Any], *, in_flight: bool
+    ) -> Messages | None:
+        """Pin the salient facts of ``evicted`` (they left the context unsummarized)."""
+        found = pinnable_facts(evicted, max_tokens=self.facts.budget_tokens)
+        if not any(found.values()) or not self.facts.merge_summary(found, source="evicted"):
+            return None
+        return self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
+
+    def absorb(
+        self,
+        text: str,
+        sections: dict[str, list[str]] | None,
+        config: LLMContextSummaryConfig,
+    ) -> SummaryDraft:
+        """Take a summary result in: pin its facts, write folded facts into it, render its
+        message. The record adopts it only at :meth:`commit`, once it is spliced.
+
+        Args:
+            text: The summary text.
+            sections: Its parsed sections if the backend returned them (else parsed here).
+            config: The summary config of the request (its template renders the message).
+        """
+        if self.pinning.from_summaries:
+            parsed = sections if sections is not None else parse_sections(text)
+            if self.facts.merge_summary(parsed):
+                self.fold_over_budget()  # the summary message is rendered right below
+        if self.folded:  # facts that left the pinned block belong in the record
+            text, self.folded = with_facts(text, self.folded), []
+        return SummaryDraft(self.render_summary(text, config), text, config)
+
+    def commit(self, draft: SummaryDraft) -> None:
+        """Adopt a summary whose message is now in the context."""
+        self._adopt(draft.message, draft.text)
+        self.summary_config = draft.config
+
+    def load(
+        self,
+        messages: Messages,
+        facts: Iterable[dict],
+        earlier: str | None,
+        *,
+        in_flight: bool,
+    ) -> Messages | None:
+        """Give a returning caller their memory: pin their stored facts, and place the
+        "earlier calls" text where the summary goes (user-role data, like any summary) so
+        this call's summaries build on it. A malformed stored fact is skipped."""
+        for f in facts:
+            try:
+                self.facts.pin(f["key"], f["text"], kind=f.get("kind", "fact"), source=f["source"])
+            except (KeyError, ValueError, TypeError, AttributeError):
+                continue
+        new = self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
+        current = messages if new is None else new
+        if not earlier or in_flight or self.summary_in(current) is not None:
+            return new
+        message = self.render_summary(earlier, self.summary_config)
+        at = head_length(current)
+        self._adopt(message, earlier)
+        return self.place([*current[:at], message, *current[at:]])
+
+    def _adopt(self, message: dict, text: str) -> None:
+        self.summary_message, self.summary_text = message, text
+        self.summary_tokens = self._count_text(text)
+
+    def _render_after(self, messages: Messages, new: Messages | None) -> Messages | None:
+        current = messages if new is None else new
+        rendered = self.render(current)
+        return new if rendered is None else rendered

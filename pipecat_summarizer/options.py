@@ -1,0 +1,315 @@
+"""The processor's parameters, grouped by feature in Pipecat's manner.
+
+``ContextSummarizerParams`` holds what every call needs, with one nested params object per
+feature (``trigger``, ``retry``, ``pinning``, and the optional ``ceiling``). Every field has
+a safe default and is validated at construction (numbers by annotation, see
+:mod:`pipecat_summarizer.validation`), so a bad value fails here, named, not mid-call. The
+store and recall have their owners' params (``MemoryOptions``, ``RecallParams``).
+
+``SummarizerOptions``, the flat form of 0.1, still works for one release: it warns
+(``DeprecationWarning``) and is converted with :meth:`SummarizerOptions.to_params`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pipecat_summarizer.tokens import TokenCounter, as_token_counter
+from pipecat_summarizer.validation import validate_numeric_fields
+
+SummaryRole = Literal["user", "assistant"]
+AppFactsRole = Literal["developer", "system"]
+
+
+@dataclass
+class TriggerParams:
+    """When a summary starts (besides manual requests and the ceiling's backlog).
+
+    Parameters:
+        auto: Summarize when Pipecat's thresholds trip. ``False`` is Pipecat's default mode
+            (``enable_auto_context_summarization=False``): only manual
+            ``LLMSummarizeContextFrame`` requests start a summary, plus the backlog of
+            messages the ceiling evicted, which only a summary can bring back.
+        soft_ratio: Start at this share of ``max_context_tokens``, so the summary usually
+            lands before the threshold itself is reached (1.0 waits for it). The message
+            threshold keeps Pipecat's exact meaning.
+        min_token_gain: A token-triggered compaction starts only if it would summarize at
+            least this share of ``max_context_tokens``, so a context whose recent turns alone
+            are large is not re-summarized every turn.
+    """
+
+    auto: bool = True
+    soft_ratio: float = 0.8
+    min_token_gain: float = 0.1
+
+    def __post_init__(self):
+        """Validate the fields."""
+        validate_numeric_fields(self, "trigger.")
+        if not 0.1 <= self.soft_ratio <= 1:
+            raise ValueError("trigger.soft_ratio must be in [0.1, 1]")
+        if not 0 <= self.min_token_gain < 1:
+            raise ValueError("trigger.min_token_gain must be in [0, 1)")
+
+
+@dataclass
+class RetryParams:
+    """Backoff after a failed summary.
+
+    Parameters:
+        backoff_s: Wait after a failure before the next automatic attempt; doubled for each
+            further failure in a row.
+        max_backoff_s: Cap on that wait.
+        error_after_failures: Failures in a row that produce the one ERROR log.
+    """
+
+    backoff_s: float = 5.0
+    max_backoff_s: float = 120.0
+    error_after_failures: int = 3
+
+    def __post_init__(self):
+        """Validate the fields."""
+        validate_numeric_fields(self, "retry.")
+        if self.backoff_s < 0 or self.max_backoff_s < 0:
+            raise ValueError("retry.backoff_s and retry.max_backoff_s must not be negative")
+        if self.error_after_failures < 1:
+            raise ValueError("retry.error_after_failures must be at least 1")
+
+
+@dataclass
+class PinningParams:
+    """Pinned facts: kept in view every request, never summarized away.
+
+    Parameters:
+        budget_tokens: Token budget of the pinned facts (both messages). Over it, the least
+            recently confirmed facts move into the summary; nothing is dropped.
+        from_summaries: Pin the FACTS and CONSTRAINTS of every summary.
+        from_evicted: When the ceiling evicts messages (no summary was ready), pin the
+            salient facts found in them at once with the offline extractor, so an allergy
+            stated before a summarizer outage stays in view until the backlog is summarized.
+        app_role: Role of the message holding the facts the application pinned
+            (``pin(..., source="app")``), the only facts rendered with authority.
+            ``"developer"`` is what Pipecat recommends for supplementary guidance; adapters
+            that lack the role send it as a user message. Facts from the conversation always
+            go in a user-role message, as quoted data.
+    """
+
+    budget_tokens: int = 300
+    from_summaries: bool = True
+    from_evicted: bool = True
+    app_role: AppFactsRole = "developer"
+
+    def __post_init__(self):
+        """Validate the fields."""
+        validate_numeric_fields(self, "pinning.")
+        if self.budget_tokens < 20:
+            raise ValueError("pinning.budget_tokens must be at least 20")
+        if self.app_role not in ("system", "developer"):
+            raise ValueError("pinning.app_role must be 'system' or 'developer'")
+
+
+@dataclass
+class CeilingParams:
+    """A hard ceiling on what the main LLM receives.
+
+    When a request would exceed it and no summary is ready, the oldest whole units move to a
+    pending queue that the next summary consumes first; nothing is lost.
+
+    Parameters:
+        max_request_tokens: The ceiling, messages plus the LLM's ``system_instruction`` and
+            tool schemas when known.
+        eviction_target_ratio: Once over the ceiling, evict down to this share of it in one
+            step, so the prefix stays stable for several turns and a tool call's follow-up
+            has room.
+    """
+
+    max_request_tokens: int
+    eviction_target_ratio: float = 0.75
+
+    def __post_init__(self):
+        """Validate the fields."""
+        validate_numeric_fields(self, "ceiling.")
+        if self.max_request_tokens < 200:
+            raise ValueError("ceiling.max_request_tokens must be at least 200")
+        if not 0.1 <= self.eviction_target_ratio <= 1:
+            raise ValueError("ceiling.eviction_target_ratio must be in [0.1, 1]")
+
+
+def _check_group(name: str, value: Any, cls: type, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, cls):
+        raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+
+
+@dataclass
+class ContextSummarizerParams:
+    """Parameters of :class:`~pipecat_summarizer.ContextSummarizer` beyond Pipecat's config.
+
+    Parameters:
+        max_summary_input_tokens: Budget for what one summary request sends (previous
+            summary and transcript). Whole units are taken oldest first; the rest waits for
+            the next round. ``None`` for unbounded.
+        token_counter: Per-message token counter; defaults to the Pipecat-compatible
+            estimate. Pass ``TokenizerCounter(encoding)`` for exact counts; a raw tokenizer
+            with ``encode()`` (a tiktoken ``Encoding``) is wrapped in it, anything else
+            without ``count_message()`` is rejected with a ``TypeError``.
+        protect_injected_system: Keep system/developer messages injected mid-call verbatim
+            instead of summarizing them.
+        unresolved_tool_call_turns: A tool call whose result has not arrived after this many
+            user turns no longer holds back compaction: it is summarized as called, with no
+            result. ``None`` waits forever.
+        summary_role: Role of the summary message (Pipecat uses ``"user"``); never
+            system/developer, which would pass the conversation off as instructions.
+        log_content: Also log message, fact and error text, at DEBUG only. Lines at INFO
+            and above never carry conversation or fact text, whatever this says.
+        trigger: When summaries start.
+        retry: Backoff after failures.
+        pinning: Pinned facts.
+        ceiling: The hard ceiling; ``None`` (the default) disables it.
+
+    Example::
+
+        ContextSummarizerParams(
+            ceiling=CeilingParams(max_request_tokens=6000),
+            pinning=PinningParams(budget_tokens=400),
+        )
+    """
+
+    max_summary_input_tokens: int | None = 8000
+    token_counter: TokenCounter | None = None
+    protect_injected_system: bool = True
+    unresolved_tool_call_turns: int | None = 3
+    summary_role: SummaryRole = "user"
+    log_content: bool = False
+    trigger: TriggerParams = field(default_factory=TriggerParams)
+    retry: RetryParams = field(default_factory=RetryParams)
+    pinning: PinningParams = field(default_factory=PinningParams)
+    ceiling: CeilingParams | None = None
+
+    def __post_init__(self):
+        """Validate the fields (the nested groups validate themselves)."""
+        validate_numeric_fields(self)
+        if self.max_summary_input_tokens is not None and self.max_summary_input_tokens < 100:
+            raise ValueError("max_summary_input_tokens must be at least 100 (or None)")
+        if self.unresolved_tool_call_turns is not None and self.unresolved_tool_call_turns < 1:
+            raise ValueError("unresolved_tool_call_turns must be at least 1 (or None)")
+        if self.summary_role not in ("user", "assistant"):
+            # a system/developer summary would be taken for part of the system prompt
+            raise ValueError("summary_role must be 'user' or 'assistant'")
+        _check_group("trigger", self.trigger, TriggerParams)
+        _check_group("retry", self.retry, RetryParams)
+        _check_group("pinning", self.pinning, PinningParams)
+        _check_group("ceiling", self.ceiling, CeilingParams, optional=True)
+        if self.token_counter is not None:
+            self.token_counter = as_token_counter(self.token_counter)
+
+
+@dataclass
+class SummarizerOptions:
+    """Deprecated flat form of :class:`ContextSummarizerParams` (removed in the next
+    release). Each field maps to a grouped one (see the CHANGELOG's "Renamed" table);
+    :meth:`to_params` converts. Constructing it warns with a ``DeprecationWarning``.
+    """
+
+    max_summary_input_tokens: int | None = 8000
+    token_counter: TokenCounter | None = None
+    protect_injected_system: bool = True
+    min_token_gain: float = 0.1
+    retry_backoff_s: float = 5.0
+    max_retry_backoff_s: float = 120.0
+    error_after_failures: int = 3
+    summary_role: str = "user"
+    soft_trigger_ratio: float = 0.8
+    max_request_tokens: int | None = None
+    eviction_target_ratio: float = 0.75
+    pinned_facts_tokens: int = 300
+    pin_summary_facts: bool = True
+    pin_evicted_facts: bool = True
+    pinned_role: str = "developer"
+    auto_summarize: bool = True
+    log_content: bool = False
+    unresolved_tool_call_turns: int | None = 3
+
+    def __post_init__(self):
+        """Warn, then validate under the old field names."""
+        warnings.warn(
+            "SummarizerOptions is deprecated: pass params=ContextSummarizerParams(...) "
+            "(grouped: trigger, retry, pinning, ceiling); see the CHANGELOG",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        # every int/float field, by annotation: NaN, infinity, strings and bools fail here,
+        # named, before the range checks below (which NaN would pass)
+        validate_numeric_fields(self)
+        if self.max_summary_input_tokens is not None and self.max_summary_input_tokens < 100:
+            raise ValueError("max_summary_input_tokens must be at least 100 (or None)")
+        if not 0 <= self.min_token_gain < 1:
+            raise ValueError("min_token_gain must be in [0, 1)")
+        if self.retry_backoff_s < 0 or self.max_retry_backoff_s < 0:
+            raise ValueError("retry backoff must not be negative")
+        if self.error_after_failures < 1:
+            raise ValueError("error_after_failures must be at least 1")
+        if self.summary_role not in ("user", "assistant"):
+            raise ValueError("summary_role must be 'user' or 'assistant'")
+        if self.pinned_role not in ("system", "developer"):
+            raise ValueError("pinned_role must be system or developer")
+        if not 0.1 <= self.soft_trigger_ratio <= 1:
+            raise ValueError("soft_trigger_ratio must be in [0.1, 1]")
+        if not 0.1 <= self.eviction_target_ratio <= 1:
+            raise ValueError("eviction_target_ratio must be in [0.1, 1]")
+        if self.max_request_tokens is not None and self.max_request_tokens < 200:
+            raise ValueError("max_request_tokens must be at least 200 (or None)")
+        if self.pinned_facts_tokens < 20:
+            raise ValueError("pinned_facts_tokens must be at least 20")
+        if self.unresolved_tool_call_turns is not None and self.unresolved_tool_call_turns < 1:
+            raise ValueError("unresolved_tool_call_turns must be at least 1 (or None)")
+        if self.token_counter is not None:
+            self.token_counter = as_token_counter(self.token_counter)
+
+    def to_params(self) -> ContextSummarizerParams:
+        """The same settings as grouped :class:`ContextSummarizerParams`."""
+        ceiling = None
+        if self.max_request_tokens is not None:
+            ceiling = CeilingParams(self.max_request_tokens, self.eviction_target_ratio)
+        return ContextSummarizerParams(
+            max_summary_input_tokens=self.max_summary_input_tokens,
+            token_counter=self.token_counter,
+            protect_injected_system=self.protect_injected_system,
+            unresolved_tool_call_turns=self.unresolved_tool_call_turns,
+            summary_role=self.summary_role,  # type: ignore[arg-type]  # checked above
+            log_content=self.log_content,
+            trigger=TriggerParams(
+                self.auto_summarize, self.soft_trigger_ratio, self.min_token_gain
+            ),
+            retry=RetryParams(
+                self.retry_backoff_s, self.max_retry_backoff_s, self.error_after_failures
+            ),
+            pinning=PinningParams(
+                self.pinned_facts_tokens,
+                self.pin_summary_facts,
+                self.pin_evicted_facts,
+                self.pinned_role,  # type: ignore[arg-type]  # checked above
+            ),
+            ceiling=ceiling,
+        )
+
+
+def as_params(params: Any, options: Any = None) -> ContextSummarizerParams:
+    """The processor's params from ``params=`` or the deprecated ``options=``.
+
+    Raises:
+        TypeError: If both are given, or either has the wrong type (the argument is named).
+    """
+    if params is not None and options is not None:
+        raise TypeError("pass params= or the deprecated options=, not both")
+    if options is not None:
+        if not isinstance(options, SummarizerOptions):
+            raise TypeError(f"options must be a SummarizerOptions, got {type(options).__name__}")
+        return options.to_params()
+    if params is None:
+        return ContextSummarizerParams()
+    if not isinstance(params, ContextSummarizerParams):
+        raise TypeError(f"params must be a ContextSummarizerParams, got {type(params).__name__}")
+    return params
