@@ -75,8 +75,8 @@ class RecallParams:
     """
 
     enabled: bool = True
-    max_tokens: int = 300
-    max_snippets: int = 4
+    max_tokens: int = 400
+    max_snippets: int = 5
     min_score: float = 0.3
     latency_budget_s: float = 0.010
     search_limit: int = 20
@@ -113,8 +113,10 @@ class Snippet:
         at: When it left the context (seconds since the epoch).
         role: Who said it (``user``, ``assistant``, ``tool``).
         text: Its text, possibly cut to a window.
-        relevance: Share of the query's topic words it contains.
+        relevance: Share of the query's topic words it contains (with its reply).
         rank: Its place in the archive's ranking (0 = best).
+        reply_role: Who spoke next, when that message was archived too.
+        reply: What they said (a recalled question is no use without its answer).
     """
 
     call_id: str
@@ -125,6 +127,13 @@ class Snippet:
     text: str
     relevance: float
     rank: int
+    reply_role: str | None = None
+    reply: str | None = None
+
+    @property
+    def full_text(self) -> str:
+        """The message and its reply."""
+        return f"{self.text}\n{self.reply}" if self.reply else self.text
 
 
 # -- words -------------------------------------------------------------------------------
@@ -226,6 +235,28 @@ def recall_query(messages: Sequence[Any], max_question_words: int = 20) -> str |
 # -- filtering ---------------------------------------------------------------------------
 
 
+def common_terms(texts: Sequence[str], *, share: float = 0.4, min_texts: int = 5) -> set[str]:
+    """Topic words found in at least ``share`` of ``texts`` (the messages in view): words
+    every other message has (the two speakers' names, the call's subject) match everything
+    and tell nothing about which archived message is meant. Empty below ``min_texts``."""
+    texts = [t for t in texts if t]
+    if len(texts) < min_texts:
+        return set()
+    df: dict[str, int] = {}
+    for t in texts:
+        for term in set(topic_terms(t)):
+            df[term] = df.get(term, 0) + 1
+    floor = share * len(texts)
+    return {term for term, n in df.items() if n >= floor}
+
+
+def focus(query: str, common: set[str]) -> list[str]:
+    """The query's topic words without the common ones (all of them if none is left)."""
+    terms = topic_terms(query)
+    kept = [t for t in terms if t not in common]
+    return kept or terms
+
+
 def relevance(terms: Sequence[str], text: str) -> float:
     """Share of ``terms`` (stemmed topic words of a query) present in ``text``; 0.0 when
     a query of three or more terms shares only one with ``text`` (one shared word is not a
@@ -274,6 +305,8 @@ def select_hits(
     view: View,
     params: RecallParams,
     *,
+    replies: Mapping[tuple[str, int], tuple[str, str]] | None = None,
+    terms: Sequence[str] | None = None,
     exclude_roles: Iterable[str] = ("system", "developer"),
 ) -> list[Snippet]:
     """The hits worth recalling, best first: relevant enough, not in view, no duplicates.
@@ -283,13 +316,18 @@ def select_hits(
         query: The query they answer.
         view: What the model already sees.
         params: The recall params (``min_score``, ``max_snippets``).
+        replies: ``(call_id, position) -> (role, text)`` of the message that followed a
+            hit (the answer to a question); it travels with the hit, and is judged with it.
+        terms: The query's terms that count (default: all its topic words; see
+            :func:`focus`).
         exclude_roles: Roles never recalled (instructions are not conversation).
 
     Returns:
         At most ``params.max_snippets`` snippets (texts not yet cut).
     """
-    terms = topic_terms(query)
+    terms = list(terms) if terms is not None else topic_terms(query)
     excluded = set(exclude_roles)
+    replies = replies or {}
     out: list[Snippet] = []
     seen: set[str] = set()
     for rank, hit in enumerate(hits):
@@ -297,25 +335,37 @@ def select_hits(
         role = str(getattr(hit, "role", "") or "")
         if role in excluded or not text.strip():
             continue
+        call_id = str(getattr(hit, "call_id", ""))
+        position = int(getattr(hit, "position", 0))
+        reply_role, reply = replies.get((call_id, position), (None, None))
+        if reply_role in excluded or not (reply or "").strip():
+            reply_role, reply = None, None
         norm = normalize(text)
         if norm in seen:
             continue  # the same words said again (or archived by two calls)
-        score = relevance(terms, text)
+        full = f"{text}\n{reply}" if reply else text
+        score = relevance(terms, full)
         if score < params.min_score or score == 0.0:
             continue
-        if in_view(text, view, terms):
+        if in_view(full, view, terms):
             continue
+        if reply is not None and (in_view(reply, view, terms) or normalize(reply) in seen):
+            reply_role, reply = None, None
         seen.add(norm)
+        if reply:
+            seen.add(normalize(reply))
         out.append(
             Snippet(
-                call_id=str(getattr(hit, "call_id", "")),
-                position=int(getattr(hit, "position", 0)),
+                call_id=call_id,
+                position=position,
                 turn=int(getattr(hit, "turn", 0)),
                 at=float(getattr(hit, "at", 0.0) or 0.0),
                 role=role,
                 text=text,
                 relevance=score,
                 rank=rank,
+                reply_role=reply_role,
+                reply=reply,
             )
         )
         if len(out) >= params.max_snippets:
@@ -328,7 +378,7 @@ def still_relevant(snippets: Sequence[Snippet], query: str, min_score: float) ->
     terms = topic_terms(query)
     out = []
     for s in snippets:
-        score = relevance(terms, s.text)
+        score = relevance(terms, s.full_text)
         if score > 0.0 and score >= min_score:
             out.append(s)
     return out
@@ -371,16 +421,40 @@ def window(text: str, terms: Sequence[str], max_tokens: int, count: Callable[[st
 SPEAKERS = {"user": "caller", "assistant": "assistant", "tool": "tool result"}
 
 
-def snippet_label(snippet: Snippet, call_id: str | None) -> str:
-    """``this call, by turn 12, caller`` or ``call of 2026-11-02, assistant``."""
-    speaker = SPEAKERS.get(snippet.role, snippet.role or "unknown")
+def speaker(role: str | None) -> str:
+    """How a role is named in the recalled block."""
+    return SPEAKERS.get(role or "", role or "unknown")
+
+
+def snippet_when(snippet: Snippet, call_id: str | None) -> str:
+    """``this call, by turn 12`` or ``call of 2026-11-02 14:05``."""
     if call_id is not None and snippet.call_id == call_id:
-        when = f"this call, by turn {snippet.turn}"
-    elif snippet.at > 0:
-        when = "call of " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(snippet.at))
-    else:
-        when = "an earlier call"
-    return f"{when}, {speaker}"
+        return f"this call, by turn {snippet.turn}"
+    if snippet.at > 0:
+        return "call of " + time.strftime("%Y-%m-%d %H:%M", time.gmtime(snippet.at))
+    return "an earlier call"
+
+
+def snippet_line(
+    snippet: Snippet,
+    *,
+    call_id: str | None,
+    terms: Sequence[str],
+    room: int,
+    count: Callable[[str], int],
+) -> str:
+    """One snippet as a line: ``- [when] caller: "…" -> assistant: "…"``, its quotes cut to
+    ``room`` tokens in all. Each quote is a JSON string: no text inside it can close it or
+    pass for a label or an instruction of the application."""
+    parts = [(snippet.role, snippet.text)]
+    if snippet.reply:
+        parts.append((snippet.reply_role, snippet.reply))
+    each = max(4, room // len(parts))
+    quoted = [
+        f"{speaker(role)}: {json.dumps(window(text, terms, each, count), ensure_ascii=False)}"
+        for role, text in parts
+    ]
+    return f"- [{snippet_when(snippet, call_id)}] " + " -> ".join(quoted)
 
 
 def render_recall(
@@ -395,9 +469,8 @@ def render_recall(
     """The recalled message's text, within ``max_tokens``, or ``None`` if nothing fits.
 
     Snippets are taken best first while they fit (each cut to ``max_snippet_tokens`` around
-    the query's words) and listed in conversation order, each labelled with its call, turn
-    and speaker. Each quote is a JSON string: no text inside it can close it or pass for
-    a label or an instruction of the application.
+    the query's words; a message and the one that followed share twice that) and listed in
+    conversation order, each labelled with its call or turn and its speakers.
     """
     terms = topic_terms(query)
     budget = max_tokens - count(RECALL_HEADER) - 1
@@ -405,17 +478,14 @@ def render_recall(
     for s in snippets:
         if budget <= 8:
             break
-        label = snippet_label(s, call_id)
-        room = min(max_snippet_tokens, budget - count(f"- [{label}] ") - 3)
+        room = min(max_snippet_tokens * (2 if s.reply else 1), budget - 16)
         if room < 6:
             continue
-        quote = json.dumps(window(s.text, terms, room, count), ensure_ascii=False)
-        line = f"- [{label}] {quote}"
+        line = snippet_line(s, call_id=call_id, terms=terms, room=room, count=count)
         cost = count(line) + 1
-        while cost > budget and room > 6:  # the estimate of the escaped quote ran over
+        while cost > budget and room > 6:  # labels and escapes ran over the estimate
             room = room * 3 // 4
-            quote = json.dumps(window(s.text, terms, room, count), ensure_ascii=False)
-            line = f"- [{label}] {quote}"
+            line = snippet_line(s, call_id=call_id, terms=terms, room=room, count=count)
             cost = count(line) + 1
         if cost > budget:
             continue

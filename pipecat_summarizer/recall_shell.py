@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -18,7 +19,9 @@ from pipecat_summarizer.recall import (
     RecallParams,
     Snippet,
     View,
+    common_terms,
     estimate_tokens,
+    focus,
     latest_user_index,
     make_view,
     message_text,
@@ -27,7 +30,9 @@ from pipecat_summarizer.recall import (
     recall_query,
     render_recall,
     select_hits,
-    snippet_label,
+    snippet_when,
+    speaker,
+    stem,
     still_relevant,
     topic_terms,
     window,
@@ -35,13 +40,17 @@ from pipecat_summarizer.recall import (
     words,
 )
 
+_Found = tuple[list[Any], dict[tuple[str, int], tuple[str, str]]]
+
 
 @runtime_checkable
 class RecallArchive(Protocol):
     """What recall needs of an archive: the store's ``search`` (``MemoryStore`` has it).
 
     ``search`` returns hits best first, each with ``call_id``, ``position``, ``turn``, ``at``,
-    ``role`` and ``content`` (a :class:`~pipecat_summarizer.store.SearchHit`).
+    ``role`` and ``content`` (a :class:`~pipecat_summarizer.store.SearchHit`). An archive
+    that also has ``message(call_id, position)`` (``MemoryStore`` does) lets a recalled
+    question bring its answer along.
     """
 
     async def search(
@@ -57,13 +66,16 @@ class RecallArchive(Protocol):
         ...
 
 
-def search_words(query: str) -> str:
+def search_words(query: str, terms: Sequence[str] | None = None) -> str:
     """The words sent to the archive: the query's topic words, unstemmed (the archive stems
-    in its own language), so a question's function words do not weigh in the ranking."""
+    in its own language), so a question's function words do not weigh in the ranking; only
+    those whose stem is in ``terms`` when given."""
     seen: dict[str, None] = {}
+    keep = set(terms) if terms is not None else None
     for w in words(query):
         if w not in STOPWORDS and (len(w) > 1 or w.isdigit()):
-            seen.setdefault(w, None)
+            if keep is None or stem(w) in keep:
+                seen.setdefault(w, None)
     return " ".join(seen)
 
 
@@ -113,22 +125,43 @@ class RecallStep:
 
     # -- the archive ----------------------------------------------------------------------
 
-    def _search(self, query: str, limit: int) -> asyncio.Task:
-        scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
-        return asyncio.ensure_future(
-            self.archive.search(search_words(query), limit=limit, any_word=True, **scope)
-        )
+    def _search(self, query: str, limit: int, terms: Sequence[str] | None = None) -> asyncio.Task:
+        return asyncio.ensure_future(self._search_with_replies(query, limit, terms))
 
-    def _result(self, task: asyncio.Task) -> list[Any]:
-        """A finished search's hits; a failure costs the recall, never the call."""
+    async def _search_with_replies(
+        self, query: str, limit: int, terms: Sequence[str] | None = None
+    ) -> _Found:
+        """The hits, and the message that followed each of the first ones (the answer to a
+        question, the rest of a story): one search, then one read per hit that can be
+        recalled, all within the same budget."""
+        scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
+        hits = list(
+            await self.archive.search(
+                search_words(query, terms), limit=limit, any_word=True, **scope
+            )
+            or []
+        )
+        replies: dict[tuple[str, int], tuple[str, str]] = {}
+        read = getattr(self.archive, "message", None)
+        if read is None:
+            return hits, replies
+        wanted = hits[: self.params.max_snippets + 2]  # a few spare for the in-view filter
+        found = await asyncio.gather(*(read(h.call_id, h.position + 1) for h in wanted))
+        for h, m in zip(wanted, found, strict=True):
+            if m is not None:
+                replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
+        return hits, replies
+
+    def _result(self, task: asyncio.Task) -> _Found:
+        """A finished search's hits and replies; a failure costs the recall, never the call."""
         if task.cancelled():
-            return []
+            return [], {}
         error = task.exception()
         if error is None:
             if self._failing:
                 self._failing = False
                 logger.info(f"recall (call {self.call_id}): the archive answers again")
-            return list(task.result() or [])
+            return task.result()
         self.errors += 1
         if not self._failing:  # one WARNING per outage, no conversation text
             self._failing = True
@@ -136,26 +169,28 @@ class RecallStep:
                 f"recall (call {self.call_id}): archive search failed "
                 f"({type(error).__name__}); turns go without recall until it answers"
             )
-        return []
+        return [], {}
 
-    async def hits_for_turn(self, query: str) -> tuple[list[Any], str]:
+    async def hits_for_turn(
+        self, query: str, terms: Sequence[str] | None = None
+    ) -> tuple[_Found, str]:
         """The hits for this turn's query, within the latency budget.
 
         Returns:
-            ``(hits, how)``: ``how`` is ``"on_time"``, ``"late"`` (a previous turn's late
+            ``((hits, replies), how)``: ``how`` is ``"on_time"``, ``"late"`` (a previous turn's late
             answer, still relevant to this query), ``"missed"`` or ``"busy"`` (the
             previous search is still running: no second search is stacked on a slow
             archive).
         """
-        late: list[Any] = []
+        late: _Found = ([], {})
         previous = self._inflight
         if previous is not None:
             if not previous.done():
                 self.missed += 1
-                return [], "busy"
+                return ([], {}), "busy"
             self._inflight = None
             late = self._result(previous)
-        task = self._search(query, self.params.search_limit)
+        task = self._search(query, self.params.search_limit, terms)
         budget = self.params.latency_budget_s
         if not task.done():
             await asyncio.wait({task}, timeout=budget)
@@ -164,9 +199,9 @@ class RecallStep:
         self.missed += 1
         self._inflight = task  # may serve the next turn
         task.add_done_callback(_consume)
-        if late:
+        if late[0]:
             return late, "late"
-        return [], "missed"
+        return ([], {}), "missed"
 
     # -- the turn -------------------------------------------------------------------------
 
@@ -193,8 +228,9 @@ class RecallStep:
         if query is None:
             return None
         asking = before[latest_user_index(before)]  # type: ignore[index]
+        terms = focus(query, common_terms([message_text(m) for m in before]))
         self.turns += 1
-        hits, how = await self.hits_for_turn(query)
+        (hits, replies), how = await self.hits_for_turn(query, terms)
         if not hits:
             return None
         current = list(messages())
@@ -202,7 +238,7 @@ class RecallStep:
         if at is None or current[at] is not asking:
             return None  # the turn moved on while the archive answered
         view = make_view([*(message_text(m) for m in current), *view_texts()])
-        snippets = select_hits(hits, query, view, params)
+        snippets = select_hits(hits, query, view, params, replies=replies, terms=terms)
         if how == "late":
             snippets = still_relevant(snippets, query, params.min_score)
         text = render_recall(
@@ -241,22 +277,28 @@ class RecallStep:
         except TimeoutError:
             task.add_done_callback(_consume)
             raise
-        hits = self._result(task)
+        hits, replies = self._result(task)
         limit = max_snippets or params.max_snippets
-        snippets = select_hits(
-            hits, query, View("", frozenset()), params, exclude_roles=("system", "developer")
-        )[:limit]
+        snippets = select_hits(hits, query, View("", frozenset()), params, replies=replies)
         terms = topic_terms(query)
-        out, used = [], 0
-        for s in snippets:
-            text = window(s.text, terms, params.max_snippet_tokens, self.count)
-            cost = self.count(text) + 10
+        out: list[dict] = []
+        used = 0
+        for s in snippets[:limit]:
+            item = {
+                "when": snippet_when(s, self.call_id),
+                "speaker": speaker(s.role),
+                "text": window(s.text, terms, params.max_snippet_tokens, self.count),
+            }
+            if s.reply:
+                item["reply"] = {
+                    "speaker": speaker(s.reply_role),
+                    "text": window(s.reply, terms, params.max_snippet_tokens, self.count),
+                }
+            cost = self.count(json.dumps(item, ensure_ascii=False))
             if used + cost > params.max_tokens and out:
                 break
             used += cost
-            label = snippet_label(s, self.call_id)
-            when, _, speaker = label.rpartition(", ")
-            out.append({"when": when, "speaker": speaker, "text": text})
+            out.append(item)
         return out
 
     async def close(self) -> None:

@@ -1,0 +1,599 @@
+"""LoCoMo at question time: answer recall on the request the main LLM receives for each
+question, asked as the caller's next turn (``pipecat-summarizer questions --locomo PATH``).
+
+Two measurements, each through real Pipecat pipelines (a real ``LLMContextAggregatorPair``,
+the replay LLM recording what it is sent, the offline extractive summarizer):
+
+* **Question time** (one call): the conversation is replayed as one call per strategy
+  (instant mode: every summary lands before the next turn). Then each question is sent as
+  the next user turn on its own copy of the final context, and answer recall is measured on
+  the request the main LLM receives for it. Ours archives into a store (SQLite, in memory
+  by default) during the call; at question time a ``ContextSummarizer`` with
+  ``recall=RecallParams(...)`` searches it (its own summaries off: a question never changes
+  the state the next question sees; a summary started at that turn would not change that
+  turn's request anyway).
+* **Across calls**: each LoCoMo session is replayed as a separate call of the same caller
+  through the store (resume on: the next call starts with the caller's pinned facts and
+  "earlier calls" summary); the questions are asked in a final call, each on its own copy of
+  that call's state after a greeting turn. The full buffer (every session in one context)
+  is the ceiling; Pipecat's built-in keeps nothing across calls.
+
+Strategies: ``full_buffer``, ``pipecat_builtin``, ``ours`` (``ContextSummarizer`` without
+recall), ``ours_recall``. Answer recall is the share of an answer's content words found in
+the request (:func:`~pipecat_summarizer.replay.locomo.answer_recall`), by LoCoMo category and
+overall (item-weighted); ``input`` is the questions' requests' tokens against the full
+buffer's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pipecat.frames.frames import EndFrame, LLMMessagesAppendFrame
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import (
+    LLMAssistantAggregatorParams,
+    LLMContextAggregatorPair,
+)
+from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.workers.runner import WorkerRunner
+
+from pipecat_summarizer.processor import ContextSummarizer, SummarizerOptions
+from pipecat_summarizer.recall import RecallParams, is_recall_message
+from pipecat_summarizer.replay.backends import Backend, Meter, MeteredSummarizer, extractive_backend
+from pipecat_summarizer.replay.locomo import (
+    LocomoConversation,
+    QAItem,
+    content_words,
+    convert,
+    load_samples,
+    select_samples,
+    words,
+)
+from pipecat_summarizer.replay.recorder import Recorder
+from pipecat_summarizer.replay.replay_llm import ReplayLLM
+from pipecat_summarizer.replay.report import TokenTable, request_text
+from pipecat_summarizer.replay.strategies import PipecatBuiltin, Setup, Thresholds
+from pipecat_summarizer.replay.transcript import Step, Turn
+from pipecat_summarizer.store.base import MemoryStore
+from pipecat_summarizer.store.recorder import MemoryOptions
+from pipecat_summarizer.store.writer import WriterOptions
+
+STRATEGIES = ("full_buffer", "pipecat_builtin", "ours", "ours_recall")
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+GREETING = "Hello, it's me again."
+_SESSION = re.compile(r"^\[Session (\d+)\b")
+_FAST_WRITER = WriterOptions(flush_interval_s=0.05)
+
+
+# -- scores --------------------------------------------------------------------------------
+
+
+def answer_share(text: str, answer: str) -> float | None:
+    """Share of ``answer``'s content words among the words of ``text`` (``None`` when the
+    answer has no content word)."""
+    cw = content_words(answer)
+    if not cw:
+        return None
+    vocabulary = set(words(text))
+    return sum(w in vocabulary for w in cw) / len(cw)
+
+
+@dataclass
+class Scores:
+    """One strategy's answer recall and input tokens over questions.
+
+    Parameters:
+        shares: Per LoCoMo category, each question's answer share.
+        input_tokens: Tokens of the questions' requests (main LLM input).
+        recalled: Questions whose request carried a recalled block.
+        missed: Recall searches that missed the latency budget.
+    """
+
+    shares: dict[int, list[float]] = field(default_factory=dict)
+    input_tokens: int = 0
+    recalled: int = 0
+    missed: int = 0
+
+    def add(self, category: int | None, share: float) -> None:
+        """One question's share."""
+        self.shares.setdefault(int(category or 0), []).append(share)
+
+    def merge(self, other: Scores) -> None:
+        """Add another conversation's scores."""
+        for c, s in other.shares.items():
+            self.shares.setdefault(c, []).extend(s)
+        self.input_tokens += other.input_tokens
+        self.recalled += other.recalled
+        self.missed += other.missed
+
+    def recall(self, category: int | None = None) -> float:
+        """Mean share (of one category, or item-weighted over all)."""
+        values = (
+            [v for s in self.shares.values() for v in s]
+            if category is None
+            else self.shares.get(category, [])
+        )
+        return sum(values) / len(values) if values else 0.0
+
+    @property
+    def questions(self) -> int:
+        """Questions scored."""
+        return sum(len(s) for s in self.shares.values())
+
+
+def table(title: str, scores: dict[str, Scores]) -> str:
+    """The results as a plain-text table: recall by category and overall, input tokens."""
+    names = [s for s in STRATEGIES if s in scores]
+    full = scores.get("full_buffer")
+    rows = [("", *names)]
+    cats = sorted({c for s in scores.values() for c in s.shares})
+    for c in cats:
+        n = len(next(iter(scores.values())).shares.get(c, []))
+        label = f"recall {c} {CATEGORIES.get(c, '?')} ({n})"
+        rows.append((label, *(f"{scores[s].recall(c):.1%}" for s in names)))
+    any_scores = next(iter(scores.values()))
+    rows.append(
+        (f"recall overall ({any_scores.questions})", *(f"{scores[s].recall():.1%}" for s in names))
+    )
+    rows.append(("question input tokens", *(f"{scores[s].input_tokens:,}" for s in names)))
+    if full is not None and full.input_tokens:
+        rows.append(
+            (
+                "input vs full buffer",
+                *(f"{scores[s].input_tokens / full.input_tokens:.1%}" for s in names),
+            )
+        )
+    rows.append(("questions with a recalled block", *(str(scores[s].recalled) for s in names)))
+    if any(scores[s].missed for s in names):
+        rows.append(("recall searches over budget", *(str(scores[s].missed) for s in names)))
+    width = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [title]
+    for i, r in enumerate(rows):
+        lines.append(
+            "  ".join(c.rjust(width[j]) if j else c.ljust(width[j]) for j, c in enumerate(r))
+        )
+        if i == 0:
+            lines.append("-" * (sum(width) + 2 * (len(width) - 1)))
+    return "\n".join(lines)
+
+
+# -- one call through a real pipeline ----------------------------------------------------------
+
+
+class _Call:
+    """One call's pipeline (user aggregator, ``before`` processors, replay LLM, assistant
+    aggregator), driven turn by turn on the running loop."""
+
+    def __init__(
+        self,
+        context: LLMContext,
+        turns: Sequence[Turn],
+        before: Sequence[FrameProcessor] = (),
+        *,
+        assistant_params: LLMAssistantAggregatorParams | None = None,
+        recorder: Recorder | None = None,
+    ):
+        self.context = context
+        self.recorder = recorder
+        # one extra slot, reused by every question (answered with nothing)
+        self.llm = ReplayLLM([*(t.steps for t in turns), [Step()]])
+        self._steps = [max(1, len(t.steps)) for t in turns] + [1]
+        self.question_turn = len(turns) + 1
+        user_agg, assistant_agg = LLMContextAggregatorPair(
+            context, assistant_params=assistant_params or LLMAssistantAggregatorParams()
+        )
+        self._stopped = 0
+        self._changed = asyncio.Event()
+
+        @assistant_agg.event_handler("on_assistant_turn_stopped")
+        async def _stopped(_agg, _message):
+            self._stopped += 1
+            self._changed.set()
+
+        self.worker = PipelineWorker(
+            Pipeline([user_agg, *before, self.llm, assistant_agg]),
+            params=PipelineParams(),
+            cancel_on_idle_timeout=False,
+            idle_timeout_secs=None,
+            enable_rtvi=False,
+            enable_turn_tracking=False,
+        )
+        self._started = asyncio.Event()
+
+        @self.worker.event_handler("on_pipeline_started")
+        async def _on_started(_worker, _frame):
+            self._started.set()
+
+        self._runner_task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(self.worker)
+        self._runner_task = asyncio.ensure_future(runner.run())
+        await asyncio.wait_for(self._started.wait(), 30)
+
+    async def turn(self, inputs: list[dict], turn: int, timeout: float = 60.0) -> None:
+        """Send one user turn and wait until its answer is in the context."""
+        self.llm.begin_turn(turn)
+        target = self.llm.responses
+        expected_steps = self._steps[turn - 1]
+        await self.worker.queue_frame(
+            LLMMessagesAppendFrame(messages=copy.deepcopy(inputs), run_llm=True)
+        )
+        deadline = time.monotonic() + timeout
+        while not (
+            self.llm.responses >= target + expected_steps and self._stopped >= self.llm.responses
+        ):
+            self._changed.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"turn {turn} was not answered within {timeout:.0f}s")
+            try:
+                await asyncio.wait_for(self._changed.wait(), min(left, 0.05))
+            except TimeoutError:
+                pass
+        if self.recorder is not None:  # let a summary started by the turn land
+            await asyncio.wait_for(self.recorder.wait_idle(), timeout)
+            await asyncio.sleep(0)
+
+    async def ask(self, question: str) -> tuple[str, ...]:
+        """Ask one question; the serialized messages of the request it produced."""
+        before = len(self.llm.requests)
+        await self.turn([{"role": "user", "content": question}], self.question_turn)
+        return self.llm.requests[before].messages
+
+    async def end(self) -> None:
+        await self.worker.queue_frame(EndFrame())
+        if self._runner_task is not None:
+            await asyncio.wait_for(self._runner_task, 60)
+
+
+def _snapshot(context: LLMContext) -> list:
+    return [copy.deepcopy(m) for m in context.messages if not is_recall_message(m)]
+
+
+@dataclass
+class Plan:
+    """What the measurement runs with.
+
+    Parameters:
+        thresholds: The summarizers' thresholds (Pipecat's defaults).
+        backend: The summarizer backend (offline extractive by default).
+        options: ``SummarizerOptions`` for ours.
+        recall: ``RecallParams`` for ``ours_recall``.
+        store_factory: A new, empty store for one conversation (SQLite in memory by
+            default); the measurement closes it.
+        tag: Prefix of the caller ids (keeps runs apart in a shared database).
+    """
+
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    backend: Backend = field(default_factory=extractive_backend)
+    options: SummarizerOptions = field(default_factory=SummarizerOptions)
+    recall: RecallParams = field(default_factory=RecallParams)
+    store_factory: Callable[[], MemoryStore] | None = None
+    tag: str = ""
+
+    def store(self) -> MemoryStore:
+        if self.store_factory is not None:
+            return self.store_factory()
+        from pipecat_summarizer.store.sqlite import SQLiteMemoryStore
+
+        return SQLiteMemoryStore()
+
+
+def _ours(
+    plan: Plan,
+    context: LLMContext,
+    recorder: Recorder,
+    table_: TokenTable,
+    *,
+    store: MemoryStore | None = None,
+    call_id: str | None = None,
+    user_id: str | None = None,
+    resume: bool = False,
+    recall: RecallParams | None = None,
+    summarize: bool = True,
+) -> ContextSummarizer:
+    options = plan.options if summarize else replace(plan.options, auto_summarize=False)
+    return ContextSummarizer(
+        context=context,
+        config=plan.thresholds.config(),
+        summarizer=MeteredSummarizer(
+            plan.backend.make_summarizer(), Meter(recorder, table_, count_failures=False)
+        ),
+        options=options,
+        store=store,
+        call_id=call_id if store is not None else None,
+        user_id=user_id if store is not None else None,
+        memory=MemoryOptions(resume=resume, writer=_FAST_WRITER) if store is not None else None,
+        recall=recall,
+    )
+
+
+def _tokens(table_: TokenTable, messages: Sequence[str]) -> int:
+    return sum(table_.message(m) for m in messages)
+
+
+async def _ask_all(
+    call: _Call, state: list, qa: Sequence[QAItem], table_: TokenTable, scores: Scores
+) -> None:
+    for item in qa:
+        call.context.set_messages(copy.deepcopy(state))
+        messages = await call.ask(item.question)
+        decoded = [json.loads(m) for m in messages]
+        share = answer_share(request_text(decoded), item.answer)
+        if share is None:
+            continue
+        scores.add(item.category, share)
+        scores.input_tokens += _tokens(table_, messages)
+        scores.recalled += any(is_recall_message(m) for m in decoded)
+
+
+async def _replay(call: _Call, turns: Sequence[Turn], offset: int = 0) -> None:
+    await call.start()
+    for i, turn in enumerate(turns):
+        await call.turn(turn.inputs, offset + i + 1)
+
+
+def _user(conv: LocomoConversation, plan: Plan) -> str:
+    return f"{plan.tag}locomo-{conv.sample_id}:{conv.speaker_a}"
+
+
+async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Scores]:
+    """Replay ``conv`` as one call per strategy, then ask each question on a copy of its
+    final state; the scores of every strategy."""
+    transcript = conv.transcript
+    turns = transcript.turns
+    table_ = TokenTable()
+    out: dict[str, Scores] = {s: Scores() for s in STRATEGIES}
+    qa = [q for q in conv.qa if content_words(q.answer)]
+    setup = Setup(plan.thresholds, plan.backend, plan.options, table_)
+
+    # full buffer and the built-in: the final state, then a plain question pipeline
+    for name in ("full_buffer", "pipecat_builtin"):
+        context = LLMContext(messages=copy.deepcopy(transcript.preamble))
+        recorder = Recorder()
+        params = (
+            PipecatBuiltin(setup, recorder).assistant_params()
+            if name == "pipecat_builtin"
+            else None
+        )
+        call = _Call(context, turns, assistant_params=params, recorder=recorder)
+        await _replay(call, turns)
+        state = _snapshot(context)
+        await call.end()
+        asking = _Call(LLMContext(messages=copy.deepcopy(state)), [])
+        await asking.start()
+        await _ask_all(asking, state, qa, table_, out[name])
+        await asking.end()
+
+    # ours: one call archiving into the store, then questions without and with recall
+    store = plan.store()
+    user_id = _user(conv, plan)
+    try:
+        context = LLMContext(messages=copy.deepcopy(transcript.preamble))
+        recorder = Recorder()
+        ours = _ours(
+            plan, context, recorder, table_, store=store, call_id=f"{user_id}:call", user_id=user_id
+        )
+        call = _Call(context, turns, [ours], recorder=recorder)
+        await _replay(call, turns)
+        state = _snapshot(context)
+        await call.end()
+        for name, recall in (("ours", None), ("ours_recall", plan.recall)):
+            qctx = LLMContext(messages=copy.deepcopy(state))
+            q = _ours(
+                plan,
+                qctx,
+                Recorder(),
+                table_,
+                store=store if recall is not None else None,
+                call_id=f"{user_id}:questions",
+                user_id=user_id,
+                recall=recall,
+                summarize=False,
+            )
+            asking = _Call(qctx, [], [q])
+            await asking.start()
+            await _ask_all(asking, state, qa, table_, out[name])
+            await asking.end()
+            if q.recall_step is not None:
+                out[name].missed += q.recall_step.missed
+    finally:
+        await store.close()
+    return out
+
+
+def sessions(conv: LocomoConversation) -> list[list[Turn]]:
+    """The conversation's turns split by LoCoMo session (a turn whose user message opens
+    with ``[Session N`` starts one)."""
+    out: list[list[Turn]] = []
+    for turn in conv.transcript.turns:
+        text = str(turn.user_message.get("content", ""))
+        if _SESSION.match(text) or not out:
+            out.append([])
+        out[-1].append(turn)
+    return out
+
+
+async def across_calls(
+    conv: LocomoConversation, plan: Plan, full: Scores | None = None
+) -> dict[str, Scores]:
+    """Each session a separate call of the same caller through the store (resume on), the
+    questions in a final call. ``full`` (the question-time full buffer) is reused as the
+    ceiling when given."""
+    transcript = conv.transcript
+    table_ = TokenTable()
+    qa = [q for q in conv.qa if content_words(q.answer)]
+    out: dict[str, Scores] = {}
+    if full is None:
+        full = (await question_time(conv, plan))["full_buffer"]
+    out["full_buffer"] = full
+    # the built-in keeps nothing across calls: a new call is the system prompt alone
+    out["pipecat_builtin"] = Scores()
+    asking = _Call(LLMContext(messages=copy.deepcopy(transcript.preamble)), [])
+    await asking.start()
+    await _ask_all(asking, copy.deepcopy(transcript.preamble), qa, table_, out["pipecat_builtin"])
+    await asking.end()
+
+    store = plan.store()
+    user_id = _user(conv, plan)
+    try:
+        offset = 0
+        for k, session_turns in enumerate(sessions(conv), 1):
+            context = LLMContext(messages=copy.deepcopy(transcript.preamble))
+            recorder = Recorder()
+            ours = _ours(
+                plan,
+                context,
+                recorder,
+                table_,
+                store=store,
+                call_id=f"{user_id}:session-{k}",
+                user_id=user_id,
+                resume=True,
+            )
+            # the replay LLM of this call holds only this session's answers
+            call = _Call(context, session_turns, [ours], recorder=recorder)
+            await _replay(call, session_turns)
+            await call.end()
+            offset += len(session_turns)
+        for name, recall in (("ours", None), ("ours_recall", plan.recall)):
+            qctx = LLMContext(messages=copy.deepcopy(transcript.preamble))
+            q = _ours(
+                plan,
+                qctx,
+                Recorder(),
+                table_,
+                store=store,
+                call_id=f"{user_id}:final-{name}",
+                user_id=user_id,
+                resume=True,
+                recall=recall,
+                summarize=False,
+            )
+            asking = _Call(qctx, [], [q])
+            await asking.start()
+            await asking.turn([{"role": "user", "content": GREETING}], asking.question_turn)
+            state = _snapshot(qctx)
+            scores = out.setdefault(name, Scores())
+            await _ask_all(asking, state, qa, table_, scores)
+            await asking.end()
+            if q.recall_step is not None:
+                scores.missed += q.recall_step.missed
+    finally:
+        await store.close()
+    return out
+
+
+# -- command ---------------------------------------------------------------------------------
+
+
+def register(subparsers: Any) -> None:
+    """Register ``pipecat-summarizer questions``."""
+    p = subparsers.add_parser(
+        "questions",
+        help="LoCoMo answer recall at question time (and across calls), with and without recall",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("--locomo", required=True, metavar="PATH", help="locomo10.zip, JSON or folder")
+    p.add_argument("--locomo-id", action="append", default=[], metavar="ID")
+    p.add_argument("--locomo-index", type=int, metavar="I")
+    p.add_argument("--across-calls", action="store_true", help="also the across-calls table")
+    p.add_argument("--store", metavar="DSN", help="a postgresql:// DSN (default: SQLite in memory)")
+    p.add_argument("--recall-tokens", type=int, default=RecallParams.max_tokens)
+    p.add_argument("--recall-snippets", type=int, default=RecallParams.max_snippets)
+    p.add_argument("--recall-min-score", type=float, default=RecallParams.min_score)
+    p.add_argument("--recall-budget-ms", type=float, default=RecallParams.latency_budget_s * 1000)
+    p.add_argument("--json", metavar="PATH", help="also write the scores as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; prints the tables."""
+    try:
+        recall = RecallParams(
+            max_tokens=args.recall_tokens,
+            max_snippets=args.recall_snippets,
+            min_score=args.recall_min_score,
+            latency_budget_s=args.recall_budget_ms / 1000,
+        )
+        samples = select_samples(
+            load_samples(args.locomo), ids=args.locomo_id, index=args.locomo_index
+        )
+    except (ValueError, TypeError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    factory = None
+    if args.store:
+        from pipecat_summarizer.store.base import open_store
+
+        def factory() -> MemoryStore:
+            # one database for the run: each conversation's caller id (tagged with the
+            # run's start) keeps them apart
+            return open_store(args.store)
+
+    plan = Plan(recall=recall, store_factory=factory, tag=f"{int(time.time())}:")
+    return asyncio.run(_main(samples, plan, args))
+
+
+async def _main(samples: Sequence[tuple[str, dict]], plan: Plan, args: argparse.Namespace) -> int:
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING")
+    total = {s: Scores() for s in STRATEGIES}
+    across_total: dict[str, Scores] = {s: Scores() for s in STRATEGIES}
+    report: dict[str, Any] = {"conversations": {}}
+    t0 = time.perf_counter()
+    for sid, sample in samples:
+        conv = convert(sample, sid)
+        scores = await question_time(conv, plan)
+        for s, v in scores.items():
+            total[s].merge(v)
+        entry = {
+            s: {"recall": v.recall(), "input_tokens": v.input_tokens} for s, v in scores.items()
+        }
+        line = "  ".join(f"{s} {v.recall():.1%}" for s, v in scores.items())
+        if args.across_calls:
+            across = await across_calls(conv, plan, full=scores["full_buffer"])
+            for s, v in across.items():
+                across_total[s].merge(v)
+            entry["across_calls"] = {s: {"recall": v.recall()} for s, v in across.items()}
+            line += "  | across: " + "  ".join(f"{s} {v.recall():.1%}" for s, v in across.items())
+        report["conversations"][sid] = entry
+        print(
+            f"{sid} ({len(conv.transcript.turns)} turns, {time.perf_counter() - t0:.0f}s): {line}",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(
+        table(
+            "LoCoMo at question time (one call; each question on a copy of the final state)", total
+        )
+    )
+    if args.across_calls:
+        print()
+        print(
+            table(
+                "LoCoMo across calls (each session a call of one caller; questions in a last call)",
+                across_total,
+            )
+        )
+    if args.json:
+        report["question_time"] = {s: v.shares for s, v in total.items()}
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+    return 0
