@@ -35,6 +35,7 @@ Invariants checked on every main-LLM request (``Checker.check``) and at the end:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import random
@@ -67,7 +68,7 @@ from pipecat.utils.context.llm_context_summarization import (
 )
 from pipecat.workers.runner import WorkerRunner
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, SummarizerOptions
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer.tokens import EstimateTokenCounter, count_text
 from tests.fuzz.fault_server import FAILING, FAULTS, MARKER, FaultServer
 from tests.openai_server import FakeOpenAIServer, Reply
@@ -284,6 +285,41 @@ def _texts(messages: list) -> str:
     return "\n".join(out)
 
 
+def _covered_text(messages: list) -> str:
+    """The text of the summaries among ``messages`` (they list the markers they cover)."""
+    return "\n".join(
+        str(m.get("content"))
+        for m in messages
+        if isinstance(m, dict) and "covered:" in str(m.get("content"))
+    )
+
+
+class TrackingContext(LLMContext):
+    """The real ``LLMContext``, noting every message added or set, so a message that lives
+    in the context only between two requests is still tracked."""
+
+    def __init__(self, *args, **kwargs):
+        """Initialize; ``on_messages`` is set by the harness."""
+        super().__init__(*args, **kwargs)
+        self.on_messages = lambda messages: None
+        self.on_set = lambda messages: None
+
+    def add_message(self, message):
+        """Note, then add."""
+        self.on_messages([message])
+        super().add_message(message)
+
+    def add_messages(self, messages):
+        """Note, then add."""
+        self.on_messages(list(messages))
+        super().add_messages(messages)
+
+    def set_messages(self, messages):
+        """Note, then set."""
+        self.on_set(list(messages))
+        super().set_messages(messages)
+
+
 class Checker:
     """Checks each main-LLM request against everything seen so far."""
 
@@ -304,6 +340,7 @@ class Checker:
         self.max_ratio = 0.0
         self.replaced = 0  # context replacements seen by the main LLM
         self.snapshot: list[str] | None = None
+        self.fresh: list = []  # messages added to the context, registered at the next check
         self._messages: list | None = None
 
     def _add(self, kind: str, detail: str, request: int) -> None:
@@ -326,13 +363,23 @@ class Checker:
                 self.seen[key] = Seen(key, _canonical(m))
 
     def _maybe_switch_epoch(self, keys: set[str]) -> None:
+        # the application's replacement (the processor never adds messages with markers)
         for first, members in list(self.replacements.items()):
-            if first in keys:
+            if members & keys:
                 for key, s in self.seen.items():
                     if key not in members:
                         s.retired = True
                 del self.replacements[first]
                 self.replaced += 1
+
+    def on_set(self, messages: list) -> None:
+        """The context's messages are being set: by the processor (a splice, an eviction) or
+        by the application (a replacement, which retires everything added before it)."""
+        self._register(list(self.fresh))
+        self.fresh.clear()
+        keys = {_key(m) for m in messages if isinstance(m, dict)} - {None}
+        self._maybe_switch_epoch(keys)
+        self.fresh.extend(messages)
 
     def check(self, body: dict) -> None:
         """Check one request body; records violations."""
@@ -343,8 +390,7 @@ class Checker:
 
     def _check_messages(self, messages: list, index: int, tools: Any = None) -> None:
         self._messages = messages
-        keys = {_key(m) for m in messages if isinstance(m, dict)} - {None}
-        self._maybe_switch_epoch(keys)
+        covered = set(MARKER.findall(_covered_text(messages)))
         by_key = {_key(m): m for m in messages if isinstance(m, dict) and _key(m)}
         # system prompt first, unchanged
         if (
@@ -378,16 +424,19 @@ class Checker:
             ):
                 self._add("orphan", f"tool result {m.get('tool_call_id')} without its call", index)
         # lost / changed / stale
-        summary_text = "\n".join(
-            str(m.get("content"))
-            for m in messages
-            if isinstance(m, dict) and "covered:" in str(m.get("content"))
-        )
-        covered = set(MARKER.findall(summary_text))
+        self._register(list(self.fresh))  # everything added to the context since the last check
+        self.fresh.clear()
+        live = [m for m in self.context.messages if isinstance(m, dict)]
+        live_keys = {_key(m) for m in live} - {None}
+        live_covered = set(MARKER.findall(_covered_text(live)))
         pending = self.processor.pending_messages
         pending_text = _texts(pending)
         pending_keys = {_key(m) for m in pending if isinstance(m, dict)}
         current_summary = self.processor.summary_text or ""
+
+        def mentions(text: str, ids: list[str]) -> bool:
+            return all(re.search(rf"{re.escape(i)}\b", text) for i in ids)
+
         for key, s in self.seen.items():
             ids = _coverage_ids(key)
             here = by_key.get(key)
@@ -405,11 +454,14 @@ class Checker:
                 continue
             if all(i in covered for i in ids):
                 continue
-            if key in pending_keys or all(i in pending_text for i in ids):
+            if key in pending_keys or mentions(pending_text, ids):
                 continue
-            if all(re.search(rf"{re.escape(i)}\b", current_summary) for i in ids):
+            # added after the request was serialized, or summarized since: not lost
+            if key in live_keys or all(i in live_covered for i in ids):
                 continue
-            self._add("lost", f"{key} is neither in the request, a summary, nor pending", index)
+            if mentions(current_summary, ids):
+                continue
+            self._add("lost", f"{key} is neither in the context, a summary, nor pending", index)
         self._register(messages)
         # ceiling
         ceiling = self.schedule.params.ceiling
@@ -489,6 +541,44 @@ class Result:
         return not self.violations
 
 
+def _processor_params(p: Params) -> dict[str, Any]:
+    """The processor's keyword arguments for ``p``: grouped params when the package has
+    them (``params=ContextSummarizerParams``), else the flat ``options=SummarizerOptions``."""
+    import pipecat_summarizer as pkg
+
+    if "params" in inspect.signature(ContextSummarizer.__init__).parameters and hasattr(
+        pkg, "ContextSummarizerParams"
+    ):
+        from pipecat_summarizer.options import CeilingParams, RetryParams, TriggerParams
+
+        return {
+            "params": pkg.ContextSummarizerParams(
+                max_summary_input_tokens=p.input_budget,
+                summary_role=p.summary_role,
+                trigger=TriggerParams(auto=p.auto),
+                retry=RetryParams(
+                    backoff_s=p.backoff_v * SCALE,
+                    max_backoff_s=p.max_backoff_v * SCALE,
+                    error_after_failures=p.error_after,
+                ),
+                ceiling=CeilingParams(max_request_tokens=p.ceiling) if p.ceiling else None,
+            )
+        }
+    from pipecat_summarizer.processor import SummarizerOptions
+
+    options = SummarizerOptions(
+        max_summary_input_tokens=p.input_budget,
+        retry_backoff_s=p.backoff_v * SCALE,
+        max_retry_backoff_s=p.max_backoff_v * SCALE,
+        error_after_failures=p.error_after,
+        summary_role=p.summary_role,
+        max_request_tokens=p.ceiling,
+    )
+    if hasattr(options, "auto_summarize"):
+        options.auto_summarize = p.auto
+    return {"options": options}
+
+
 def _drop_oldest_user_marker(summary: str) -> str:
     users = sorted(set(re.findall(r"#u\d+\b", summary)), key=lambda m: int(m[2:]))
     return re.sub(rf"{users[0]}\b", "", summary) if users else summary
@@ -552,7 +642,7 @@ async def run_schedule(
     await fault.start()
     await main.start()
 
-    context = LLMContext(
+    context = TrackingContext(
         messages=[{"role": "system", "content": SYSTEM}],
         tools=ToolsSchema(
             standard_tools=[
@@ -566,16 +656,6 @@ async def run_schedule(
         ),
     )
     summary_client = OpenAISummarizer(base_url=fault.base_url, model="cheap")
-    options = SummarizerOptions(
-        max_summary_input_tokens=p.input_budget,
-        retry_backoff_s=p.backoff_v * SCALE,
-        max_retry_backoff_s=p.max_backoff_v * SCALE,
-        error_after_failures=p.error_after,
-        summary_role=p.summary_role,
-        max_request_tokens=p.ceiling,
-    )
-    if hasattr(options, "auto_summarize"):
-        options.auto_summarize = p.auto
     processor = ContextSummarizer(
         context=context,
         config=LLMAutoContextSummarizationConfig(
@@ -587,7 +667,7 @@ async def run_schedule(
             ),
         ),
         summarizer=summary_client,
-        options=options,
+        **_processor_params(p),
     )
     counts = {"applied": 0, "failed": 0, "evicted": 0}
     applied_at: list[float] = []
@@ -611,6 +691,8 @@ async def run_schedule(
         counts["evicted"] += 1
 
     checker = Checker(schedule, processor, context)
+    context.on_messages = checker.fresh.extend
+    context.on_set = checker.on_set
     assistant_n = [0]
 
     async def chat(body: dict) -> Reply:
