@@ -2,8 +2,14 @@
 
 A drop-in frame processor that summarizes older turns on a cheap secondary LLM, in the
 background, and splices the summary into the shared context without delaying a reply or
-losing a message. Configured with Pipecat's own ``LLMAutoContextSummarizationConfig``.
+losing a message. Configured with Pipecat's own ``LLMAutoContextSummarizationConfig`` plus
+:class:`ContextSummarizerParams`.
+
+Names renamed in 0.2 (``SummarizerOptions``, ``SummaryAppliedEvent``) still import, with a
+``DeprecationWarning``, for one release: see the CHANGELOG's "Renamed" table.
 """
+
+import warnings
 
 from pipecat.utils.context.llm_context_summarization import (
     LLMAutoContextSummarizationConfig,
@@ -11,13 +17,25 @@ from pipecat.utils.context.llm_context_summarization import (
 )
 
 from pipecat_summarizer.events import (
+    ContextCompactedEvent,
     ContextSummaryAppliedFrame,
     MessagesEvictedEvent,
-    SummaryAppliedEvent,
+    Reason,
     SummaryFailedEvent,
 )
+from pipecat_summarizer.guard import LLMRequestGuard
+from pipecat_summarizer.memory import ConversationMemory
+from pipecat_summarizer.options import (
+    CeilingParams,
+    ContextSummarizerParams,
+    PinningParams,
+    RetryParams,
+    TriggerParams,
+)
+from pipecat_summarizer.pinned import Fact, Kind, Source
 from pipecat_summarizer.processor import ContextSummarizer, SummarizerOptions
 from pipecat_summarizer.prompt import DEFAULT_PROMPT, SummaryRequest
+from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.summarizers import (
     ExtractiveLLMService,
     ExtractiveSummarizer,
@@ -32,26 +50,57 @@ from pipecat_summarizer.tools import register_remember_fact
 
 __version__ = "0.1.0"
 
+# grouped by role; the imports above are sorted by module
 __all__ = [
-    "DEFAULT_PROMPT",
+    # the processor and its companion
     "ContextSummarizer",
-    "ContextSummaryAppliedFrame",
-    "EstimateTokenCounter",
-    "ExtractiveLLMService",
-    "ExtractiveSummarizer",
+    "LLMRequestGuard",
+    # configuration
+    "CeilingParams",
+    "ContextSummarizerParams",
     "LLMAutoContextSummarizationConfig",
     "LLMContextSummaryConfig",
-    "MessagesEvictedEvent",
+    "MemoryOptions",
+    "PinningParams",
+    "RetryParams",
+    "TriggerParams",
+    "SummarizerOptions",  # deprecated: ContextSummarizerParams
+    # summarizer backends
+    "DEFAULT_PROMPT",
+    "ExtractiveLLMService",
+    "ExtractiveSummarizer",
     "OpenAISummarizer",
     "PipecatLLMSummarizer",
-    "SummarizerOptions",
-    "SummaryAppliedEvent",
-    "SummaryFailedEvent",
-    "SummaryRequest",
-    "SummaryResult",
     "Summarizer",
     "SummarizerError",
+    "SummaryRequest",
+    "SummaryResult",
+    # token counting
+    "EstimateTokenCounter",
     "TokenCounter",
     "TokenizerCounter",
+    # events
+    "ContextCompactedEvent",
+    "ContextSummaryAppliedFrame",
+    "MessagesEvictedEvent",
+    "Reason",
+    "SummaryFailedEvent",
+    # memory types
+    "ConversationMemory",
+    "Fact",
+    "Kind",
+    "Source",
+    # tools
     "register_remember_fact",
 ]
+
+_RENAMED = {"SummaryAppliedEvent": "ContextCompactedEvent"}
+
+
+def __getattr__(name: str) -> object:
+    """Names renamed in 0.2, for one release, with a ``DeprecationWarning``."""
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{name} is deprecated: use {new}", DeprecationWarning, stacklevel=2)
+    return globals()[new]

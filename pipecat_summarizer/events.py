@@ -1,13 +1,20 @@
-"""Event payloads, the upstream notification frame, and the one-line compaction log."""
+"""Event payloads, the upstream notification frame, and the one-line compaction log.
+
+``SummaryAppliedEvent`` was renamed :class:`ContextCompactedEvent` (Pipecat has its own
+``SummaryAppliedEvent`` with other fields); the old name works for one release, with a
+``DeprecationWarning``.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pipecat.frames.frames import SystemFrame
 
+#: What triggered a compaction.
 Reason = Literal["tokens", "messages", "manual", "backlog"]
 
 
@@ -17,7 +24,7 @@ def short_sha256(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class SummaryAppliedEvent:
+class ContextCompactedEvent:
     """Figures for one applied compaction (``on_summary_applied``).
 
     Parameters:
@@ -118,4 +125,20 @@ class ContextSummaryAppliedFrame(SystemFrame):
     """
 
     message: dict = field(default_factory=dict)
-    event: SummaryAppliedEvent | None = None
+    event: ContextCompactedEvent | None = None
+
+
+_RENAMED = {"SummaryAppliedEvent": "ContextCompactedEvent"}
+
+
+def __getattr__(name: str) -> object:
+    """The names renamed in 0.2, for one release, with a ``DeprecationWarning``."""
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"{name} is deprecated: use {new} (Pipecat has its own {name})",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return globals()[new]

@@ -38,7 +38,7 @@ from pipecat_summarizer.store.writer import StoreWriter, WriterOptions
 from pipecat_summarizer.validation import validate_numeric_fields
 
 if TYPE_CHECKING:
-    from pipecat_summarizer.events import SummaryAppliedEvent
+    from pipecat_summarizer.events import ContextCompactedEvent
 
 
 @dataclass
@@ -220,7 +220,7 @@ class CallRecorder:
 
     def applied(
         self,
-        event: SummaryAppliedEvent,
+        event: ContextCompactedEvent,
         summarized: list,
         summary_text: str,
         model: str | None,
