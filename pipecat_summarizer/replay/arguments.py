@@ -144,6 +144,13 @@ def add_arguments(rp: argparse.ArgumentParser) -> None:
     out = rp.add_argument_group("output")
     out.add_argument("--report", metavar="PATH", help="write the JSON report here")
     out.add_argument("--plot", metavar="PATH", help="write the PNG plot here (needs matplotlib)")
+    out.add_argument(
+        "--store",
+        metavar="PATH",
+        help="ours archives each replayed call (compactions, every dropped message, pinned "
+        "facts) into this SQLite file or postgresql:// DSN; read it with "
+        "'pipecat-summarizer inspect PATH'",
+    )
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
     out.add_argument("-v", "--verbose", action="count", default=0, help="-v info, -vv debug logs")
 

@@ -259,6 +259,7 @@ def replay_transcript(
                 outage=job.outage,
                 model=job.model,
                 on_strategy_done=lambda strategy: progress.done(strategy, n),
+                store=job.args.store,
             )
         )
     finally:

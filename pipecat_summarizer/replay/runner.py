@@ -273,7 +273,10 @@ class _Run:
 
         runner = WorkerRunner(handle_sigint=False)
         await runner.add_workers(self.worker)
-        await asyncio.gather(runner.run(), guarded())
+        try:
+            await asyncio.gather(runner.run(), guarded())
+        finally:
+            await self.strategy.finish()
         if error:
             raise error[0]
 
@@ -339,6 +342,7 @@ async def run_strategy(
     outage: Outage | None = None,
     model: CallModel | None = None,
     simulated: bool = True,
+    store: str | None = None,
 ) -> StrategyResult:
     """Replay ``transcript`` through a real pipeline with one strategy.
 
@@ -356,6 +360,8 @@ async def run_strategy(
         model: Replay in simulated real time with this call model; ``None``: instant.
         simulated: Run on the simulated clock (the default); ``False`` runs in wall time on
             the running loop (every modelled second takes a second: to check the clock).
+        store: Ours archives the call into this store (a SQLite path or a
+            ``postgresql://`` DSN), as call ``<transcript name>-<strategy>``.
 
     Returns:
         What was measured.
@@ -378,6 +384,8 @@ async def run_strategy(
             table=table,
             latency=model.summary_latency() if model is not None else None,
             outage=outage,
+            store=store,
+            call_id=f"{transcript.name}-{strategy}",
         )
         run = _Run(
             transcript,
@@ -406,6 +414,7 @@ async def run_all(
     model: CallModel | None = None,
     simulated: bool = True,
     on_strategy_done: Callable[[str], None] | None = None,
+    store: str | None = None,
 ) -> list[StrategyResult]:
     """Run each strategy on the same transcript, one after the other (same arguments as
     :func:`run_strategy`)."""
@@ -427,6 +436,7 @@ async def run_all(
                     outage=outage,
                     model=model,
                     simulated=simulated,
+                    store=store,
                 )
             )
             if on_strategy_done is not None:

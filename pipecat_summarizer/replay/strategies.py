@@ -53,6 +53,7 @@ from pipecat_summarizer.replay.backends import (
 )
 from pipecat_summarizer.replay.recorder import Recorder
 from pipecat_summarizer.replay.report import TokenTable
+from pipecat_summarizer.store.base import MemoryStore
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class Setup:
         table: Token counts.
         latency: Modelled summarizer latency from output tokens (``None``: instant).
         outage: Turns during which the summarizer fails.
+        store: Where ours archives the call (a SQLite path or a ``postgresql://`` DSN),
+            as ``replay --store``; ``None``: no store.
+        call_id: The call's id in that store.
     """
 
     thresholds: Thresholds
@@ -108,6 +112,8 @@ class Setup:
     table: TokenTable
     latency: Callable[[int], float] | None = None
     outage: Outage | None = None
+    store: str | None = None
+    call_id: str = "replay"
 
 
 class Strategy:
@@ -156,6 +162,9 @@ class Strategy:
     def extra(self) -> dict[str, Any]:
         """Strategy-specific report entries."""
         return {}
+
+    async def finish(self) -> None:
+        """Called once the pipeline has ended: release what the strategy opened."""
 
 
 class FullBuffer(Strategy):
@@ -223,11 +232,22 @@ class Ours(Strategy):
         """Initialize the strategy."""
         super().__init__(setup, recorder)
         self.processor: ContextSummarizer | None = None
+        self._store: MemoryStore | None = None
 
     def before_llm(self, context: LLMContext) -> list[FrameProcessor]:
         """The processor, with its events wired to the recorder."""
         assert self.setup.backend is not None
         rec = self.recorder
+        store_args: dict[str, Any] = {}
+        if self.setup.store is not None:
+            from pipecat_summarizer.replay.store_sink import REPLAY_MEMORY, replay_store
+
+            self._store = replay_store(self.setup.store)
+            store_args = {
+                "store": self._store,
+                "call_id": self.setup.call_id,
+                "memory": REPLAY_MEMORY,
+            }
         ours = TimedContextSummarizer(
             sink=rec.hot_path_ns,
             context=context,
@@ -236,6 +256,7 @@ class Ours(Strategy):
                 self.setup.backend.make_summarizer(), self.meter(count_failures=False)
             ),
             options=self.setup.options,
+            **store_args,
         )
 
         @ours.event_handler("on_messages_evicted")
@@ -257,6 +278,11 @@ class Ours(Strategy):
         """Record the eviction queue."""
         if self.processor is not None:
             self.recorder.turn_ended(len(self.processor.pending_messages))
+
+    async def finish(self) -> None:
+        """Close the store (the processor flushed it at ``EndFrame``)."""
+        if self._store is not None:
+            await self._store.close()
 
     def extra(self) -> dict[str, Any]:
         """Evictions, when a ceiling is set."""
