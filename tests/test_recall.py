@@ -79,9 +79,7 @@ async def test_a_detail_summarized_away_is_in_the_request_when_the_caller_asks(
     openai_server.handler = _summaries
     store = SQLiteMemoryStore(tmp_path / "m.db")
     try:
-        await _call(
-            openai_server, store, [HOTEL, *FILLER, "What was the name of our hotel again?"]
-        )
+        await _call(openai_server, store, [HOTEL, *FILLER, "What was the name of our hotel again?"])
         archived = await store.messages("call-1")
     finally:
         await store.close()
