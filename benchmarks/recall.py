@@ -1,0 +1,169 @@
+"""Recall latency: the archive's answer time at 1k, 10k and 100k archived messages.
+
+For each size and backend (SQLite file, and a throwaway PostgreSQL server when the Debian
+binaries are there), the archive is filled with synthetic conversation messages of one
+caller spread over calls (plus as many of other callers, so the caller filter has work to
+do), then the recall step's archive work for one turn is timed: the ranked any-word search
+of the caller's archive and the reads of the messages that followed the first hits, exactly
+as ``RecallStep`` does it (``RecallStep.hits_for_turn`` with an unlimited budget), p50/p99
+over the queries. The per-turn budget is 10 ms by default (``RecallParams.latency_budget_s``).
+
+    .venv/bin/python benchmarks/recall.py [--sizes 1000 10000 100000] [--queries 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipecat_summarizer.recall import RecallParams  # noqa: E402
+from pipecat_summarizer.recall_shell import RecallStep  # noqa: E402
+from pipecat_summarizer.store import open_store  # noqa: E402
+from pipecat_summarizer.store.records import ArchivedMessage  # noqa: E402
+
+WORDS = (
+    "hotel booking room breakfast dinner flight train ticket refund invoice doctor appointment "
+    "allergy peanut medication insurance policy claim address street city lisbon paris berlin "
+    "madrid rome tokyo account password email phone number order parcel delivery courier "
+    "monday tuesday wednesday thursday friday saturday sunday morning evening tonight "
+    "birthday wedding anniversary gift daughter son wife husband dog cat garden kitchen car "
+    "bike repair engine battery tyre warranty receipt store jacket shoes size colour blue red "
+    "green concert theatre museum gallery painting guitar piano lesson teacher school exam"
+).split()
+FILLER = "I think that we could maybe do it later if it works for you and the team".split()
+
+
+def sentence(rng: random.Random) -> str:
+    topic = rng.sample(WORDS, 4)
+    filler = rng.sample(FILLER, 6)
+    words = topic + filler
+    rng.shuffle(words)
+    return " ".join(words).capitalize() + (
+        "?" if rng.random() < 0.3 else f". Reference {rng.randint(1000, 99999)}."
+    )
+
+
+def messages(n: int, user_id: str, rng: random.Random, *, calls: int = 20) -> list:
+    per_call = max(1, n // calls)
+    out = []
+    for i in range(n):
+        call = f"{user_id}-call-{i // per_call}"
+        text = sentence(rng)
+        role = "user" if i % 2 == 0 else "assistant"
+        out.append(
+            ArchivedMessage(
+                call_id=call,
+                position=i % per_call,
+                role=role,
+                content=text,
+                message_json=json.dumps({"role": role, "content": text}),
+                turn=(i % per_call) // 2,
+                at=1_700_000_000 + i,
+                user_id=user_id,
+            )
+        )
+    return out
+
+
+async def fill(store, n: int, rng: random.Random) -> None:
+    batch = 2000
+    records = messages(n, "caller", rng) + messages(n, "other", rng)
+    for i in range(0, len(records), batch):
+        await store.write(records[i : i + batch])
+
+
+async def time_recall(store, queries: int, rng: random.Random) -> list[float]:
+    step = RecallStep(
+        store, RecallParams(latency_budget_s=60.0), call_id="caller-call-0", user_id="caller"
+    )
+    for _ in range(10):  # warm caches and the connection
+        await step.hits_for_turn(" ".join(rng.sample(WORDS, 3)))
+    samples = []
+    for _ in range(queries):
+        query = f"What was the {' '.join(rng.sample(WORDS, 3))} again?"
+        t0 = time.perf_counter()
+        (hits, _replies), how = await step.hits_for_turn(query)
+        samples.append((time.perf_counter() - t0) * 1000)
+        assert how == "on_time"
+    return samples
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+async def run(sizes: list[int], queries: int, postgres: bool) -> list[tuple]:
+    rows = []
+    targets: dict[str, str] = {}
+    server = None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            if postgres:
+                try:
+                    from tests.pg_server import PgServer
+
+                    server = PgServer()
+                except Exception as e:  # noqa: BLE001 (a benchmark: say why and go on)
+                    print(f"PostgreSQL skipped: {e}", file=sys.stderr)
+            for n in sizes:
+                targets = {"SQLite": str(Path(tmp) / f"recall_{n}.db")}
+                if server is not None:
+                    targets["PostgreSQL"] = server.create_database(f"recall_{n}")
+                for backend, target in targets.items():
+                    rng = random.Random(n)
+                    store = open_store(target)
+                    try:
+                        t0 = time.perf_counter()
+                        await fill(store, n, rng)
+                        filled = time.perf_counter() - t0
+                        samples = await time_recall(store, queries, rng)
+                    finally:
+                        await store.close()
+                    row = (
+                        backend,
+                        n,
+                        statistics.median(samples),
+                        pct(samples, 99),
+                        max(samples),
+                        filled,
+                    )
+                    rows.append(row)
+                    print(
+                        f"{backend:10s} {n:>7,} archived: p50 {row[2]:.2f} ms  p99 {row[3]:.2f} ms"
+                        f"  max {row[4]:.2f} ms  (filled in {filled:.1f}s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        finally:
+            if server is not None:
+                server.destroy()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args(argv)
+    rows = asyncio.run(run(args.sizes, args.queries, not args.no_postgres))
+    budget = RecallParams().latency_budget_s * 1000
+    print(f"recall step's archive work per turn ({args.queries} queries; budget {budget:.0f} ms)")
+    print(f"{'backend':<11}{'archived':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
+    for backend, n, p50, p99, worst, _ in rows:
+        print(f"{backend:<11}{n:>10,}{p50:>10.2f}{p99:>10.2f}{worst:>10.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
