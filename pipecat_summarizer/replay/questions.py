@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipecat.frames.frames import EndFrame, LLMMessagesAppendFrame
+from pipecat.frames.frames import EndFrame, LLMMessagesAppendFrame, LLMSummarizeContextFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
@@ -47,6 +47,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
 )
 from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 from pipecat.workers.runner import WorkerRunner
 
 from pipecat_summarizer.processor import ContextSummarizer, SummarizerOptions
@@ -254,6 +255,17 @@ class _Call:
         await self.turn([{"role": "user", "content": question}], self.question_turn)
         return self.llm.requests[before].messages
 
+    async def compact(self, timeout: float = 60.0) -> None:
+        """A manual compaction of the whole conversation (what an application can do at
+        hang-up), so every message is archived and the call's last summary covers it all."""
+        await self.worker.queue_frame(
+            LLMSummarizeContextFrame(config=LLMContextSummaryConfig(min_messages_after_summary=0))
+        )
+        await asyncio.sleep(0.05)
+        if self.recorder is not None:
+            await asyncio.wait_for(self.recorder.wait_idle(), timeout)
+            await asyncio.sleep(0.05)
+
     async def end(self) -> None:
         await self.worker.queue_frame(EndFrame())
         if self._runner_task is not None:
@@ -276,6 +288,10 @@ class Plan:
         store_factory: A new, empty store for one conversation (SQLite in memory by
             default); the measurement closes it.
         tag: Prefix of the caller ids (keeps runs apart in a shared database).
+        compact_at_end: Across calls, end each call with a manual compaction of the whole
+            conversation (``LLMSummarizeContextFrame``, ``min_messages_after_summary=0``):
+            the store archives only messages that left the context, so without it the
+            messages still in the context at hang-up are never archived.
     """
 
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -284,6 +300,7 @@ class Plan:
     recall: RecallParams = field(default_factory=RecallParams)
     store_factory: Callable[[], MemoryStore] | None = None
     tag: str = ""
+    compact_at_end: bool = False
 
     def store(self) -> MemoryStore:
         if self.store_factory is not None:
@@ -468,6 +485,8 @@ async def across_calls(
             # the replay LLM of this call holds only this session's answers
             call = _Call(context, session_turns, [ours], recorder=recorder)
             await _replay(call, session_turns)
+            if plan.compact_at_end:
+                await call.compact()
             await call.end()
             offset += len(session_turns)
         for name, recall in (("ours", None), ("ours_recall", plan.recall)):
@@ -517,6 +536,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--recall-snippets", type=int, default=RecallParams.max_snippets)
     p.add_argument("--recall-min-score", type=float, default=RecallParams.min_score)
     p.add_argument("--recall-budget-ms", type=float, default=RecallParams.latency_budget_s * 1000)
+    p.add_argument(
+        "--compact-at-end",
+        action="store_true",
+        help="across calls: end each call with a manual compaction of the whole conversation",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the scores as JSON")
     p.set_defaults(run=run)
 
@@ -545,7 +569,12 @@ def run(args: argparse.Namespace) -> int:
             # run's start) keeps them apart
             return open_store(args.store)
 
-    plan = Plan(recall=recall, store_factory=factory, tag=f"{int(time.time())}:")
+    plan = Plan(
+        recall=recall,
+        store_factory=factory,
+        tag=f"{int(time.time())}:",
+        compact_at_end=args.compact_at_end,
+    )
     return asyncio.run(_main(samples, plan, args))
 
 
