@@ -257,15 +257,40 @@ def focus(query: str, common: set[str]) -> list[str]:
     return kept or terms
 
 
-def relevance(terms: Sequence[str], text: str) -> float:
+def relevance(terms: Sequence[str], text: str, rare: Iterable[str] = ()) -> float:
     """Share of ``terms`` (stemmed topic words of a query) present in ``text``; 0.0 when
-    a query of three or more terms shares only one with ``text`` (one shared word is not a
-    strong match)."""
+    a query of three or more terms shares only one with ``text``, unless that one is
+    ``rare`` (new to the conversation in view, like "Mozart"): one everyday shared word
+    ("open") is not a strong match."""
     if not terms:
         return 0.0
     present = {stem(w) for w in words(text)}
-    matched = sum(t in present for t in terms)
-    return matched / len(terms) if matched >= (2 if len(terms) > 2 else 1) else 0.0
+    shared = [t for t in terms if t in present]
+    strong = len(shared) >= (2 if len(terms) > 2 else 1) or bool(set(shared) & set(rare))
+    return len(shared) / len(terms) if strong else 0.0
+
+
+_SPECIFIC = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'-]+|\b\w*\d\w*|\b\w{7,}", re.UNICODE)
+
+
+def specific_terms(query: str) -> set[str]:
+    """Stems of the query's specific words: names (capitalized inside a sentence), words
+    with digits, long words ("Mozart", "418", "classical"), not everyday ones ("open")."""
+    found = set()
+    for match in _SPECIFIC.finditer(query.strip()):
+        found.update(stem(w) for w in words(match.group()) if w not in STOPWORDS)
+    return found
+
+
+def rare_terms(query: str, terms: Sequence[str], texts: Iterable[str]) -> set[str]:
+    """The query's specific ``terms`` (see :func:`specific_terms`) found in at most one of
+    ``texts`` (the messages in view, the question included): words the recent
+    conversation has not been using, so one of them alone points at the archive."""
+    counts = dict.fromkeys(set(terms) & specific_terms(query), 0)
+    for text in texts:
+        for term in set(topic_terms(text)) & counts.keys():
+            counts[term] += 1
+    return {t for t, n in counts.items() if n <= 1}
 
 
 @dataclass(frozen=True)
@@ -307,6 +332,7 @@ def select_hits(
     *,
     replies: Mapping[tuple[str, int], tuple[str, str]] | None = None,
     terms: Sequence[str] | None = None,
+    rare: Iterable[str] = (),
     exclude_roles: Iterable[str] = ("system", "developer"),
 ) -> list[Snippet]:
     """The hits worth recalling, best first: relevant enough, not in view, no duplicates.
@@ -320,6 +346,8 @@ def select_hits(
             hit (the answer to a question); it travels with the hit, and is judged with it.
         terms: The query's terms that count (default: all its topic words; see
             :func:`focus`).
+        rare: Query terms new to the conversation in view (see :func:`rare_terms`): one of
+            them alone is a strong enough match.
         exclude_roles: Roles never recalled (instructions are not conversation).
 
     Returns:
@@ -344,7 +372,7 @@ def select_hits(
         if norm in seen:
             continue  # the same words said again (or archived by two calls)
         full = f"{text}\n{reply}" if reply else text
-        score = relevance(terms, full)
+        score = relevance(terms, full, rare)
         if score < params.min_score or score == 0.0:
             continue
         if in_view(full, view, terms):

@@ -26,6 +26,7 @@ from pipecat_summarizer.recall import (
     make_view,
     message_text,
     place_recall,
+    rare_terms,
     recall_message,
     recall_query,
     render_recall,
@@ -238,7 +239,9 @@ class RecallStep:
         if at is None or current[at] is not asking:
             return None  # the turn moved on while the archive answered
         view = make_view([*(message_text(m) for m in current), *view_texts()])
-        snippets = select_hits(hits, query, view, params, replies=replies, terms=terms)
+        texts = [message_text(m) for m in current]
+        rare = rare_terms(query, terms, texts)
+        snippets = select_hits(hits, query, view, params, replies=replies, terms=terms, rare=rare)
         if how == "late":
             snippets = still_relevant(snippets, query, params.min_score)
         text = render_recall(

@@ -233,3 +233,18 @@ def test_params_name_the_bad_field():
         RecallParams(max_tokens="300")
     with pytest.raises(TypeError, match="recall.enabled"):
         RecallParams(enabled="yes")
+
+
+def test_one_specific_new_word_is_a_strong_match_an_everyday_one_is_not():
+    from pipecat_summarizer.recall import rare_terms
+
+    view = ["What time does the breakfast buffet open?", "Sure."]
+    q = "Which classical musicians does she enjoy?"
+    terms = topic_terms(q)
+    rare = rare_terms(q, terms, [*view, q])
+    assert rare == {"classical", "musician"}
+    assert relevance(terms, "I love classical, like Bach and Mozart.", rare) > 0
+    q2 = "How late is the pool open?"
+    rare2 = rare_terms(q2, topic_terms(q2), [*view, q2])
+    assert rare2 == set()
+    assert relevance(topic_terms(q2), "What time does the breakfast buffet open?", rare2) == 0
