@@ -7,6 +7,8 @@ status 2). This module only parses and dispatches.
 * ``replay``: replays a recorded conversation through real Pipecat pipelines with three
   strategies and compares them (:mod:`pipecat_summarizer.replay.command`; needs the
   ``replay`` extra).
+* ``questions``: LoCoMo answer recall at question time and across calls, with and without
+  recall (:mod:`pipecat_summarizer.replay.questions`).
 * ``inspect``: shows what a memory store holds: a caller's calls, a call's compactions and
   dropped messages, the pinned facts' history, a search of dropped messages
   (:mod:`pipecat_summarizer.store.command`).
@@ -21,6 +23,7 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, with every subcommand registered."""
     from pipecat_summarizer.replay import command as replay_command
+    from pipecat_summarizer.replay import questions as questions_command
     from pipecat_summarizer.store import command as inspect_command
 
     parser = argparse.ArgumentParser(
@@ -29,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     replay_command.register(sub)
+    questions_command.register(sub)
     inspect_command.register(sub)
     return parser
 

@@ -1,0 +1,103 @@
+"""The question-time measurement (pipecat_summarizer/replay/questions.py) on a tiny synthetic
+LoCoMo-like conversation: real pipelines, the offline summarizer, an in-memory SQLite store.
+The full LoCoMo run is a command (benchmarks/README.md), not a test."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipecat_summarizer.recall import RecallParams
+from pipecat_summarizer.replay.locomo import convert
+from pipecat_summarizer.replay.questions import (
+    Plan,
+    across_calls,
+    question_time,
+    sessions,
+    table,
+)
+from pipecat_summarizer.replay.strategies import Thresholds
+
+# plain details the offline summarizer does not keep (it keeps names and numbers)
+DETAILS = [
+    (
+        "honestly the soup was too salty, but the bread was fine",
+        "What was wrong with the soup?",
+        "salty",
+    ),
+    ("i think the blue jacket fits better than the grey one", "Which jacket fits better?", "blue"),
+    (
+        "the plumber said the leak came from the dishwasher hose",
+        "Where did the leak come from, according to the plumber?",
+        "dishwasher hose",
+    ),
+    (
+        "my nephew loves building cardboard castles on rainy days",
+        "What does my nephew love building?",
+        "cardboard castles",
+    ),
+]
+FILLER = [
+    ("How was your weekend?", "Quiet, we watched a film."),
+    ("Did the rain stop?", "Yes, by noon it was sunny."),
+    ("Any plans for dinner?", "Maybe soup and bread."),
+    ("Work is busy lately.", "Same here, lots of meetings."),
+    ("I started jogging again.", "Good for you, keep it up."),
+    ("The garden needs water.", "I will do it tonight."),
+]
+
+
+def _sample() -> dict:
+    def lines(pairs):
+        out = []
+        for a, b in pairs:
+            out += [{"speaker": "Ann", "text": a}, {"speaker": "Bob", "text": b}]
+        return out
+
+    session_1 = lines([(d, "Good to know!") for d, _, _ in DETAILS] + FILLER)
+    session_2 = lines(FILLER[::-1] + FILLER)
+    return {
+        "sample_id": "t1",
+        "conversation": {
+            "speaker_a": "Ann",
+            "speaker_b": "Bob",
+            "session_1": session_1,
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_2": session_2,
+            "session_2_date_time": "10:00 am on 9 May, 2023",
+        },
+        "qa": [{"question": q, "answer": a, "category": 4} for _, q, a in DETAILS],
+    }
+
+
+@pytest.fixture
+def plan():
+    return Plan(
+        thresholds=Thresholds(max_context_tokens=None, max_unsummarized_messages=6, keep=2),
+        recall=RecallParams(latency_budget_s=5.0),  # what is recalled, not how fast
+    )
+
+
+async def test_question_time_recall_brings_back_what_the_summary_lost(plan):
+    conv = convert(_sample())
+    scores = await question_time(conv, plan)
+    assert scores["full_buffer"].recall() == 1.0
+    assert scores["ours"].recall() < 0.5  # the summaries lost most details
+    assert scores["ours_recall"].recall() > scores["ours"].recall()
+    assert scores["ours_recall"].recall() == 1.0
+    assert scores["ours_recall"].recalled == len(DETAILS)
+    # billed against the full buffer: smaller, and only a little above ours without recall
+    full = scores["full_buffer"].input_tokens
+    assert scores["ours"].input_tokens < scores["ours_recall"].input_tokens < full
+    text = table("t", scores)
+    assert "recall overall (4)" in text and "input vs full buffer" in text
+
+
+async def test_across_calls_each_session_is_a_call_of_the_same_caller(plan):
+    conv = convert(_sample())
+    assert [len(s) for s in sessions(conv)] == [10, 12]
+    plan.compact_at_end = True
+    scores = await across_calls(conv, plan)
+    assert scores["full_buffer"].recall() == 1.0
+    assert scores["pipecat_builtin"].recall() == 0.0  # nothing survives the call
+    assert scores["ours_recall"].recall() > scores["ours"].recall()
+    assert scores["ours_recall"].recall() == 1.0
