@@ -1,7 +1,10 @@
-"""``ContextSummarizer``: the Pipecat shell around the pure planning core.
+"""``ContextSummarizer``: the Pipecat shell around the pure core.
 
-It decides when (``policy``), asks what (``plan``), runs one background summary at a time,
-and applies the result with a synchronous, identity-checked splice of the shared context.
+It watches frames, asks the trigger when to compact (``policy.CompactionTrigger``), asks the
+planner what (``plan``), runs one background summary at a time, and applies the result with
+a synchronous, identity-checked splice of the shared context. What the model sees besides
+the verbatim turns (pinned facts, the rolling summary) is the memory record's
+(``memory.ConversationMemory``): this shell only puts the messages it renders in place.
 Frames are never held: every frame is pushed on unchanged, except the manual
 ``LLMSummarizeContextFrame``, which this processor consumes.
 """
@@ -29,21 +32,24 @@ from pipecat.utils.context.llm_context_summarization import (
     LLMContextSummaryConfig,
 )
 
+from pipecat_summarizer.cadence import kept_messages
 from pipecat_summarizer.events import (
+    ContextCompactedEvent,
     ContextSummaryAppliedFrame,
     MessagesEvictedEvent,
     Reason,
-    SummaryAppliedEvent,
     SummaryFailedEvent,
     short_sha256,
 )
 from pipecat_summarizer.guard import LLMRequestGuard, overhead_key, request_overhead
-from pipecat_summarizer.pinned import Fact, PinnedFacts, normalize
+from pipecat_summarizer.memory import ConversationMemory
+from pipecat_summarizer.options import ContextSummarizerParams, as_params
+from pipecat_summarizer.options import SummarizerOptions as SummarizerOptions  # 0.1 import
+from pipecat_summarizer.pinned import Fact
 from pipecat_summarizer.plan import (
     Plan,
     blocked_reason,
     evict_for_ceiling,
-    head_length,
     locate,
     make_protection,
     select,
@@ -52,19 +58,15 @@ from pipecat_summarizer.plan import (
     with_pending,
 )
 from pipecat_summarizer.policy import (
-    FailureTracker,
+    CompactionTrigger,
     StepFailures,
-    chain_backlog,
     effective_timeout,
-    summary_budget,
-    trigger_reason,
     validate_config,
     validate_summary_config,
 )
 from pipecat_summarizer.prompt import SummaryRequest, build_request
 from pipecat_summarizer.recall import RecallParams
 from pipecat_summarizer.recall_shell import RecallStep
-from pipecat_summarizer.sections import parse_sections, with_items, without_items
 from pipecat_summarizer.store.base import MemoryStore
 from pipecat_summarizer.store.recorder import CallRecorder, MemoryOptions
 from pipecat_summarizer.summarizers.base import (
@@ -74,7 +76,6 @@ from pipecat_summarizer.summarizers.base import (
     describe_error,
     is_async_summarizer,
 )
-from pipecat_summarizer.summarizers.extractive import pinnable_facts
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
 from pipecat_summarizer.tokens import (
     ContextMeter,
@@ -85,117 +86,6 @@ from pipecat_summarizer.tokens import (
     content_fingerprint,
     count_text,
 )
-from pipecat_summarizer.validation import validate_numeric_fields
-
-
-@dataclass
-class SummarizerOptions:
-    """Options beyond Pipecat's config, each with a safe default.
-
-    Parameters:
-        max_summary_input_tokens: Budget for what one summary request sends (previous
-            summary and transcript). Whole units are taken oldest first; the rest waits for
-            the next round. ``None`` for unbounded.
-        token_counter: Per-message token counter; defaults to the Pipecat-compatible
-            estimate. Pass ``TokenizerCounter(encoding)`` for exact counts; a raw tokenizer
-            with ``encode()`` (a tiktoken ``Encoding``) is wrapped in it, anything else
-            without ``count_message()`` is rejected with a ``TypeError``.
-        protect_injected_system: Keep system/developer messages injected mid-call verbatim
-            instead of summarizing them.
-        min_token_gain: A token-triggered compaction starts only if it would summarize at
-            least this share of ``max_context_tokens``, so a context whose recent turns alone
-            are large is not re-summarized every turn.
-        retry_backoff_s: Wait after a failed summary before trying again automatically;
-            doubled for each further failure in a row.
-        max_retry_backoff_s: Cap on that wait.
-        error_after_failures: Failures in a row that produce one ERROR log.
-        summary_role: Role of the injected summary message (Pipecat uses ``"user"``).
-        soft_trigger_ratio: Start summarizing at this share of ``max_context_tokens``, so the
-            summary usually lands before the threshold itself is reached (1.0 waits for it).
-            The message threshold keeps Pipecat's exact meaning.
-        max_request_tokens: Hard ceiling on the context the main LLM receives. When a
-            request would exceed it and no summary is ready, the oldest whole units are
-            moved to a pending queue that the next summary consumes first. ``None`` (the
-            default) disables the ceiling.
-        eviction_target_ratio: Once over ``max_request_tokens``, evict down to this share of
-            it in one step, so the prefix stays stable for several turns and a tool call's
-            follow-up request (which goes from the assistant aggregator straight to the LLM,
-            past this processor) has room.
-        pinned_facts_tokens: Token budget of the pinned-facts block.
-        pin_summary_facts: Pin the FACTS and CONSTRAINTS of every summary.
-        pin_evicted_facts: When the ceiling evicts messages (no summary was ready), pin the
-            salient facts found in them at once with the offline extractive summarizer, so an
-            allergy stated before a summarizer outage stays in view until the backlog is
-            summarized.
-        pinned_role: Role of the message holding the facts the application pinned
-            (``pin(..., source="app")``), the only facts rendered with authority.
-            ``"developer"`` (the default) is what Pipecat recommends for supplementary
-            guidance; adapters that lack the role send it as a user message. A leading
-            ``"system"`` message would be dropped by non-OpenAI adapters when the service has
-            a ``system_instruction``. Facts from the conversation (summaries, evicted
-            messages, ``remember_fact``) always go in a user-role message, as quoted data.
-        log_content: Also log message, fact and error text, at DEBUG only, for local
-            debugging. Log lines at INFO and above never carry conversation or fact text
-            (counts, ids, roles and hashes only), whatever this says.
-        unresolved_tool_call_turns: A tool call whose result has not arrived after this many
-            user turns no longer holds back compaction: it is summarized as called, with no
-            result (a result that arrives later finds its placeholder gone). ``None`` waits
-            forever.
-        auto_summarize: Summarize when Pipecat's thresholds trip. ``False`` is Pipecat's
-            default mode (``enable_auto_context_summarization=False``): only manual
-            ``LLMSummarizeContextFrame`` requests start a summary, plus the backlog of
-            messages the ceiling evicted, which only a summary can bring back.
-    """
-
-    max_summary_input_tokens: int | None = 8000
-    token_counter: TokenCounter | None = None
-    protect_injected_system: bool = True
-    min_token_gain: float = 0.1
-    retry_backoff_s: float = 5.0
-    max_retry_backoff_s: float = 120.0
-    error_after_failures: int = 3
-    summary_role: str = "user"
-    soft_trigger_ratio: float = 0.8
-    max_request_tokens: int | None = None
-    eviction_target_ratio: float = 0.75
-    pinned_facts_tokens: int = 300
-    pin_summary_facts: bool = True
-    pin_evicted_facts: bool = True
-    pinned_role: str = "developer"
-    auto_summarize: bool = True
-    log_content: bool = False
-    unresolved_tool_call_turns: int | None = 3
-
-    def __post_init__(self):
-        """Validate the options."""
-        # every int/float field, by annotation: NaN, infinity, strings and bools fail here,
-        # named, before the range checks below (which NaN would pass)
-        validate_numeric_fields(self)
-        if self.max_summary_input_tokens is not None and self.max_summary_input_tokens < 100:
-            raise ValueError("max_summary_input_tokens must be at least 100 (or None)")
-        if not 0 <= self.min_token_gain < 1:
-            raise ValueError("min_token_gain must be in [0, 1)")
-        if self.retry_backoff_s < 0 or self.max_retry_backoff_s < 0:
-            raise ValueError("retry backoff must not be negative")
-        if self.error_after_failures < 1:
-            raise ValueError("error_after_failures must be at least 1")
-        if self.summary_role not in ("user", "assistant"):
-            # a system/developer summary would be taken for part of the system prompt
-            raise ValueError("summary_role must be 'user' or 'assistant'")
-        if self.pinned_role not in ("system", "developer"):
-            raise ValueError("pinned_role must be system or developer")
-        if not 0.1 <= self.soft_trigger_ratio <= 1:
-            raise ValueError("soft_trigger_ratio must be in [0.1, 1]")
-        if not 0.1 <= self.eviction_target_ratio <= 1:
-            raise ValueError("eviction_target_ratio must be in [0.1, 1]")
-        if self.max_request_tokens is not None and self.max_request_tokens < 200:
-            raise ValueError("max_request_tokens must be at least 200 (or None)")
-        if self.pinned_facts_tokens < 20:
-            raise ValueError("pinned_facts_tokens must be at least 20")
-        if self.unresolved_tool_call_turns is not None and self.unresolved_tool_call_turns < 1:
-            raise ValueError("unresolved_tool_call_turns must be at least 1 (or None)")
-        if self.token_counter is not None:
-            self.token_counter = as_token_counter(self.token_counter)
 
 
 def _as_auto_config(config: Any) -> LLMAutoContextSummarizationConfig:
@@ -238,13 +128,6 @@ def _clock() -> float:
     return asyncio.get_running_loop().time()
 
 
-def _render(template: str, summary: str) -> str:
-    try:
-        return template.format(summary=summary)
-    except (KeyError, IndexError, ValueError):
-        return template.replace("{summary}", summary)
-
-
 @dataclass
 class _Job:
     plan: Plan
@@ -265,7 +148,7 @@ class ContextSummarizer(FrameProcessor):
     place), keeping recent turns and anything added meanwhile verbatim.
 
     Event handlers:
-        on_summary_applied(processor, SummaryAppliedEvent)
+        on_summary_applied(processor, ContextCompactedEvent)
         on_summary_failed(processor, SummaryFailedEvent)
         on_messages_evicted(processor, MessagesEvictedEvent)
 
@@ -290,7 +173,9 @@ class ContextSummarizer(FrameProcessor):
         summarizer: The secondary LLM: a :class:`Summarizer` (for example
             ``OpenAISummarizer``) or any Pipecat ``LLMService``. Defaults to
             ``config.summary_config.llm``.
-        options: Options beyond Pipecat's config.
+        params: Parameters beyond Pipecat's config, grouped by feature (trigger, retry,
+            pinning, ceiling); safe defaults.
+        options: Deprecated flat form of ``params`` (``SummarizerOptions``); warns.
         llm: The main LLM service, so the ceiling (``max_request_tokens``) also counts its
             ``system_instruction`` (with the instructions Pipecat appends to it) and the
             tool schemas it sends. Not needed when the guard from :meth:`after_llm` sits
@@ -319,6 +204,7 @@ class ContextSummarizer(FrameProcessor):
         context: LLMContext,
         config: LLMAutoContextSummarizationConfig | Any = None,
         summarizer: Summarizer | LLMService | None = None,
+        params: ContextSummarizerParams | None = None,
         options: SummarizerOptions | None = None,
         llm: LLMService | None = None,
         store: MemoryStore | None = None,
@@ -334,9 +220,7 @@ class ContextSummarizer(FrameProcessor):
             raise TypeError("context must be the LLMContext shared with the aggregators")
         self._context = context
         self._config = _as_auto_config(config)
-        if options is not None and not isinstance(options, SummarizerOptions):
-            raise TypeError(f"options must be a SummarizerOptions, got {type(options).__name__}")
-        self._options = options or SummarizerOptions()
+        self._params = as_params(params, options)
         validate_config(self._config)
         if summarizer is None:
             summarizer = self._config.summary_config.llm
@@ -349,47 +233,42 @@ class ContextSummarizer(FrameProcessor):
         # Clients this processor built itself are its to close at End/Cancel/cleanup; a
         # summarizer the application passed in is the application's (it may be shared).
         self._owned: list[Any] = [] if self._summarizer is summarizer else [self._summarizer]
-        self._protected = make_protection(
-            protect_injected_system=self._options.protect_injected_system
+        p = self._params
+        self._protected = make_protection(protect_injected_system=p.protect_injected_system)
+        counter: TokenCounter = as_token_counter(p.token_counter or EstimateTokenCounter())
+        self._memory = ConversationMemory(
+            self._config.summary_config,
+            p.pinning,
+            summary_role=p.summary_role,
+            count_text=lambda text: count_text(self._meter.counter, text),
+            log_content=p.log_content,
+            name=str(self),
         )
         self._meter = ContextMeter(
-            as_token_counter(self._options.token_counter or EstimateTokenCounter()),
+            counter,
             # the conversation-facts message is never summarized, like the head
             lambda i, m, ms: (
-                m is self._facts_message or m is self._recalled() or self._protected(i, m, ms)
+                m is self._memory.noted_message
+                or m is self._recalled()
+                or self._protected(i, m, ms)
             ),
         )
-        self._facts_message: dict | None = None  # conversation facts, user role
+        self._trigger = CompactionTrigger(self._config, p.trigger, p.retry)
         self._llm: LLMService | None = None
         self._overhead_key: tuple | None = None
         self._overhead_tokens = 0
         if llm is not None:
             self.attach_llm(llm)
-        self._failures = FailureTracker(
-            backoff_s=self._options.retry_backoff_s,
-            max_backoff_s=self._options.max_retry_backoff_s,
-            error_after=self._options.error_after_failures,
-        )
-        self._pinned = PinnedFacts(self._options.pinned_facts_tokens)
-        self._pinned_message: dict | None = None
-        self._pinned_version = -1
-        self._folded: list[Fact] = []  # facts over the pinned budget, for the next summary
         self._pending: list = []  # evicted under the ceiling, oldest first
         self._task: asyncio.Task | None = None
         self._manual_waiting = False
         self._manual_pending: LLMContextSummaryConfig | None = None
-        self._summary_message: dict | None = None
-        self._summary_text: str | None = None
-        self._summary_config = self._config.summary_config  # template of the current summary
-        self._no_plan_at: int | None = None
         self._no_evict: tuple | None = None  # (fingerprint, overhead) nothing could leave
         # the processor's own per-frame work: which step runs, and its failures in a row
         self._step = "counting"
         self._step_failures = StepFailures(_STEP_FAILURE_LIMIT)
         self._blocked: str | None = None  # why the last due compaction could not start
         self._warned_blocked: set[str] = set()
-        self._replan_at_tokens = 0  # a too-small token compaction waits for this many
-        self._summary_tokens = 0
         self._compactions = 0
         self._register_event_handler("on_summary_applied")
         self._register_event_handler("on_summary_failed")
@@ -400,15 +279,17 @@ class ContextSummarizer(FrameProcessor):
         self._recorder = (
             CallRecorder(store, call_id, user_id, memory) if store is not None else None
         )
+        if self._recorder is not None:
+            self._memory.on_facts_changed = self._recorder.facts_changed
         # recall: archived details back in view (see the recall hooks below)
         self._recall: RecallStep | None = None
         if recall is not None:
             if not isinstance(recall, RecallParams):
                 raise TypeError(f"recall must be a RecallParams, got {type(recall).__name__}")
-            if self._recorder is None:
+            if store is None or self._recorder is None:
                 raise ValueError("recall needs a store (store=SQLiteMemoryStore(...))")
             self._recall = RecallStep(
-                store,
+                store,  # type: ignore[arg-type]  # every MemoryStore has search()
                 recall,
                 call_id=self._recorder.call_id,
                 user_id=user_id,
@@ -430,12 +311,12 @@ class ContextSummarizer(FrameProcessor):
     @property
     def summary_text(self) -> str | None:
         """The text of the summary currently in the context, if any."""
-        return self._summary_text if self._summary_present(self._context.messages) else None
+        return self._memory.summary_text if self._summary_in_context() else None
 
     @property
     def pinned_facts(self) -> list[Fact]:
         """The pinned facts, in the order they are rendered."""
-        return self._pinned.facts
+        return self._memory.facts.facts
 
     @property
     def pending_messages(self) -> list:
@@ -517,6 +398,11 @@ class ContextSummarizer(FrameProcessor):
         """
         self._start_manual(config)
 
+    @property
+    def memory(self) -> ConversationMemory:
+        """The memory record (pinned facts, rolling summary) this processor puts in place."""
+        return self._memory
+
     def pin(self, key: str, text: str, *, kind: str = "fact", source: str = "app") -> None:
         """Pin a fact under ``key`` (replacing any fact with that key) in every request.
 
@@ -525,21 +411,24 @@ class ContextSummarizer(FrameProcessor):
             text: The fact, for example ``"allergic to peanuts"``.
             kind: ``"fact"`` or ``"constraint"``.
             source: Who pins it. ``"app"`` (the default) is the application: only these facts
-                are rendered with authority (in a ``pinned_role`` message) and they are the
-                last to leave when the facts are over budget. ``"llm"`` (the
+                are rendered with authority (in a ``pinning.app_role`` message) and they are
+                the last to leave when the facts are over budget. ``"llm"`` (the
                 ``remember_fact`` tool) and ``"summary"`` are conversation facts, rendered
                 as quoted data in a user-role message.
 
         Raises:
-            ValueError: If the key or text is empty, or the kind unknown.
+            ValueError: If the key or text is empty, or the kind or source unknown.
         """
-        if kind not in ("fact", "constraint"):
-            raise ValueError("kind must be 'fact' or 'constraint'")
-        if source not in ("app", "llm", "summary"):
-            raise ValueError("source must be 'app', 'llm' or 'summary'")
-        if self._pinned.pin(key, text, kind=kind, source=source):  # type: ignore[arg-type]
-            self._enforce_pinned_budget()
-            self._sync_pinned()
+        self._put(
+            self._memory.pin(
+                self._context.messages,
+                key,
+                text,
+                kind=kind,
+                source=source,
+                in_flight=self.summary_in_flight,
+            )
+        )
 
     def unpin(self, key: str) -> bool:
         """Remove the pinned fact under ``key``.
@@ -547,38 +436,42 @@ class ContextSummarizer(FrameProcessor):
         Returns:
             True if a fact was removed.
         """
-        removed = self._pinned.unpin(key)
-        if removed:
-            self._sync_pinned()
-            self._refresh_summary()
+        removed, new = self._memory.unpin(
+            self._context.messages, key, in_flight=self.summary_in_flight
+        )
+        self._put(new)
         return removed
 
+    def _put(self, messages: list | None) -> None:
+        """Put what the memory rendered in place (``None``: nothing changed)."""
+        if messages is not None:
+            self._set_messages(messages)
+
     def _set_messages(self, messages: list) -> None:
-        # The meter's cheap append check cannot see a rewrite that keeps the length.
-        self._context.set_messages(self._placed(messages))
+        # every rewrite keeps the conversation-facts message right after the head; the
+        # meter's cheap append check cannot see a rewrite that keeps the length
+        self._context.set_messages(self._memory.place(messages))
         self._meter.invalidate()
-
-    def _placed(self, messages: list) -> list:
-        """``messages`` with the conversation-facts message right after the head.
-
-        The plan functions work on the context without it (see :meth:`_view`), so every
-        rewrite puts it back here: after the system head, before the summary.
-        """
-        facts = self._facts_message
-        if facts is None:
-            return messages
-        rest = [m for m in messages if m is not facts]
-        head = head_length(rest)
-        return [*rest[:head], facts, *rest[head:]]
 
     def _view(self, messages: list) -> list:
         """The context as the plan functions see it: without the conversation-facts message,
         which is neither head nor conversation (never summarized, never evicted), nor the
         recalled message (this turn's only: never summarized, evicted or archived)."""
-        facts, recalled = self._facts_message, self._recalled()
-        if facts is None and recalled is None:
-            return messages
-        return [m for m in messages if m is not facts and m is not recalled]
+        view, recalled = self._memory.view(messages), self._recalled()
+        return view if recalled is None else [m for m in view if m is not recalled]
+
+    def _summary_in_context(self) -> dict | None:
+        return self._memory.summary_in(self._context.messages)
+
+    def _render_memory(self) -> None:
+        """The pinned facts in place, rewritten only on change (cheap when nothing did)."""
+        self._put(self._memory.render(self._context.messages))
+
+    def _fold_and_refresh(self) -> None:
+        """Facts over budget fold into the summary; the summary message is re-rendered."""
+        in_flight = self.summary_in_flight
+        self._put(self._memory.enforce_budget(self._context.messages, in_flight=in_flight))
+        self._put(self._memory.refresh_summary(self._context.messages, in_flight=in_flight))
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -636,7 +529,7 @@ class ContextSummarizer(FrameProcessor):
             self._step_failures.succeeded()
 
     async def _step_failed(self, step: str, error: BaseException) -> None:
-        if self._options.log_content:
+        if self._params.log_content:
             logger.opt(exception=error).debug(f"{self}: {step} failed")
         logger.error(
             f"{self}: {step} failed ({type(error).__name__}); the frame goes on unchanged, "
@@ -663,20 +556,14 @@ class ContextSummarizer(FrameProcessor):
         if self._recorder is not None:
             await self._store_turn()
         m = await self._prepare_request()
-        if self.summary_in_flight or not self._failures.ready(_clock()):
-            return
         self._step = "planning"
-        reason = None
-        if self._options.auto_summarize:
-            reason = trigger_reason(self._config, m, self._options.soft_trigger_ratio)
-        if reason == "tokens" and m.reducible_tokens < self._replan_at_tokens:
-            reason = None  # the last token plan gained too little; wait until it would
-        if reason is None and self._pending:
-            reason = "backlog"
-        if reason is None or self._no_plan_at == m.message_count:
-            return  # nothing selectable has been added since the last empty plan
+        reason = self._trigger.due(
+            m, now=_clock(), in_flight=self.summary_in_flight, pending=bool(self._pending)
+        )
+        if reason is None:
+            return
         if not self._start(reason, self._config.summary_config, self._summarizer):
-            self._no_plan_at = m.message_count
+            self._trigger.nothing_to_plan(m)
             self._warn_blocked(reason)
 
     def _warn_blocked(self, reason: Reason) -> None:
@@ -707,10 +594,10 @@ class ContextSummarizer(FrameProcessor):
         """Drop the pending queue once the application replaced the context: its messages
         belong to the old conversation and must not be summarized into the new one."""
         if m is None:
-            self._meter.measure(self._context.messages, self._summary_message)
+            self._meter.measure(self._context.messages, self._memory.summary_message)
         if not self._meter.take_replaced():
             return
-        self._no_plan_at = None  # a new conversation: plan it afresh
+        self._trigger.context_replaced()  # a new conversation: plan it afresh
         self._warned_blocked.clear()
         if self._pending:
             dropped, self._pending = self._pending, []
@@ -723,18 +610,19 @@ class ContextSummarizer(FrameProcessor):
         and (through :class:`LLMRequestGuard`) the follow-ups after tool calls.
         """
         self._step = "pinning"
-        self._sync_pinned()
+        self._render_memory()
         self._step = "counting"
-        m = self._meter.measure(self._context.messages, self._summary_message)
+        m = self._meter.measure(self._context.messages, self._memory.summary_message)
         self._check_replaced(m)
-        ceiling = self._options.max_request_tokens
+        ceiling = self._params.ceiling
         if ceiling is None:
             return m
         overhead = self.request_overhead_tokens()
-        if m.total_tokens + overhead > ceiling and not self._nothing_to_evict(overhead):
+        limit = ceiling.max_request_tokens
+        if m.total_tokens + overhead > limit and not self._nothing_to_evict(overhead):
             self._step = "eviction"
-            await self._evict(ceiling, overhead)
-            m = self._meter.measure(self._context.messages, self._summary_message)
+            await self._evict(limit, overhead)
+            m = self._meter.measure(self._context.messages, self._memory.summary_message)
         return m
 
     def _nothing_to_evict(self, overhead: int) -> bool:
@@ -744,148 +632,38 @@ class ContextSummarizer(FrameProcessor):
             return False
         return self._no_evict == (content_fingerprint(self._context.messages), overhead)
 
-    def _sync_pinned(self) -> None:
-        """Put the pinned facts in place, rewritten only on change.
-
-        Authority follows the source: the application's facts go in a ``pinned_role``
-        block inside the system head; facts from the conversation go in one user-role
-        message right after the head (before the summary), as quoted data.
-        """
-        if self._pinned_message is None and self._facts_message is None and not len(self._pinned):
-            return  # the common case on the hot path: nothing pinned
-        messages = self._context.messages
-        head = head_length(messages)
-        at = next((i for i in range(head) if messages[i] is self._pinned_message), None)
-        app_in_place = at is not None or self._pinned_message is None
-        facts_in_place = self._facts_message is None or (
-            head < len(messages) and messages[head] is self._facts_message
-        )
-        if app_in_place and facts_in_place and self._pinned_version == self._pinned.version:
-            return
-        self._pinned_version = self._pinned.version
-        if self._recorder is not None:
-            self._recorder.facts_changed(self._pinned)
-        new, changed = list(messages), not (app_in_place and facts_in_place)
-        app_text = self._pinned.render_app()
-        if app_text is None:
-            if at is not None:
-                del new[at]
-                changed = True
-            self._pinned_message = None
-        elif at is None or self._pinned_message["content"] != app_text:
-            block = {"role": self._options.pinned_role, "content": app_text}
-            if at is None:
-                new.insert(head, block)
-            else:
-                new[at] = block
-            self._pinned_message, changed = block, True
-        old, noted_text = self._facts_message, self._pinned.render_noted()
-        if noted_text is None:
-            self._facts_message = None
-        elif old is None or old["content"] != noted_text:
-            self._facts_message = {"role": "user", "content": noted_text}
-        if old is not None and self._facts_message is not old:
-            new, changed = [m for m in new if m is not old], True
-        elif self._facts_message is not None and old is None:
-            changed = True
-        if changed:
-            self._set_messages(new)  # places the conversation facts after the head
-
-    def _enforce_pinned_budget(self, applying: bool = False) -> None:
-        if self.summary_in_flight and not applying:
-            # Over budget for one summary's latency: folding now would hide the facts until
-            # the summary lands, since the summary message cannot change while in flight.
-            return
-        removed = self._pinned.enforce_budget()
-        # Summary facts that leave the block are still in the summary record (or, for facts
-        # of evicted messages, in the pending queue); the others only lived in the block,
-        # so they move into the summary, loudly.
-        folded = [f for f in removed if f.source not in ("summary", "evicted")]
-        if removed and len(removed) > len(folded):
-            logger.debug(f"{self}: {len(removed) - len(folded)} summary facts left the block")
-        if folded:
-            logger.warning(
-                f"{self}: pinned facts over their {self._pinned.budget_tokens}-token budget; "
-                f"{len(folded)} least recent moved into the summary (sha256 "
-                + ", ".join(short_sha256(f.text) for f in folded)
-                + ")"
-            )
-            if self._options.log_content:
-                logger.debug(f"{self}: moved facts: " + "; ".join(f.text for f in folded))
-            self._folded.extend(folded)
-        if removed and not applying:
-            self._refresh_summary()
-
-    def _refresh_summary(self) -> None:
-        """Re-render the summary message after the pinned block changed.
-
-        Facts in the block are left out of the summary message; when they leave the block
-        (over budget, unpinned) they must show in the summary again, and facts that only
-        lived in the block are written into the record. Never while a summary is in flight:
-        its splice checks the current summary message by identity.
-        """
-        if self.summary_in_flight:
-            return
-        messages = self._context.messages
-        present = self._summary_present(messages)
-        if not present and not self._folded:
-            return
-        text = self._summary_text if present else ""
-        if self._folded:
-            text, self._folded = self._with_facts(text, self._folded), []
-        message = self._summary_for(text, self._summary_config)
-        if present and message["content"] == self._summary_message["content"]:
-            return
-        if present:
-            at = next(i for i, m in enumerate(messages) if m is self._summary_message)
-            new = [*messages[:at], message, *messages[at + 1 :]]
-        else:
-            at = head_length(messages)
-            new = [*messages[:at], message, *messages[at:]]
-        self._summary_message, self._summary_text = message, text
-        self._summary_tokens = count_text(self._meter.counter, text)
-        self._set_messages(new)
-
-    @staticmethod
-    def _with_facts(text: str | None, facts: list[Fact]) -> str:
-        items: dict[str, list[str]] = {"FACTS": [], "CONSTRAINTS": []}
-        for fact in facts:
-            items["CONSTRAINTS" if fact.kind == "constraint" else "FACTS"].append(fact.text)
-        return with_items(text or "", items, normalize)
-
-    def _pin_from(self, messages: list) -> None:
-        """Pin the salient facts of messages that leave the context unsummarized."""
-        found = pinnable_facts(messages, max_tokens=self._pinned.budget_tokens)
-        if any(found.values()) and self._pinned.merge_summary(found, source="evicted"):
-            self._enforce_pinned_budget()
-            self._sync_pinned()
-
     async def _evict(self, ceiling: int, overhead: int = 0) -> None:
         """Evict the oldest units so messages plus ``overhead`` (system_instruction, tool
         schemas) fit ``ceiling``; the conversation-facts message is never evicted."""
+        ratio = self._params.ceiling.eviction_target_ratio if self._params.ceiling else 1.0
+        memory = self._memory
         evicted: list = []
         after = 0
         # Pinning the facts of evicted messages can grow the facts message: one more pass.
         for _ in range(2):
             fixed = overhead
-            if self._facts_message is not None:
-                fixed += self._meter.counter.count_message(self._facts_message)
+            if memory.noted_message is not None:
+                fixed += self._meter.counter.count_message(memory.noted_message)
             remaining, out = evict_for_ceiling(
                 self._view(self._context.messages),
                 ceiling=max(0, ceiling - fixed),
                 counter=self._meter.counter,
-                target=max(0, int(ceiling * self._options.eviction_target_ratio) - fixed),
-                summary_message=self._summary_message,
-                protect_injected_system=self._options.protect_injected_system,
-                stale_after=self._options.unresolved_tool_call_turns,
+                target=max(0, int(ceiling * ratio) - fixed),
+                summary_message=memory.summary_message,
+                protect_injected_system=self._params.protect_injected_system,
+                stale_after=self._params.unresolved_tool_call_turns,
             )
             if out:
                 self._set_messages(remaining)
                 self._pending.extend(out)
                 evicted.extend(out)
-                if self._options.pin_evicted_facts:
-                    self._pin_from(out)
-            m = self._meter.measure(self._context.messages, self._summary_message)
+                if self._params.pinning.from_evicted:
+                    self._put(
+                        memory.pin_evicted(
+                            self._context.messages, out, in_flight=self.summary_in_flight
+                        )
+                    )
+            m = self._meter.measure(self._context.messages, memory.summary_message)
             after = m.total_tokens + overhead
             if not out or after <= ceiling:
                 break
@@ -914,19 +692,6 @@ class ContextSummarizer(FrameProcessor):
 
     # -- starting a summary -----------------------------------------------------------------
 
-    def _summary_present(self, messages: list) -> bool:
-        return self._summary_message is not None and any(
-            m is self._summary_message for m in messages
-        )
-
-    def _summary_for(self, text: str, config: LLMContextSummaryConfig) -> dict:
-        # Facts shown in the pinned block are left out of the summary message, so they are
-        # not paid for twice; the full record still rolls into the next summary.
-        if self._options.pin_summary_facts and len(self._pinned):
-            text = without_items(text, (f.text for f in self._pinned.facts), normalize)
-        content = _render(config.summary_message_template, text)
-        return {"role": self._options.summary_role, "content": content}
-
     def _start_manual(self, override: LLMContextSummaryConfig | None) -> None:
         config = override or self._config.summary_config
         if self.summary_in_flight:
@@ -945,44 +710,45 @@ class ContextSummarizer(FrameProcessor):
         if not self._start("manual", config, summarizer or self._summarizer):
             logger.info(f"{self}: manual summary requested, but nothing can be summarized")
 
-    def _start(self, reason: Reason, config: LLMContextSummaryConfig, summarizer: Summarizer):
+    def _start(
+        self, reason: Reason, config: LLMContextSummaryConfig, summarizer: Summarizer
+    ) -> bool:
         self._step = "planning"
         self._blocked = None
-        present = self._summary_present(self._context.messages)
-        summary_message = self._summary_message if present else None
+        summary_message = self._summary_in_context()
         messages = with_pending(self._view(self._context.messages), self._pending, summary_message)
         counter = self._meter.counter
-        previous = self._summary_text if present else None
-        previous_tokens = self._summary_tokens if previous else 0
-        budget = self._options.max_summary_input_tokens
+        previous = self._memory.summary_text if summary_message is not None else None
+        previous_tokens = self._memory.summary_tokens if previous else 0
+        budget = self._params.max_summary_input_tokens
+        # a user turn's plan precedes its answer, which lands before the summary: it is kept
+        keep = kept_messages(
+            config.min_messages_after_summary, answer_pending=reason in ("tokens", "messages")
+        )
         plan = select(
             messages,
-            keep=config.min_messages_after_summary,
+            keep=keep,
             counter=counter,
             summary_message=summary_message,
             previous_summary_tokens=previous_tokens,
             input_budget=budget,
-            protect_injected_system=self._options.protect_injected_system,
-            stale_after=self._options.unresolved_tool_call_turns,
+            protect_injected_system=self._params.protect_injected_system,
+            stale_after=self._params.unresolved_tool_call_turns,
         )
         if plan is None:
             self._blocked = blocked_reason(
                 messages,
-                keep=config.min_messages_after_summary,
+                keep=keep,
                 summary_message=summary_message,
-                protect_injected_system=self._options.protect_injected_system,
-                stale_after=self._options.unresolved_tool_call_turns,
+                protect_injected_system=self._params.protect_injected_system,
+                stale_after=self._params.unresolved_tool_call_turns,
             )
             return False
-        if reason == "tokens" and self._config.max_context_tokens:
-            gain = plan.input_tokens - previous_tokens
-            needed = self._options.min_token_gain * self._config.max_context_tokens
-            if gain < needed:
-                logger.debug(f"{self}: token threshold tripped, but only {gain} tokens to gain")
-                measured = self._meter.measure(self._context.messages, self._summary_message)
-                self._replan_at_tokens = measured.reducible_tokens + int(needed - gain)
-                self._blocked = "too little to summarize outside the kept recent messages"
-                return False
+        gain = plan.input_tokens - previous_tokens
+        if not self._trigger.worth_it(reason, gain, self._reducible_tokens):
+            logger.debug(f"{self}: token threshold tripped, but only {gain} tokens to gain")
+            self._blocked = "too little to summarize outside the kept recent messages"
+            return False
         self._step = "rendering"
         shorten_to = 2000
         if plan.shortened and budget:
@@ -990,10 +756,7 @@ class ContextSummarizer(FrameProcessor):
         request = build_request(
             plan.summarized,
             previous_summary=previous,
-            # a manual override's budget is honoured as given; ours is capped (see policy)
-            max_tokens=config.target_context_tokens
-            if config is not self._config.summary_config
-            else summary_budget(self._config),
+            max_tokens=self._trigger.output_budget(config),
             prompt=config.summarization_prompt,
             shortened=plan.shortened,
             shorten_to_chars=shorten_to,
@@ -1005,6 +768,11 @@ class ContextSummarizer(FrameProcessor):
         )
         self._task = self.create_task(self._run(job), f"{self}::summary")
         return True
+
+    def _reducible_tokens(self) -> int:
+        return self._meter.measure(
+            self._context.messages, self._memory.summary_message
+        ).reducible_tokens
 
     # -- running --------------------------------------------------------------------------
 
@@ -1037,21 +805,16 @@ class ContextSummarizer(FrameProcessor):
 
     def _after_run(self) -> None:
         self._step = "pinning"
-        self._enforce_pinned_budget()  # what was deferred while the summary ran
-        self._refresh_summary()
-        self._sync_pinned()
+        self._fold_and_refresh()  # what was deferred while the summary ran
+        self._render_memory()
         if self._manual_waiting:
             override, self._manual_pending, self._manual_waiting = self._manual_pending, None, False
             self._start_manual(override)
-        elif chain_backlog(
-            pending=bool(self._pending),
-            last_failed=self._failures.consecutive > 0,
-            ready=self._failures.ready(_clock()),
-        ):
+        elif self._trigger.chain_backlog(pending=bool(self._pending), now=_clock()):
             self._start("backlog", self._config.summary_config, self._summarizer)
 
     def _log_error_content(self, error: BaseException) -> None:
-        if self._options.log_content:
+        if self._params.log_content:
             logger.opt(exception=error).debug(f"{self}: summary error detail: {error!r}")
 
     async def _close_owned(self) -> None:
@@ -1066,8 +829,8 @@ class ContextSummarizer(FrameProcessor):
                 logger.warning(f"{self}: closing the summarizer failed ({type(e).__name__})")
 
     async def _failed(self, job: _Job, error: str) -> None:
-        delay, escalate = self._failures.failed(_clock())
-        n = self._failures.consecutive
+        delay, escalate = self._trigger.summary_failed(_clock())
+        n = self._trigger.failures.consecutive
         logger.warning(
             f"{self}: summary failed ({error}); context left untouched, "
             f"failure {n} in a row, next automatic attempt in {delay:.1f}s"
@@ -1086,13 +849,10 @@ class ContextSummarizer(FrameProcessor):
         )
 
     async def _apply(self, job: _Job, result: SummaryResult) -> None:
-        text = result.text
         self._check_replaced()  # a replaced context's pending messages are not spliced in
         messages = self._context.messages
-        present = self._summary_present(messages)
-        logical = with_pending(
-            self._view(messages), self._pending, self._summary_message if present else None
-        )
+        memory = self._memory
+        logical = with_pending(self._view(messages), self._pending, memory.summary_in(messages))
         # Check before touching anything; everything below up to set_messages is synchronous.
         start = locate(logical, job.plan)
         if start is None:
@@ -1101,31 +861,21 @@ class ContextSummarizer(FrameProcessor):
                 "longer in place); summary discarded, nothing applied"
             )
             return
-        self._failures.succeeded()
-        if self._options.pin_summary_facts:
-            sections = result.sections if result.sections is not None else parse_sections(text)
-            if self._pinned.merge_summary(sections):
-                self._enforce_pinned_budget(applying=True)
-        if self._folded:  # facts that left the pinned block belong in the record
-            text, self._folded = self._with_facts(text, self._folded), []
-        summary_message = self._summary_for(text, job.config)
-        new_logical = splice(logical, job.plan, summary_message, start)
-        before = self._meter.measure(messages, self._summary_message)
+        self._trigger.summary_applied()
+        draft = memory.absorb(result.text, result.sections, job.config)
+        new_logical = splice(logical, job.plan, draft.message, start)
+        before = self._meter.measure(messages, memory.summary_message)
         kept = len(logical) - start - len(job.plan.replaced)
         new_messages, self._pending = split_pending(new_logical, self._pending)
         self._set_messages(new_messages)
         # summarized messages leave the token cache, so it does not keep them alive
         self._meter.counter.forget_except([*new_messages, *self._pending])
-        self._summary_message, self._summary_text = summary_message, text
-        self._summary_config = job.config
-        self._summary_tokens = count_text(self._meter.counter, text)
-        self._no_plan_at = None
+        memory.commit(draft)
         self._warned_blocked.clear()
-        self._replan_at_tokens = 0
-        self._sync_pinned()
-        after = self._meter.measure(self._context.messages, summary_message)
+        self._render_memory()
+        after = self._meter.measure(self._context.messages, draft.message)
         self._compactions += 1
-        event = SummaryAppliedEvent(
+        event = ContextCompactedEvent(
             reason=job.reason,
             messages_before=before.message_count,
             messages_after=after.message_count,
@@ -1133,21 +883,21 @@ class ContextSummarizer(FrameProcessor):
             messages_kept=kept,
             tokens_before=before.total_tokens,
             tokens_after=after.total_tokens,
-            summary_tokens=self._meter.counter.count_message(summary_message),
+            summary_tokens=self._meter.counter.count_message(draft.message),
             input_tokens=job.plan.input_tokens
             + count_text(self._meter.counter, job.request.system_prompt),
             latency_s=_clock() - job.started,
-            summary_sha256=short_sha256(text),
+            summary_sha256=short_sha256(draft.text),
             compaction=self._compactions,
             pending_messages=len(self._pending),
-            pinned_facts=len(self._pinned),
+            pinned_facts=len(memory.facts),
         )
         logger.info(f"{self}: {event.log_line()}")
         if self._recorder is not None:
             model = getattr(job.summarizer, "model", None)
-            self._recorder.applied(event, job.plan.summarized, text, model)
+            self._recorder.applied(event, job.plan.summarized, draft.text, model)
         await self.push_frame(
-            ContextSummaryAppliedFrame(message=summary_message, event=event),
+            ContextSummaryAppliedFrame(message=draft.message, event=event),
             FrameDirection.UPSTREAM,
         )
         await self._call_event_handler("on_summary_applied", event)
@@ -1180,8 +930,7 @@ class ContextSummarizer(FrameProcessor):
             return
         try:
             placed = await recall.prepare(
-                lambda: self._context.messages,
-                lambda: [self._summary_text or "", *(f.text for f in self._pinned.facts)],
+                lambda: self._context.messages, self._memory.texts_in_view
             )
             if placed is not None:
                 self._set_messages(placed)
@@ -1199,47 +948,34 @@ class ContextSummarizer(FrameProcessor):
     async def _store_turn(self) -> None:
         """Count the turn; on the first one, give a returning caller their memory."""
         recorder = self._recorder
+        if recorder is None:
+            return
         recorder.turns += 1
         if recorder.turns == 1:
             memory = await recorder.memory_for_first_turn()
             if memory is not None:
-                self._restore_memory(*memory)
-
-    def _restore_memory(self, facts: list[dict], earlier: str | None) -> None:
-        """Pin a returning caller's facts and place the "earlier calls" text where the
-        summary goes (user-role data, like any summary), so this call's summaries build on
-        it."""
-        self._recorder.restoring(True)
-        try:
-            for f in facts:
+                facts, earlier = memory
+                recorder.restoring(True)  # fact changes are recorded as "restored"
                 try:
-                    self._pinned.pin(
-                        f["key"], f["text"], kind=f.get("kind", "fact"), source=f["source"]
+                    self._put(
+                        self._memory.load(
+                            self._context.messages,
+                            facts,
+                            earlier,
+                            in_flight=self.summary_in_flight,
+                        )
                     )
-                except (KeyError, ValueError, TypeError):
-                    continue  # a malformed stored fact is skipped, never the call
-            self._enforce_pinned_budget()
-            self._sync_pinned()
-        finally:
-            self._recorder.restoring(False)
-        if (
-            earlier
-            and not self.summary_in_flight
-            and not self._summary_present(self._context.messages)
-        ):
-            message = self._summary_for(earlier, self._summary_config)
-            messages = self._context.messages
-            at = head_length(messages)
-            self._summary_message, self._summary_text = message, earlier
-            self._summary_tokens = count_text(self._meter.counter, earlier)
-            self._set_messages([*messages[:at], message, *messages[at:]])
+                finally:
+                    recorder.restoring(False)
 
     async def _store_end(self, ended_by: str) -> None:
         """Record the final state and flush the queue (bounded by ``flush_timeout_s``)."""
+        if self._recorder is None:
+            return
         await self._recorder.end(
             ended_by=ended_by,
             summary=self.summary_text,
-            facts=self._pinned.facts,
+            facts=self._memory.facts.facts,
             messages_in_context=len(self._context.messages),
             compactions=self._compactions,
         )

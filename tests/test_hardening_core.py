@@ -20,6 +20,7 @@ from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 from pipecat.tests.utils import SleepFrame
 
 import pipecat_summarizer.plan as plan_module
+import pipecat_summarizer.policy as policy_module
 import pipecat_summarizer.processor as processor_module
 from pipecat_summarizer import ContextSummarizer, SummarizerOptions
 from pipecat_summarizer.tokens import ContextMeter, EstimateTokenCounter
@@ -86,8 +87,8 @@ def _boom(*args, **kwargs):
 # (step named in the ERROR, what to patch): every internal step the processor runs per frame.
 STEPS = {
     "counting": lambda mp: mp.setattr(ContextMeter, "measure", _boom),
-    "pinning": lambda mp: mp.setattr(ContextSummarizer, "_sync_pinned", _boom),
-    "planning-trigger": lambda mp: mp.setattr(processor_module, "trigger_reason", _boom),
+    "pinning": lambda mp: mp.setattr(ContextSummarizer, "_render_memory", _boom),
+    "planning-trigger": lambda mp: mp.setattr(policy_module, "trigger_reason", _boom),
     "planning-select": lambda mp: mp.setattr(processor_module, "select", _boom),
     "parsing tool messages": lambda mp: mp.setattr(plan_module, "parse_async_tool_message", _boom),
     "eviction": lambda mp: mp.setattr(processor_module, "evict_for_ceiling", _boom),
