@@ -38,11 +38,18 @@ class TriggerParams:
         min_token_gain: A token-triggered compaction starts only if it would summarize at
             least this share of ``max_context_tokens``, so a context whose recent turns alone
             are large is not re-summarized every turn.
+        cached_input_discount: The main LLM provider's prompt-cache discount, as a share of
+            the input price (0.9 when a cached input token costs a tenth). Above 0, a
+            compaction the message threshold calls for waits until carrying the unsummarized
+            messages at the cached price has cost as much as rewriting the cached prefix
+            would (:class:`~pipecat_summarizer.cadence.CacheCadence`); the token threshold
+            is never deferred. 0 (the default) compacts on Pipecat's thresholds alone.
     """
 
     auto: bool = True
     soft_ratio: float = 0.8
     min_token_gain: float = 0.1
+    cached_input_discount: float = 0.0
 
     def __post_init__(self):
         """Validate the fields."""
@@ -51,6 +58,8 @@ class TriggerParams:
             raise ValueError("trigger.soft_ratio must be in [0.1, 1]")
         if not 0 <= self.min_token_gain < 1:
             raise ValueError("trigger.min_token_gain must be in [0, 1)")
+        if not 0 <= self.cached_input_discount < 1:
+            raise ValueError("trigger.cached_input_discount must be in [0, 1)")
 
 
 @dataclass
@@ -231,6 +240,7 @@ class SummarizerOptions:
     auto_summarize: bool = True
     log_content: bool = False
     unresolved_tool_call_turns: int | None = 3
+    cached_input_discount: float = 0.0
 
     def __post_init__(self):
         """Warn, then validate under the old field names."""
@@ -281,7 +291,10 @@ class SummarizerOptions:
             summary_role=self.summary_role,  # type: ignore[arg-type]  # checked above
             log_content=self.log_content,
             trigger=TriggerParams(
-                self.auto_summarize, self.soft_trigger_ratio, self.min_token_gain
+                self.auto_summarize,
+                self.soft_trigger_ratio,
+                self.min_token_gain,
+                self.cached_input_discount,
             ),
             retry=RetryParams(
                 self.retry_backoff_s, self.max_retry_backoff_s, self.error_after_failures

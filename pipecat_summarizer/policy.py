@@ -19,6 +19,7 @@ from pipecat.utils.context.llm_context_summarization import (
     LLMContextSummaryConfig,
 )
 
+from pipecat_summarizer.cadence import CacheCadence, over_context_limit
 from pipecat_summarizer.events import Reason
 from pipecat_summarizer.options import RetryParams, TriggerParams
 from pipecat_summarizer.tokens import Measurement
@@ -109,7 +110,10 @@ def trigger_reason(
 
     The token threshold compares only what summarization can reduce (the system prompt
     and other protected messages are excluded), and the message threshold counts messages
-    since the last summary, so neither can fire again right after a compaction.
+    since the last summary, so neither can fire again right after a compaction. Pipecat's
+    own threshold on the whole context applies too, unless the protected messages take more
+    than half of it (:func:`~pipecat_summarizer.cadence.over_context_limit`): a compaction
+    never starts later than Pipecat's.
 
     Args:
         config: Pipecat's auto-summarization config.
@@ -122,6 +126,8 @@ def trigger_reason(
     """
     tokens = config.max_context_tokens
     if tokens is not None and m.reducible_tokens >= tokens * soft:
+        return "tokens"
+    if tokens is not None and over_context_limit(m.total_tokens, m.reducible_tokens, tokens):
         return "tokens"
     limit = config.max_unsummarized_messages
     if limit is not None and m.messages_since_summary >= limit:
@@ -287,6 +293,8 @@ class CompactionTrigger:
         self.replan_at_tokens = 0
         # the message count at which the last plan found nothing: nothing new to plan yet
         self.no_plan_at: int | None = None
+        # with a prompt cache, message-threshold compactions wait until they pay
+        self.cadence = CacheCadence(self.params.cached_input_discount)
 
     def due(self, m: Measurement, *, now: float, in_flight: bool, pending: bool) -> Reason | None:
         """The reason to start an automatic compaction now, or ``None``.
@@ -298,11 +306,14 @@ class CompactionTrigger:
             pending: Evicted messages wait for a summary (the backlog, due even in
                 manual-only mode: only a summary brings them back).
         """
+        self.cadence.observe(m.reducible_tokens)  # every turn's request is billed
         if in_flight or not self.failures.ready(now):
             return None
         reason = None
         if self.params.auto:
             reason = trigger_reason(self.config, m, self.params.soft_ratio)
+        if self.cadence.defer(reason):
+            reason = None  # carrying the messages costs less than rewriting the cached prefix
         if reason == "tokens" and m.reducible_tokens < self.replan_at_tokens:
             reason = None  # the last token plan gained too little; wait until it would
         if reason is None and pending:
@@ -356,6 +367,7 @@ class CompactionTrigger:
         self.failures.succeeded()
         self.no_plan_at = None
         self.replan_at_tokens = 0
+        self.cadence.compacted()
 
     def context_replaced(self) -> None:
         """The application replaced the context: plan it afresh."""

@@ -40,7 +40,7 @@ def test_thresholds_with_the_soft_ratio():
     assert due(t, m(since=20)) == "messages"
     assert due(t, m(since=19)) is None
     exact = CompactionTrigger(config(), TriggerParams(soft_ratio=1.0))
-    assert due(exact, m(reducible=7999)) is None
+    assert due(exact, m(reducible=7899)) is None  # the whole context (+100) is 7,999
 
 
 def test_one_summary_at_a_time():
@@ -139,8 +139,8 @@ def test_backlog_chains_only_after_a_success_and_when_ready():
 def test_due_never_answers_tokens_below_the_soft_threshold(reducible, since, soft, auto):
     t = CompactionTrigger(config(), TriggerParams(auto=auto, soft_ratio=soft))
     reason = due(t, m(reducible=reducible, since=since))
-    if reason == "tokens":
-        assert auto and reducible >= 8000 * soft
+    if reason == "tokens":  # the soft threshold, or Pipecat's own on the whole context
+        assert auto and (reducible >= 8000 * soft or reducible + 100 >= 8000)
     if reason == "messages":
         assert auto and since >= 20
     if not auto:

@@ -1,0 +1,164 @@
+"""Cost comparison on every conversation: billed tokens, cost without and with a prompt cache.
+
+Replays each conversation (simulated real time, the replay's defaults) with the full buffer,
+Pipecat's built-in summarization and ours, all with Pipecat's default thresholds (8,000
+tokens / 20 messages / keep 4) and the same offline extractive summarizer, and adds a
+fourth run, ours with ``cached_input_discount`` set from the prices (1 - cached / input:
+0.9 at $3 / $0.30), the cache-aware cadence of :mod:`pipecat_summarizer.cadence`.
+
+Conversations: the bundled calls (``examples/conversations/*.jsonl`` with their probes),
+``--synthetic 200`` with Pipecat's defaults, a held-out synthetic call generated with another
+seed, length and message sizes (never used to tune anything), and, with ``--locomo PATH``,
+every LoCoMo conversation.
+
+Usage::
+
+    .venv/bin/python benchmarks/cost.py [--locomo /path/to/locomo10.zip] [--only NAME]
+        [--json out/cost.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from loguru import logger  # noqa: E402
+
+from pipecat_summarizer.replay import clock  # noqa: E402
+from pipecat_summarizer.replay.backends import extractive_backend  # noqa: E402
+from pipecat_summarizer.replay.report import Prices, TokenTable, strategy_metrics  # noqa: E402
+from pipecat_summarizer.replay.runner import replay_options, run_strategy  # noqa: E402
+from pipecat_summarizer.replay.strategies import Thresholds  # noqa: E402
+from pipecat_summarizer.replay.synthetic import PROBES, synthetic_transcript  # noqa: E402
+from pipecat_summarizer.replay.timing import CallModel  # noqa: E402
+from pipecat_summarizer.replay.transcript import load_probes, load_transcript  # noqa: E402
+
+RUNS = ("full_buffer", "pipecat_builtin", "pipecat_summarizer", "ours_cache_aware")
+HELD_OUT = {"exchanges": 130, "seed": 2027, "prefix_tokens": 1200, "user_tokens": 70,
+            "assistant_tokens": 230}  # fmt: skip
+
+
+def conversations(locomo: str | None) -> list[tuple[str, Any, list[str], Any]]:
+    """``(name, transcript, probes, qa)`` for every conversation to compare."""
+    out = []
+    data = ROOT / "examples" / "conversations"
+    if not data.is_dir():  # moved into the package by the packaging work
+        data = ROOT / "pipecat_summarizer" / "replay" / "data"
+    for path in sorted(data.glob("*.jsonl")):
+        probes_path = path.with_suffix(".probes.txt")
+        probes = load_probes(probes_path) if probes_path.exists() else []
+        out.append((path.stem, load_transcript(path), probes, None))
+    out.append(("synthetic_200", synthetic_transcript(200), list(PROBES), None))
+    out.append(("held_out_130", synthetic_transcript(**HELD_OUT), list(PROBES), None))
+    if locomo:
+        from pipecat_summarizer.replay.locomo import convert, load_samples
+
+        for sample_id, sample in load_samples(locomo):
+            conv = convert(sample, sample_id)
+            out.append((f"locomo_{conv.sample_id}", conv.transcript, [], conv.qa))
+    return out
+
+
+def measure(transcript: Any, probes: list[str], qa: Any, prices: Prices) -> dict[str, dict]:
+    """Every run of :data:`RUNS` on one transcript, as report entries."""
+    discount = 1 - prices.cached_input / prices.input
+    backend = extractive_backend()
+    table = TokenTable()
+    model = CallModel()
+
+    async def go() -> dict[str, Any]:
+        results = {}
+        for run in RUNS:
+            strategy = "pipecat_summarizer" if run == "ours_cache_aware" else run
+            if run == "ours_cache_aware":
+                try:
+                    options = replay_options(cached_input_discount=discount)
+                except TypeError:  # a version without the option (a "before" run)
+                    continue
+            else:
+                options = replay_options()
+            results[run] = await run_strategy(
+                transcript,
+                strategy,
+                thresholds=Thresholds(),
+                backend=backend,
+                options=options,
+                table=table,
+                model=model,
+            )
+        return results
+
+    results = clock.run(go())
+    out = {}
+    for run, result in results.items():
+        entry = strategy_metrics(result, prices=prices, probes=probes)
+        if qa:
+            from pipecat_summarizer.replay.locomo import answer_recall
+
+            entry["answer_recall"], _ = answer_recall(result.final_text, qa)
+        out[run] = entry
+    return out
+
+
+def row(name: str, runs: dict[str, dict]) -> list[str]:
+    """One line per run: billed tokens, costs, facts."""
+    full = runs["full_buffer"]["input_tokens"]
+    lines = []
+    for run, e in runs.items():
+        billed = e["input_tokens"] + e["summary_input_tokens"]
+        if "answer_recall" in e:
+            facts = f"recall {e['answer_recall']:.1%}"
+        else:
+            facts = (
+                f"{e['probes_retained']}/{e['probes_total']} ({e['probes_retained_every_turn']})"
+            )
+        lines.append(
+            f"{name:<16} {run:<20} {billed:>11,} {billed / full:>7.1%} "
+            f"{e['summaries_applied']:>4} ${e['cost_usd']:>8.4f} ${e['cost_usd_with_cache']:>8.4f}"
+            f"  {facts}"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--locomo", help="locomo10.zip (every conversation)")
+    parser.add_argument("--only", action="append", help="only conversations with this name")
+    parser.add_argument("--json", help="write the entries here")
+    args = parser.parse_args(argv)
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING")
+    prices = Prices()
+    header = (
+        f"{'conversation':<16} {'run':<20} {'billed in':>11} {'vs full':>7} {'sum':>4} "
+        f"{'no cache':>9} {'cached':>9}  facts (every turn)"
+    )
+    print(
+        "Pipecat's default thresholds, extractive summarizer, simulated real time; prices "
+        f"${prices.input}/${prices.cached_input} cached per M input, summarizer "
+        f"${prices.summary_input}/${prices.summary_output}"
+    )
+    print(header)
+    print("-" * len(header))
+    report = {}
+    for name, transcript, probes, qa in conversations(args.locomo):
+        if args.only and not any(o in name for o in args.only):
+            continue
+        runs = measure(transcript, probes, qa, prices)
+        report[name] = runs
+        print("\n".join(row(name, runs)), flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""How much to keep and when to compact, so that compaction pays, prompt cache included.
+
+Pure rules, no asyncio, no Pipecat frames.
+
+Three rules:
+
+* :func:`kept_messages`: a compaction planned on a user turn is planned *before* the main
+  LLM answers that turn, and its summary lands seconds later, after the answer. Counted at
+  planning time, ``min_messages_after_summary`` messages plus the answer would stay verbatim:
+  one message more than asked for, and with the kept tail moved back to start on a user
+  turn, a whole exchange more, on every request until the next compaction, and the message
+  threshold, which counts the kept messages, trips one exchange sooner. The answer on its way
+  is therefore counted among the kept messages.
+* :class:`CacheCadence`: with a prompt cache, a compaction is not free even when its summary
+  is: the request after it rewrites the prefix after the system prompt, billed at the full
+  input price, while carrying the unsummarized messages only costs the cached price. So,
+  given the provider's cached-input discount, a compaction the *message* threshold calls for
+  waits until the cache cost of carrying what it would remove has reached the extra cost of
+  rewriting the prefix (the economic-order-quantity balance: it minimizes the cost per turn
+  of a cycle whose carrying cost grows with every turn). The token threshold is never
+  deferred, so requests stay under ``max_context_tokens`` exactly as without a cache.
+* :func:`over_context_limit`: the token threshold compares what summarization can reduce
+  (a large system prompt must not make it fire every turn), so on its own it lets a request
+  grow to ``max_context_tokens`` plus the system prompt. Pipecat's own threshold, on the
+  whole context, therefore also applies whenever the protected messages leave at least half
+  of ``max_context_tokens``: a compaction never starts later than Pipecat's would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipecat_summarizer.validation import validate_numeric_fields
+
+
+def kept_messages(keep: int, *, answer_pending: bool) -> int:
+    """The number of existing messages to keep verbatim when planning a compaction.
+
+    Args:
+        keep: ``min_messages_after_summary``: messages that must follow the summary.
+        answer_pending: The plan is made on a request the main LLM is about to answer (a
+            user turn's context frame): its answer lands before the summary and is one of
+            the kept messages.
+
+    Returns:
+        ``keep - 1`` when an answer is pending and ``keep`` is at least 2 (the current
+        user message always stays verbatim with its answer), else ``keep``.
+    """
+    if answer_pending and keep >= 2:
+        return keep - 1
+    return keep
+
+
+def over_context_limit(total_tokens: int, reducible_tokens: int, max_context_tokens: int) -> bool:
+    """Pipecat's token threshold on the whole context, where it cannot fire every turn.
+
+    Args:
+        total_tokens: Tokens of every message in the context.
+        reducible_tokens: Tokens summarization can act on (the rest is protected: the
+            system prompt, pinned application facts, injected system messages).
+        max_context_tokens: Pipecat's ``max_context_tokens``.
+
+    Returns:
+        True when the context has reached ``max_context_tokens`` and the protected messages
+        take at most half of it (a larger system prompt would trip the threshold again right
+        after every compaction: then only the reducible threshold applies).
+    """
+    protected = total_tokens - reducible_tokens
+    return total_tokens >= max_context_tokens and protected <= max_context_tokens / 2
+
+
+@dataclass
+class CacheCadence:
+    """Defers message-threshold compactions while the prompt cache makes waiting cheaper.
+
+    The processor calls :meth:`observe` on every user turn with the context's reducible
+    tokens (what summarization can act on), :meth:`defer` when the message threshold trips,
+    and :meth:`compacted` when a summary lands.
+
+    The first reducible count after a compaction is the ``base``: what the rewritten prefix
+    holds (summary, noted facts, kept tail). Rewriting it again costs ``discount * base``
+    more than reading it from the cache. Every turn carries ``reducible - base`` tokens that
+    the next compaction would remove, at ``1 - discount`` of the price. The message threshold
+    compacts only once ``(1 - discount) * carried >= discount * base``; before the first
+    compaction (no base measured yet) it compacts as Pipecat's thresholds say.
+
+    Parameters:
+        discount: The provider's cached-input discount, a share of the input price (0.9 when
+            a cached token costs a tenth); 0 disables the deferral.
+        base: Reducible tokens on the first turn after the last compaction (``None`` until
+            measured).
+        carried: Sum over turns since then of the reducible tokens above ``base``.
+    """
+
+    discount: float = 0.0
+    base: int | None = None
+    carried: int = 0
+    _after_compaction: bool = False
+
+    def __post_init__(self):
+        """Validate the discount."""
+        validate_numeric_fields(self)
+        if not 0 <= self.discount < 1:
+            raise ValueError("cached_input_discount must be in [0, 1)")
+
+    @property
+    def enabled(self) -> bool:
+        """True when a cache discount is given."""
+        return self.discount > 0
+
+    def observe(self, reducible_tokens: int) -> None:
+        """One user turn's request, with the reducible tokens it carries."""
+        if self._after_compaction:
+            self.base, self.carried, self._after_compaction = reducible_tokens, 0, False
+            return
+        if self.base is not None:
+            self.carried += max(0, reducible_tokens - self.base)
+
+    def compacted(self) -> None:
+        """A summary landed: the next observed turn sets the new base."""
+        self._after_compaction = True
+        self.carried = 0
+
+    def rewrite_cost(self) -> float:
+        """Extra cost, in full-price input tokens, of rewriting the prefix once more."""
+        return self.discount * (self.base or 0)
+
+    def carry_cost(self) -> float:
+        """Cost so far, in full-price input tokens, of carrying the unsummarized growth."""
+        return (1 - self.discount) * self.carried
+
+    def defer(self, reason: str | None) -> bool:
+        """Whether a compaction for ``reason`` should wait for a later turn.
+
+        Only the message threshold is deferred, only with a discount and a measured base,
+        and only while carrying costs less than rewriting. The token threshold, manual
+        requests and the ceiling's backlog never wait.
+        """
+        if reason != "messages" or not self.enabled or self.base is None:
+            return False
+        return self.carry_cost() < self.rewrite_cost()

@@ -1,0 +1,202 @@
+"""The cadence rules (issue 12, item 2): what a compaction keeps, when the whole context
+trips Pipecat's threshold, and the prompt-cache deferral; pure rules, then real pipelines."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer.cadence import CacheCadence, kept_messages, over_context_limit
+from pipecat_summarizer.options import ContextSummarizerParams, TriggerParams
+from pipecat_summarizer.policy import CompactionTrigger, trigger_reason
+from pipecat_summarizer.tokens import Measurement
+from tests.pipeline_utils import USER_LINE, Run, cfg, scripted, texts_of, turns
+
+
+def run_with(server, config, params: ContextSummarizerParams) -> Run:
+    """A :class:`Run` whose processor takes grouped ``params``."""
+    r = Run(server, config)
+    r.processor = ContextSummarizer(
+        context=r.context,
+        config=config,
+        summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
+        params=params,
+    )
+
+    @r.processor.event_handler("on_summary_applied")
+    async def _applied(_, event):
+        r.applied.append(event)
+
+    return r
+
+
+# -- kept messages -----------------------------------------------------------------------------
+
+
+def test_the_answer_on_its_way_counts_among_the_kept_messages():
+    assert kept_messages(4, answer_pending=True) == 3
+    assert kept_messages(4, answer_pending=False) == 4  # backlog, manual: nothing pending
+    assert kept_messages(1, answer_pending=True) == 1  # the question stays with its answer
+    assert kept_messages(0, answer_pending=True) == 0
+
+
+# -- Pipecat's threshold on the whole context ----------------------------------------------------
+
+
+def test_whole_context_threshold_applies_unless_the_system_prompt_is_large():
+    assert over_context_limit(8000, 5000, 8000)  # 3,000 protected: Pipecat's limit holds
+    assert not over_context_limit(7999, 4999, 8000)
+    assert not over_context_limit(12_000, 500, 8000)  # the head alone is over half
+    config = cfg(tokens=8000, messages=20)
+    # reducible 5,000 is under the soft 6,400, but the request is at Pipecat's 8,000
+    assert trigger_reason(config, Measurement(8000, 5000, 3, 10), soft=0.8) == "tokens"
+    assert trigger_reason(config, Measurement(12_000, 500, 3, 10), soft=0.8) is None
+
+
+@given(st.integers(0, 20_000), st.integers(0, 20_000), st.integers(100, 50_000))
+def test_whole_context_threshold_never_fires_below_pipecats(reducible, protected, limit):
+    total = reducible + protected
+    if over_context_limit(total, reducible, limit):
+        assert total >= limit and protected <= limit / 2
+
+
+# -- the prompt-cache deferral ------------------------------------------------------------------
+
+
+def cycle(cadence: CacheCadence, base: int, growth: int, turns: int) -> list[bool]:
+    """After a compaction, ``turns`` turns growing by ``growth``: is the message threshold
+    deferred on each?"""
+    cadence.compacted()
+    out = []
+    for k in range(turns):
+        cadence.observe(base + k * growth)
+        out.append(cadence.defer("messages"))
+    return out
+
+
+def test_no_discount_never_defers():
+    c = CacheCadence()
+    assert cycle(c, 2000, 200, 10) == [False] * 10
+
+
+def test_the_first_compaction_follows_pipecats_thresholds():
+    c = CacheCadence(0.9)
+    c.observe(5000)
+    assert not c.defer("messages")  # no compaction yet: no measured prefix to weigh
+
+
+def test_defers_until_carrying_costs_as_much_as_rewriting():
+    c = CacheCadence(0.9)
+    deferred = cycle(c, base=2000, growth=200, turns=20)
+    # rewrite: 0.9 * 2000 = 1800; carried after k turns: 0.1 * 200 * k(k-1)/2 >= 1800 at k=14
+    assert deferred == [True] * 13 + [False] * 7
+    assert c.carry_cost() >= c.rewrite_cost()
+
+
+def test_only_the_message_threshold_waits():
+    c = CacheCadence(0.9)
+    cycle(c, base=2000, growth=0, turns=3)
+    assert c.defer("messages")
+    assert not c.defer("tokens")  # requests stay under max_context_tokens
+    assert not c.defer("backlog") and not c.defer("manual") and not c.defer(None)
+
+
+@given(
+    st.floats(0.01, 0.99),
+    st.integers(0, 20_000),
+    st.lists(st.integers(0, 30_000), min_size=1, max_size=60),
+)
+def test_once_it_pays_it_stays_due_until_the_next_compaction(discount, base, sizes):
+    c = CacheCadence(discount)
+    c.compacted()
+    c.observe(base)
+    due_seen = False
+    for size in sizes:
+        c.observe(size)
+        deferred = c.defer("messages")
+        assert deferred == (c.carry_cost() < c.rewrite_cost())
+        if due_seen:
+            assert not deferred  # carried tokens only grow
+        due_seen = due_seen or not deferred
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.1, math.nan, math.inf])
+def test_bad_discount_is_rejected_by_name(bad):
+    with pytest.raises(ValueError, match="cached_input_discount"):
+        TriggerParams(cached_input_discount=bad)
+    with pytest.raises(ValueError, match="discount"):
+        CacheCadence(bad)
+
+
+def test_trigger_defers_message_compactions_with_a_cache_discount():
+    t = CompactionTrigger(cfg(tokens=8000, messages=20), TriggerParams(cached_input_discount=0.9))
+
+    def due(reducible, since):
+        return t.due(Measurement(reducible + 500, reducible, since, since + 2), now=0.0,
+                     in_flight=False, pending=False)  # fmt: skip
+
+    assert due(2500, 20) == "messages"  # the first compaction: Pipecat's thresholds
+    t.summary_applied()
+    assert due(1500, 5) is None  # the base: 1,500 rewritten
+    assert due(1700, 20) is None  # carrying 20 at a tenth: cheaper than 1,350 rewritten
+    assert due(7000, 40) == "tokens"  # the token threshold never waits
+    assert t.due(Measurement(1900, 1400, 22, 30), now=0.0, in_flight=False, pending=True) == (
+        "backlog"
+    )
+
+
+# -- through a real pipeline ---------------------------------------------------------------------
+
+
+def after_summary(request: dict) -> list[dict]:
+    """The messages of a main-LLM request after the summary message."""
+    msgs = request["messages"]
+    at = next(
+        i
+        for i, m in enumerate(msgs)
+        if isinstance(m.get("content"), str) and m["content"].startswith("Conversation summary")
+    )
+    return msgs[at + 1 :]
+
+
+async def test_a_compaction_keeps_exactly_min_messages_after_summary(openai_server):
+    """keep=4: once the summary lands, the 4 most recent messages follow it (the answer to
+    the turn that triggered it among them), then the next user turn. Counting the 4 before
+    the answer kept a whole exchange more on every request."""
+    openai_server.handler = scripted()
+    r = Run(openai_server, cfg(messages=8, keep=4))
+    said = [f"user message number {i}" for i in range(6)]
+    await r.run(turns(said, gap=0.2))
+    assert len(r.applied) == 1
+    firsts = [b for b in openai_server.chat_requests if "Conversation summary" in str(b)]
+    tail = after_summary(firsts[0])
+    assert [m["role"] for m in tail] == ["user", "assistant", "user", "assistant", "user"]
+    assert [m["content"] for m in tail if m["role"] == "user"] == [
+        "user message number 3",
+        "user message number 4",
+        "user message number 5",
+    ]
+    # nothing lost: every earlier user line is in the summary (the echo summarizer keeps them)
+    final = texts_of(openai_server.chat_requests[-1]["messages"])
+    assert {int(x.rsplit(" ", 1)[1]) for x in USER_LINE.findall(final)} == set(range(6))
+
+
+async def test_a_cache_discount_compacts_less_often_and_loses_nothing(openai_server):
+    said = [f"user message number {i}, " + "about my week " * 10 for i in range(24)]
+    counts = {}
+    for discount in (0.0, 0.9):
+        openai_server.handler = scripted()
+        openai_server.requests.clear()
+        params = ContextSummarizerParams(trigger=TriggerParams(cached_input_discount=discount))
+        r = run_with(openai_server, cfg(messages=8, keep=4), params)
+        await r.run(turns(said, gap=0.2))
+        counts[discount] = len(r.applied)
+        assert all(e.reason == "messages" for e in r.applied)
+        final = texts_of(openai_server.chat_requests[-1]["messages"])
+        assert {int(x.rsplit(" ", 1)[1]) for x in USER_LINE.findall(final)} == set(range(24))
+    assert counts[0.0] >= 4
+    assert 1 <= counts[0.9] < counts[0.0]
