@@ -23,6 +23,7 @@ fuzz: $(STAMP)  # the schedule fuzzer: SEEDS seeds from START (prints a replay c
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipecat_summarizer tests examples benchmarks
 	$(VENV)/bin/ruff format --check pipecat_summarizer tests examples benchmarks
+	$(VENV)/bin/mypy  # the package, configured in pyproject.toml [tool.mypy]
 	$(VENV)/bin/hadolint Dockerfile
 
 # DEMO_ARGS=--instant for the replay without time (every summary lands before the next turn)

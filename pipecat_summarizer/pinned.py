@@ -174,7 +174,8 @@ class PinnedFacts:
         if source in AUTHORITATIVE:
             raise ValueError("facts merged from the conversation cannot have source 'app'")
         changed = False
-        for kind, name in (("fact", "FACTS"), ("constraint", "CONSTRAINTS")):
+        pairs: tuple[tuple[Kind, str], ...] = (("fact", "FACTS"), ("constraint", "CONSTRAINTS"))
+        for kind, name in pairs:
             for bullet in sections.get(name, []):
                 changed |= self._merge_bullet(bullet, kind, source)
         return changed

@@ -65,7 +65,7 @@ def validate_config(config: LLMAutoContextSummarizationConfig) -> None:
         )
 
 
-def validate_summary_config(summary: LLMContextSummaryConfig, name: str = "summary_config"):
+def validate_summary_config(summary: object, name: str = "summary_config") -> None:
     """Check one summary config (the processor's, or a manual override's).
 
     Args:

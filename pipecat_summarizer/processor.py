@@ -289,7 +289,7 @@ class ContextSummarizer(FrameProcessor):
             if store is None or self._recorder is None:
                 raise ValueError("recall needs a store (store=SQLiteMemoryStore(...))")
             self._recall = RecallStep(
-                store,  # type: ignore[arg-type]  # every MemoryStore has search()
+                store,
                 recall,
                 call_id=self._recorder.call_id,
                 user_id=user_id,
@@ -864,6 +864,7 @@ class ContextSummarizer(FrameProcessor):
         self._trigger.summary_applied()
         draft = memory.absorb(result.text, result.sections, job.config)
         new_logical = splice(logical, job.plan, draft.message, start)
+        assert new_logical is not None  # located above, and nothing ran in between
         before = self._meter.measure(messages, memory.summary_message)
         kept = len(logical) - start - len(job.plan.replaced)
         new_messages, self._pending = split_pending(new_logical, self._pending)

@@ -146,7 +146,7 @@ def without_items(text: str, drop: Iterable[str], normalize: Callable[[str], str
     lines = [
         line
         for i, line in enumerate(kept)
-        if not (_heading_of(line) and not _heading_of(line)[1] and _next_is_heading(kept, i))
+        if not ((h := _heading_of(line)) and not h[1] and _next_is_heading(kept, i))
     ]
     out = "\n".join(lines).strip()
     return out or "(everything known so far is in the pinned facts)"
