@@ -179,9 +179,9 @@ def test_outage_spans_and_replay_options():
     with pytest.raises(ValueError):
         Outage(0, 5)
     options = replay_options(6000)
-    assert options.max_request_tokens == 6000
+    assert options.ceiling is not None and options.ceiling.max_request_tokens == 6000
     # the real backoff: the replay's clock is simulated, and ours reads the loop's clock
-    assert (options.retry_backoff_s, options.max_retry_backoff_s) == (5.0, 120.0)
+    assert (options.retry.backoff_s, options.retry.max_backoff_s) == (5.0, 120.0)
 
 
 # -- a real outage run ---------------------------------------------------------------------

@@ -239,7 +239,7 @@ def add_arguments(rp: argparse.ArgumentParser) -> None:
         type=_ceiling,
         default=None,
         metavar="N",
-        help="SummarizerOptions(max_request_tokens=N) for ours (at least 200)",
+        help="CeilingParams(max_request_tokens=N) for ours (at least 200)",
     )
     cg.add_argument(
         "--summarizer-down-from",

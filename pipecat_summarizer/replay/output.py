@@ -58,10 +58,12 @@ def _meta(job: ReplayJob, backend: Any, transcript: Any) -> dict[str, Any]:
             else None
         ),
         "summarizer_options": {
-            "max_request_tokens": options.max_request_tokens,
-            "soft_trigger_ratio": options.soft_trigger_ratio,
-            "retry_backoff_s": options.retry_backoff_s,
-            "max_retry_backoff_s": options.max_retry_backoff_s,
+            "max_request_tokens": (
+                options.ceiling.max_request_tokens if options.ceiling is not None else None
+            ),
+            "soft_trigger_ratio": options.trigger.soft_ratio,
+            "retry_backoff_s": options.retry.backoff_s,
+            "max_retry_backoff_s": options.retry.max_backoff_s,
         },
         "prices_per_million": {
             "input": prices.input,

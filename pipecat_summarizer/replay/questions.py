@@ -50,7 +50,8 @@ from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 from pipecat.workers.runner import WorkerRunner
 
-from pipecat_summarizer.processor import ContextSummarizer, SummarizerOptions
+from pipecat_summarizer.options import ContextSummarizerParams
+from pipecat_summarizer.processor import ContextSummarizer
 from pipecat_summarizer.recall import RecallParams, is_recall_message
 from pipecat_summarizer.replay.backends import Backend, Meter, MeteredSummarizer, extractive_backend
 from pipecat_summarizer.replay.locomo import (
@@ -283,7 +284,7 @@ class Plan:
     Parameters:
         thresholds: The summarizers' thresholds (Pipecat's defaults).
         backend: The summarizer backend (offline extractive by default).
-        options: ``SummarizerOptions`` for ours.
+        options: ``ContextSummarizerParams`` for ours.
         recall: ``RecallParams`` for ``ours_recall``.
         store_factory: A new, empty store for one conversation (SQLite in memory by
             default); the measurement closes it.
@@ -296,7 +297,7 @@ class Plan:
 
     thresholds: Thresholds = field(default_factory=Thresholds)
     backend: Backend = field(default_factory=extractive_backend)
-    options: SummarizerOptions = field(default_factory=SummarizerOptions)
+    options: ContextSummarizerParams = field(default_factory=ContextSummarizerParams)
     recall: RecallParams = field(default_factory=RecallParams)
     store_factory: Callable[[], MemoryStore] | None = None
     tag: str = ""
@@ -323,14 +324,16 @@ def _ours(
     recall: RecallParams | None = None,
     summarize: bool = True,
 ) -> ContextSummarizer:
-    options = plan.options if summarize else replace(plan.options, auto_summarize=False)
+    options = plan.options
+    if not summarize:
+        options = replace(options, trigger=replace(options.trigger, auto=False))
     return ContextSummarizer(
         context=context,
         config=plan.thresholds.config(),
         summarizer=MeteredSummarizer(
             plan.backend.make_summarizer(), Meter(recorder, table_, count_failures=False)
         ),
-        options=options,
+        params=options,
         store=store,
         call_id=call_id if store is not None else None,
         user_id=user_id if store is not None else None,

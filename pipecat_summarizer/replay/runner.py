@@ -22,7 +22,7 @@ Two modes:
 
 A call ends once the bot has finished its last answer and no summary is in flight any more.
 
-Ceiling and outage. ``SummarizerOptions(max_request_tokens=N)`` makes ours evict the oldest
+Ceiling and outage. ``ceiling=CeilingParams(max_request_tokens=N)`` makes ours evict the oldest
 units into its pending queue whenever a request would exceed ``N``; the recorder keeps the
 queue after every turn and on every ``on_messages_evicted``. An :class:`Outage` makes the
 summarizer backend of both summarizing strategies fail for a span of turns (calls during it
@@ -46,7 +46,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.workers.runner import WorkerRunner
 
-from pipecat_summarizer import SummarizerOptions
+from pipecat_summarizer.options import CeilingParams, ContextSummarizerParams
 from pipecat_summarizer.replay import clock
 from pipecat_summarizer.replay.backends import (
     OUTAGE_ERROR,
@@ -88,14 +88,15 @@ INSTANT_GAP_S = 600.0
 and than ours' largest retry backoff (120 s)."""
 
 
-def replay_options(max_request_tokens: int | None = None, **kwargs: Any) -> SummarizerOptions:
-    """``SummarizerOptions`` for a replay: the defaults, with the given ceiling.
+def replay_options(max_request_tokens: int | None = None, **kwargs: Any) -> ContextSummarizerParams:
+    """``ContextSummarizerParams`` for a replay: the defaults, with the given ceiling.
 
     Args:
         max_request_tokens: Ours' hard ceiling (``None``: none).
-        **kwargs: Any other ``SummarizerOptions`` field.
+        **kwargs: Any other ``ContextSummarizerParams`` field.
     """
-    return SummarizerOptions(max_request_tokens=max_request_tokens, **kwargs)
+    ceiling = CeilingParams(max_request_tokens) if max_request_tokens is not None else None
+    return ContextSummarizerParams(ceiling=ceiling, **kwargs)
 
 
 @dataclass
@@ -335,7 +336,7 @@ async def run_strategy(
     *,
     thresholds: Thresholds | None = None,
     backend: Backend | None = None,
-    options: SummarizerOptions | None = None,
+    options: ContextSummarizerParams | None = None,
     table: TokenTable | None = None,
     progress: ProgressFn | None = None,
     turn_timeout: float = 60.0,
@@ -351,7 +352,7 @@ async def run_strategy(
         strategy: ``full_buffer``, ``pipecat_builtin`` or ``pipecat_summarizer``.
         thresholds: The trigger thresholds.
         backend: The summarizer backend (required unless ``full_buffer``).
-        options: ``SummarizerOptions`` for ours (default: :func:`replay_options`).
+        options: ``ContextSummarizerParams`` for ours (default: :func:`replay_options`).
         table: Token table (shared across strategies to count each message once).
         progress: Called with ``(strategy, turn)`` after each turn.
         turn_timeout: Simulated seconds to wait for one turn before giving up.
@@ -407,7 +408,7 @@ async def run_all(
     strategies: Sequence[str] = STRATEGIES,
     thresholds: Thresholds | None = None,
     backend: Backend | None = None,
-    options: SummarizerOptions | None = None,
+    options: ContextSummarizerParams | None = None,
     progress: ProgressFn | None = None,
     turn_timeout: float = 60.0,
     outage: Outage | None = None,

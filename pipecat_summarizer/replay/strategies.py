@@ -41,8 +41,8 @@ from pipecat.utils.context.llm_context_summarization import (
 
 from pipecat_summarizer import (
     ContextSummarizer,
+    ContextSummarizerParams,
     MessagesEvictedEvent,
-    SummarizerOptions,
 )
 from pipecat_summarizer.replay.backends import (
     Backend,
@@ -97,7 +97,7 @@ class Setup:
     Parameters:
         thresholds: The trigger thresholds.
         backend: The summarizer backend (``None`` only for the full buffer).
-        options: ``SummarizerOptions`` for ours.
+        options: ``ContextSummarizerParams`` for ours.
         table: Token counts.
         latency: Modelled summarizer latency from output tokens (``None``: instant).
         outage: Turns during which the summarizer fails.
@@ -108,7 +108,7 @@ class Setup:
 
     thresholds: Thresholds
     backend: Backend | None
-    options: SummarizerOptions
+    options: ContextSummarizerParams
     table: TokenTable
     latency: Callable[[int], float] | None = None
     outage: Outage | None = None
@@ -255,7 +255,7 @@ class Ours(Strategy):
             summarizer=MeteredSummarizer(
                 self.setup.backend.make_summarizer(), self.meter(count_failures=False)
             ),
-            options=self.setup.options,
+            params=self.setup.options,
             **store_args,
         )
 
@@ -286,7 +286,7 @@ class Ours(Strategy):
 
     def extra(self) -> dict[str, Any]:
         """Evictions, when a ceiling is set."""
-        if self.setup.options.max_request_tokens is None:
+        if self.setup.options.ceiling is None:
             return {}
         return {
             "evictions": self.recorder.evictions,
