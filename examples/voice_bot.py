@@ -56,12 +56,12 @@ from pipecat.transports.base_transport import BaseTransport, TransportParams
 from pipecat.workers.runner import WorkerRunner
 
 from pipecat_summarizer import (
+    ContextCompactedEvent,
     ContextSummarizer,
+    ContextSummarizerParams,
     LLMAutoContextSummarizationConfig,
     LLMContextSummaryConfig,
     OpenAISummarizer,
-    SummarizerOptions,
-    SummaryAppliedEvent,
 )
 from pipecat_summarizer.store import MemoryStore, open_store
 
@@ -336,7 +336,7 @@ def create_summary_backend(settings: Settings) -> OpenAISummarizer:
 # -- compaction notice --------------------------------------------------------------------
 
 
-def compaction_message(event: SummaryAppliedEvent) -> dict:
+def compaction_message(event: ContextCompactedEvent) -> dict:
     """The RTVI server message sent to the client after a compaction."""
     return {
         "type": "context-compacted",
@@ -367,13 +367,13 @@ def create_summarizer(
         context=context,
         config=settings.summarization_config(),
         summarizer=backend,
-        options=SummarizerOptions(),
+        params=ContextSummarizerParams(),
         store=store,
         user_id=settings.caller_id,
     )
 
     @summarizer.event_handler("on_summary_applied")
-    async def on_summary_applied(processor: ContextSummarizer, event: SummaryAppliedEvent):
+    async def on_summary_applied(processor: ContextSummarizer, event: ContextCompactedEvent):
         message = compaction_message(event)
         logger.info(
             f"{message['text']}, compaction #{event.compaction} ({event.reason}), "

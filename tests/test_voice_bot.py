@@ -186,7 +186,7 @@ async def test_thirty_text_turns_compact_in_background_and_bot_keeps_answering(o
 
 
 def test_compaction_message_formats_thousands():
-    event = vb.SummaryAppliedEvent(
+    event = vb.ContextCompactedEvent(
         reason="tokens",
         messages_before=30,
         messages_after=6,
