@@ -7,6 +7,17 @@ the verbatim turns (pinned facts, the rolling summary) is the memory record's
 (``memory.ConversationMemory``): this shell only puts the messages it renders in place.
 Frames are never held: every frame is pushed on unchanged, except the manual
 ``LLMSummarizeContextFrame``, which this processor consumes.
+
+A summary's way from the secondary LLM to the context: the backend returns it
+(``summarizers/``), :func:`~pipecat_summarizer.summarizers.base.as_result` normalizes it,
+:meth:`ContextSummarizer._apply` checks the planned messages are still in place
+(``plan.locate``), the memory takes it in (:meth:`ConversationMemory.absorb`: facts pinned,
+folded facts written in, message rendered), ``plan.splice`` puts the message in, and the
+memory adopts it (:meth:`ConversationMemory.commit`) and re-renders the fact messages.
+
+Why over 600 lines: this is the public class's home (about 190 lines of its docstrings) and
+the one place every asyncio and Pipecat concern meets: frames, the background task, events,
+the ceiling's eviction loop, and the store and recall hooks. Rules live in pure modules.
 """
 
 from __future__ import annotations
