@@ -47,10 +47,9 @@ HELD_OUT = {"exchanges": 130, "seed": 2027, "prefix_tokens": 1200, "user_tokens"
 def conversations(locomo: str | None) -> list[tuple[str, Any, list[str], Any]]:
     """``(name, transcript, probes, qa)`` for every conversation to compare."""
     out = []
-    data = ROOT / "examples" / "conversations"
-    if not data.is_dir():  # moved into the package by the packaging work
-        data = ROOT / "pipecat_summarizer" / "replay" / "data"
-    for path in sorted(data.glob("*.jsonl")):
+    places = (ROOT / "pipecat_summarizer" / "replay" / "data", ROOT / "examples" / "conversations")
+    paths = {p.stem: p for place in reversed(places) for p in place.glob("*.jsonl")}
+    for path in sorted(paths.values(), key=lambda p: p.stem):
         probes_path = path.with_suffix(".probes.txt")
         probes = load_probes(probes_path) if probes_path.exists() else []
         out.append((path.stem, load_transcript(path), probes, None))
@@ -63,6 +62,20 @@ def conversations(locomo: str | None) -> list[tuple[str, Any, list[str], Any]]:
             conv = convert(sample, sample_id)
             out.append((f"locomo_{conv.sample_id}", conv.transcript, [], conv.qa))
     return out
+
+
+def cache_aware_options(discount: float) -> Any:
+    """Ours' replay options with the prompt-cache discount (grouped params, or the flat
+    options of earlier versions)."""
+    try:
+        from pipecat_summarizer.options import ContextSummarizerParams, TriggerParams
+    except ImportError:
+        return replay_options(cached_input_discount=discount)
+    options = replay_options()
+    if isinstance(options, ContextSummarizerParams):
+        options.trigger = TriggerParams(cached_input_discount=discount)
+        return options
+    return replay_options(cached_input_discount=discount)
 
 
 def measure(transcript: Any, probes: list[str], qa: Any, prices: Prices) -> dict[str, dict]:
@@ -78,7 +91,7 @@ def measure(transcript: Any, probes: list[str], qa: Any, prices: Prices) -> dict
             strategy = "pipecat_summarizer" if run == "ours_cache_aware" else run
             if run == "ours_cache_aware":
                 try:
-                    options = replay_options(cached_input_discount=discount)
+                    options = cache_aware_options(discount)
                 except TypeError:  # a version without the option (a "before" run)
                     continue
             else:
