@@ -26,11 +26,11 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy  # the package, configured in pyproject.toml [tool.mypy]
 	$(VENV)/bin/hadolint Dockerfile
 
-# DEMO_ARGS=--instant for the replay without time (every summary lands before the next turn)
+# DEMO_ARGS=--instant for the replay without time (every summary lands before the next turn).
+# nutrition_call is shipped in the package (pipecat_summarizer/replay/data/, probes included).
 DEMO_ARGS ?=
 demo: $(STAMP)
-	$(VENV)/bin/pipecat-summarizer replay examples/conversations/nutrition_call.jsonl \
-		--probes-file examples/conversations/nutrition_call.probes.txt \
+	$(VENV)/bin/pipecat-summarizer replay nutrition_call \
 		--report out/report.json --plot out/plot.png $(DEMO_ARGS)
 
 clean:

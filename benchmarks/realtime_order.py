@@ -55,7 +55,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     logger.remove()
-    full = load_transcript(ROOT / "examples/conversations/nutrition_call.jsonl")
+    full = load_transcript(ROOT / "pipecat_summarizer/replay/data/nutrition_call.jsonl")
     last = full.turns[args.turns - 1] if args.turns < len(full.turns) else None
     messages = full.messages
     if last is not None:  # the messages up to the end of the chosen turn

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pipecat_summarizer.cli import main
 
-CALL = Path(__file__).resolve().parents[1] / "examples" / "conversations" / "support_call.jsonl"
+CALL = Path(__file__).resolve().parents[1] / "pipecat_summarizer/replay/data/support_call.jsonl"
 
 
 def _texts(path: Path) -> set[str]:

@@ -109,7 +109,9 @@ def add_arguments(rp: argparse.ArgumentParser) -> None:
         "transcript",
         nargs="?",
         help="JSONL file, one OpenAI-format chat message per line (system first); user "
-        'messages may carry a "timestamp" (seconds or ISO 8601) that sets the turn cadence',
+        'messages may carry a "timestamp" (seconds or ISO 8601) that sets the turn cadence. '
+        "Or the name of a conversation shipped with the package (nutrition_call, "
+        "support_call), whose probes come with it",
     )
     src.add_argument(
         "--synthetic",

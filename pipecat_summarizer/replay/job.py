@@ -106,6 +106,7 @@ def build_job(args: argparse.Namespace) -> ReplayJob:
         UsageError: On a bad combination or value.
     """
     from pipecat_summarizer.replay.backends import Outage
+    from pipecat_summarizer.replay.bundled import resolve_transcript_argument
     from pipecat_summarizer.replay.report import Prices
     from pipecat_summarizer.replay.strategies import Thresholds
     from pipecat_summarizer.replay.timing import CallModel
@@ -113,6 +114,10 @@ def build_job(args: argparse.Namespace) -> ReplayJob:
     sources = [args.transcript is not None, args.synthetic is not None, args.locomo is not None]
     if sum(sources) != 1:
         raise UsageError("give exactly one of TRANSCRIPT, --synthetic [N] or --locomo PATH")
+    try:  # a bundled conversation's name becomes its file (and its probes); a copy of args
+        args = resolve_transcript_argument(args)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if (args.locomo_id or args.locomo_index is not None) and not args.locomo:
         raise UsageError("--locomo-id/--locomo-index need --locomo PATH")
     if (args.summarizer_down_from is None) != (args.summarizer_down_for is None):
