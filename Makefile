@@ -13,8 +13,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Most tests wait on pipelines and servers, not the CPU: four workers fit two cores.
+TEST_WORKERS ?= 4
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 SEEDS ?= 200
 fuzz: $(STAMP)  # the schedule fuzzer: SEEDS seeds from START (prints a replay command per failure)
