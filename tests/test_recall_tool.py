@@ -141,3 +141,131 @@ async def test_recall_memory_for_flows_has_the_flows_handler_shape(openai_server
         assert any("Hotel Marquis" in f["text"] for f in result["found"])
     finally:
         await store.close()
+
+
+async def test_recall_memory_in_a_real_flows_app_after_a_node_change(openai_server, tmp_path):
+    """``pipecat.flows`` (shipped with Pipecat 1.14): a node change replaces the tool list;
+    ``recall_memory`` given as a global function is still offered and answers there."""
+    import asyncio
+    import itertools
+
+    from pipecat.flows import FlowManager, FlowsFunctionSchema, NodeConfig
+    from pipecat.frames.frames import EndFrame
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+    from pipecat.workers.runner import WorkerRunner
+
+    from tests.pipeline_utils import user_turn
+
+    ids = itertools.count()
+    asked = "Remind me where we are staying?"
+
+    def node(i: int) -> NodeConfig:
+        async def go_next(args, flow_manager):
+            return {"step": i}, node(i + 1)
+
+        return NodeConfig(
+            name=f"step_{i}",
+            role_message="You are a concierge. Be brief.",
+            task_messages=[{"role": "developer", "content": f"Step {i}."}],
+            functions=[
+                FlowsFunctionSchema(
+                    name="next_step",
+                    description="Next.",
+                    properties={},
+                    required=[],
+                    handler=go_next,
+                )
+            ],
+        )
+
+    def call(name, arguments):
+        return Reply(
+            tool_calls=[
+                {
+                    "id": f"call_{next(ids)}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+            ]
+        )
+
+    def handler(body):
+        if is_summary_request(body):
+            return _summaries(body)
+        last = body["messages"][-1]
+        offered = {t["function"]["name"] for t in body.get("tools") or []}
+        if last.get("role") == "user" and last.get("content") == "next please":
+            return call("next_step", {})
+        if last.get("role") == "user" and last.get("content") == asked:
+            assert RECALL_MEMORY in offered  # still offered after the node change
+            return call(RECALL_MEMORY, {"query": "hotel Lisbon"})
+        return Reply("Noted.")
+
+    openai_server.handler = handler
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    context = LLMContext()
+    processor = _processor(openai_server, store, context)
+    llm = main_llm(openai_server.base_url)
+    pair = LLMContextAggregatorPair(context)
+    worker = PipelineWorker(
+        Pipeline([pair.user(), processor, llm, pair.assistant()]),
+        params=PipelineParams(),
+        cancel_on_idle_timeout=False,
+    )
+    flow = FlowManager(
+        worker=worker,
+        llm=llm,
+        context_aggregator=pair,
+        global_functions=[FlowsFunctionSchema(**recall_memory_flows_function(processor))],
+    )
+    started = asyncio.Event()
+
+    @worker.event_handler("on_pipeline_started")
+    async def _started(_w, _f):
+        started.set()
+
+    async def until(condition, what):
+        for _ in range(1500):  # a liveness bound, not a timing assertion
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"the pipeline did not get there: {what}")
+
+    def answered(text):
+        def check():
+            m = context.messages
+            return (
+                bool(m)
+                and m[-1].get("role") == "assistant"
+                and not m[-1].get("tool_calls")
+                and any(x.get("role") == "user" and x.get("content") == text for x in m)
+            )
+
+        return check
+
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    running = asyncio.create_task(runner.run())
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        await flow.initialize(node(0))
+        for text in [HOTEL, *FILLER, "next please"]:
+            await worker.queue_frames([user_turn(text)])
+            await until(answered(text), text)
+        await until(lambda: flow.current_node == "step_1", "node change")
+        await worker.queue_frames([user_turn(asked)])
+        await until(answered(asked), asked)
+    finally:
+        await worker.queue_frame(EndFrame())
+        await asyncio.wait_for(running, 15)
+        await store.close()
+    results = [
+        m
+        for b in openai_server.chat_requests
+        for m in b["messages"]
+        if m["role"] == "tool" and "found" in str(m.get("content"))
+    ]
+    assert results
+    assert any("Hotel Marquis" in f["text"] for f in json.loads(results[-1]["content"])["found"])
