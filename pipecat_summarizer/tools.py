@@ -4,6 +4,7 @@ searches what left the context (the store's archive) with its own words."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
@@ -35,6 +36,28 @@ def remember_fact_schema() -> FunctionSchema:
         },
         required=["key", "fact"],
     )
+
+
+def remember_fact_result(processor: ContextSummarizer, arguments: Any) -> dict:
+    """Pin what one ``remember_fact`` call asks for into ``processor``: never raises.
+
+    Args:
+        processor: The :class:`ContextSummarizer` whose pinned facts receive the call.
+        arguments: The call's arguments (``{"key", "fact"[, "kind"]}``).
+
+    Returns:
+        ``{"remembered": key}``, or ``{"error": ...}`` when the fact is refused.
+    """
+    args = arguments if isinstance(arguments, Mapping) else {}
+    key, fact = str(args.get("key", "")).strip(), str(args.get("fact", "")).strip()
+    kind = "constraint" if args.get("kind") == "constraint" else "fact"
+    try:
+        # refuses an instruction heard in the call: it is not a fact, and never pinned
+        processor.pin(key, fact, kind=kind, source="llm")
+        return {"remembered": key}
+    except ValueError as e:
+        logger.warning(f"remember_fact rejected: {e}")
+        return {"error": str(e)}
 
 
 def register_remember_fact(
@@ -73,17 +96,7 @@ def register_remember_fact(
     target = processor
 
     async def handler(params: FunctionCallParams) -> None:
-        args = params.arguments or {}
-        key, fact = str(args.get("key", "")).strip(), str(args.get("fact", "")).strip()
-        kind = "constraint" if args.get("kind") == "constraint" else "fact"
-        try:
-            # refuses an instruction heard in the call: it is not a fact, and never pinned
-            target.pin(key, fact, kind=kind, source="llm")
-            result = {"remembered": key}
-        except ValueError as e:
-            logger.warning(f"remember_fact rejected: {e}")
-            result = {"error": str(e)}
-        await params.result_callback(result)
+        await params.result_callback(remember_fact_result(target, params.arguments))
 
     llm.register_function(REMEMBER_FACT, handler)
     schema = remember_fact_schema()
@@ -100,6 +113,37 @@ def register_remember_fact(
             custom = tools.custom_tools
         context.set_tools(ToolsSchema(standard_tools=[*existing, schema], custom_tools=custom))
     return schema
+
+
+def remember_fact_flows_function(processor: ContextSummarizer) -> dict[str, Any]:
+    """``remember_fact`` for Pipecat Flows, as ``FlowsFunctionSchema`` keyword arguments.
+
+    A Flows node change replaces the tool list (``LLMSetToolsFrame``), so a tool registered
+    with :func:`register_remember_fact` stops being offered after the first node change.
+    Give it to the ``FlowManager`` as a global function instead, offered at every node
+    (and do not also call :func:`register_remember_fact`: an explicit registration
+    shadows the handler Flows advertises)::
+
+        from pipecat.flows import FlowManager, FlowsFunctionSchema
+
+        remember = FlowsFunctionSchema(**remember_fact_flows_function(summarizer))
+        flow_manager = FlowManager(..., global_functions=[remember])
+
+    The handler has Flows' ``(args, flow_manager)`` signature and returns
+    ``(result, None)``: it never changes the node.
+    """
+    schema = remember_fact_schema()
+
+    async def handler(args: dict, flow_manager: Any = None) -> tuple[dict, None]:
+        return remember_fact_result(processor, args), None
+
+    return {
+        "name": schema.name,
+        "description": schema.description,
+        "properties": schema.properties,
+        "required": schema.required,
+        "handler": handler,
+    }
 
 
 # -- recall_memory: the main LLM searches the archive with its own words ---------------------
@@ -192,9 +236,9 @@ def recall_memory_flows_function(summarizer: ContextSummarizer) -> dict[str, Any
     """``recall_memory`` for Pipecat Flows, as ``FlowsFunctionSchema`` keyword arguments.
 
     A Flows node's ``functions`` replace the tool list at each node change, so add it to
-    every node that should have it::
+    every node that should have it (or to ``FlowManager(global_functions=[...])``)::
 
-        from pipecat_flows import FlowsFunctionSchema
+        from pipecat.flows import FlowsFunctionSchema  # Pipecat 1.14 ships Flows
         recall = FlowsFunctionSchema(**recall_memory_flows_function(summarizer))
         node = NodeConfig(name="main", task_messages=[...], functions=[recall, ...])
 
