@@ -253,3 +253,53 @@ def test_recall_needs_a_store_and_right_types(openai_server):
         ContextSummarizer(**kwargs, recall=RecallParams())
     with pytest.raises(TypeError, match="recall must be a RecallParams"):
         ContextSummarizer(**kwargs, store=SQLiteMemoryStore(), recall={"enabled": True})
+
+
+class LateStore(SQLiteMemoryStore):
+    """Once armed, each search waits for its own event: the first is let go by the test
+    after its turn went to the LLM, the second never (until the end)."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.armed = False
+        self.gates: list[asyncio.Event] = []
+
+    async def search(self, query, **kwargs):
+        if self.armed:
+            gate = asyncio.Event()
+            self.gates.append(gate)
+            await gate.wait()
+        return await super().search(query, **kwargs)
+
+
+async def test_a_late_answer_serves_the_next_turn_when_still_relevant(openai_server, tmp_path):
+    store = LateStore(tmp_path / "m.db")
+    first, second = "What was the name of our hotel again?", "Which room at the hotel was it?"
+
+    def handler(body: dict) -> Reply:
+        if not is_summary_request(body):
+            last = body["messages"][-1].get("content")
+            if last == FILLER[-1]:
+                store.armed = True  # the asking turns' searches are slow
+            elif last == first and store.gates:
+                store.gates[0].set()  # the turn went without recall; now the answer comes
+        return _summaries(body)
+
+    openai_server.handler = handler
+    try:
+        processor, _ = await _call(
+            openai_server,
+            store,
+            [HOTEL, *FILLER, first, second],
+            recall=RecallParams(latency_budget_s=0.01),
+        )
+    finally:
+        for gate in store.gates:
+            gate.set()
+        await asyncio.sleep(0.05)
+        await store.close()
+    by_question = {b["messages"][-1]["content"]: b for b in openai_server.chat_requests}
+    assert not _recalled(by_question[first])  # its search was too slow
+    recalled = _recalled(by_question[second])  # its own too, but the first one's answer fits
+    assert recalled and "Hotel Marquis" in recalled[0]["content"]
+    assert processor.recall_step.late_served == 1
