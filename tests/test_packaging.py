@@ -20,8 +20,6 @@ import venv
 import zipfile
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ("nutrition_call", "support_call")
 IGNORED = (".venv", ".git", "out", "build", "dist", "__pycache__", "*.egg-info", ".*_cache")
@@ -33,12 +31,9 @@ def _run(cmd: list[str], cwd: Path, env: dict | None = None) -> subprocess.Compl
     return done
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict[str, Path]:
+def _build_and_install(base: Path) -> dict[str, Path]:
     """The sdist and wheel of this working tree (built from a copy: the shared checkout keeps
     no build/ or egg-info changes), and a fresh virtualenv with the wheel installed."""
-    pytest.importorskip("build", reason="the dev extra installs build")
-    base = tmp_path_factory.mktemp("packaging")
     src = base / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*IGNORED))
     dist = base / "dist"
@@ -63,7 +58,15 @@ def built(tmp_path_factory) -> dict[str, Path]:
     return {"sdist": sdist, "wheel": wheel, "env": env_dir, "site": Path(site), "cwd": base}
 
 
-def test_sdist_carries_the_tests_the_data_and_the_docs(built):
+def test_built_package_installs_and_runs_from_a_fresh_virtualenv(tmp_path):
+    """One build for every check (a build per test would multiply under pytest-xdist)."""
+    built = _build_and_install(tmp_path)
+    _check_sdist(built)
+    _check_wheel(built)
+    _check_installed_cli(built)
+
+
+def _check_sdist(built: dict[str, Path]) -> None:
     with tarfile.open(built["sdist"]) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for needed in (
@@ -83,7 +86,7 @@ def test_sdist_carries_the_tests_the_data_and_the_docs(built):
         assert needed in names, f"{needed} missing from the sdist"
 
 
-def test_wheel_ships_the_bundled_conversations_and_the_script(built):
+def _check_wheel(built: dict[str, Path]) -> None:
     with zipfile.ZipFile(built["wheel"]) as whl:
         names = set(whl.namelist())
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
@@ -99,7 +102,7 @@ def test_wheel_ships_the_bundled_conversations_and_the_script(built):
     assert "License-Expression: BSD-2-Clause" in meta
 
 
-def test_installed_wheel_runs_help_and_replays_a_bundled_call(built):
+def _check_installed_cli(built: dict[str, Path]) -> None:
     env_bin = built["env"] / "bin"
     cwd = built["cwd"]  # not the checkout: '' on sys.path must not find the source tree
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -131,14 +134,14 @@ def test_installed_wheel_runs_help_and_replays_a_bundled_call(built):
     assert data["strategies"]["pipecat_summarizer"]["probes_total"] == 6
 
 
-def test_a_bare_name_that_is_nothing_is_a_usage_error(built, tmp_path):
-    env_bin = built["env"] / "bin"
-    done = subprocess.run(
-        [str(env_bin / "pipecat-summarizer"), "replay", "no_such_call", "--instant"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2
-    assert "no_such_call" in done.stderr and "nutrition_call" in done.stderr
+def test_replay_takes_a_bundled_name_and_rejects_an_unknown_one(capsys):
+    from pipecat_summarizer.cli import main
+    from pipecat_summarizer.replay.bundled import bundled_conversations
+
+    assert set(BUNDLED) <= set(bundled_conversations())
+    assert main(["replay", "no_such_call", "--instant"]) == 2
+    err = capsys.readouterr().err
+    assert "no_such_call" in err and "nutrition_call" in err
+    # a path that does not exist keeps the file error (not the name one)
+    assert main(["replay", "missing/call.jsonl", "--instant"]) == 2
+    assert "bundled" not in capsys.readouterr().err
