@@ -188,7 +188,8 @@ class _Run:
             self.turns.stopped_responses += 1
             self.turns.check()
 
-        processors = [user_agg, *strategy.before_llm(context), self.replay, assistant_agg]
+        before = strategy.before_llm(context)
+        processors = [user_agg, *before, self.replay, *strategy.after_llm(), assistant_agg]
         self.worker = PipelineWorker(
             Pipeline(processors),
             params=PipelineParams(),

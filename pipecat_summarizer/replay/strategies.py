@@ -153,6 +153,10 @@ class Strategy:
         """Processors between the user aggregator and the LLM."""
         return []
 
+    def after_llm(self) -> list[FrameProcessor]:
+        """Processors right after the LLM (called after :meth:`before_llm`)."""
+        return []
+
     def watch(self, assistant: LLMAssistantAggregator) -> None:
         """Subscribe to the assistant aggregator's events."""
 
@@ -278,6 +282,12 @@ class Ours(Strategy):
         """Record the eviction queue."""
         if self.processor is not None:
             self.recorder.turn_ended(len(self.processor.pending_messages))
+
+    def after_llm(self) -> list[FrameProcessor]:
+        """The companion after the LLM, placed as the README recommends: it sees the
+        follow-up request after a tool call and manual frames queued by the LLM."""
+        assert self.processor is not None
+        return [self.processor.after_llm()]
 
     async def finish(self) -> None:
         """Close the store (the processor flushed it at ``EndFrame``)."""
