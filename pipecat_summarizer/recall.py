@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from pipecat_summarizer.validation import validate_numeric_fields
@@ -139,6 +140,7 @@ class Snippet:
 # -- words -------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A light suffix stem (``researching`` and ``researched`` -> ``research``), enough to
     compare a query with a hit the archive matched with its own stemmer."""
@@ -156,13 +158,19 @@ def words(text: str) -> list[str]:
 
 def topic_terms(text: str) -> list[str]:
     """The distinct stemmed topic words of ``text`` (stop words removed), in order."""
+    return list(_topic_terms(text))
+
+
+@lru_cache(maxsize=4096)  # the same context messages are read again every turn
+def _topic_terms(text: str) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     for w in words(text):
         if w not in STOPWORDS and (len(w) > 1 or w.isdigit()):
             seen.setdefault(stem(w), None)
-    return list(seen)
+    return tuple(seen)
 
 
+@lru_cache(maxsize=4096)
 def normalize(text: str) -> str:
     """``text`` lower-cased with runs of whitespace as one space (for verbatim checks)."""
     return _SPACE.sub(" ", text.lower()).strip()
@@ -244,7 +252,7 @@ def common_terms(texts: Sequence[str], *, share: float = 0.4, min_texts: int = 5
         return set()
     df: dict[str, int] = {}
     for t in texts:
-        for term in set(topic_terms(t)):
+        for term in _topic_terms(t):
             df[term] = df.get(term, 0) + 1
     floor = share * len(texts)
     return {term for term, n in df.items() if n >= floor}
@@ -288,7 +296,7 @@ def rare_terms(query: str, terms: Sequence[str], texts: Iterable[str]) -> set[st
     conversation has not been using, so one of them alone points at the archive."""
     counts = dict.fromkeys(set(terms) & specific_terms(query), 0)
     for text in texts:
-        for term in set(topic_terms(text)) & counts.keys():
+        for term in counts.keys() & set(_topic_terms(text)):
             counts[term] += 1
     return {t for t, n in counts.items() if n <= 1}
 
@@ -309,8 +317,11 @@ class View:
 
 def make_view(texts: Iterable[str]) -> View:
     """The view of the given texts (context messages, summary, pinned facts)."""
-    joined = "\n".join(normalize(t) for t in texts if t)
-    return View(joined, frozenset(topic_terms(joined)))
+    texts = [t for t in texts if t]
+    terms: set[str] = set()
+    for t in texts:
+        terms.update(_topic_terms(t))
+    return View("\n".join(normalize(t) for t in texts), frozenset(terms))
 
 
 def in_view(text: str, view: View, query_terms: Sequence[str]) -> bool:

@@ -238,8 +238,8 @@ class RecallStep:
         at = latest_user_index(current)
         if at is None or current[at] is not asking:
             return None  # the turn moved on while the archive answered
-        view = make_view([*(message_text(m) for m in current), *view_texts()])
         texts = [message_text(m) for m in current]
+        view = make_view([*texts, *view_texts()])
         rare = rare_terms(query, terms, texts)
         snippets = select_hits(hits, query, view, params, replies=replies, terms=terms, rare=rare)
         if how == "late":
