@@ -125,6 +125,43 @@ async def time_recall(
     return samples
 
 
+class _InstantArchive:
+    """Answers at once with 20 hits (and their next messages): times the rules alone."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+
+    async def search(self, query, **kwargs):
+        from pipecat_summarizer.store.records import SearchHit
+
+        return [
+            SearchHit("c0", i, 1, 1.0, "user", sentence(self.rng), "summarized", 1.0, "caller")
+            for i in range(20)
+        ]
+
+    async def message(self, call_id, position):
+        return None
+
+
+async def time_rules(context_messages: int, turns: int = 300) -> list[float]:
+    """The recall step's own work on a turn (query, in-view filter, render, placement) with
+    an archive that answers at once: what recall adds besides waiting for the archive."""
+    rng = random.Random(context_messages)
+    messages = [{"role": "system", "content": "You are a helpful assistant."}]
+    step = RecallStep(_InstantArchive(rng), RecallParams(latency_budget_s=60.0), call_id="c1")
+    samples = []
+    for i in range(turns):
+        messages.append({"role": "assistant" if i % 2 else "user", "content": sentence(rng)})
+        messages = messages[-context_messages:]
+        messages.append({"role": "user", "content": f"What was the {rng.choice(WORDS)} again?"})
+        step.message = None
+        t0 = time.perf_counter()
+        await step.prepare(lambda m=messages: m, lambda: ["A summary of the call. " * 40])
+        samples.append((time.perf_counter() - t0) * 1000)
+        messages.pop()
+    return samples
+
+
 def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
@@ -187,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--corpus", metavar="LOCOMO", help="LoCoMo zip/JSON: real lines, questions")
     args = parser.parse_args(argv)
+    rules = {n: asyncio.run(time_rules(n)) for n in (20, 60)}
     rows = asyncio.run(run(args.sizes, args.queries, not args.no_postgres, args.corpus))
     budget = RecallParams().latency_budget_s * 1000
     corpus = "LoCoMo lines and questions" if args.corpus else "synthetic"
@@ -197,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'backend':<11}{'archived':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
     for backend, n, p50, p99, worst, _ in rows:
         print(f"{backend:<11}{n:>10,}{p50:>10.2f}{p99:>10.2f}{worst:>10.2f}")
+    print("recall step's own rules per turn (an archive answering at once, 20 hits)")
+    for n, samples in rules.items():
+        print(
+            f"{n} messages in context: p50 {statistics.median(samples):.2f} ms, "
+            f"p99 {pct(samples, 99):.2f} ms"
+        )
     return 0
 
 
