@@ -168,6 +168,7 @@ async def run_flow(
     turns_per_node: int = 4,
     flows_tool: bool = True,
     protect_injected_system: bool = True,
+    app_fact: str | None = None,
 ) -> FlowRun:
     """A call through ``nodes`` node changes; the allergy is said in node 0 and the member
     number in the last node. ``flows_tool=False`` registers ``remember_fact`` the classic way
@@ -180,6 +181,8 @@ async def run_flow(
         summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
         params=ContextSummarizerParams(protect_injected_system=protect_injected_system),
     )
+    if app_fact is not None:
+        processor.pin("hours", app_fact)  # the application's own fact (developer role)
     llm = main_llm(server.base_url)
     pair = LLMContextAggregatorPair(context)
     task = PipelineWorker(
@@ -302,13 +305,18 @@ async def test_append_keeps_every_task_message_verbatim_and_out_of_the_summaries
 async def test_reset_keeps_the_request_flat_and_the_pinned_facts(openai_server):
     """RESET replaces the context at each node change: the request stays flat, and what this
     processor pinned (the allergy, said in the first node) is still sent in the last node."""
-    run = await run_flow(openai_server, strategy=ContextStrategy.RESET, nodes=4, turns_per_node=4)
+    hours = "The clinic closes at 6 pm."
+    run = await run_flow(
+        openai_server, strategy=ContextStrategy.RESET, nodes=4, turns_per_node=4, app_fact=hours
+    )
     assert len({f.system_messages for f in run.nodes}) == 1
     assert all(f.task_at_end for f in run.nodes)
     last = openai_server.chat_requests[-1]["messages"]
     assert not any(m.get("content") == TASK.format(i=0) for m in last)  # the old node is gone
     facts = [m for m in last if "peanuts" in str(m.get("content"))]
     assert facts and all(m["role"] == "user" for m in facts)  # conversation data, user role
+    app = [m for m in last if hours in str(m.get("content"))]
+    assert app and all(m["role"] == "developer" for m in app)  # the application's, with authority
 
 
 async def test_unprotected_task_messages_are_summarized_away_mid_node(openai_server):
