@@ -6,7 +6,7 @@ tokens / 20 messages / keep 4) and the same offline extractive summarizer, and a
 fourth run, ours with ``cached_input_discount`` set from the prices (1 - cached / input:
 0.9 at $3 / $0.30), the cache-aware cadence of :mod:`pipecat_summarizer.cadence`.
 
-Conversations: the bundled calls (``examples/conversations/*.jsonl`` with their probes),
+Conversations: the bundled calls (``pipecat_summarizer/replay/data/*.jsonl``, with probes),
 ``--synthetic 200`` with Pipecat's defaults, a held-out synthetic call generated with another
 seed, length and message sizes (never used to tune anything), and, with ``--locomo PATH``,
 every LoCoMo conversation.
