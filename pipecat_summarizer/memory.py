@@ -313,6 +313,17 @@ class ConversationMemory:
             return None
         return self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
 
+    def forget_evicted(self, messages: Messages) -> Messages | None:
+        """Unpin the facts taken from evicted messages: their conversation was replaced.
+
+        Returns:
+            The new messages, or ``None`` when no such fact was pinned.
+        """
+        keys = [f.key for f in self.facts.facts if f.source == "evicted"]
+        for key in keys:
+            self.facts.unpin(key)
+        return self.render(messages) if keys else None
+
     def absorb(
         self,
         text: str,

@@ -459,10 +459,32 @@ class ContextSummarizer(FrameProcessor):
             self._set_messages(messages)
 
     def _set_messages(self, messages: list) -> None:
+        # A replacement by the application is judged on the context as this write found
+        # it: after the write, the processor's own messages (facts, summary) would be in
+        # the new context and the meter would take the rewrite for ours.
+        noted, app = self._memory.noted_message, self._memory.app_message
+        if self._check_replaced():
+            # computed before the replacement was known: the facts messages rendered then
+            # may quote the old conversation's evicted messages, now unpinned
+            stale = [
+                x
+                for x in (noted, app)
+                if x is not None
+                and x is not self._memory.noted_message
+                and x is not self._memory.app_message
+            ]
+            messages = [m for m in messages if all(m is not x for x in stale)]
+            messages = self._memory.render(messages) or messages
+        self._write(messages)
+
+    def _write(self, messages: list) -> None:
         # every rewrite keeps the conversation-facts message right after the head; the
         # meter's cheap append check cannot see a rewrite that keeps the length
         self._context.set_messages(self._memory.place(messages))
         self._meter.invalidate()
+        # measured now, so the meter's anchors are this write's and a later replacement
+        # is compared with what this processor left, never taken for its own rewrite
+        self._meter.measure(self._context.messages, self._memory.summary_message)
 
     def _view(self, messages: list) -> list:
         """The context as the plan functions see it: without the conversation-facts message,
@@ -601,18 +623,28 @@ class ContextSummarizer(FrameProcessor):
         if self._recorder is not None:
             self._recorder.archive(messages, "replaced")
 
-    def _check_replaced(self, m: Measurement | None = None) -> None:
+    def _check_replaced(self, m: Measurement | None = None) -> bool:
         """Drop the pending queue once the application replaced the context: its messages
-        belong to the old conversation and must not be summarized into the new one."""
+        belong to the old conversation and must not be summarized into the new one.
+
+        Returns:
+            True if the context was found replaced (once per replacement).
+        """
         if m is None:
             self._meter.measure(self._context.messages, self._memory.summary_message)
         if not self._meter.take_replaced():
-            return
+            return False
         self._trigger.context_replaced()  # a new conversation: plan it afresh
         self._warned_blocked.clear()
         if self._pending:
             dropped, self._pending = self._pending, []
             self._pending_discarded(dropped, "the context was replaced")
+        # facts pinned from the old conversation's evicted messages go with it (the
+        # application's facts and the summaries' stay)
+        rendered = self._memory.forget_evicted(self._context.messages)
+        if rendered is not None:
+            self._write(rendered)
+        return True
 
     async def _prepare_request(self) -> Measurement:
         """Make the context ready to be sent: pinned facts in place, under the ceiling.
@@ -620,6 +652,8 @@ class ContextSummarizer(FrameProcessor):
         Runs for every request the main LLM receives: the user turns this processor sees,
         and (through :class:`LLMRequestGuard`) the follow-ups after tool calls.
         """
+        self._step = "counting"
+        self._check_replaced()  # before anything is written (see _set_messages)
         self._step = "pinning"
         self._render_memory()
         self._step = "counting"

@@ -462,7 +462,8 @@ class ContextMeter:
         else:
             if not self._expected and self._anchors:
                 ids = {id(a) for a in self._anchors}
-                self._replaced = not any(id(m) in ids for m in messages)
+                # sticky until taken: a later full recount must not clear it unseen
+                self._replaced = self._replaced or not any(id(m) in ids for m in messages)
             self._total = self._reducible = self._since = 0
             self._summary = summary_message
             self._watch = []
@@ -478,10 +479,11 @@ class ContextMeter:
             if self._is_protected(i, msg, messages):
                 continue
             self._reducible += tokens
-            anchors.append(msg)
             if msg is summary_message:
                 self._since = 0
             else:
+                # conversation messages only: the summary is the processor's own
+                anchors.append(msg)
                 self._since += 1
         if self._watch and start < n:
             # results written over their placeholders no longer need watching
