@@ -20,8 +20,10 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 SEEDS ?= 200
+# Seeds mostly sleep (compressed schedule time): eight worker processes fit two cores.
+JOBS ?= 8
 fuzz: $(STAMP)  # the schedule fuzzer: SEEDS seeds from START (prints a replay command per failure)
-	$(PY) -m tests.fuzz --seeds $(SEEDS) --start $(or $(START),0)
+	$(PY) -m tests.fuzz --seeds $(SEEDS) --start $(or $(START),0) --jobs $(JOBS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pipecat_summarizer tests examples benchmarks

@@ -241,6 +241,7 @@ class Seen:
     key: str
     canonical: str
     retired: bool = False
+    epoch: int = 0  # how many context replacements preceded it
 
 
 def _key(message: dict) -> str | None:
@@ -339,6 +340,7 @@ class Checker:
         self.replacements: dict[str, set[str]] = {}  # first marker -> the replacement's keys
         self.max_ratio = 0.0
         self.replaced = 0  # context replacements seen by the main LLM
+        self.epoch = 0  # the current context's epoch (replacements so far)
         self.snapshot: list[str] | None = None
         self.fresh: list = []  # messages added to the context, registered at the next check
         self._messages: list | None = None
@@ -360,15 +362,18 @@ class Checker:
                 continue
             key = _key(m)
             if key and key not in self.seen:
-                self.seen[key] = Seen(key, _canonical(m))
+                self.seen[key] = Seen(key, _canonical(m), epoch=self.epoch)
 
     def _maybe_switch_epoch(self, keys: set[str]) -> None:
         # the application's replacement (the processor never adds messages with markers)
         for first, members in list(self.replacements.items()):
             if members & keys:
+                self.epoch += 1
                 for key, s in self.seen.items():
                     if key not in members:
                         s.retired = True
+                    else:
+                        s.epoch = self.epoch
                 del self.replacements[first]
                 self.replaced += 1
 
@@ -437,10 +442,18 @@ class Checker:
         def mentions(text: str, ids: list[str]) -> bool:
             return all(re.search(rf"{re.escape(i)}\b", text) for i in ids)
 
+        # A request is checked when the main LLM's server receives it, which under load may
+        # be after a replacement it was serialized before: the request's epoch is that of
+        # its newest message, and only older messages next to it are stale.
+        epochs = [self.seen[k].epoch for k in by_key if k in self.seen]
+        request_epoch = max(epochs, default=self.epoch)
+
         for key, s in self.seen.items():
             ids = _coverage_ids(key)
             here = by_key.get(key)
             if s.retired:
+                if s.epoch >= request_epoch:
+                    continue  # the request predates the replacement that retired it
                 if here is not None or any(i in covered for i in ids):
                     self._add("stale", f"{key} from a replaced context is back", index)
                 continue
