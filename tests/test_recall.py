@@ -56,20 +56,24 @@ async def _call(
     memory=None,
 ):
     context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
+    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
     processor = ContextSummarizer(
         context=context,
         config=cfg(messages=6, keep=2),
-        summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
+        summarizer=summarizer,
         store=store,
         call_id=call_id,
         user_id=user_id,
         memory=memory or MemoryOptions(writer=FAST),
         recall=recall,
     )
-    await run_test(
-        build(context, processor, main_llm(server.base_url)),
-        frames_to_send=[*turns(texts, gap=0.2)],
-    )
+    try:
+        await run_test(
+            build(context, processor, main_llm(server.base_url)),
+            frames_to_send=[*turns(texts, gap=0.2)],
+        )
+    finally:
+        await summarizer.aclose()  # the application's client: the test closes it
     return processor, context
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
@@ -23,6 +24,21 @@ from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns
 from tests.test_recall import FAST, FILLER, HOTEL, _summaries
 
+_OPEN: list[OpenAISummarizer] = []
+
+
+def _summarizer(base_url: str) -> OpenAISummarizer:
+    s = OpenAISummarizer(base_url=base_url, model="cheap")
+    _OPEN.append(s)  # the application's clients: closed after each test
+    return s
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients():
+    yield
+    while _OPEN:
+        await _OPEN.pop().aclose()
+
 
 def _tool_call(query: str) -> Reply:
     return Reply(
@@ -40,7 +56,7 @@ def _processor(server, store, context, recall=None):
     return ContextSummarizer(
         context=context,
         config=cfg(messages=6, keep=2),
-        summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
+        summarizer=_summarizer(server.base_url),
         store=store,
         call_id="call-1",
         memory=MemoryOptions(writer=FAST),
@@ -99,9 +115,7 @@ async def test_recall_memory_tool_through_a_real_pipeline(openai_server, tmp_pat
 
 async def test_recall_memory_errors_are_answers_not_crashes(tmp_path):
     context = LLMContext()
-    no_recall = ContextSummarizer(
-        context=context, summarizer=OpenAISummarizer(base_url="http://127.0.0.1:9", model="m")
-    )
+    no_recall = ContextSummarizer(context=context, summarizer=_summarizer("http://127.0.0.1:9"))
     assert "not configured" in (await recall_memory_result(no_recall, {"query": "x"}))["error"]
 
     class Down(SQLiteMemoryStore):
@@ -111,7 +125,7 @@ async def test_recall_memory_errors_are_answers_not_crashes(tmp_path):
     store = Down()
     processor = ContextSummarizer(
         context=context,
-        summarizer=OpenAISummarizer(base_url="http://127.0.0.1:9", model="m"),
+        summarizer=_summarizer("http://127.0.0.1:9"),
         store=store,
         recall=RecallParams(enabled=False),
     )
