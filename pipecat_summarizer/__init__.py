@@ -35,6 +35,7 @@ from pipecat_summarizer.options import (
 from pipecat_summarizer.pinned import Fact, Kind, Source
 from pipecat_summarizer.processor import ContextSummarizer, SummarizerOptions
 from pipecat_summarizer.prompt import DEFAULT_PROMPT, SummaryRequest
+from pipecat_summarizer.recall import RecallParams
 from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.summarizers import (
     ExtractiveLLMService,
@@ -46,7 +47,12 @@ from pipecat_summarizer.summarizers import (
     SummaryResult,
 )
 from pipecat_summarizer.tokens import EstimateTokenCounter, TokenCounter, TokenizerCounter
-from pipecat_summarizer.tools import register_remember_fact
+from pipecat_summarizer.tools import (
+    recall_memory_flows_function,
+    register_recall_memory,
+    register_remember_fact,
+    remember_fact_flows_function,
+)
 
 __version__ = "0.1.0"
 
@@ -62,6 +68,7 @@ __all__ = [
     "LLMContextSummaryConfig",
     "MemoryOptions",
     "PinningParams",
+    "RecallParams",
     "RetryParams",
     "TriggerParams",
     "SummarizerOptions",  # deprecated: ContextSummarizerParams
@@ -90,8 +97,11 @@ __all__ = [
     "Fact",
     "Kind",
     "Source",
-    # tools
+    # tools (recall_memory reads the store; the *_flows_function forms are for Pipecat Flows)
+    "recall_memory_flows_function",
+    "register_recall_memory",
     "register_remember_fact",
+    "remember_fact_flows_function",
 ]
 
 _RENAMED = {"SummaryAppliedEvent": "ContextCompactedEvent"}
