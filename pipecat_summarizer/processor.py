@@ -63,6 +63,7 @@ from pipecat_summarizer.plan import (
     evict_for_ceiling,
     locate,
     make_protection,
+    pending_places,
     select,
     splice,
     split_pending,
@@ -270,7 +271,9 @@ class ContextSummarizer(FrameProcessor):
         self._overhead_tokens = 0
         if llm is not None:
             self.attach_llm(llm)
-        self._pending: list = []  # evicted under the ceiling, oldest first
+        self._pending: list = []  # evicted under the ceiling, in conversation order
+        # where each pending message sits (eviction may step over an unresolved tool call)
+        self._pending_places: dict = {}
         self._task: asyncio.Task | None = None
         self._manual_waiting = False
         self._manual_pending: LLMContextSummaryConfig | None = None
@@ -638,6 +641,7 @@ class ContextSummarizer(FrameProcessor):
         self._warned_blocked.clear()
         if self._pending:
             dropped, self._pending = self._pending, []
+            self._pending_places = {}
             self._pending_discarded(dropped, "the context was replaced")
         # facts pinned from the old conversation's evicted messages go with it (the
         # application's facts and the summaries' stay)
@@ -689,8 +693,9 @@ class ContextSummarizer(FrameProcessor):
             fixed = overhead
             if memory.noted_message is not None:
                 fixed += self._meter.counter.count_message(memory.noted_message)
+            view = self._view(self._context.messages)
             remaining, out = evict_for_ceiling(
-                self._view(self._context.messages),
+                view,
                 ceiling=max(0, ceiling - fixed),
                 counter=self._meter.counter,
                 target=max(0, int(ceiling * ratio) - fixed),
@@ -699,8 +704,14 @@ class ContextSummarizer(FrameProcessor):
                 stale_after=self._params.unresolved_tool_call_turns,
             )
             if out:
+                # the queue stays in conversation order, with position keys: eviction may
+                # have stepped over an unresolved tool call
+                summary = memory.summary_message
+                logical = with_pending(view, self._pending, summary, self._pending_places)
+                queued = {id(m) for m in (*self._pending, *out)}
                 self._set_messages(remaining)
-                self._pending.extend(out)
+                self._pending = [m for m in logical if id(m) in queued]
+                self._pending_places = pending_places(logical, self._pending, summary)
                 evicted.extend(out)
                 if self._params.pinning.from_evicted:
                     self._put(
@@ -761,7 +772,9 @@ class ContextSummarizer(FrameProcessor):
         self._step = "planning"
         self._blocked = None
         summary_message = self._summary_in_context()
-        messages = with_pending(self._view(self._context.messages), self._pending, summary_message)
+        messages = with_pending(
+            self._view(self._context.messages), self._pending, summary_message, self._pending_places
+        )
         counter = self._meter.counter
         previous = self._memory.summary_text if summary_message is not None else None
         previous_tokens = self._memory.summary_tokens if previous else 0
@@ -897,7 +910,9 @@ class ContextSummarizer(FrameProcessor):
         self._check_replaced()  # a replaced context's pending messages are not spliced in
         messages = self._context.messages
         memory = self._memory
-        logical = with_pending(self._view(messages), self._pending, memory.summary_in(messages))
+        logical = with_pending(
+            self._view(messages), self._pending, memory.summary_in(messages), self._pending_places
+        )
         # Check before touching anything; everything below up to set_messages is synchronous.
         start = locate(logical, job.plan)
         if start is None:
@@ -913,6 +928,7 @@ class ContextSummarizer(FrameProcessor):
         before = self._meter.measure(messages, memory.summary_message)
         kept = len(logical) - start - len(job.plan.replaced)
         new_messages, self._pending = split_pending(new_logical, self._pending)
+        self._pending_places = pending_places(new_logical, self._pending, draft.message)
         self._set_messages(new_messages)
         # summarized messages leave the token cache, so it does not keep them alive
         self._meter.counter.forget_except([*new_messages, *self._pending])

@@ -24,8 +24,9 @@ OPEN_FINDINGS: dict[str, str] = {
 
 
 # Seeds that found a defect, replayed in CI whatever FUZZ_CI_SEEDS is (each fails on the
-# code before its fix): F1 the pending queue and evicted facts of a replaced context.
-REGRESSION_SEEDS = (257,)
+# code before its fix): 257 F1 (the pending queue and evicted facts of a replaced context),
+# 327 F3 (a slow tool call blocked eviction of every later turn).
+REGRESSION_SEEDS = (257, 327)
 
 
 @pytest.mark.parametrize("seed", [*range(CI_SEEDS), *REGRESSION_SEEDS])
