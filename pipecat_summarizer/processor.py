@@ -842,7 +842,7 @@ class ContextSummarizer(FrameProcessor):
                     await asyncio.wait_for(job.summarizer.summarize(job.request), timeout)
                 )
             except TimeoutError:
-                await self._failed(job, f"summarizer timed out after {timeout}s")
+                await self._failed(job, f"summarizer timed out after {timeout:g}s")
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # any backend error leaves the context untouched
@@ -895,8 +895,8 @@ class ContextSummarizer(FrameProcessor):
         )
         if escalate:
             logger.error(
-                f"{self}: context summarization has failed {n} times in a row; the context "
-                "keeps growing until the summarizer recovers"
+                f"{self}: context summarization has failed {n} time{'' if n == 1 else 's'} "
+                "in a row; the context keeps growing until the summarizer recovers"
             )
         if self._recorder is not None:
             self._recorder.failed(
