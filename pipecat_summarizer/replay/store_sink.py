@@ -11,7 +11,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pipecat_summarizer.replay.clock import real_time
-from pipecat_summarizer.store.base import MemoryStore, open_store
+from pipecat_summarizer.store.base import MemoryStore
+from pipecat_summarizer.store.opening import open_store
 from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 

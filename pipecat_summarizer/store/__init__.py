@@ -6,7 +6,8 @@ user_id=...)`` records through a :class:`StoreWriter` (a bounded background queu
 returning caller's new call starts with their pinned facts and an "earlier calls" summary.
 """
 
-from pipecat_summarizer.store.base import MemoryStore, StoreError, open_store
+from pipecat_summarizer.store.base import MemoryStore, StoreError
+from pipecat_summarizer.store.opening import open_store
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallerMemory,

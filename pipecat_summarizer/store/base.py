@@ -130,20 +130,3 @@ class MemoryStore(ABC):
     async def __aexit__(self, *exc) -> None:
         """Close the store."""
         await self.close()
-
-
-def open_store(target: str, **kwargs) -> MemoryStore:
-    """A store for a SQLite path (``:memory:`` too) or a ``postgresql://`` DSN.
-
-    Raises:
-        StoreError: If ``target`` is empty.
-    """
-    if not isinstance(target, str) or not target.strip():
-        raise StoreError("store target must be a SQLite path or a postgresql:// DSN")
-    if target.startswith(("postgresql://", "postgres://")):
-        from pipecat_summarizer.store.postgres import PostgresMemoryStore
-
-        return PostgresMemoryStore(target, **kwargs)
-    from pipecat_summarizer.store.sqlite import SQLiteMemoryStore
-
-    return SQLiteMemoryStore(None if target == ":memory:" else target, **kwargs)

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipecat_summarizer.store.base import MemoryStore, StoreError, open_store
+from pipecat_summarizer.store.base import MemoryStore, StoreError
+from pipecat_summarizer.store.opening import open_store
 from pipecat_summarizer.store.records import to_dict
 
 PREVIEW = 72

@@ -25,11 +25,11 @@ from pipecat_summarizer.store.records import (
     Record,
     SearchHit,
 )
-from pipecat_summarizer.store.sqlite import (
-    _CALL_COLS,
-    _COMPACTION_COLS,
-    _FACT_COLS,
-    _MESSAGE_COLS,
+from pipecat_summarizer.store.rows import (
+    CALL_COLS,
+    COMPACTION_COLS,
+    FACT_COLS,
+    MESSAGE_COLS,
     call_row,
     compaction_row,
     fact_row,
@@ -263,11 +263,11 @@ class PostgresMemoryStore(MemoryStore):
         """Calls newest first: all of ``user_id``'s, or the most recent of any caller."""
         if user_id is None:
             rows = await self._fetch(
-                f"SELECT {_CALL_COLS} FROM calls ORDER BY started_at DESC LIMIT $1", int(limit)
+                f"SELECT {CALL_COLS} FROM calls ORDER BY started_at DESC LIMIT $1", int(limit)
             )
         else:
             rows = await self._fetch(
-                f"SELECT {_CALL_COLS} FROM calls WHERE user_id = $1 "
+                f"SELECT {CALL_COLS} FROM calls WHERE user_id = $1 "
                 "ORDER BY started_at DESC LIMIT $2",
                 user_id,
                 int(limit),
@@ -276,13 +276,13 @@ class PostgresMemoryStore(MemoryStore):
 
     async def call(self, call_id: str) -> CallRecord | None:
         """One call's row, or ``None``."""
-        rows = await self._fetch(f"SELECT {_CALL_COLS} FROM calls WHERE call_id = $1", call_id)
+        rows = await self._fetch(f"SELECT {CALL_COLS} FROM calls WHERE call_id = $1", call_id)
         return to_call(tuple(rows[0])) if rows else None
 
     async def compactions(self, call_id: str) -> list[CompactionRecord]:
         """A call's summary attempts, in order."""
         rows = await self._fetch(
-            f"SELECT {_COMPACTION_COLS} FROM compactions WHERE call_id = $1 ORDER BY attempt",
+            f"SELECT {COMPACTION_COLS} FROM compactions WHERE call_id = $1 ORDER BY attempt",
             call_id,
         )
         return [to_compaction(tuple(r)) for r in rows]
@@ -293,12 +293,12 @@ class PostgresMemoryStore(MemoryStore):
         """A call's archived messages in order (those of one compaction if given)."""
         if compaction is None:
             rows = await self._fetch(
-                f"SELECT {_MESSAGE_COLS} FROM messages WHERE call_id = $1 ORDER BY position",
+                f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = $1 ORDER BY position",
                 call_id,
             )
         else:
             rows = await self._fetch(
-                f"SELECT {_MESSAGE_COLS} FROM messages WHERE call_id = $1 AND compaction = $2 "
+                f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = $1 AND compaction = $2 "
                 "ORDER BY position",
                 call_id,
                 compaction,
@@ -308,7 +308,7 @@ class PostgresMemoryStore(MemoryStore):
     async def message(self, call_id: str, position: int) -> ArchivedMessage | None:
         """One archived message, or ``None``."""
         rows = await self._fetch(
-            f"SELECT {_MESSAGE_COLS} FROM messages WHERE call_id = $1 AND position = $2",
+            f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = $1 AND position = $2",
             call_id,
             int(position),
         )
@@ -322,7 +322,7 @@ class PostgresMemoryStore(MemoryStore):
             raise ValueError("fact_history needs call_id or user_id")
         column, value = ("call_id", call_id) if call_id is not None else ("user_id", user_id)
         rows = await self._fetch(
-            f"SELECT {_FACT_COLS} FROM facts WHERE {column} = $1 ORDER BY at, call_id, seq",
+            f"SELECT {FACT_COLS} FROM facts WHERE {column} = $1 ORDER BY at, call_id, seq",
             value,
         )
         return [to_fact(tuple(r)) for r in rows]

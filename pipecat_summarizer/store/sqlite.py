@@ -10,7 +10,6 @@ event loop never blocks on disk or on a lock. Archived messages are indexed with
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import threading
 import time
@@ -28,6 +27,20 @@ from pipecat_summarizer.store.records import (
     FactEvent,
     Record,
     SearchHit,
+)
+from pipecat_summarizer.store.rows import (
+    CALL_COLS,
+    COMPACTION_COLS,
+    FACT_COLS,
+    MESSAGE_COLS,
+    call_row,
+    compaction_row,
+    fact_row,
+    message_row,
+    to_call,
+    to_compaction,
+    to_fact,
+    to_message,
 )
 
 T = TypeVar("T")
@@ -97,152 +110,6 @@ _END_CALL = """INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
     facts=excluded.facts, messages_in_context=excluded.messages_in_context,
     messages_archived=excluded.messages_archived, compactions=excluded.compactions,
     turns=excluded.turns, resumed=MAX(excluded.resumed, calls.resumed)"""
-
-_MESSAGE_COLS = (
-    "call_id, position, role, content, message_json, tool_call_ids, removed_by, "
-    "compaction, turn, at, user_id, evicted_turn"
-)
-_CALL_COLS = (
-    "call_id, user_id, started_at, ended_at, ended_by, summary, facts, "
-    "messages_in_context, messages_archived, compactions, turns, resumed"
-)
-_COMPACTION_COLS = (
-    "call_id, attempt, compaction, ok, reason, turn, messages_before, messages_after, "
-    "messages_summarized, tokens_before, tokens_after, summary, summary_sha256, latency_s, "
-    "model, error, at, user_id"
-)
-_FACT_COLS = "call_id, seq, key, action, text, fact_kind, source, actor, turn, at, user_id"
-
-
-def message_row(r: ArchivedMessage) -> tuple:
-    """An archived message as the ``messages`` insert's parameters (shared with PostgreSQL)."""
-    return (
-        r.call_id,
-        r.user_id,
-        r.position,
-        r.turn,
-        r.at,
-        r.role,
-        r.content,
-        r.message_json,
-        json.dumps(list(r.tool_call_ids)),
-        r.removed_by,
-        r.compaction,
-        r.evicted_turn
-        if r.evicted_turn is not None
-        else r.turn
-        if r.removed_by == "evicted"
-        else None,
-    )
-
-
-def compaction_row(r: CompactionRecord) -> tuple:
-    """A compaction as the ``compactions`` insert's parameters, in table order."""
-    return (
-        r.call_id,
-        r.attempt,
-        r.compaction,
-        r.ok,
-        r.reason,
-        r.turn,
-        r.at,
-        r.messages_before,
-        r.messages_after,
-        r.messages_summarized,
-        r.tokens_before,
-        r.tokens_after,
-        r.summary,
-        r.summary_sha256,
-        r.latency_s,
-        r.model,
-        r.error,
-        r.user_id,
-    )
-
-
-def fact_row(r: FactEvent) -> tuple:
-    """A fact event as the ``facts`` insert's parameters, in table order."""
-    return (
-        r.call_id,
-        r.seq,
-        r.user_id,
-        r.key,
-        r.action,
-        r.text,
-        r.fact_kind,
-        r.source,
-        r.actor,
-        r.turn,
-        r.at,
-    )
-
-
-def call_row(r: CallRecord) -> tuple:
-    """A call's final state as the ``calls`` insert's parameters, in table order."""
-    return (
-        r.call_id,
-        r.user_id,
-        r.started_at,
-        r.ended_at,
-        r.ended_by,
-        r.summary,
-        json.dumps([dict(f) for f in r.facts], ensure_ascii=False),
-        r.messages_in_context,
-        r.messages_archived,
-        r.compactions,
-        r.turns,
-        r.resumed,
-    )
-
-
-def to_message(row: Sequence) -> ArchivedMessage:
-    """A ``_MESSAGE_COLS`` row as a record."""
-    return ArchivedMessage(
-        call_id=row[0],
-        position=row[1],
-        role=row[2],
-        content=row[3],
-        message_json=row[4],
-        tool_call_ids=tuple(json.loads(row[5] or "[]")),
-        removed_by=row[6],
-        compaction=row[7],
-        turn=row[8],
-        at=row[9],
-        user_id=row[10],
-        evicted_turn=row[11],
-    )
-
-
-def to_call(row: Sequence) -> CallRecord:
-    """A ``_CALL_COLS`` row as a record."""
-    facts = row[6]
-    facts = json.loads(facts) if isinstance(facts, str) else (facts or [])
-    return CallRecord(
-        call_id=row[0],
-        user_id=row[1],
-        started_at=row[2],
-        ended_at=row[3],
-        ended_by=row[4],
-        summary=row[5],
-        facts=tuple(facts),
-        messages_in_context=row[7],
-        messages_archived=row[8],
-        compactions=row[9],
-        turns=row[10],
-        resumed=bool(row[11]),
-    )
-
-
-def to_compaction(row: Sequence) -> CompactionRecord:
-    """A ``_COMPACTION_COLS`` row as a record."""
-    values = list(row)
-    values[3] = bool(values[3])
-    return CompactionRecord(*values)
-
-
-def to_fact(row: Sequence) -> FactEvent:
-    """A ``_FACT_COLS`` row as a record."""
-    return FactEvent(*row)
 
 
 class SQLiteMemoryStore(MemoryStore):
@@ -408,20 +275,20 @@ class SQLiteMemoryStore(MemoryStore):
         """Calls newest first: all of ``user_id``'s, or the most recent of any caller."""
         where, params = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
         rows = await self._query(
-            f"SELECT {_CALL_COLS} FROM calls {where} ORDER BY started_at DESC LIMIT ?",
+            f"SELECT {CALL_COLS} FROM calls {where} ORDER BY started_at DESC LIMIT ?",
             [*params, int(limit)],
         )
         return [to_call(r) for r in rows]
 
     async def call(self, call_id: str) -> CallRecord | None:
         """One call's row, or ``None``."""
-        rows = await self._query(f"SELECT {_CALL_COLS} FROM calls WHERE call_id = ?", [call_id])
+        rows = await self._query(f"SELECT {CALL_COLS} FROM calls WHERE call_id = ?", [call_id])
         return to_call(rows[0]) if rows else None
 
     async def compactions(self, call_id: str) -> list[CompactionRecord]:
         """A call's summary attempts, in order."""
         rows = await self._query(
-            f"SELECT {_COMPACTION_COLS} FROM compactions WHERE call_id = ? ORDER BY attempt",
+            f"SELECT {COMPACTION_COLS} FROM compactions WHERE call_id = ? ORDER BY attempt",
             [call_id],
         )
         return [to_compaction(r) for r in rows]
@@ -430,7 +297,7 @@ class SQLiteMemoryStore(MemoryStore):
         self, call_id: str, *, compaction: int | None = None
     ) -> list[ArchivedMessage]:
         """A call's archived messages in order (those of one compaction if given)."""
-        sql = f"SELECT {_MESSAGE_COLS} FROM messages WHERE call_id = ?"
+        sql = f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = ?"
         params: list[Any] = [call_id]
         if compaction is not None:
             sql += " AND compaction = ?"
@@ -441,7 +308,7 @@ class SQLiteMemoryStore(MemoryStore):
     async def message(self, call_id: str, position: int) -> ArchivedMessage | None:
         """One archived message, or ``None``."""
         rows = await self._query(
-            f"SELECT {_MESSAGE_COLS} FROM messages WHERE call_id = ? AND position = ?",
+            f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = ? AND position = ?",
             [call_id, int(position)],
         )
         return to_message(rows[0]) if rows else None
@@ -454,7 +321,7 @@ class SQLiteMemoryStore(MemoryStore):
             raise ValueError("fact_history needs call_id or user_id")
         column, value = ("call_id", call_id) if call_id is not None else ("user_id", user_id)
         rows = await self._query(
-            f"SELECT {_FACT_COLS} FROM facts WHERE {column} = ? ORDER BY at, call_id, seq",
+            f"SELECT {FACT_COLS} FROM facts WHERE {column} = ? ORDER BY at, call_id, seq",
             [value],
         )
         return [to_fact(r) for r in rows]

@@ -1,0 +1,163 @@
+"""Row codecs shared by the SQL backends: records to insert parameters, and rows back.
+
+The column lists name each table's ``SELECT`` order; the ``*_row`` functions give each
+table's insert parameters in table order. SQLite and PostgreSQL use the same tables.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from pipecat_summarizer.store.records import (
+    ArchivedMessage,
+    CallRecord,
+    CompactionRecord,
+    FactEvent,
+)
+
+MESSAGE_COLS = (
+    "call_id, position, role, content, message_json, tool_call_ids, removed_by, "
+    "compaction, turn, at, user_id, evicted_turn"
+)
+CALL_COLS = (
+    "call_id, user_id, started_at, ended_at, ended_by, summary, facts, "
+    "messages_in_context, messages_archived, compactions, turns, resumed"
+)
+COMPACTION_COLS = (
+    "call_id, attempt, compaction, ok, reason, turn, messages_before, messages_after, "
+    "messages_summarized, tokens_before, tokens_after, summary, summary_sha256, latency_s, "
+    "model, error, at, user_id"
+)
+FACT_COLS = "call_id, seq, key, action, text, fact_kind, source, actor, turn, at, user_id"
+
+
+def message_row(r: ArchivedMessage) -> tuple:
+    """An archived message as the ``messages`` insert's parameters ."""
+    return (
+        r.call_id,
+        r.user_id,
+        r.position,
+        r.turn,
+        r.at,
+        r.role,
+        r.content,
+        r.message_json,
+        json.dumps(list(r.tool_call_ids)),
+        r.removed_by,
+        r.compaction,
+        r.evicted_turn
+        if r.evicted_turn is not None
+        else r.turn
+        if r.removed_by == "evicted"
+        else None,
+    )
+
+
+def compaction_row(r: CompactionRecord) -> tuple:
+    """A compaction as the ``compactions`` insert's parameters, in table order."""
+    return (
+        r.call_id,
+        r.attempt,
+        r.compaction,
+        r.ok,
+        r.reason,
+        r.turn,
+        r.at,
+        r.messages_before,
+        r.messages_after,
+        r.messages_summarized,
+        r.tokens_before,
+        r.tokens_after,
+        r.summary,
+        r.summary_sha256,
+        r.latency_s,
+        r.model,
+        r.error,
+        r.user_id,
+    )
+
+
+def fact_row(r: FactEvent) -> tuple:
+    """A fact event as the ``facts`` insert's parameters, in table order."""
+    return (
+        r.call_id,
+        r.seq,
+        r.user_id,
+        r.key,
+        r.action,
+        r.text,
+        r.fact_kind,
+        r.source,
+        r.actor,
+        r.turn,
+        r.at,
+    )
+
+
+def call_row(r: CallRecord) -> tuple:
+    """A call's final state as the ``calls`` insert's parameters, in table order."""
+    return (
+        r.call_id,
+        r.user_id,
+        r.started_at,
+        r.ended_at,
+        r.ended_by,
+        r.summary,
+        json.dumps([dict(f) for f in r.facts], ensure_ascii=False),
+        r.messages_in_context,
+        r.messages_archived,
+        r.compactions,
+        r.turns,
+        r.resumed,
+    )
+
+
+def to_message(row: Sequence) -> ArchivedMessage:
+    """A ``MESSAGE_COLS`` row as a record."""
+    return ArchivedMessage(
+        call_id=row[0],
+        position=row[1],
+        role=row[2],
+        content=row[3],
+        message_json=row[4],
+        tool_call_ids=tuple(json.loads(row[5] or "[]")),
+        removed_by=row[6],
+        compaction=row[7],
+        turn=row[8],
+        at=row[9],
+        user_id=row[10],
+        evicted_turn=row[11],
+    )
+
+
+def to_call(row: Sequence) -> CallRecord:
+    """A ``CALL_COLS`` row as a record."""
+    facts = row[6]
+    facts = json.loads(facts) if isinstance(facts, str) else (facts or [])
+    return CallRecord(
+        call_id=row[0],
+        user_id=row[1],
+        started_at=row[2],
+        ended_at=row[3],
+        ended_by=row[4],
+        summary=row[5],
+        facts=tuple(facts),
+        messages_in_context=row[7],
+        messages_archived=row[8],
+        compactions=row[9],
+        turns=row[10],
+        resumed=bool(row[11]),
+    )
+
+
+def to_compaction(row: Sequence) -> CompactionRecord:
+    """A ``COMPACTION_COLS`` row as a record."""
+    values = list(row)
+    values[3] = bool(values[3])
+    return CompactionRecord(*values)
+
+
+def to_fact(row: Sequence) -> FactEvent:
+    """A ``FACT_COLS`` row as a record."""
+    return FactEvent(*row)
