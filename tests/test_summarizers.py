@@ -7,6 +7,7 @@ import pytest
 
 from pipecat_summarizer import OpenAISummarizer, PipecatLLMSummarizer, SummarizerError
 from pipecat_summarizer.prompt import build_request
+from pipecat_summarizer.summarizers.base import as_result
 from tests.openai_server import Reply
 from tests.pipeline_utils import main_llm
 
@@ -20,7 +21,8 @@ REQUEST = build_request(
 async def test_openai_summarizer_sends_prompt_transcript_and_budget(openai_server):
     openai_server.handler = lambda body: Reply("  FACTS:\n- peanut allergy  \n")
     s = OpenAISummarizer(base_url=openai_server.base_url, model="tiny", api_key="k")
-    assert await s.summarize(REQUEST) == "FACTS:\n- peanut allergy"
+    answer = await s.summarize(REQUEST)  # as it came: as_result cleans it, once
+    assert as_result(answer).text == "FACTS:\n- peanut allergy"
     body = openai_server.requests[0]
     assert body["model"] == "tiny" and body["max_tokens"] == 123
     assert [m["role"] for m in body["messages"]] == ["system", "user"]

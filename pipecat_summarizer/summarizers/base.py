@@ -47,25 +47,59 @@ class Summarizer(Protocol):
         ...
 
 
-def clean_summary(text: str | None) -> str:
-    """Strip a backend's answer and reject an empty one.
+_FENCE = re.compile(r"\A```[A-Za-z0-9_+-]*[ \t]*\n(?P<body>.*?)\n?```\Z", re.DOTALL)
 
-    Args:
-        text: The raw answer.
 
-    Returns:
-        The stripped text.
+def unfence(text: str) -> str:
+    """``text`` stripped, and without a markdown code fence around the whole of it.
+
+    Models often wrap an answer (a JSON record above all) in a ```` ```json ```` fence;
+    a fence inside the text is left alone.
+    """
+    text = text.strip()
+    match = _FENCE.match(text)
+    return match.group("body").strip() if match else text
+
+
+def require_text(text: str | None) -> str:
+    """A backend's answer as it came, once it is known not to be empty.
+
+    Backends call this (and no cleaning of their own): the text is cleaned once, by
+    :func:`as_result`, on its way to the context.
 
     Raises:
         SummarizerError: If the answer is missing or only whitespace.
     """
     if text is None or not str(text).strip():
         raise SummarizerError("summarizer returned an empty summary")
-    return str(text).strip()
+    return str(text)
+
+
+def clean_summary(text: str | None) -> str:
+    """Clean a backend's answer: stripped, without a fence around it; reject an empty one.
+
+    The one cleaning step of the summary text (called by :func:`as_result`).
+
+    Args:
+        text: The raw answer.
+
+    Returns:
+        The cleaned text.
+
+    Raises:
+        SummarizerError: If the answer is missing, only whitespace or an empty fence.
+    """
+    cleaned = unfence(require_text(text))
+    if not cleaned:
+        raise SummarizerError("summarizer returned an empty summary")
+    return cleaned
 
 
 def as_result(value: str | SummaryResult | None) -> SummaryResult:
-    """Normalize a backend's answer to a :class:`SummaryResult` with non-empty text.
+    """Normalize a backend's answer to a :class:`SummaryResult` with clean, non-empty text.
+
+    Every backend's answer reaches the context through here: this is where the summary
+    text is cleaned (:func:`clean_summary`), once.
 
     Raises:
         SummarizerError: If the answer is empty.

@@ -12,7 +12,12 @@ from openai import AsyncOpenAI
 
 from pipecat_summarizer.prompt import SECTIONS, SummaryRequest
 from pipecat_summarizer.sections import render_sections
-from pipecat_summarizer.summarizers.base import SummarizerError, SummaryResult, clean_summary
+from pipecat_summarizer.summarizers.base import (
+    SummarizerError,
+    SummaryResult,
+    require_text,
+    unfence,
+)
 from pipecat_summarizer.validation import check_number
 
 # A key from the environment is sent only to these hosts (or when base_url is not given).
@@ -31,9 +36,12 @@ RECORD_SCHEMA = {
 
 
 def parse_json_record(text: str) -> dict[str, list[str]] | None:
-    """Sections from a JSON memory record, or ``None`` if ``text`` is not one."""
+    """Sections from a JSON memory record, or ``None`` if ``text`` is not one.
+
+    A markdown fence around the JSON is allowed (models add one despite the schema).
+    """
     try:
-        data = json.loads(text)
+        data = json.loads(unfence(text))
     except ValueError:
         return None
     if not isinstance(data, dict):
@@ -176,11 +184,12 @@ class OpenAISummarizer:
         if choice.finish_reason == "length":
             # A cut-off record would roll forward with its last sections missing.
             raise SummarizerError(f"summary cut off at max_tokens={request.max_tokens}")
-        text = clean_summary(choice.message.content)
+        # not cleaned here: as_result cleans every backend's answer, once
+        text = require_text(choice.message.content)
         if self.structured:
             sections = parse_json_record(text)
             if sections is not None:
-                return SummaryResult(clean_summary(render_sections(sections)), sections)
+                return SummaryResult(render_sections(sections), sections)
         return text
 
     async def _create(self, params: dict):

@@ -21,7 +21,7 @@ from loguru import logger
 from pipecat.processors.aggregators.llm_context import LLMContext
 
 from pipecat_summarizer.prompt import SummaryRequest
-from pipecat_summarizer.summarizers.base import SummarizerError, clean_summary
+from pipecat_summarizer.summarizers.base import SummarizerError, require_text
 from pipecat_summarizer.tokens import estimate_text_tokens
 
 if TYPE_CHECKING:
@@ -171,9 +171,9 @@ class PipecatLLMSummarizer:
                 raise SummarizerError(
                     f"summary cut off at max_tokens={request.max_tokens} ({reason})"
                 )
-        text = clean_summary(text)
+        text = require_text(text)  # cleaned once, by as_result, on its way to the context
         if not observable and request.max_tokens:
-            if estimate_text_tokens(text) >= _FULL_BUDGET * request.max_tokens:
+            if estimate_text_tokens(text.strip()) >= _FULL_BUDGET * request.max_tokens:
                 raise SummarizerError(
                     f"summary fills its budget of max_tokens={request.max_tokens}; taken as cut off"
                 )
