@@ -61,6 +61,7 @@ from pipecat_summarizer.plan import (
     Plan,
     blocked_reason,
     evict_for_ceiling,
+    head_length,
     locate,
     make_protection,
     pending_places,
@@ -1040,7 +1041,15 @@ class ContextSummarizer(FrameProcessor):
             facts=self._memory.facts.facts,
             messages_in_context=len(self._context.messages),
             compactions=self._compactions,
+            in_context=self._conversation_at_end(),
         )
+
+    def _conversation_at_end(self) -> list:
+        """The conversation messages still in the context at the end (archived then): not
+        the head, the facts, the summary or the recalled message (the processor's own)."""
+        view = self._view(self._context.messages)
+        summary = self._memory.summary_message
+        return [m for m in view[head_length(view) :] if m is not summary]
 
     async def _cancel_task(self) -> None:
         task, self._task = self._task, None

@@ -307,3 +307,35 @@ async def test_a_late_answer_serves_the_next_turn_when_still_relevant(openai_ser
     recalled = _recalled(by_question[second])  # its own too, but the first one's answer fits
     assert recalled and "Hotel Marquis" in recalled[0]["content"]
     assert processor.recall_step.late_served == 1
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_messages_still_in_the_context_at_hang_up_are_recalled_in_the_next_call(
+    openai_server, store_target
+):
+    # a short first call: nothing is ever summarized, the hotel is still in view at the end
+    openai_server.handler = _summaries
+    store = open_store(store_target)
+    try:
+        first, _ = await _call(
+            openai_server, store, [FILLER[0], HOTEL], call_id="c1", user_id="alice"
+        )
+        archived = await store.messages("c1")
+        openai_server.requests.clear()
+        processor, _ = await _call(
+            openai_server,
+            store,
+            ["Hi again. Which hotel did I book with you last time?"],
+            call_id="c2",
+            user_id="alice",
+        )
+    finally:
+        await store.close()
+    assert first.recall_step.recalled == 0  # in view during its own call: never recalled
+    # the conversation only (not the system prompt), in order, marked as still in view
+    assert [m.role for m in archived] == ["user", "assistant", "user", "assistant"]
+    assert {m.removed_by for m in archived} == {"in_context_at_end"}
+    assert archived[2].content == HOTEL
+    assert processor.recall_step.recalled == 1
+    recalled = _recalled(openai_server.chat_requests[-1])
+    assert len(recalled) == 1 and "Hotel Marquis" in recalled[0]["content"]

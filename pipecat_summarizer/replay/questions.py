@@ -291,8 +291,8 @@ class Plan:
         tag: Prefix of the caller ids (keeps runs apart in a shared database).
         compact_at_end: Across calls, end each call with a manual compaction of the whole
             conversation (``LLMSummarizeContextFrame``, ``min_messages_after_summary=0``):
-            the store archives only messages that left the context, so without it the
-            messages still in the context at hang-up are never archived.
+            every message is then summarized (without it, the messages still in the
+            context at hang-up are archived as ``in_context_at_end``, unsummarized).
     """
 
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -411,7 +411,8 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
         call = _Call(context, turns, [ours], recorder=recorder)
         await _replay(call, turns)
         state = _snapshot(context)
-        await call.end()
+        # the questions are asked while the call is still on: its messages still in the
+        # context are archived only when it ends, as in a real call
         for name, recall in (("ours", None), ("ours_recall", plan.recall)):
             qctx = LLMContext(messages=copy.deepcopy(state))
             q = _ours(
@@ -431,6 +432,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
             await asking.end()
             if q.recall_step is not None:
                 out[name].missed += q.recall_step.missed
+        await call.end()
     finally:
         await store.close()
     return out

@@ -306,8 +306,19 @@ class CallRecorder:
         facts: Iterable[Any],
         messages_in_context: int,
         compactions: int,
+        in_context: Iterable[Any] = (),
     ) -> bool:
         """At ``EndFrame``/``CancelFrame``: record the final state and flush (bounded).
+
+        Args:
+            ended_by: ``end``, ``cancel`` or ``cleanup``.
+            summary: The summary in the context at the end, if any.
+            facts: The pinned facts at the end.
+            messages_in_context: How many messages the context holds.
+            compactions: Summaries applied in the call.
+            in_context: The conversation messages still in the context (oldest first):
+                archived as ``in_context_at_end``, so a returning caller's earlier calls are
+                searchable in full, not only what left the context during the call.
 
         Returns:
             True if every record was written.
@@ -318,6 +329,8 @@ class CallRecorder:
         if self._load is not None:
             self._load.cancel()
             self._load = None
+        # only at the end: during the call these messages are in view, never in the archive
+        self.archive(in_context, "in_context_at_end")
         self.writer.submit(
             CallRecord(
                 call_id=self.call_id,

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 #: How a message left the context.
-Removal = Literal["summarized", "evicted", "replaced"]
+Removal = Literal["summarized", "evicted", "replaced", "in_context_at_end"]
 #: What happened to a pinned fact.
 FactAction = Literal["pinned", "corrected", "unpinned", "restored"]
 #: Who changed it: the application, the conversation (summaries, evicted messages, earlier
@@ -81,7 +81,8 @@ class ArchivedMessage:
         message_json: The message exactly as it was in the context, as JSON.
         tool_call_ids: Tool-call ids it carries.
         removed_by: ``summarized``, ``evicted`` (to the pending queue, under the ceiling) or
-            ``replaced`` (the application replaced the context while it was pending).
+            ``replaced`` (the application replaced the context while it was pending), or
+            ``in_context_at_end`` (still in the context when the call ended).
         compaction: The compaction that summarized it (``None`` while pending/replaced).
         turn: The user turn at which it left.
         at: When it left (seconds since the epoch).
