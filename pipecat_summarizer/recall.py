@@ -284,7 +284,7 @@ _SPECIFIC = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'-]+|\b\w*\d\w*|\b\w{7,}", 
 def specific_terms(query: str) -> set[str]:
     """Stems of the query's specific words: names (capitalized inside a sentence), words
     with digits, long words ("Mozart", "418", "classical"), not everyday ones ("open")."""
-    found = set()
+    found: set[str] = set()
     for match in _SPECIFIC.finditer(query.strip()):
         found.update(stem(w) for w in words(match.group()) if w not in STOPWORDS)
     return found
@@ -485,7 +485,7 @@ def snippet_line(
     """One snippet as a line: ``- [when] caller: "…" -> assistant: "…"``, its quotes cut to
     ``room`` tokens in all. Each quote is a JSON string: no text inside it can close it or
     pass for a label or an instruction of the application."""
-    parts = [(snippet.role, snippet.text)]
+    parts: list[tuple[str | None, str]] = [(snippet.role, snippet.text)]
     if snippet.reply:
         parts.append((snippet.reply_role, snippet.reply))
     each = max(4, room // len(parts))

@@ -287,7 +287,7 @@ class RecallStep:
         out: list[dict] = []
         used = 0
         for s in snippets[:limit]:
-            item = {
+            item: dict[str, Any] = {
                 "when": snippet_when(s, self.call_id),
                 "speaker": speaker(s.role),
                 "text": window(s.text, terms, params.max_snippet_tokens, self.count),

@@ -371,7 +371,7 @@ def parse_transcript(text: str) -> ParsedTranscript:
             continue
         try:
             entry = json.loads(line)
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             raise ValueError(f"transcript line {number} is not JSON: {e.msg}") from None
         if not isinstance(entry, dict) or not isinstance(entry.get("role"), str):
             raise ValueError(f"transcript line {number}: 'role' must be a string")

@@ -90,7 +90,7 @@ def openai_backend(*, model: str, base_url: str | None, api_key: str | None) -> 
     def make_summarizer() -> Summarizer:
         return OpenAISummarizer(model=model, base_url=base_url, api_key=api_key)
 
-    def make_llm() -> LLMService:
+    def make_llm() -> LLMService[Any]:
         return OpenAILLMService(
             api_key=api_key or "not-needed",
             base_url=base_url,
@@ -219,7 +219,7 @@ class MeteredLLM(LLMService):
         context: LLMContext,
         max_tokens: int | None = None,
         system_instruction: str | None = None,
-        **kwargs: Any,
+        response_schema: dict[str, Any] | None = None,
     ) -> str | None:
         """Run the wrapped service's inference through the meter."""
         table = self._meter.table
@@ -228,6 +228,9 @@ class MeteredLLM(LLMService):
         return await self._meter.call(
             sent,
             lambda: self.inner.run_inference(
-                context, max_tokens=max_tokens, system_instruction=system_instruction, **kwargs
+                context,
+                max_tokens=max_tokens,
+                system_instruction=system_instruction,
+                response_schema=response_schema,
             ),
         )

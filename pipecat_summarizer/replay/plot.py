@@ -31,7 +31,7 @@ from pipecat_summarizer.replay.report import (
     request_probes,
 )
 
-STYLE = {
+STYLE: dict[str, dict[str, str | None]] = {
     "full_buffer": {"color": "#8c8c8c", "label": "full buffer (no summarization)"},
     "pipecat_builtin": {"color": "#e6730f", "label": "Pipecat built-in"},
     "pipecat_summarizer": {"color": "#1f5fb4", "label": "pipecat-summarizer (ours)"},
@@ -159,19 +159,18 @@ def plot_results(
     # 2. request size, with requested / applied summaries as marks under the lines
     top = 0.0
     for res in summarizing:
-        y = per_turn_tokens(res.requests, n_turns)
-        top = max(top, max(y, default=0))
+        top = max(top, max(per_turn_tokens(res.requests, n_turns), default=0))
     top = max(top, threshold or 0, ceiling or 0) * 1.12 or 1.0
     rows = len(summarizing)
     row_h = top * 0.07
     for k, res in enumerate(summarizing):
         st = _style(res.strategy)
-        y = per_turn_tokens(res.requests, n_turns)
+        sizes = per_turn_tokens(res.requests, n_turns)
         requested = len(res.summary_calls)
-        largest = max(y, default=0)
+        largest = max(sizes, default=0)
         ax_size.plot(
             x,
-            y,
+            sizes,
             color=st["color"],
             linewidth=1.5,
             label=(
@@ -205,7 +204,7 @@ def plot_results(
         if evictions:
             ax_size.plot(
                 evictions,
-                [y[t - 1] for t in evictions],
+                [sizes[t - 1] for t in evictions],
                 linestyle="none",
                 marker="x",
                 markersize=5,

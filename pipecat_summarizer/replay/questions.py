@@ -67,7 +67,7 @@ from pipecat_summarizer.replay.recorder import Recorder
 from pipecat_summarizer.replay.replay_llm import ReplayLLM
 from pipecat_summarizer.replay.report import TokenTable, request_text
 from pipecat_summarizer.replay.strategies import PipecatBuiltin, Setup, Thresholds
-from pipecat_summarizer.replay.transcript import Step, Turn
+from pipecat_summarizer.replay.transcript import Step, Turn, context_messages
 from pipecat_summarizer.store.base import MemoryStore
 from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
@@ -232,7 +232,7 @@ class _Call:
         target = self.llm.responses
         expected_steps = self._steps[turn - 1]
         await self.worker.queue_frame(
-            LLMMessagesAppendFrame(messages=copy.deepcopy(inputs), run_llm=True)
+            LLMMessagesAppendFrame(messages=context_messages(inputs), run_llm=True)
         )
         deadline = time.monotonic() + timeout
         while not (
@@ -383,7 +383,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
 
     # full buffer and the built-in: the final state, then a plain question pipeline
     for name in ("full_buffer", "pipecat_builtin"):
-        context = LLMContext(messages=copy.deepcopy(transcript.preamble))
+        context = LLMContext(messages=context_messages(transcript.preamble))
         recorder = Recorder()
         params = (
             PipecatBuiltin(setup, recorder).assistant_params()
@@ -403,7 +403,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
     store = plan.store()
     user_id = _user(conv, plan)
     try:
-        context = LLMContext(messages=copy.deepcopy(transcript.preamble))
+        context = LLMContext(messages=context_messages(transcript.preamble))
         recorder = Recorder()
         ours = _ours(
             plan, context, recorder, table_, store=store, call_id=f"{user_id}:call", user_id=user_id
@@ -465,7 +465,7 @@ async def across_calls(
     out["full_buffer"] = full
     # the built-in keeps nothing across calls: a new call is the system prompt alone
     out["pipecat_builtin"] = Scores()
-    asking = _Call(LLMContext(messages=copy.deepcopy(transcript.preamble)), [])
+    asking = _Call(LLMContext(messages=context_messages(transcript.preamble)), [])
     await asking.start()
     await _ask_all(asking, copy.deepcopy(transcript.preamble), qa, table_, out["pipecat_builtin"])
     await asking.end()
@@ -475,7 +475,7 @@ async def across_calls(
     try:
         offset = 0
         for k, session_turns in enumerate(sessions(conv), 1):
-            context = LLMContext(messages=copy.deepcopy(transcript.preamble))
+            context = LLMContext(messages=context_messages(transcript.preamble))
             recorder = Recorder()
             ours = _ours(
                 plan,
@@ -495,7 +495,7 @@ async def across_calls(
             await call.end()
             offset += len(session_turns)
         for name, recall in (("ours", None), ("ours_recall", plan.recall)):
-            qctx = LLMContext(messages=copy.deepcopy(transcript.preamble))
+            qctx = LLMContext(messages=context_messages(transcript.preamble))
             q = _ours(
                 plan,
                 qctx,
@@ -597,7 +597,7 @@ async def _main(samples: Sequence[tuple[str, dict]], plan: Plan, args: argparse.
         scores = await question_time(conv, plan)
         for s, v in scores.items():
             total[s].merge(v)
-        entry = {
+        entry: dict[str, Any] = {
             s: {"recall": v.recall(), "input_tokens": v.input_tokens} for s, v in scores.items()
         }
         line = "  ".join(f"{s} {v.recall():.1%}" for s, v in scores.items())

@@ -33,7 +33,6 @@ default retry backoff (5 s, doubling to 120 s) on the simulated clock.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -66,7 +65,7 @@ from pipecat_summarizer.replay.report import (
 )
 from pipecat_summarizer.replay.strategies import STRATEGY_CLASSES, Setup, Strategy, Thresholds
 from pipecat_summarizer.replay.timing import CallModel, TurnTiming, next_turn_start, plan_call
-from pipecat_summarizer.replay.transcript import Transcript
+from pipecat_summarizer.replay.transcript import Transcript, context_messages
 
 __all__ = [
     "OUTAGE_ERROR",
@@ -172,7 +171,7 @@ class _Run:
         self.turns = _Turns()
         self.call_seconds = 0.0
 
-        context = LLMContext(messages=copy.deepcopy(transcript.preamble))
+        context = LLMContext(messages=context_messages(transcript.preamble))
         user_agg, assistant_agg = LLMContextAggregatorPair(
             context, assistant_params=strategy.assistant_params()
         )
@@ -224,7 +223,7 @@ class _Run:
         self.recorder.turn = turn.index
         self.replay.begin_turn(turn.index)
         await self.worker.queue_frame(
-            LLMMessagesAppendFrame(messages=copy.deepcopy(turn.inputs), run_llm=True)
+            LLMMessagesAppendFrame(messages=context_messages(turn.inputs), run_llm=True)
         )
         try:
             await asyncio.wait_for(self.turns.done.wait(), timeout=self.turn_timeout)

@@ -20,13 +20,16 @@ user messages must not go backwards.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from pipecat.processors.aggregators.llm_context import LLMContextMessage
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 INSTRUCTION_ROLES = ("system", "developer")
@@ -333,9 +336,9 @@ def build_steps(responses: Sequence[dict], calls: dict[str, ToolCall] | None = N
                     by_id[tc.id] = step
                 steps.append(step)
         elif role == "tool":
-            step = by_id.get(msg.get("tool_call_id"))
-            if step is not None:
-                step.results[msg["tool_call_id"]] = _result_value(msg.get("content"))
+            owner = by_id.get(str(msg.get("tool_call_id")))
+            if owner is not None:
+                owner.results[msg["tool_call_id"]] = _result_value(msg.get("content"))
     steps.append(Step(text="\n".join(text_parts)))
     return steps
 
@@ -468,3 +471,12 @@ def load_probes(path: str | Path) -> list[str]:
         if line and not line.startswith("#"):
             probes.append(line)
     return probes
+
+
+def context_messages(messages: Iterable[dict]) -> list[LLMContextMessage]:
+    """A deep copy of recorded messages, typed as Pipecat's context messages.
+
+    Recorded messages are plain dicts in OpenAI's format, which is what Pipecat's typed
+    ``LLMContextMessage`` describes; the copy keeps the recording unchanged.
+    """
+    return cast("list[LLMContextMessage]", copy.deepcopy(list(messages)))

@@ -174,7 +174,7 @@ def _preview(text: str, width: int = PREVIEW) -> str:
 
 
 def _ranges(positions: list[int]) -> str:
-    out: list[str] = []
+    out: list[list[int]] = []
     for p in sorted(positions):
         if out and out[-1][1] == p - 1:
             out[-1][1] = p

@@ -135,6 +135,7 @@ class CallRecorder:
             self.writer.submit(CallRecord(self.call_id, self.user_id, self.started_at))
 
     async def _load_memory(self) -> CallerMemory:
+        assert self.user_id is not None  # started only for a known caller
         return await self.store.caller_memory(
             self.user_id, max_calls=self.options.max_earlier_calls
         )

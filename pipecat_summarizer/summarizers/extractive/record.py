@@ -305,23 +305,23 @@ def fit(record: Record, max_tokens: int) -> tuple[str, dict[str, list[str]]]:
     if text and fits(text):
         return text, current
     # One item left that does not fit whole (or nothing): shorten it, keeping its head.
-    name = next((n for n in SECTIONS if current[n]), None)
-    if name is not None:
-        item = current[name][0]
+    first = next((n for n in SECTIONS if current[n]), None)
+    if first is not None:
+        item = current[first][0]
         lo, hi = 0, len(item)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            current[name][0] = item[:mid].rstrip() + "…"
+            current[first][0] = item[:mid].rstrip() + "…"
             if fits(render(current)):
                 lo = mid
             else:
                 hi = mid - 1
-        current[name][0] = item[:lo].rstrip() + "…"
+        current[first][0] = item[:lo].rstrip() + "…"
         if lo and fits(render(current)):
             return render(current), {}  # a cut sentence is not worth pinning
         if render is render_sections:
             return render_sections({}), {}  # the skeleton fits; the item cannot
-        current[name][0] = item
+        current[first][0] = item
     return hard_truncate(render(current) or render_sections({}), max_tokens), {}
 
 

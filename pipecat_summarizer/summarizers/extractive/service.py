@@ -207,7 +207,7 @@ class ExtractiveLLMService(LLMService):
         """
         self._check_response_schema(response_schema)
         budget = max_tokens or self._settings.max_tokens or self.default_max_tokens
-        messages = list(context.messages)
+        messages: list[Any] = list(context.messages)
         previous: str | None = None
         unresolved: frozenset[str] = frozenset()
         users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]

@@ -254,12 +254,12 @@ class ExtractiveSummarizer:
                         pending.append(entry)
             elif role == "tool":
                 call_id = str(message.get("tool_call_id") or "")
-                entry = calls.get(call_id)
-                if entry is None and unmatched:
-                    entry = unmatched[0]  # Pipecat's own transcript drops call ids
-                if entry in unmatched:
-                    unmatched.remove(entry)
-                self._add_tool_result(entry, message.get("content"), record)
+                called = calls.get(call_id)
+                if called is None and unmatched:
+                    called = unmatched[0]  # Pipecat's own transcript drops call ids
+                if called in unmatched:
+                    unmatched.remove(called)
+                self._add_tool_result(called, message.get("content"), record)
         self._add_open_questions(questions, assistant_texts, record)
         for name, args in pending:  # after the trim: an action left hanging is worth keeping
             record.add(OPEN_QUESTIONS, self._shorten(f"Tool {name}({args}) was called; no result"))
