@@ -18,85 +18,49 @@ tool schemas. Everything else passes through untouched.
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import Protocol, runtime_checkable
 
 from loguru import logger
-from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.frames.frames import Frame, LLMContextFrame, LLMSummarizeContextFrame, StartFrame
+from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import LLMService
+from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
-from pipecat_summarizer.tokens import TokenCounter, count_text
+# moved to ceiling.py; re-exported until processor.py imports them from there
+from pipecat_summarizer.ceiling import overhead_key as overhead_key
+from pipecat_summarizer.ceiling import request_overhead as request_overhead
+from pipecat_summarizer.ceiling import tool_schemas as tool_schemas
 
-if TYPE_CHECKING:
-    from pipecat_summarizer.processor import ContextSummarizer
 
+@runtime_checkable
+class GuardedProcessor(Protocol):
+    """What the guard needs of the processor before the LLM (``ContextSummarizer``).
 
-def tool_schemas(tools: Any, llm: LLMService | None = None) -> list[Any]:
-    """The tool definitions a request carries, as close to the wire format as known.
-
-    Args:
-        tools: The context's tools (a ``ToolsSchema``, a provider list, or not given).
-        llm: The main LLM, whose adapter converts the schema (and adds Pipecat's built-in
-            tools, such as the async-tool cancel tool) exactly as it will be sent.
-
-    Returns:
-        A list of JSON-serializable tool definitions (empty when there are none).
+    A protocol, so this module does not import the processor (which imports this one).
     """
-    if llm is not None:
-        try:
-            converted = llm.get_llm_adapter().from_standard_tools(tools)
-        except Exception as e:  # an adapter quirk must not break metering
-            logger.debug(f"tool schema conversion failed ({type(e).__name__}); using defaults")
-        else:
-            return list(converted) if isinstance(converted, (list, tuple)) else []
-    if isinstance(tools, ToolsSchema):
-        schemas: list[Any] = [s.to_default_dict() for s in tools.standard_tools]
-        for custom in (tools.custom_tools or {}).values():
-            schemas.extend(custom)
-        return schemas
-    return list(tools) if isinstance(tools, (list, tuple)) else []
 
+    @property
+    def context(self) -> LLMContext:
+        """The shared context."""
+        ...
 
-def request_overhead(
-    counter: TokenCounter,
-    *,
-    system_instruction: str | None = None,
-    tools: Any = None,
-    llm: LLMService | None = None,
-) -> int:
-    """Tokens a request carries besides the context messages.
+    @property
+    def llm(self) -> LLMService | None:
+        """The main LLM, once known."""
+        ...
 
-    Args:
-        counter: The per-message token counter (use the raw counter, not a cache: the
-            texts counted here are temporary).
-        system_instruction: The service's effective ``system_instruction`` (Pipecat appends
-            its async-tool instructions to it), sent as a leading system message.
-        tools: The context's tools.
-        llm: The main LLM, for its adapter's tool conversion.
+    def attach_llm(self, llm: LLMService) -> None:
+        """Count ``llm``'s system_instruction and tool schemas under the ceiling."""
+        ...
 
-    Returns:
-        The estimated tokens of the system instruction and the tool schemas.
-    """
-    total = 0
-    if system_instruction:
-        total += counter.count_message({"role": "system", "content": system_instruction})
-    schemas = tool_schemas(tools, llm)
-    if schemas:
-        total += count_text(counter, json.dumps(schemas, default=str, ensure_ascii=False))
-    return total
+    def request_manual_summary(self, config: LLMContextSummaryConfig | None = None) -> None:
+        """Start a manual summary on the secondary LLM."""
+        ...
 
-
-def overhead_key(system_instruction: str | None, tools: Any, llm: LLMService | None) -> tuple:
-    """A cheap key that changes whenever :func:`request_overhead` may change."""
-    builtin: tuple = ()
-    if llm is not None:
-        builtin = tuple(getattr(llm.get_llm_adapter(), "builtin_tools", None) or ())
-    standard = getattr(tools, "standard_tools", None)
-    names = tuple(s.name for s in standard) if standard is not None else id(tools)
-    custom = getattr(tools, "custom_tools", None)
-    return (system_instruction, id(tools), names, id(custom), builtin)
+    async def prepare_request(self) -> None:
+        """Make the context ready for a request the processor did not see go by."""
+        ...
 
 
 class LLMRequestGuard(FrameProcessor):
@@ -124,11 +88,9 @@ class LLMRequestGuard(FrameProcessor):
         **kwargs: Passed to ``FrameProcessor``.
     """
 
-    def __init__(self, summarizer: ContextSummarizer, **kwargs):
+    def __init__(self, summarizer: GuardedProcessor, **kwargs):
         """Initialize the guard."""
-        from pipecat_summarizer.processor import ContextSummarizer
-
-        if not isinstance(summarizer, ContextSummarizer):
+        if not isinstance(summarizer, GuardedProcessor):
             raise TypeError(
                 f"summarizer must be a ContextSummarizer, got {type(summarizer).__name__}"
             )
@@ -136,7 +98,7 @@ class LLMRequestGuard(FrameProcessor):
         self._summarizer = summarizer
 
     @property
-    def summarizer(self) -> ContextSummarizer:
+    def summarizer(self) -> GuardedProcessor:
         """The processor this guard works for."""
         return self._summarizer
 
