@@ -1,20 +1,27 @@
 """The request ceiling (``CeilingParams.max_request_tokens``): what a request carries besides
 the context messages.
 
-Pure counting: the main LLM's ``system_instruction`` and the tool schemas, as close to the
-wire format as known. The processor and its guard import this module; it imports neither.
+The request overhead (pure counting: the main LLM's ``system_instruction`` and the tool
+schemas, as close to the wire format as known) and :class:`RequestCeiling`, which holds the
+context under ``max_request_tokens`` for the processor: the eviction step, the "nothing
+evictable" memo and the eviction event. The processor and its guard import this module; it
+imports neither.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from loguru import logger
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.services.llm_service import LLMService
 
-from pipecat_summarizer.tokens import TokenCounter, count_text
+from pipecat_summarizer.events import MessagesEvictedEvent
+from pipecat_summarizer.options import CeilingParams
+from pipecat_summarizer.plan import evict_for_ceiling
+from pipecat_summarizer.tokens import CachedCounter, TokenCounter, content_fingerprint, count_text
 
 
 def tool_schemas(tools: Any, llm: LLMService | None = None) -> list[Any]:
@@ -81,3 +88,174 @@ def overhead_key(system_instruction: str | None, tools: Any, llm: LLMService | N
     names = tuple(s.name for s in standard) if standard is not None else id(tools)
     custom = getattr(tools, "custom_tools", None)
     return (system_instruction, id(tools), names, id(custom), builtin)
+
+
+class CeilingHost(Protocol):
+    """What :meth:`RequestCeiling.evict` needs of the processor whose context it holds down.
+
+    The pending queue, the memory's facts and the context writes stay the processor's: the
+    ceiling decides what leaves, the host moves it.
+    """
+
+    def ceiling_messages(self) -> list:
+        """The context's messages now (fingerprinted for the "nothing evictable" memo)."""
+        ...
+
+    def ceiling_view(self) -> list:
+        """The context as the plan functions see it (without the conversation-facts and
+        recalled messages)."""
+        ...
+
+    def ceiling_fixed_tokens(self) -> int:
+        """Tokens of what is sent but never evicted and not in the view (the facts message)."""
+        ...
+
+    def ceiling_summary_message(self) -> Any:
+        """The summary message in the context, by identity (never evicted)."""
+        ...
+
+    def ceiling_move_out(self, view: list, remaining: list, out: list) -> None:
+        """Put ``remaining`` in place of ``view`` and queue ``out`` (in conversation order)
+        for the next summary, pinning their facts if configured."""
+        ...
+
+    def ceiling_total_tokens(self) -> int:
+        """The context's tokens now (without the request overhead)."""
+        ...
+
+    def ceiling_pending(self) -> int:
+        """Messages waiting in the pending queue."""
+        ...
+
+
+class RequestCeiling:
+    """The hard ceiling on what the main LLM receives (``ContextSummarizerParams.ceiling``).
+
+    It owns the request overhead (the main LLM, once known, and a cache of what its
+    ``system_instruction`` and the tool schemas cost), the eviction step (the oldest whole
+    units leave for the pending queue, down to ``eviction_target_ratio`` of the ceiling),
+    the memo of a context from which nothing more could be evicted (by content, so any
+    change retries), and the eviction event. The processor calls :meth:`due` and
+    :meth:`evict` for every request it prepares.
+
+    Args:
+        params: The ceiling; ``None`` disables eviction (the overhead is still counted).
+        counter: The processor's token counter (cached per message object).
+        protect_injected_system: Keep mid-call system/developer messages in place.
+        stale_after: User turns after which an unresolved tool call no longer holds its unit.
+        name: The processor's name, for the logs.
+    """
+
+    def __init__(
+        self,
+        params: CeilingParams | None,
+        counter: CachedCounter,
+        *,
+        protect_injected_system: bool = True,
+        stale_after: int | None = None,
+        name: str = "ContextSummarizer",
+    ):
+        """Initialize the ceiling."""
+        self.params = params
+        self._counter = counter
+        self._protect = protect_injected_system
+        self._stale_after = stale_after
+        self._name = name
+        self._llm: LLMService | None = None
+        self._overhead_key: tuple | None = None
+        self._overhead_tokens = 0
+        self._stuck: tuple[str, int] | None = None  # (fingerprint, overhead): nothing left
+
+    @property
+    def llm(self) -> LLMService | None:
+        """The main LLM whose ``system_instruction`` and tools are counted, if known."""
+        return self._llm
+
+    def attach_llm(self, llm: LLMService) -> None:
+        """Count ``llm``'s ``system_instruction`` and tool schemas from now on.
+
+        Raises:
+            TypeError: If ``llm`` is not a Pipecat ``LLMService``.
+        """
+        if not isinstance(llm, LLMService):
+            raise TypeError(f"llm must be a Pipecat LLMService, got {type(llm).__name__}")
+        self._llm = llm
+        self._overhead_key = None
+
+    def overhead(self, tools: Any) -> int:
+        """Tokens every request carries besides the messages: the main LLM's
+        ``system_instruction`` (when the LLM is known) and ``tools``' schemas; recounted
+        only when one of them changed."""
+        system = None
+        if self._llm is not None:
+            system = getattr(self._llm.settings, "system_instruction", None)
+            system = system if isinstance(system, str) else None
+        key = overhead_key(system, tools, self._llm)
+        if key != self._overhead_key:
+            self._overhead_key = key
+            # the raw counter: these texts are temporary, not context objects to cache
+            self._overhead_tokens = request_overhead(
+                self._counter.counter, system_instruction=system, tools=tools, llm=self._llm
+            )
+        return self._overhead_tokens
+
+    def due(self, total_tokens: int, overhead: int, messages: Sequence[Any]) -> bool:
+        """Whether a request of ``total_tokens`` plus ``overhead`` must be evicted from:
+        over the ceiling, and not a content eviction already found nothing to move from."""
+        if self.params is None or total_tokens + overhead <= self.params.max_request_tokens:
+            return False
+        return self._stuck != (content_fingerprint(messages), overhead)
+
+    def evict(self, host: CeilingHost, overhead: int = 0) -> MessagesEvictedEvent | None:
+        """Evict the oldest units so the messages plus ``overhead`` fit the ceiling.
+
+        Synchronous (it also runs as a request is built). Two passes at most: pinning the
+        facts of evicted messages can grow the facts message.
+
+        Returns:
+            The event to report (already logged), or ``None`` if nothing was evicted.
+        """
+        if self.params is None:
+            return None
+        ceiling = self.params.max_request_tokens
+        ratio = self.params.eviction_target_ratio
+        evicted: list = []
+        after = 0
+        for _ in range(2):
+            fixed = overhead + host.ceiling_fixed_tokens()
+            view = host.ceiling_view()
+            remaining, out = evict_for_ceiling(
+                view,
+                ceiling=max(0, ceiling - fixed),
+                counter=self._counter,
+                target=max(0, int(ceiling * ratio) - fixed),
+                summary_message=host.ceiling_summary_message(),
+                protect_injected_system=self._protect,
+                stale_after=self._stale_after,
+            )
+            if out:
+                host.ceiling_move_out(view, remaining, out)
+                evicted.extend(out)
+            after = host.ceiling_total_tokens() + overhead
+            if not out or after <= ceiling:
+                break
+        self._stuck = None
+        if after > ceiling:
+            # retry once the content changes
+            self._stuck = (content_fingerprint(host.ceiling_messages()), overhead)
+            logger.warning(
+                f"{self._name}: context is ~{after} tokens, over max_request_tokens={ceiling}, "
+                "and nothing more can be evicted (system prompt, pinned facts, summary, "
+                "unresolved tool calls and the current turn stay)"
+            )
+        if not evicted:
+            return None
+        event = MessagesEvictedEvent(
+            messages_evicted=len(evicted),
+            tokens_evicted=sum(self._counter.count_message(m) for m in evicted),
+            pending_messages=host.ceiling_pending(),
+            tokens_after=after,
+            ceiling=ceiling,
+        )
+        logger.info(f"{self._name}: {event.log_line()}")
+        return event
