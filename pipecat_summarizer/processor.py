@@ -279,6 +279,8 @@ class ContextSummarizer(FrameProcessor):
         self._manual_waiting = False
         self._manual_pending: LLMContextSummaryConfig | None = None
         self._no_evict: tuple | None = None  # (fingerprint, overhead) nothing could leave
+        self._serializing = False  # the ceiling's check as the LLM builds a request runs
+        self._hook_serialization()
         # the processor's own per-frame work: which step runs, and its failures in a row
         self._step = "counting"
         self._step_failures = StepFailures(_STEP_FAILURE_LIMIT)
@@ -657,6 +659,15 @@ class ContextSummarizer(FrameProcessor):
         Runs for every request the main LLM receives: the user turns this processor sees,
         and (through :class:`LLMRequestGuard`) the follow-ups after tool calls.
         """
+        m, event = self._prepare_now()
+        if event is not None:
+            await self._call_event_handler("on_messages_evicted", event)
+        return m
+
+    def _prepare_now(self) -> tuple[Measurement, MessagesEvictedEvent | None]:
+        """:meth:`_prepare_request`'s synchronous work: the measurement, and the eviction
+        event to report, if any."""
+        event = None
         self._step = "counting"
         self._check_replaced()  # before anything is written (see _set_messages)
         self._step = "pinning"
@@ -666,14 +677,56 @@ class ContextSummarizer(FrameProcessor):
         self._check_replaced(m)
         ceiling = self._params.ceiling
         if ceiling is None:
-            return m
+            return m, None
         overhead = self.request_overhead_tokens()
         limit = ceiling.max_request_tokens
         if m.total_tokens + overhead > limit and not self._nothing_to_evict(overhead):
             self._step = "eviction"
-            await self._evict(limit, overhead)
+            event = self._evict(limit, overhead)
             m = self._meter.measure(self._context.messages, self._memory.summary_message)
-        return m
+        return m, event
+
+    def _hook_serialization(self) -> None:
+        """Hold the ceiling where the request is built, not only where its frame passes.
+
+        The context is shared: between a frame passing this processor and the LLM
+        serializing it, the aggregators append to it (the next user turn while the LLM is
+        busy, the previous response's reply or tool calls), and those requests used to go
+        out over the ceiling. Every Pipecat LLM adapter reads the messages with
+        ``context.get_messages(llm_specific_filter=...)`` when it builds a request (nothing
+        else passes a filter), so this context's ``get_messages`` is wrapped to run the same
+        synchronous check first. Reads without a filter (aggregators, this processor) are
+        untouched.
+        """
+        context = self._context
+        original = context.get_messages
+
+        def get_messages(llm_specific_filter: str | None = None, **kwargs: Any):
+            if llm_specific_filter is not None and self._params.ceiling is not None:
+                self._prepare_at_serialization()
+            return original(llm_specific_filter, **kwargs)
+
+        context.get_messages = get_messages  # type: ignore[method-assign]
+
+    def _prepare_at_serialization(self) -> None:
+        if self._step_failures.disabled or self._serializing:
+            return
+        self._serializing = True
+        try:
+            _, event = self._prepare_now()
+        except Exception as e:  # the request goes out as it is rather than not at all
+            logger.error(
+                f"{self}: holding the ceiling as the request was built failed "
+                f"({type(e).__name__}); sent as it is"
+            )
+            return
+        finally:
+            self._serializing = False
+        if event is not None:
+            # the event's handlers are async: reported right after the request is built
+            self.create_task(
+                self._call_event_handler("on_messages_evicted", event), f"{self}::evicted"
+            )
 
     def _nothing_to_evict(self, overhead: int) -> bool:
         """True when eviction already found nothing to move from this very content
@@ -682,9 +735,10 @@ class ContextSummarizer(FrameProcessor):
             return False
         return self._no_evict == (content_fingerprint(self._context.messages), overhead)
 
-    async def _evict(self, ceiling: int, overhead: int = 0) -> None:
+    def _evict(self, ceiling: int, overhead: int = 0) -> MessagesEvictedEvent | None:
         """Evict the oldest units so messages plus ``overhead`` (system_instruction, tool
-        schemas) fit ``ceiling``; the conversation-facts message is never evicted."""
+        schemas) fit ``ceiling``; the conversation-facts message is never evicted.
+        Synchronous (it also runs as a request is built); returns the event to report."""
         ratio = self._params.ceiling.eviction_target_ratio if self._params.ceiling else 1.0
         memory = self._memory
         evicted: list = []
@@ -734,7 +788,7 @@ class ContextSummarizer(FrameProcessor):
                 "unresolved tool calls and the current turn stay)"
             )
         if not evicted:
-            return
+            return None
         event = MessagesEvictedEvent(
             messages_evicted=len(evicted),
             tokens_evicted=sum(self._meter.counter.count_message(m) for m in evicted),
@@ -745,7 +799,7 @@ class ContextSummarizer(FrameProcessor):
         logger.info(f"{self}: {event.log_line()}")
         if self._recorder is not None:
             self._recorder.archive(evicted, "evicted")
-        await self._call_event_handler("on_messages_evicted", event)
+        return event
 
     # -- starting a summary -----------------------------------------------------------------
 

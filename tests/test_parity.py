@@ -133,11 +133,16 @@ async def test_tool_follow_ups_stay_under_the_ceiling_with_the_guard(openai_serv
     assert all(text in everything for text in said)
 
 
-async def test_control_without_the_guard_tool_follow_ups_go_over_the_ceiling(openai_server):
+async def test_without_the_guard_tool_follow_ups_hold_the_ceiling_too(openai_server):
+    """The processor also checks as the LLM builds each request (it wraps the shared
+    context's ``get_messages(llm_specific_filter=...)``), so follow-ups it never sees hold
+    the ceiling without the guard too. (Before that hook this was the control: they went
+    over.)"""
     ceiling = 2000
     await _tool_heavy_call(openai_server, guard=False, ceiling=ceiling)
     follow_ups = [b for b in openai_server.chat_requests if b["messages"][-1]["role"] == "tool"]
-    assert any(request_tokens(b) > ceiling for b in follow_ups)
+    assert follow_ups
+    assert all(request_tokens(b) <= ceiling for b in follow_ups)
 
 
 # -- A(2): manual summaries queued by a function handler -----------------------------------
