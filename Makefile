@@ -20,8 +20,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 SEEDS ?= 200
-# Seeds mostly sleep (compressed schedule time): eight worker processes fit two cores.
-JOBS ?= 8
+# Seeds mostly sleep (compressed schedule time): twelve worker processes fit two cores.
+JOBS ?= 12
 fuzz: $(STAMP)  # the schedule fuzzer: SEEDS seeds from START (prints a replay command per failure)
 	$(PY) -m tests.fuzz --seeds $(SEEDS) --start $(or $(START),0) --jobs $(JOBS)
 
