@@ -11,11 +11,12 @@ imports neither.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from loguru import logger
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.llm_service import LLMService
 
 from pipecat_summarizer.events import MessagesEvictedEvent
@@ -88,6 +89,31 @@ def overhead_key(system_instruction: str | None, tools: Any, llm: LLMService | N
     names = tuple(s.name for s in standard) if standard is not None else id(tools)
     custom = getattr(tools, "custom_tools", None)
     return (system_instruction, id(tools), names, id(custom), builtin)
+
+
+def hook_request_reads(context: LLMContext, before_request: Callable[[], None]) -> None:
+    """Run ``before_request`` each time an LLM adapter reads ``context`` to build a request.
+
+    The context is shared: between a frame passing the processor and the LLM serializing it,
+    the aggregators append to it (the next user turn while the LLM is busy, the previous
+    response's reply or tool calls). Every Pipecat LLM adapter reads the messages with
+    ``context.get_messages(llm_specific_filter=...)`` when it builds a request (nothing else
+    passes a filter), so this context's ``get_messages`` is wrapped to call
+    ``before_request`` first; reads without a filter (aggregators, the processor) are
+    untouched.
+
+    Args:
+        context: The shared context.
+        before_request: A synchronous check (it must not raise).
+    """
+    original = context.get_messages
+
+    def get_messages(llm_specific_filter: str | None = None, **kwargs: Any):
+        if llm_specific_filter is not None:
+            before_request()
+        return original(llm_specific_filter, **kwargs)
+
+    context.get_messages = get_messages  # type: ignore[method-assign]
 
 
 class CeilingHost(Protocol):

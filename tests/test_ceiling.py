@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.processors.aggregators.llm_context import LLMContext
 
-from pipecat_summarizer.ceiling import RequestCeiling, request_overhead
+from pipecat_summarizer.ceiling import RequestCeiling, hook_request_reads, request_overhead
 from pipecat_summarizer.options import CeilingParams
 from pipecat_summarizer.tokens import CachedCounter, EstimateTokenCounter
 from tests.pipeline_utils import main_llm
@@ -166,3 +167,13 @@ def test_attach_llm_rejects_anything_but_an_llm_service():
     c, _ = ceiling(600)
     with pytest.raises(TypeError, match="LLMService"):
         c.attach_llm(object())  # type: ignore[arg-type]
+
+
+def test_the_request_read_hook_runs_only_for_an_adapters_read():
+    context = LLMContext(messages=[{"role": "user", "content": "hi"}])
+    calls: list[int] = []
+    hook_request_reads(context, lambda: calls.append(len(context.messages)))
+    assert context.get_messages() == [{"role": "user", "content": "hi"}]
+    assert calls == []  # the aggregators' and the application's reads
+    assert len(context.get_messages(llm_specific_filter="openai")) == 1
+    assert calls == [1]  # an LLM adapter building a request
