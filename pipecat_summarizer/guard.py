@@ -27,11 +27,6 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import LLMService
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
-# moved to ceiling.py; re-exported until processor.py imports them from there
-from pipecat_summarizer.ceiling import overhead_key as overhead_key
-from pipecat_summarizer.ceiling import request_overhead as request_overhead
-from pipecat_summarizer.ceiling import tool_schemas as tool_schemas
-
 
 @runtime_checkable
 class GuardedProcessor(Protocol):

@@ -9,15 +9,18 @@ Frames are never held: every frame is pushed on unchanged, except the manual
 ``LLMSummarizeContextFrame``, which this processor consumes.
 
 A summary's way from the secondary LLM to the context: the backend returns it
-(``summarizers/``), :func:`~pipecat_summarizer.summarizers.base.as_result` normalizes it,
+(``summarizers/``, as it came), :func:`~pipecat_summarizer.summarizers.base.as_result`
+cleans it (the one place: stripped, a fence around it removed, an empty one a failure),
 :meth:`ContextSummarizer._apply` checks the planned messages are still in place
 (``plan.locate``), the memory takes it in (:meth:`ConversationMemory.absorb`: facts pinned,
 folded facts written in, message rendered), ``plan.splice`` puts the message in, and the
 memory adopts it (:meth:`ConversationMemory.commit`) and re-renders the fact messages.
 
-Why over 600 lines: this is the public class's home (about 190 lines of its docstrings) and
-the one place every asyncio and Pipecat concern meets: frames, the background task, events,
-the ceiling's eviction loop, and the store and recall hooks. Rules live in pure modules.
+Why over 600 lines (about 1,050): this is the public class's home (about 190 lines of its
+docstrings) and the one place every asyncio and Pipecat concern meets: frames, the
+background task, events, the store and recall hooks, and the context writes the ceiling
+asks for (the ceiling itself, its eviction step, memo, event and request overhead, is
+``ceiling.RequestCeiling``). Rules live in pure modules.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from pipecat.utils.context.llm_context_summarization import (
 )
 
 from pipecat_summarizer.cadence import kept_messages
+from pipecat_summarizer.ceiling import RequestCeiling, hook_request_reads
 from pipecat_summarizer.events import (
     ContextCompactedEvent,
     ContextSummaryAppliedFrame,
@@ -52,7 +56,7 @@ from pipecat_summarizer.events import (
     SummaryFailedEvent,
     short_sha256,
 )
-from pipecat_summarizer.guard import LLMRequestGuard, overhead_key, request_overhead
+from pipecat_summarizer.guard import LLMRequestGuard
 from pipecat_summarizer.memory import ConversationMemory
 from pipecat_summarizer.options import ContextSummarizerParams, as_params
 from pipecat_summarizer.options import SummarizerOptions as SummarizerOptions  # 0.1 import
@@ -60,7 +64,6 @@ from pipecat_summarizer.pinned import Fact
 from pipecat_summarizer.plan import (
     Plan,
     blocked_reason,
-    evict_for_ceiling,
     head_length,
     locate,
     make_protection,
@@ -96,7 +99,6 @@ from pipecat_summarizer.tokens import (
     Measurement,
     TokenCounter,
     as_token_counter,
-    content_fingerprint,
     count_text,
 )
 
@@ -149,6 +151,49 @@ class _Job:
     config: LLMContextSummaryConfig
     summarizer: Summarizer
     started: float
+
+
+class _EvictionHost:
+    """The processor's side of the ceiling (``ceiling.CeilingHost``): the ceiling decides
+    what leaves; the pending queue, the memory's facts and the context writes stay here."""
+
+    def __init__(self, processor: ContextSummarizer):
+        self._p = processor
+
+    def ceiling_messages(self) -> list:
+        return self._p._context.messages
+
+    def ceiling_view(self) -> list:
+        return self._p._view(self._p._context.messages)
+
+    def ceiling_fixed_tokens(self) -> int:
+        noted = self._p._memory.noted_message  # never evicted, sent with every request
+        return self._p._meter.counter.count_message(noted) if noted is not None else 0
+
+    def ceiling_summary_message(self) -> dict | None:
+        return self._p._memory.summary_message
+
+    def ceiling_move_out(self, view: list, remaining: list, out: list) -> None:
+        p, memory = self._p, self._p._memory
+        # the queue stays in conversation order, with position keys: eviction may have
+        # stepped over an unresolved tool call
+        summary = memory.summary_message
+        logical = with_pending(view, p._pending, summary, p._pending_places)
+        queued = {id(m) for m in (*p._pending, *out)}
+        p._set_messages(remaining)
+        p._pending = [m for m in logical if id(m) in queued]
+        p._pending_places = pending_places(logical, p._pending, summary)
+        if p._params.pinning.from_evicted:
+            p._put(memory.pin_evicted(p._context.messages, out, in_flight=p.summary_in_flight))
+        if p._recorder is not None:
+            p._recorder.archive(out, "evicted")
+
+    def ceiling_total_tokens(self) -> int:
+        p = self._p
+        return p._meter.measure(p._context.messages, p._memory.summary_message).total_tokens
+
+    def ceiling_pending(self) -> int:
+        return len(self._p._pending)
 
 
 class ContextSummarizer(FrameProcessor):
@@ -267,9 +312,14 @@ class ContextSummarizer(FrameProcessor):
             ),
         )
         self._trigger = CompactionTrigger(self._config, p.trigger, p.retry)
-        self._llm: LLMService | None = None
-        self._overhead_key: tuple | None = None
-        self._overhead_tokens = 0
+        self._ceiling = RequestCeiling(
+            p.ceiling,
+            self._meter.counter,
+            protect_injected_system=p.protect_injected_system,
+            stale_after=p.unresolved_tool_call_turns,
+            name=str(self),
+        )
+        self._evictions = _EvictionHost(self)
         if llm is not None:
             self.attach_llm(llm)
         self._pending: list = []  # evicted under the ceiling, in conversation order
@@ -278,9 +328,8 @@ class ContextSummarizer(FrameProcessor):
         self._task: asyncio.Task | None = None
         self._manual_waiting = False
         self._manual_pending: LLMContextSummaryConfig | None = None
-        self._no_evict: tuple | None = None  # (fingerprint, overhead) nothing could leave
         self._serializing = False  # the ceiling's check as the LLM builds a request runs
-        self._hook_serialization()
+        hook_request_reads(self._context, self._prepare_at_serialization)
         # the processor's own per-frame work: which step runs, and its failures in a row
         self._step = "counting"
         self._step_failures = StepFailures(_STEP_FAILURE_LIMIT)
@@ -368,26 +417,12 @@ class ContextSummarizer(FrameProcessor):
         Raises:
             TypeError: If ``llm`` is not a Pipecat ``LLMService``.
         """
-        if not isinstance(llm, LLMService):
-            raise TypeError(f"llm must be a Pipecat LLMService, got {type(llm).__name__}")
-        self._llm = llm
-        self._overhead_key = None
+        self._ceiling.attach_llm(llm)
 
     def request_overhead_tokens(self) -> int:
         """Tokens every request carries besides the messages: the main LLM's
         ``system_instruction`` (when the LLM is known) and the context's tool schemas."""
-        system = None
-        if self._llm is not None:
-            system = getattr(self._llm.settings, "system_instruction", None)
-            system = system if isinstance(system, str) else None
-        tools = self._context.tools
-        key = overhead_key(system, tools, self._llm)
-        if key != self._overhead_key:
-            self._overhead_key = key
-            self._overhead_tokens = request_overhead(
-                self._meter.counter.counter, system_instruction=system, tools=tools, llm=self._llm
-            )
-        return self._overhead_tokens
+        return self._ceiling.overhead(self._context.tools)
 
     @property
     def context(self) -> LLMContext:
@@ -397,7 +432,7 @@ class ContextSummarizer(FrameProcessor):
     @property
     def llm(self) -> LLMService | None:
         """The main LLM whose ``system_instruction`` and tools the ceiling counts, if known."""
-        return self._llm
+        return self._ceiling.llm
 
     async def prepare_request(self) -> None:
         """Make the context ready for a request this processor did not see go by: pinned
@@ -675,41 +710,21 @@ class ContextSummarizer(FrameProcessor):
         self._step = "counting"
         m = self._meter.measure(self._context.messages, self._memory.summary_message)
         self._check_replaced(m)
-        ceiling = self._params.ceiling
-        if ceiling is None:
+        ceiling = self._ceiling
+        if ceiling.params is None:
             return m, None
         overhead = self.request_overhead_tokens()
-        limit = ceiling.max_request_tokens
-        if m.total_tokens + overhead > limit and not self._nothing_to_evict(overhead):
+        if ceiling.due(m.total_tokens, overhead, self._context.messages):
             self._step = "eviction"
-            event = self._evict(limit, overhead)
+            event = ceiling.evict(self._evictions, overhead)
             m = self._meter.measure(self._context.messages, self._memory.summary_message)
         return m, event
 
-    def _hook_serialization(self) -> None:
-        """Hold the ceiling where the request is built, not only where its frame passes.
-
-        The context is shared: between a frame passing this processor and the LLM
-        serializing it, the aggregators append to it (the next user turn while the LLM is
-        busy, the previous response's reply or tool calls), and those requests used to go
-        out over the ceiling. Every Pipecat LLM adapter reads the messages with
-        ``context.get_messages(llm_specific_filter=...)`` when it builds a request (nothing
-        else passes a filter), so this context's ``get_messages`` is wrapped to run the same
-        synchronous check first. Reads without a filter (aggregators, this processor) are
-        untouched.
-        """
-        context = self._context
-        original = context.get_messages
-
-        def get_messages(llm_specific_filter: str | None = None, **kwargs: Any):
-            if llm_specific_filter is not None and self._params.ceiling is not None:
-                self._prepare_at_serialization()
-            return original(llm_specific_filter, **kwargs)
-
-        context.get_messages = get_messages  # type: ignore[method-assign]
-
     def _prepare_at_serialization(self) -> None:
-        if self._step_failures.disabled or self._serializing:
+        """Hold the ceiling where the request is built (see
+        :func:`~pipecat_summarizer.ceiling.hook_request_reads`): messages the aggregators
+        appended after the frame passed this processor are counted too."""
+        if self._params.ceiling is None or self._step_failures.disabled or self._serializing:
             return
         self._serializing = True
         try:
@@ -727,79 +742,6 @@ class ContextSummarizer(FrameProcessor):
             self.create_task(
                 self._call_event_handler("on_messages_evicted", event), f"{self}::evicted"
             )
-
-    def _nothing_to_evict(self, overhead: int) -> bool:
-        """True when eviction already found nothing to move from this very content
-        (remembered by a fingerprint, not a message count, so any change retries)."""
-        if self._no_evict is None:
-            return False
-        return self._no_evict == (content_fingerprint(self._context.messages), overhead)
-
-    def _evict(self, ceiling: int, overhead: int = 0) -> MessagesEvictedEvent | None:
-        """Evict the oldest units so messages plus ``overhead`` (system_instruction, tool
-        schemas) fit ``ceiling``; the conversation-facts message is never evicted.
-        Synchronous (it also runs as a request is built); returns the event to report."""
-        ratio = self._params.ceiling.eviction_target_ratio if self._params.ceiling else 1.0
-        memory = self._memory
-        evicted: list = []
-        after = 0
-        # Pinning the facts of evicted messages can grow the facts message: one more pass.
-        for _ in range(2):
-            fixed = overhead
-            if memory.noted_message is not None:
-                fixed += self._meter.counter.count_message(memory.noted_message)
-            view = self._view(self._context.messages)
-            remaining, out = evict_for_ceiling(
-                view,
-                ceiling=max(0, ceiling - fixed),
-                counter=self._meter.counter,
-                target=max(0, int(ceiling * ratio) - fixed),
-                summary_message=memory.summary_message,
-                protect_injected_system=self._params.protect_injected_system,
-                stale_after=self._params.unresolved_tool_call_turns,
-            )
-            if out:
-                # the queue stays in conversation order, with position keys: eviction may
-                # have stepped over an unresolved tool call
-                summary = memory.summary_message
-                logical = with_pending(view, self._pending, summary, self._pending_places)
-                queued = {id(m) for m in (*self._pending, *out)}
-                self._set_messages(remaining)
-                self._pending = [m for m in logical if id(m) in queued]
-                self._pending_places = pending_places(logical, self._pending, summary)
-                evicted.extend(out)
-                if self._params.pinning.from_evicted:
-                    self._put(
-                        memory.pin_evicted(
-                            self._context.messages, out, in_flight=self.summary_in_flight
-                        )
-                    )
-            m = self._meter.measure(self._context.messages, memory.summary_message)
-            after = m.total_tokens + overhead
-            if not out or after <= ceiling:
-                break
-        self._no_evict = None
-        if after > ceiling:
-            # retry once the content changes
-            self._no_evict = (content_fingerprint(self._context.messages), overhead)
-            logger.warning(
-                f"{self}: context is ~{after} tokens, over max_request_tokens={ceiling}, and "
-                "nothing more can be evicted (system prompt, pinned facts, summary, "
-                "unresolved tool calls and the current turn stay)"
-            )
-        if not evicted:
-            return None
-        event = MessagesEvictedEvent(
-            messages_evicted=len(evicted),
-            tokens_evicted=sum(self._meter.counter.count_message(m) for m in evicted),
-            pending_messages=len(self._pending),
-            tokens_after=after,
-            ceiling=ceiling,
-        )
-        logger.info(f"{self}: {event.log_line()}")
-        if self._recorder is not None:
-            self._recorder.archive(evicted, "evicted")
-        return event
 
     # -- starting a summary -----------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from pipecat.processors.aggregators import async_tool_messages
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 from pipecat.tests.utils import SleepFrame
 
+import pipecat_summarizer.ceiling as ceiling_module
 import pipecat_summarizer.plan as plan_module
 import pipecat_summarizer.policy as policy_module
 import pipecat_summarizer.processor as processor_module
@@ -91,7 +92,7 @@ STEPS = {
     "planning-trigger": lambda mp: mp.setattr(policy_module, "trigger_reason", _boom),
     "planning-select": lambda mp: mp.setattr(processor_module, "select", _boom),
     "parsing tool messages": lambda mp: mp.setattr(plan_module, "parse_async_tool_message", _boom),
-    "eviction": lambda mp: mp.setattr(processor_module, "evict_for_ceiling", _boom),
+    "eviction": lambda mp: mp.setattr(ceiling_module, "evict_for_ceiling", _boom),
     "rendering": lambda mp: mp.setattr(processor_module, "build_request", _boom),
 }
 

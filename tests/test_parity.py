@@ -32,7 +32,8 @@ from pipecat_summarizer import (
     OpenAISummarizer,
     SummarizerOptions,
 )
-from pipecat_summarizer.guard import LLMRequestGuard, request_overhead
+from pipecat_summarizer.ceiling import request_overhead
+from pipecat_summarizer.guard import LLMRequestGuard
 from pipecat_summarizer.policy import summary_budget
 from pipecat_summarizer.tokens import EstimateTokenCounter, count_text
 from tests.openai_server import Reply, is_summary_request
