@@ -183,6 +183,37 @@ async def test_search_is_ranked_filtered_and_takes_any_words_safely(store):
     assert await store.search("!!! ???") == []
 
 
+async def test_sqlite_any_word_search_ranks_the_rarest_words(tmp_path, monkeypatch):
+    # a word in thousands of messages is left out of the ranked query once the rarer
+    # words' matches reach RANK_MATCHES (here 3): scoring all its matches is the slow part
+    from pipecat_summarizer.store import sqlite
+
+    monkeypatch.setattr(sqlite, "RANK_MATCHES", 3)
+    store = sqlite.SQLiteMemoryStore(tmp_path / "m.db")
+    try:
+        await store.write(
+            [_msg("c1", i, f"The weather is fine, day {i}.") for i in range(4)]
+            + [
+                _msg("c1", 4, "Budapest weather was cold."),
+                _msg("c1", 5, "We flew to Budapest."),
+                _msg("c1", 6, "Vienna and Budapest by train."),
+            ]
+        )
+        hits = await store.search("weather in Budapest, Vienna", any_word=True)
+        both = await store.search("weather Budapest")  # all words: unchanged
+        # "weather" alone matches 5 > 3: its latest 3 matches are ranked first
+        latest = await store.search("weather", any_word=True, limit=2)
+        # ... and all of them when the window holds too few of this caller's
+        everyone = await store.search("weather", any_word=True, limit=5)
+    finally:
+        await store.close()
+    # "vienna" (1) and "budapest" (3) are over 3 together: only the rarest is ranked
+    assert [h.position for h in hits] == [6]
+    assert [h.position for h in both] == [4]
+    assert len(latest) == 2 and {h.position for h in latest} <= {2, 3, 4}
+    assert {h.position for h in everyone} == {0, 1, 2, 3, 4}
+
+
 # -- forget and retention ----------------------------------------------------------------
 
 

@@ -448,6 +448,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--recall-snippets", type=int, default=RecallParams.max_snippets)
     p.add_argument("--recall-min-score", type=float, default=RecallParams.min_score)
     p.add_argument("--recall-budget-ms", type=float, default=RecallParams.latency_budget_s * 1000)
+    p.add_argument("--recall-search-limit", type=int, default=RecallParams.search_limit)
+    p.add_argument("--recall-snippet-tokens", type=int, default=RecallParams.max_snippet_tokens)
     p.add_argument(
         "--compact-at-end",
         action="store_true",
@@ -465,6 +467,8 @@ def run(args: argparse.Namespace) -> int:
             max_snippets=args.recall_snippets,
             min_score=args.recall_min_score,
             latency_budget_s=args.recall_budget_ms / 1000,
+            search_limit=args.recall_search_limit,
+            max_snippet_tokens=args.recall_snippet_tokens,
         )
         samples = select_samples(
             load_samples(args.locomo), ids=args.locomo_id, index=args.locomo_index

@@ -45,6 +45,14 @@ from pipecat_summarizer.store.rows import (
 
 T = TypeVar("T")
 
+#: An any-word search ranks its rarest words while their matches stay within this many
+#: messages (see ``SQLiteMemoryStore._rarest``), and of those the latest this many first:
+#: BM25 over every match of a common word costs ~20 ms at 100k archived messages.
+RANK_MATCHES = 3000
+#: How long a common word's document count (at least ``DF_CACHE_MIN``) is reused.
+DF_TTL_S = 60.0
+DF_CACHE_MIN = 200
+
 # version -> statements; applied in order inside one write transaction
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -153,6 +161,7 @@ class SQLiteMemoryStore(MemoryStore):
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._open_lock = threading.Lock()
+        self._df: dict[str, tuple[int, float]] = {}  # word -> (messages matching, when)
 
     def __repr__(self) -> str:
         """``SQLiteMemoryStore('path')``."""
@@ -339,23 +348,74 @@ class SQLiteMemoryStore(MemoryStore):
         words = query_words(query)
         if not words:
             return []
-        # every word quoted: FTS5 operators in the caller's words are just words
-        match = (" OR " if any_word else " ").join(f'"{w}"' for w in words)
+        where, params = "", []
+        if user_id is not None:
+            where += " AND m.user_id = ?"
+            params.append(user_id)
+        if call_id is not None:
+            where += " AND m.call_id = ?"
+            params.append(call_id)
+        where += " ORDER BY bm25(messages_fts) LIMIT ?"
+        params.append(int(limit))
         sql = (
             "SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by, "
             "-bm25(messages_fts) AS score, m.user_id FROM messages_fts "
             "JOIN messages m ON m.id = messages_fts.rowid WHERE messages_fts MATCH ?"
         )
-        params: list[Any] = [match]
-        if user_id is not None:
-            sql += " AND m.user_id = ?"
-            params.append(user_id)
-        if call_id is not None:
-            sql += " AND m.call_id = ?"
-            params.append(call_id)
-        sql += " ORDER BY bm25(messages_fts) LIMIT ?"
-        params.append(int(limit))
-        return [SearchHit(*r) for r in await self._query(sql, params)]
+
+        def find(conn: sqlite3.Connection) -> list[tuple]:
+            ranked = self._rarest(conn, words) if any_word else words
+            if not ranked:
+                return []
+            # every word quoted: FTS5 operators in the caller's words are just words
+            match = (" OR " if any_word else " ").join(f'"{w}"' for w in ranked)
+            if any_word:
+                # even the rarest word may match thousands: rank its latest RANK_MATCHES
+                # matches first (a rowid range is cheap for FTS5); all of them only if
+                # that window holds too few of this caller's
+                edge = conn.execute(
+                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+                    "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                    (match, RANK_MATCHES),
+                ).fetchone()
+                if edge is not None:
+                    windowed = sql + " AND messages_fts.rowid > ?" + where
+                    rows = conn.execute(windowed, (match, edge[0], *params)).fetchall()
+                    if len(rows) >= limit:
+                        return rows
+            return conn.execute(sql + where, (match, *params)).fetchall()
+
+        return [SearchHit(*r) for r in await self._run(find)]
+
+    def _rarest(self, conn: sqlite3.Connection, words: Sequence[str]) -> list[str]:
+        """The words an any-word search ranks: the rarest first, while their matches stay
+        within ``RANK_MATCHES`` (always the rarest one). A word in thousands of messages
+        (the speakers' names, "today") weighs almost nothing in BM25, but scoring every
+        message it matches is what made a search at 100k archived messages slow. Counts of
+        common words are cached for ``DF_TTL_S`` (they only drift as the archive grows)."""
+        now = time.monotonic()
+        cache = self._df
+        if len(cache) > 20_000:
+            cache.clear()
+        counted = []
+        for w in dict.fromkeys(words):
+            n, at = cache.get(w, (0, -DF_TTL_S))
+            if now - at >= DF_TTL_S:
+                n = conn.execute(
+                    "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (f'"{w}"',)
+                ).fetchone()[0]
+                if n >= DF_CACHE_MIN:  # a rare word is cheap to count, and may be new
+                    cache[w] = (n, now)
+            if n:
+                counted.append((n, w))
+        kept: list[str] = []
+        total = 0
+        for n, w in sorted(counted):
+            if kept and total + n > RANK_MATCHES:
+                break
+            kept.append(w)
+            total += n
+        return kept
 
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
         """The caller's current pinned facts and their latest calls' summaries."""
