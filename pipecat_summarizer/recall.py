@@ -76,11 +76,11 @@ class RecallParams:
     """
 
     enabled: bool = True
-    max_tokens: int = 400
-    max_snippets: int = 5
+    max_tokens: int = 800
+    max_snippets: int = 8
     min_score: float = 0.3
     latency_budget_s: float = 0.010
-    search_limit: int = 20
+    search_limit: int = 30
     max_snippet_tokens: int = 120
     max_question_words: int = 20
     tool_timeout_s: float = 2.0
