@@ -348,7 +348,8 @@ class SQLiteMemoryStore(MemoryStore):
         words = query_words(query)
         if not words:
             return []
-        where, params = "", []
+        where = ""
+        params: list[str | int] = []
         if user_id is not None:
             where += " AND m.user_id = ?"
             params.append(user_id)
