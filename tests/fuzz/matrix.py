@@ -15,8 +15,9 @@ import re
 import sys
 from dataclasses import dataclass, field
 
+from tests.fuzz import harness
 from tests.fuzz.fault_server import FAILING, FAULTS
-from tests.fuzz.harness import SCALE, Event, Params, Result, Schedule, TurnPlan, run_schedule
+from tests.fuzz.harness import Event, Params, Result, Schedule, TurnPlan, run_schedule
 
 OUTAGE_TURNS = 10
 HEALTHY_TURNS = 4
@@ -79,7 +80,7 @@ def backoff_bound(elapsed_s: float) -> int:
     """
     n, spent = 1, 0.0
     while True:
-        delay = min(MAX_BACKOFF_V, BACKOFF_V * 2 ** (n - 1)) * SCALE
+        delay = min(MAX_BACKOFF_V, BACKOFF_V * 2 ** (n - 1)) * harness.SCALE
         if spent + delay > elapsed_s + 1e-6:
             return n
         spent += delay
@@ -195,7 +196,8 @@ def format_table(rows: list[Row]) -> str:
     """The matrix as a Markdown table (sums over the streaks)."""
     lines = [
         f"Fault matrix: {STREAKS} streaks of {OUTAGE_TURNS} turns per fault, then healthy; backoff "
-        f"{BACKOFF_V * SCALE:.2f}s doubling to {MAX_BACKOFF_V * SCALE:.2f}s, ERROR after "
+        f"{BACKOFF_V * harness.SCALE:.2f}s doubling to {MAX_BACKOFF_V * harness.SCALE:.2f}s, "
+        "ERROR after "
         f"{ERROR_AFTER} in a row",
         "",
         "| fault | turns | summarizer calls | backoff bound | warnings | errors | recovered "
