@@ -20,6 +20,19 @@ if TYPE_CHECKING:
 REMEMBER_FACT = "remember_fact"
 
 
+def _offer(context: LLMContext, schema: FunctionSchema) -> None:
+    """Add ``schema`` to the context's tools, replacing a tool of the same name."""
+    tools = context.tools
+    existing: list = []
+    custom = None
+    if isinstance(tools, ToolsSchema):
+        # direct functions must go back as functions, or the LLM stops registering them
+        direct = {w.name: w.function for w in tools.direct_functions}
+        existing = [direct.get(t.name, t) for t in tools.standard_tools if t.name != schema.name]
+        custom = tools.custom_tools
+    context.set_tools(ToolsSchema(standard_tools=[*existing, schema], custom_tools=custom))
+
+
 def remember_fact_schema() -> FunctionSchema:
     """The function schema of ``remember_fact``."""
     return FunctionSchema(
@@ -101,17 +114,7 @@ def register_remember_fact(
     llm.register_function(REMEMBER_FACT, handler)
     schema = remember_fact_schema()
     if context is not None:
-        tools = context.tools
-        existing: list = []
-        custom = None
-        if isinstance(tools, ToolsSchema):
-            # direct functions must go back as functions, or the LLM stops registering them
-            direct = {w.name: w.function for w in tools.direct_functions}
-            existing = [
-                direct.get(t.name, t) for t in tools.standard_tools if t.name != REMEMBER_FACT
-            ]
-            custom = tools.custom_tools
-        context.set_tools(ToolsSchema(standard_tools=[*existing, schema], custom_tools=custom))
+        _offer(context, schema)
     return schema
 
 
@@ -219,16 +222,7 @@ def register_recall_memory(
     llm.register_function(RECALL_MEMORY, handler)
     schema = recall_memory_schema()
     if context is not None:
-        tools = context.tools
-        existing: list = []
-        custom = None
-        if isinstance(tools, ToolsSchema):
-            direct = {w.name: w.function for w in tools.direct_functions}
-            existing = [
-                direct.get(t.name, t) for t in tools.standard_tools if t.name != RECALL_MEMORY
-            ]
-            custom = tools.custom_tools
-        context.set_tools(ToolsSchema(standard_tools=[*existing, schema], custom_tools=custom))
+        _offer(context, schema)
     return schema
 
 
