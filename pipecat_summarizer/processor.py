@@ -1031,14 +1031,17 @@ class ContextSummarizer(FrameProcessor):
         """Record the final state and flush the queue (bounded by ``flush_timeout_s``)."""
         if self._recorder is None:
             return
-        await self._recorder.end(
-            ended_by=ended_by,
-            summary=self.summary_text,
-            facts=self._memory.facts.facts,
-            messages_in_context=len(self._context.messages),
-            compactions=self._compactions,
-            in_context=self._conversation_at_end(),
-        )
+        try:
+            await self._recorder.end(
+                ended_by=ended_by,
+                summary=self.summary_text,
+                facts=self._memory.facts.facts,
+                messages_in_context=len(self._context.messages),
+                compactions=self._compactions,
+                in_context=self._conversation_at_end(),
+            )
+        except Exception as e:  # the end of the call must reach the rest of the pipeline
+            logger.error(f"{self}: recording the end of the call failed ({type(e).__name__})")
 
     def _conversation_at_end(self) -> list:
         """The conversation messages still in the context at the end (archived then): not

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 
 import pytest
@@ -156,3 +157,14 @@ async def test_an_in_memory_store_needs_no_file():
     await store.write([_m(0)])
     assert [h.position for h in await store.search("record")] == [0]
     await store.close()
+
+
+def test_a_message_too_deep_to_encode_is_still_archived_as_text():
+    from pipecat_summarizer.store.records import message_json
+
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    message = {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"arguments": deep}}]}
+    encoded = json.loads(message_json(message))
+    assert encoded["role"] == "assistant" and "c1" in encoded["text"]

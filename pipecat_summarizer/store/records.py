@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import reprlib
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -65,7 +66,14 @@ def message_json(message: Any) -> str:
     """The message verbatim as JSON (non-JSON values as their ``str``)."""
     if not isinstance(message, Mapping):  # a provider-specific message object
         message = {"role": "unknown", "content": str(message)}
-    return json.dumps(message, ensure_ascii=False, default=str)
+    try:
+        return json.dumps(message, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError):  # nested too deep, or a circular reference
+        # still archived, as text: a message that cannot be encoded must not cost the call
+        short = reprlib.Repr()
+        short.maxlevel, short.maxstring, short.maxlist, short.maxdict = 12, 4000, 200, 200
+        text = short.repr(dict(message))
+        return json.dumps({"role": str(message.get("role", "unknown")), "text": text})
 
 
 @dataclass(frozen=True)
