@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -44,9 +45,19 @@ def _init_worker(keep_logs: bool) -> None:
         logger.remove()
 
 
+# The harness's own 60 s limit is an asyncio timeout: it cannot fire if something blocks the
+# event loop. Past this, the worker prints every thread's stack and exits, so a hang becomes a
+# failing seed with a traceback instead of a pool that never finishes.
+HARD_LIMIT_S = 240.0
+
+
 def run_seed(seed: int) -> SeedReport:
     """Run one seed in a fresh event loop (in a worker process, or in this one)."""
-    result = asyncio.run(run_schedule(make_schedule(seed)))
+    faulthandler.dump_traceback_later(HARD_LIMIT_S, exit=True)
+    try:
+        result = asyncio.run(run_schedule(make_schedule(seed)))
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     return SeedReport(
         seed=seed,
         requests=result.requests,
@@ -120,9 +131,16 @@ def main(argv: list[str] | None = None) -> int:
         with ProcessPoolExecutor(
             max_workers=args.jobs, initializer=_init_worker, initargs=(args.logs,)
         ) as pool:
-            futures = [pool.submit(run_seed, seed) for seed in runs]
+            futures = {pool.submit(run_seed, seed): seed for seed in runs}
             for future in as_completed(futures):
-                take(future.result())
+                try:
+                    take(future.result())
+                except Exception as exc:  # a worker that died (hard limit) breaks the pool
+                    seed = futures[future]
+                    failed.append(seed)
+                    kinds["worker died"] = kinds.get("worker died", 0) + 1
+                    print(f"FAIL seed {seed}: worker died ({type(exc).__name__})")
+                    print(f"  replay: {replay_command(seed)}")
     n = len(runs)
     print(
         f"{n} schedules, {requests} main-LLM requests checked, {calls} summarizer calls, "
