@@ -436,10 +436,11 @@ class ContextSummarizer(FrameProcessor):
 
     async def prepare_request(self) -> None:
         """Make the context ready for a request this processor did not see go by: pinned
-        facts in place, under ``max_request_tokens``. Called by :class:`LLMRequestGuard`
-        for the follow-up after a tool call. Never raises: a failure is logged and the
-        request goes out as it is."""
-        await self._guarded(self._prepare_request)
+        facts in place, under ``max_request_tokens``, and a compaction started if a
+        threshold trips (Pipecat's built-in checks after every response, tool follow-ups
+        included). Called by :class:`LLMRequestGuard` for the follow-up after a tool call.
+        Never raises: a failure is logged and the request goes out as it is."""
+        await self._guarded(self._on_follow_up)
 
     def request_manual_summary(self, config: LLMContextSummaryConfig | None = None) -> None:
         """Start a manual summary (queued behind one in flight), as
@@ -629,7 +630,15 @@ class ContextSummarizer(FrameProcessor):
     async def _on_context_frame(self) -> None:
         if self._recorder is not None:
             await self._store_turn()
-        m = await self._prepare_request()
+        self._plan_if_due(await self._prepare_request())
+
+    async def _on_follow_up(self) -> None:
+        # A tool follow-up is a request too: a threshold crossed within a tool round
+        # compacts now, not a turn later (the message count grew by the call and result).
+        self._plan_if_due(await self._prepare_request())
+
+    def _plan_if_due(self, m: Measurement) -> None:
+        """Start a compaction if the trigger says one is due for this request."""
         self._step = "planning"
         reason = self._trigger.due(
             m, now=_clock(), in_flight=self.summary_in_flight, pending=bool(self._pending)

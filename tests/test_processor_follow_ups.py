@@ -1,0 +1,96 @@
+"""The trigger is checked on tool follow-ups too, as Pipecat's built-in checks after every
+response (issue 12 item 2: ours compacted a turn later when the threshold was crossed within
+a tool round, and carried the extra messages for a whole turn).
+
+Through a real pipeline: user aggregator, the processor, the real OpenAILLMService against the
+local server, the processor's companion after the LLM, and the assistant aggregator.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+from pipecat.tests.utils import SleepFrame, run_test
+
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer.prompt import parse_request
+from tests.openai_server import Reply, is_summary_request
+from tests.pipeline_utils import cfg, main_llm, turns
+
+SAID = ["first: my order is 4471", "second: ship it to Lyon", "third: thanks"]
+
+
+async def _call(server, *, guard: bool) -> list[dict]:
+    """Three user turns, each running one tool; the message threshold (6) is crossed by the
+    second turn's tool result. Returns the transcripts of the summary requests."""
+    calls = {"n": 0}
+
+    def handler(body):
+        if is_summary_request(body):
+            return Reply("FACTS:\n- order 4471")
+        if body["messages"][-1]["role"] == "tool":
+            return Reply("Done.")
+        calls["n"] += 1
+        return Reply(
+            tool_calls=[
+                {
+                    "id": f"call_{calls['n']}",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": json.dumps({"n": calls["n"]})},
+                }
+            ]
+        )
+
+    server.handler = handler
+    llm = main_llm(server.base_url)
+
+    async def lookup(params):
+        await params.result_callback({"status": "ok"})
+
+    llm.register_function("lookup", lookup)
+    context = LLMContext()
+    context.set_tools(
+        ToolsSchema(
+            standard_tools=[
+                FunctionSchema(name="lookup", description="Look up.", properties={}, required=[])
+            ]
+        )
+    )
+    summarizer = ContextSummarizer(
+        context=context,
+        config=cfg(messages=6, keep=2),
+        summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
+    )
+    pair = LLMContextAggregatorPair(context)
+    after = [summarizer.after_llm()] if guard else []
+    await run_test(
+        Pipeline([pair.user(), summarizer, llm, *after, pair.assistant()]),
+        frames_to_send=[*turns(SAID, gap=0.4), SleepFrame(sleep=0.3)],
+    )
+    out = []
+    for body in server.summary_requests:
+        parsed = parse_request(body["messages"][1]["content"])
+        assert parsed is not None
+        out.append([m.get("content") for m in parsed[0].messages if m["role"] == "user"])
+    return out
+
+
+async def test_a_threshold_crossed_within_a_tool_round_compacts_at_the_follow_up(openai_server):
+    """Seven messages at the second turn's follow-up: the compaction starts there and
+    summarizes the first exchange only (planned at the third user turn, it would take the
+    second user message too)."""
+    summarized = await _call(openai_server, guard=True)
+    assert summarized, "a summary should have been requested"
+    assert summarized[0] == [SAID[0]]
+
+
+async def test_without_the_companion_the_next_user_turn_compacts(openai_server):
+    """Control: the follow-up never reaches the processor, so the compaction waits for the
+    third user turn and summarizes both earlier user messages."""
+    summarized = await _call(openai_server, guard=False)
+    assert summarized and summarized[0] == [SAID[0], SAID[1]]
