@@ -1,8 +1,12 @@
-"""The transcript the summarizer reads: one JSON line per message, and its parser.
+"""The transcript the summarizer reads: one line per message, and its parser.
 
-:func:`encode_message` writes each message as one JSON object on one line. JSON escapes
-every line break, so a message's text can never start a line of its own and pass for
-another message, a role, a tool call or a tool result. Media parts become placeholders
+:func:`encode_message` writes each message on one line: its role (written by this module, a
+bare word such as ``user`` or a JSON string), the message's other fields as one compact JSON
+object when it has any (tool calls, ``tool_call_id``, ``provider``, ``shortened``), then
+``": "`` and its text. Line breaks, backslashes and every character some reader takes for a
+line break are escaped in the text (``\\n``, ``\\\\``, ``\\u2028``), so a message's text can
+never start a line of its own and pass for another message, a role, a tool call or a tool
+result; it costs about what Pipecat's ``USER: text`` does. Media parts become placeholders
 (``[image]``, ``[audio, 31 KB]``) and provider-specific messages keep their text, so nothing
 summarized vanishes. :func:`parse_transcript` is the exact inverse of
 :func:`format_transcript`; :mod:`pipecat_summarizer.prompt` wraps the transcript in the
@@ -12,6 +16,7 @@ request and parses the request back.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,9 +64,8 @@ _PENDING_RESULT = "IN_PROGRESS"
 _LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 TRANSCRIPT_FORMAT = (
-    'Each line is one message as a JSON object (role, text, tool_calls with "no_result": true '
-    "when the result never arrived, tool_call_id, provider for provider-specific content, "
-    "shortened when cut); a line break inside a text is part of that text."
+    'One message a line: role, JSON details if any ("no_result": a call got no result), '
+    '": " and the text ("\\n" is a line break).'
 )
 
 
@@ -212,17 +216,61 @@ def _dumps(entry: dict[str, Any]) -> str:
     return line
 
 
+# A role written bare (``user``); any other role is written as a JSON string.
+_BARE_ROLE = re.compile(r"[a-z][a-z_]*")
+# In a text: the escape character itself, and every character some reader takes for a line
+# break (or that is invisible control noise); a tab stays as it is.
+_TEXT_UNSAFE = re.compile("[\\\\\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+_TEXT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r"}
+_TEXT_ESCAPED = re.compile(r"\\(\\|n|r|u[0-9a-f]{4}|.?)")
+_JSON = json.JSONDecoder()
+
+
+def escape_text(text: str) -> str:
+    """``text`` on one line: backslashes, line breaks and control characters escaped."""
+    return _TEXT_UNSAFE.sub(
+        lambda m: _TEXT_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04x}"), text
+    )
+
+
+def _unescape(match: re.Match) -> str:
+    code = match.group(1)
+    if code == "\\":
+        return "\\"
+    if code in ("n", "r"):
+        return "\n" if code == "n" else "\r"
+    if len(code) == 5:
+        return chr(int(code[1:], 16))
+    raise ValueError(f"unknown escape '\\{code}'")
+
+
+def unescape_text(text: str) -> str:
+    """The inverse of :func:`escape_text`.
+
+    Raises:
+        ValueError: On a backslash that starts no escape :func:`escape_text` writes.
+    """
+    return _TEXT_ESCAPED.sub(_unescape, text)
+
+
+def _role_token(role: str) -> str:
+    return role if _BARE_ROLE.fullmatch(role) else _dumps(role)
+
+
 def encode_message(
     message: Any, *, max_chars: int | None = None, unresolved: Collection[str] = frozenset()
 ) -> str:
-    """Encode one message as one JSON line of the transcript.
+    """Encode one message as one line of the transcript.
 
-    The line is a JSON object with ``role``, then ``provider`` (for a provider-specific
-    message), ``tool_call_id``, ``text`` (absent when the content is ``None``), ``tool_calls``
-    (each ``{"id", "name", "arguments"}``, plus ``"no_result": true`` for an id in
-    ``unresolved``) and ``"shortened": true`` when text was cut. JSON escapes every line
-    break, so no text can start another line, and every other message is on a line of its
-    own: no text can pass for another message, role or tool result.
+    The line is the role (a bare lowercase word, or a JSON string for any other role), then,
+    when the message has any, a space and a compact JSON object of its details:
+    ``tool_call_id``, ``provider`` (for a provider-specific message), ``tool_calls`` (each
+    ``{"id", "name", "arguments"}``, plus ``"no_result": true`` for an id in
+    ``unresolved``) and ``"shortened": true`` when text was cut; then ``": "`` and the text
+    (:func:`escape_text`), or ``":"`` alone for an empty text, or nothing when the content is
+    ``None``. Nothing in a text can end the line, and every other message is on a line of its
+    own that starts with a role written here: no text can pass for another message, role or
+    tool result.
 
     Args:
         message: An OpenAI-format message dict or an ``LLMSpecificMessage``.
@@ -230,30 +278,32 @@ def encode_message(
         unresolved: Ids of tool calls whose result never arrived.
 
     Returns:
-        The JSON line.
+        The line.
     """
-    entry: dict[str, Any] = {}
+    details: dict[str, Any] = {}
+    text: str | None = None
     cut = False
 
-    def _cut(text: str) -> str:
+    def _cut(value: str) -> str:
         nonlocal cut
-        if max_chars is None or len(text) <= max_chars:
-            return text
+        if max_chars is None or len(value) <= max_chars:
+            return value
         cut = True
-        return shorten(text, max_chars)
+        return shorten(value, max_chars)
 
     if isinstance(message, LLMSpecificMessage):
         role, text = provider_message(message)
-        entry = {"role": role, "provider": str(message.llm), "text": _cut(text)}
+        details["provider"] = str(message.llm)
+        text = _cut(text)
     elif not isinstance(message, dict):
-        entry = {"role": "unknown", "text": _cut(str(message))}
+        role, text = "unknown", _cut(str(message))
     else:
-        entry["role"] = str(message.get("role", "unknown"))
+        role = str(message.get("role", "unknown"))
         if "tool_call_id" in message:
-            entry["tool_call_id"] = message["tool_call_id"]
+            details["tool_call_id"] = message["tool_call_id"]
         content = message.get("content")
         if content is not None:
-            entry["text"] = _cut(content_text(content))
+            text = _cut(content_text(content))
         calls = []
         for call in message.get("tool_calls") or []:
             if not isinstance(call, dict):
@@ -268,10 +318,15 @@ def encode_message(
                 encoded["no_result"] = True
             calls.append(encoded)
         if calls:
-            entry["tool_calls"] = calls
+            details["tool_calls"] = calls
     if cut:
-        entry["shortened"] = True
-    return _dumps(entry)
+        details["shortened"] = True
+    line = _role_token(role)
+    if details:
+        line += " " + _dumps(details)
+    if text is not None:
+        line += f": {escape_text(text)}" if text else ":"
+    return line
 
 
 def find_unresolved_calls(messages: Sequence[Any]) -> set[str]:
@@ -306,7 +361,7 @@ def format_transcript(
     max_chars: int = 2000,
     unresolved: Collection[str] | None = None,
 ) -> str:
-    """Format messages as the summarizer's transcript: one JSON line per message.
+    """Format messages as the summarizer's transcript: one line per message.
 
     See :func:`encode_message` for the line format and :func:`parse_transcript` for the
     inverse.
@@ -349,6 +404,40 @@ class ParsedTranscript:
     provider_specific: frozenset[int] = frozenset()
 
 
+def _parse_line(line: str, number: int) -> tuple[str, dict[str, Any], str | None]:
+    """``(role, details, text)`` of one transcript line (see :func:`encode_message`)."""
+    where = f"transcript line {number}"
+    if line.startswith('"'):
+        try:
+            role, end = _JSON.raw_decode(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: 'role' is not a JSON string ({e.msg})") from None
+    else:
+        bare = _BARE_ROLE.match(line)
+        role, end = (bare.group(), bare.end()) if bare else (None, 0)
+    if not isinstance(role, str):
+        raise ValueError(f"{where}: 'role' must be a lowercase word or a JSON string")
+    details: Any = {}
+    if line.startswith(" {", end):
+        try:
+            details, end = _JSON.raw_decode(line, end + 1)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: the details are not JSON ({e.msg})") from None
+        if not isinstance(details, dict):
+            raise ValueError(f"{where}: the details must be a JSON object")
+    rest = line[end:]
+    if not rest:
+        return role, details, None
+    if rest == ":":
+        return role, details, ""
+    if not rest.startswith(": "):
+        raise ValueError(f"{where}: 'text' must follow the role after ': '")
+    try:
+        return role, details, unescape_text(rest[2:])
+    except ValueError as e:
+        raise ValueError(f"{where}: 'text' has an {e}") from None
+
+
 def parse_transcript(text: str) -> ParsedTranscript:
     """Decode a transcript written by :func:`format_transcript`.
 
@@ -359,24 +448,19 @@ def parse_transcript(text: str) -> ParsedTranscript:
         The messages and their marks.
 
     Raises:
-        ValueError: If a line is not a JSON object with a string ``role``; the message names
-            the line and the field.
+        ValueError: If a line does not start with a role, its details are not a JSON
+            object, or its text is malformed; the message names the line and the field.
     """
     messages: list[dict[str, Any]] = []
     shortened: set[int] = set()
     unresolved: set[str] = set()
     provider: set[int] = set()
     for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
+        if not line:
             continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"transcript line {number} is not JSON: {e.msg}") from None
-        if not isinstance(entry, dict) or not isinstance(entry.get("role"), str):
-            raise ValueError(f"transcript line {number}: 'role' must be a string")
+        role, entry, content = _parse_line(line, number)
         index = len(messages)
-        message: dict[str, Any] = {"role": entry["role"], "content": entry.get("text")}
+        message: dict[str, Any] = {"role": role, "content": content}
         if "tool_call_id" in entry:
             message["tool_call_id"] = entry["tool_call_id"]
         calls = entry.get("tool_calls")

@@ -1,6 +1,5 @@
 """The prompt states the budget and the sections; the transcript cannot escape its delimiter."""
 
-import json
 import re
 
 from pipecat_summarizer.prompt import (
@@ -36,7 +35,7 @@ def test_request_states_budget_and_rolls_previous_summary():
     assert "321 tokens" in req.system_prompt
     assert "Carry forward every fact" in req.user_message
     assert "user is vegetarian" in req.user_message
-    assert '{"role":"user","text":"My booking is AB-123."}' in req.user_message
+    assert "\nuser: My booking is AB-123.\n" in req.user_message
     assert req.messages[0]["content"] == "My booking is AB-123."
 
 
@@ -78,12 +77,11 @@ def test_transcript_covers_tool_calls_and_results():
             {"role": "tool", "tool_call_id": "c1", "content": "booked NC-1"},
         ]
     )
-    call, result = (json.loads(line) for line in text.split("\n"))
-    assert call == {
-        "role": "assistant",
-        "tool_calls": [{"id": "c1", "name": "book", "arguments": {"day": "Friday"}}],
-    }
-    assert result == {"role": "tool", "tool_call_id": "c1", "text": "booked NC-1"}
+    call, result = text.split("\n")
+    assert (
+        call == 'assistant {"tool_calls":[{"id":"c1","name":"book","arguments":{"day":"Friday"}}]}'
+    )
+    assert result == 'tool {"tool_call_id":"c1"}: booked NC-1'
 
 
 def test_shorten_keeps_head_and_tail_and_marks_the_cut():

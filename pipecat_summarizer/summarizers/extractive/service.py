@@ -22,7 +22,7 @@ from pipecat_summarizer.transcript_format import ParsedTranscript
 
 # Pipecat's built-in summarization sends "Conversation history:" and a plain transcript:
 # "USER: ...", "TOOL_CALL: name(args)", "TOOL_RESULT[id]: ...". It is not forgery-proof
-# (that is Pipecat's format); this package's own request is JSON lines, parsed by
+# (that is Pipecat's format); this package's own request (one escaped line per message) is parsed by
 # :func:`pipecat_summarizer.prompt.parse_request`.
 _ROLES = "USER|ASSISTANT|SYSTEM|DEVELOPER|TOOL|UNKNOWN"
 _PIPECAT_CALL_RE = re.compile(r"^TOOL_CALL: ?(?P<rest>.*)$")
