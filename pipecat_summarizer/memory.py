@@ -6,10 +6,16 @@ block over budget, and renders them as the messages of the context's head:
 
 - the application's facts: one ``pinning.app_role`` (developer/system) message inside the
   system head, the only text rendered with authority;
-- the conversation's facts (from summaries, the ``remember_fact`` tool, evicted messages):
-  one quoted user-role "noted" message right after the head;
-- the summary: a ``summary_role`` message after that, with the pinned facts left out (they
-  are not paid for twice; the full record rolls into the next summary).
+- the summary: a ``summary_role`` message right after the head. A user-role summary also
+  carries the conversation's facts (from summaries, the ``remember_fact`` tool, evicted
+  messages): those its record does not already state are written into its FACTS and
+  CONSTRAINTS, so they cost no message and no header of their own (the application's facts,
+  shown in the head, are left out of it: not paid for twice; the full record rolls into the
+  next summary);
+- the conversation's facts that no summary message carries (no summary yet, an
+  ``assistant``-role summary, or facts pinned while a summary is in flight, when the summary
+  message must not change): one quoted user-role "noted" message right after the head,
+  before the summary, until the summary message can take them in.
 
 Pure: no asyncio, no frames. Every method that may change the context takes the current
 messages and returns the new list (with the noted message placed after the head), or
@@ -35,9 +41,10 @@ from pipecat.utils.context.llm_context_summarization import LLMContextSummaryCon
 
 from pipecat_summarizer.events import short_sha256
 from pipecat_summarizer.options import PinningParams
-from pipecat_summarizer.pinned import Fact, PinnedFacts, normalize
+from pipecat_summarizer.pinned import AUTHORITATIVE, NOTED_HEADER, Fact, PinnedFacts, normalize
+from pipecat_summarizer.pinned import _quote as quote_fact
 from pipecat_summarizer.plan import head_length
-from pipecat_summarizer.sections import parse_sections, with_items, without_items
+from pipecat_summarizer.sections import parse_sections, record_items, with_items, without_items
 from pipecat_summarizer.summarizers.extractive import pinnable_facts
 from pipecat_summarizer.tokens import estimate_text_tokens
 
@@ -103,11 +110,14 @@ class ConversationMemory:
         self.summary_text: str | None = None
         self.summary_tokens = 0
         self.app_message: dict | None = None  # the application's facts, in the head
-        self.noted_message: dict | None = None  # the conversation's facts, user role
+        self.noted_message: dict | None = None  # conversation facts the summary lacks
+        # normalized items the summary message states (its noted facts are not repeated)
+        self._summary_items: frozenset[str] = frozenset()
         self.folded: list[Fact] = []  # left the block over budget, for the next summary
         #: Called with the facts whenever :meth:`render` sees them changed (the store's hook).
         self.on_facts_changed: Callable[[PinnedFacts], None] | None = None
         self._rendered_version = -1
+        self._rendered_summary: dict | None = None
         self._count_text = count_text
         self._log_content = log_content
         self._name = name
@@ -145,26 +155,75 @@ class ConversationMemory:
         """The summary and fact texts the model already sees (recall skips what they say)."""
         return [self.summary_text or "", *(f.text for f in self.facts.facts)]
 
+    @property
+    def carries_facts(self) -> bool:
+        """True when the summary message carries the conversation's facts (a user-role
+        summary: the same role the noted message has)."""
+        return self.summary_role == "user"
+
     def render_summary(self, text: str, config: LLMContextSummaryConfig) -> dict:
-        """The summary message for ``text``, with the pinned facts left out."""
-        if self.pinning.from_summaries and len(self.facts):
-            text = without_items(text, (f.text for f in self.facts.facts), normalize)
+        """The summary message for ``text``.
+
+        The application's facts (in the head) are left out; so are the conversation's facts
+        when they go in the noted message (an ``assistant``-role summary). A user-role
+        summary carries the conversation's facts instead: those its record does not state
+        are added to its FACTS and CONSTRAINTS (each fact is one line: it cannot pass for a
+        heading).
+        """
+        facts = self.facts.facts
+        if self.carries_facts:
+            app = [f.text for f in facts if f.source in AUTHORITATIVE]
+            if self.pinning.from_summaries and app:
+                text = without_items(text, app, normalize, empty="")
+            noted = [f for f in facts if f.source not in AUTHORITATIVE]
+            text = with_facts(text, noted) if noted else text
+        elif self.pinning.from_summaries and len(self.facts):
+            text = without_items(text, (f.text for f in facts), normalize)
         content = render_template(config.summary_message_template, text)
         return {"role": self.summary_role, "content": content}
 
     # -- rendering ------------------------------------------------------------------------
 
-    def render(self, messages: Messages) -> Messages | None:
+    def render(self, messages: Messages, *, in_flight: bool = True) -> Messages | None:
         """Put the fact messages in place, rewritten only on change.
 
         Authority follows the source: the application's facts go in an ``app_role`` message
-        inside the system head; facts from the conversation in one user-role message right
-        after the head (before the summary), as quoted data.
+        inside the system head; facts from the conversation in the user-role summary
+        message, as part of its record, or, for those it does not carry, in one user-role
+        message right after the head (before the summary), as quoted data.
+
+        Args:
+            messages: The context's messages.
+            in_flight: A summary is running: its message must not change, so facts it lacks
+                wait in the noted message. ``True`` (the safe default) never rewrites the
+                summary message.
 
         Returns:
             The new messages, or ``None`` when the fact messages are in place and current
             (the common case, cheap: identity checks and a version compare).
         """
+        new = self._render_blocks(messages)
+        current = messages if new is None else new
+        if in_flight or self.noted_message is None or self.summary_in(current) is None:
+            return new
+        if not self.carries_facts:
+            return new
+        # facts the summary message lacks move into it: one message, one header
+        refreshed = self.refresh_summary(current, in_flight=False)
+        if refreshed is None:
+            return new
+        again = self._render_blocks(refreshed)
+        return refreshed if again is None else again
+
+    def _noted_facts(self) -> list[Fact]:
+        """The conversation's facts the noted message must show (the summary lacks them)."""
+        facts = [f for f in self.facts.facts if f.source not in AUTHORITATIVE]
+        if not self.carries_facts or self.summary_message is None:
+            return facts
+        return [f for f in facts if normalize(f.text) not in self._summary_items]
+
+    def _render_blocks(self, messages: Messages) -> Messages | None:
+        """The application's block and the noted message in place (see :meth:`render`)."""
         app, noted = self.app_message, self.noted_message
         if app is None and noted is None and not len(self.facts):
             return None  # nothing pinned
@@ -172,11 +231,17 @@ class ConversationMemory:
         at = next((i for i in range(head) if messages[i] is app), None)
         app_in_place = at is not None or app is None
         noted_in_place = noted is None or (head < len(messages) and messages[head] is noted)
-        if app_in_place and noted_in_place and self._rendered_version == self.facts.version:
+        current = (
+            self._rendered_version == self.facts.version
+            and self._rendered_summary is self.summary_message
+        )
+        if app_in_place and noted_in_place and current:
             return None
-        self._rendered_version = self.facts.version
-        if self.on_facts_changed is not None:
+        moved = not (app_in_place and noted_in_place)
+        if (moved or self._rendered_version != self.facts.version) and self.on_facts_changed:
             self.on_facts_changed(self.facts)
+        self._rendered_version = self.facts.version
+        self._rendered_summary = self.summary_message
         new, changed = list(messages), not (app_in_place and noted_in_place)
         app_text = self.facts.render_app()
         if app_text is None:
@@ -191,7 +256,12 @@ class ConversationMemory:
             else:
                 new[at] = block
             self.app_message, changed = block, True
-        noted_text = self.facts.render_noted()
+        lacking = self._noted_facts()
+        noted_text = (
+            "\n".join([NOTED_HEADER, *(f"- {quote_fact(f.text)}" for f in lacking)])
+            if lacking
+            else None
+        )
         if noted_text is None:
             self.noted_message = None
         elif noted is None or noted["content"] != noted_text:
@@ -379,6 +449,9 @@ class ConversationMemory:
     def _adopt(self, message: dict, text: str) -> None:
         self.summary_message, self.summary_text = message, text
         self.summary_tokens = self._count_text(text)
+        content = message.get("content")
+        items = record_items(content) if isinstance(content, str) else []
+        self._summary_items = frozenset(normalize(i) for i in items)
 
     def _render_after(self, messages: Messages, new: Messages | None) -> Messages | None:
         current = messages if new is None else new

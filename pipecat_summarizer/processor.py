@@ -539,8 +539,10 @@ class ContextSummarizer(FrameProcessor):
         return self._memory.summary_in(self._context.messages)
 
     def _render_memory(self) -> None:
-        """The pinned facts in place, rewritten only on change (cheap when nothing did)."""
-        self._put(self._memory.render(self._context.messages))
+        """The pinned facts in place, rewritten only on change (cheap when nothing did);
+        the conversation's facts go into the summary message unless a summary is in flight."""
+        in_flight = self.summary_in_flight
+        self._put(self._memory.render(self._context.messages, in_flight=in_flight))
 
     def _fold_and_refresh(self) -> None:
         """Facts over budget fold into the summary; the summary message is re-rendered."""

@@ -130,11 +130,26 @@ def render_sections(sections: Mapping[str, Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def without_items(text: str, drop: Iterable[str], normalize: Callable[[str], str]) -> str:
+def record_items(text: str) -> list[str]:
+    """Every item of every section of a record (:func:`parse_sections`), in order."""
+    return [item for items in parse_sections(text).values() for item in items]
+
+
+EVERYTHING_PINNED = "(everything known so far is in the pinned facts)"
+
+
+def without_items(
+    text: str,
+    drop: Iterable[str],
+    normalize: Callable[[str], str],
+    *,
+    empty: str = EVERYTHING_PINNED,
+) -> str:
     """``text`` without the bullet lines whose item is in ``drop`` (compared normalized).
 
     Everything else is kept exactly as written, prose included; a heading left with no
-    items is dropped with them. A record with nothing left says so in one line.
+    items is dropped with them. A record with nothing left is ``empty`` (by default a line
+    saying so).
     """
     gone = {normalize(d) for d in drop}
     kept: list[str] = []
@@ -149,7 +164,7 @@ def without_items(text: str, drop: Iterable[str], normalize: Callable[[str], str
         if not ((h := _heading_of(line)) and not h[1] and _next_is_heading(kept, i))
     ]
     out = "\n".join(lines).strip()
-    return out or "(everything known so far is in the pinned facts)"
+    return out or empty
 
 
 def _next_is_heading(lines: list[str], i: int) -> bool:

@@ -63,10 +63,7 @@ _PENDING_RESULT = "IN_PROGRESS"
 # Characters some readers take for line breaks even though JSON leaves them unescaped.
 _LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
-TRANSCRIPT_FORMAT = (
-    'One message a line: role, JSON details if any ("no_result": a call got no result), '
-    '": " and the text ("\\n" is a line break).'
-)
+TRANSCRIPT_FORMAT = 'one message a line ("role {details}: text"):'
 
 
 def _size_label(size: int) -> str:

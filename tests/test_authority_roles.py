@@ -1,9 +1,10 @@
 """Issue 8 item 4, the processor side: what the memory renders, and with which role.
 
 Only the application's pins (``source="app"``) may sit in a system/developer message. Facts
-from the conversation (summaries, eviction pins, the LLM's ``remember_fact``) are quoted data
-in one user-role message after the system head and before the summary, and instruction-like
-sentences are never pinned. Every route is driven through a real pipeline, and every request
+from the conversation (summaries, eviction pins, the LLM's ``remember_fact``) are data in the
+user-role summary's record, or, while no summary can carry them, quoted data in one user-role
+message after the system head and before the summary; instruction-like sentences are never
+pinned. Every route is driven through a real pipeline, and every request
 the main LLM receives is checked.
 """
 
@@ -83,9 +84,11 @@ async def test_summary_facts_with_instructions_never_gain_authority(openai_serve
     assert pinned["allergic to peanuts"] == "summary"
     assert not any(HOSTILE.search(t) for t in pinned)  # instructions are not pinned
     last = openai_server.chat_requests[-1]
-    assert layout(last)[:4] == ["system", "developer:app-facts", "user:noted", "user:summary"]
-    noted = last["messages"][2]["content"]
-    assert '"allergic to peanuts"' in noted and "Account tier" not in noted
+    # the conversation's facts ride in the user-role summary: no message of their own
+    assert layout(last)[:3] == ["system", "developer:app-facts", "user:summary"]
+    assert "user:noted" not in layout(last)
+    summary = last["messages"][2]["content"]
+    assert "- allergic to peanuts" in summary and "Account tier" not in summary
     assert "Account tier: gold" in last["messages"][1]["content"]
     assert "Priya" not in last["messages"][1]["content"]
     # the summary may keep what the caller said, as data in a user-role message
@@ -218,13 +221,20 @@ async def test_facts_message_stays_between_the_head_and_the_summary_across_compa
         kinds = layout(body)
         assert kinds.count("user:noted") <= 1 and kinds.count("user:summary") <= 1
         assert kinds[:2] == ["system", "developer:app-facts"]
-        if "user:summary" in kinds:
-            assert kinds.index("user:noted") == 2 and kinds.index("user:summary") == 3
+        if "user:summary" in kinds:  # facts the summary lacks sit right before it
+            at = kinds.index("user:summary")
+            assert at == 2 or (at == 3 and kinds[2] == "user:noted")
+        assert all(m["role"] == "user" for m in body["messages"] if "Priya" in str(m["content"]))
     everything = texts_of(r.context.messages)
     for fact in ("Priya", "peanuts", "ZX-991", "Party size: 4"):
         assert fact in everything
+    # the last summary's record states only the party size: the earlier facts it carries
+    # were written into it, so they need no message of their own
+    summary = r.processor.memory.summary_message["content"]
+    assert all(fact in summary for fact in ("Priya", "peanuts", "ZX-991", "Party size: 4"))
     r.processor.unpin("tier")
-    assert layout({"messages": r.context.messages})[:3] == ["system", "user:noted", "user:summary"]
+    assert layout({"messages": r.context.messages})[:2] == ["system", "user:summary"]
+    assert "user:noted" not in layout({"messages": r.context.messages})
 
 
 # -- the pure rules -------------------------------------------------------------------------

@@ -49,10 +49,13 @@ async def test_summary_facts_are_pinned_and_corrections_replace_them(openai_serv
     assert "Training: 4 days a week (corrected)" in pinned
     assert "Training: 3 days a week" not in pinned
     last = openai_server.chat_requests[-1]["messages"]
-    block = last[1]["content"]
-    assert "allergic to peanuts" in block and "4 days a week" in block
-    summary = next(m["content"] for m in last if str(m["content"]).startswith("Conversation"))
-    assert "follow-up booked" in summary and "4 days a week" not in summary  # not paid twice
+    # the user-role summary carries the pinned facts: one message, no separate facts block
+    summary = last[1]["content"]
+    assert summary.startswith("Conversation summary:") and last[1]["role"] == "user"
+    assert "allergic to peanuts" in summary  # forgotten by the summarizer, written back in
+    assert "follow-up booked" in summary and "3 days a week" not in summary
+    everything = "\n".join(str(m["content"]) for m in last)
+    assert everything.count("4 days a week") == 1  # not paid twice
     assert "Training: 4 days a week" in r.processor.summary_text  # the full record rolls on
 
 
@@ -190,8 +193,12 @@ async def test_preemptive_summary_lands_before_the_threshold(openai_server):
 
 async def test_summary_facts_pushed_out_of_the_block_reappear_in_the_summary(openai_server):
     openai_server.handler = scripted(summary="FACTS:\n- booking: NC-48213\n- name: Priya Raman")
+    # an assistant-role summary leaves the pinned facts to the block (a user-role one
+    # carries them itself: see test_summary_facts_are_pinned_and_corrections_replace_them)
     r = Run(
-        openai_server, cfg(messages=6, keep=2), options=SummarizerOptions(pinned_facts_tokens=45)
+        openai_server,
+        cfg(messages=6, keep=2),
+        options=SummarizerOptions(pinned_facts_tokens=45, summary_role="assistant"),
     )
     await r.run(turns([f"turn {i}" for i in range(5)], gap=0.08))
     assert r.applied

@@ -20,8 +20,10 @@ def convo(n: int = 4) -> list[dict]:
     ]
 
 
-def memory(**pinning) -> ConversationMemory:
-    return ConversationMemory(LLMContextSummaryConfig(), PinningParams(**pinning))
+def memory(summary_role: str = "user", **pinning) -> ConversationMemory:
+    return ConversationMemory(
+        LLMContextSummaryConfig(), PinningParams(**pinning), summary_role=summary_role
+    )
 
 
 def apply(messages: list, new: list | None) -> list:
@@ -83,8 +85,49 @@ def test_app_role_follows_the_params():
     assert messages[1]["role"] == "system"
 
 
-def test_absorb_pins_summary_facts_and_leaves_them_out_of_the_summary_message():
+def test_a_user_role_summary_carries_the_conversation_facts_in_its_own_record():
+    """One message, one header: the summary's facts stay in its record (no noted message);
+    a conversation fact the record lacks is written into its FACTS; the application's fact
+    (in the head) is left out of it."""
     mem = memory()
+    messages = apply([SYSTEM], mem.pin([SYSTEM], "tier", "gold tier", source="app"))
+    messages = apply(messages, mem.pin(messages, "pet", "has a dog named Rex", source="llm"))
+    assert mem.noted_message is not None  # no summary yet: the facts' own message
+    text = "FACTS:\n- allergic to shellfish\n- gold tier\nDECISIONS:\n- book a table"
+    draft = mem.absorb(text, None, mem.summary_config)
+    content = draft.message["content"]
+    assert draft.message["role"] == "user"
+    assert "allergic to shellfish" in content and "book a table" in content
+    assert "- has a dog named Rex" in content  # written into the record
+    assert "gold tier" not in content  # the application's, shown in the head
+    assert draft.text == text  # the record rolled forward is the summarizer's own
+    messages = [*messages[:2], draft.message, *convo()]  # the splice replaced the noted
+    mem.commit(draft)
+    messages = apply(messages, mem.render(messages, in_flight=False))
+    assert mem.noted_message is None
+    assert messages == [SYSTEM, mem.app_message, draft.message, *convo()]
+    assert mem.render(messages, in_flight=False) is None  # and stays so
+
+
+def test_facts_pinned_while_a_summary_is_in_flight_wait_in_the_noted_message():
+    mem = memory()
+    draft = mem.absorb("FACTS:\n- lives in Oslo", None, mem.summary_config)
+    messages = [SYSTEM, draft.message, *convo()]
+    mem.commit(draft)
+    messages = apply(messages, mem.pin(messages, "pet", "has a cat", source="llm"))
+    # in flight (the default): the summary message keeps its identity for the splice
+    assert mem.summary_in(messages) is draft.message
+    assert messages[1] is mem.noted_message and '"has a cat"' in messages[1]["content"]
+    assert "lives in Oslo" not in messages[1]["content"]  # the summary already states it
+    # once nothing is in flight, the fact moves into the summary: one message again
+    messages = apply(messages, mem.render(messages, in_flight=False))
+    summary = mem.summary_in(messages)
+    assert summary is not draft.message and "- has a cat" in summary["content"]
+    assert mem.noted_message is None and messages == [SYSTEM, summary, *convo()]
+
+
+def test_an_assistant_role_summary_leaves_the_facts_to_the_noted_message():
+    mem = memory(summary_role="assistant")
     text = "FACTS:\n- allergic to shellfish\nDECISIONS:\n- book a table"
     draft = mem.absorb(text, None, mem.summary_config)
     assert draft.text == text
@@ -152,7 +195,7 @@ def test_folding_waits_while_a_summary_is_in_flight():
 
 
 def test_unpin_shows_the_fact_in_the_summary_again():
-    mem = memory()
+    mem = memory(summary_role="assistant")  # a summary that leaves the pinned facts out
     text = "FACTS:\n- allergic to shellfish\n- lives in Oslo"
     draft = mem.absorb(text, None, mem.summary_config)
     messages = [SYSTEM, draft.message, *convo()]
@@ -164,6 +207,15 @@ def test_unpin_shows_the_fact_in_the_summary_again():
     summary = mem.summary_in(new)
     assert summary is not draft.message and "lives in Oslo" in summary["content"]
     assert mem.unpin(new, "no such key") == (False, None)
+
+
+def test_unpin_leaves_a_user_role_summary_stating_the_fact():
+    mem = memory()
+    draft = mem.absorb("FACTS:\n- lives in Oslo", None, mem.summary_config)
+    messages = [SYSTEM, draft.message, *convo()]
+    mem.commit(draft)
+    removed, new = mem.unpin(messages, mem.facts.facts[0].key)
+    assert removed and "lives in Oslo" in mem.summary_in(apply(messages, new))["content"]
 
 
 def test_unpin_while_in_flight_keeps_the_summary_message():
@@ -264,6 +316,7 @@ def test_after_any_change_a_second_render_changes_nothing(ops):
         else:
             messages = [*messages, {"role": "user", "content": text}]
         assert mem.render(messages) is None  # in place and current: identity kept
+        assert mem.render(messages, in_flight=False) is None  # no summary to move them to
         head = [m for m in messages if m.get("role") in ("system", "developer")]
         assert head == messages[: len(head)]  # the app facts never leave the head
         if mem.noted_message is not None:
@@ -271,3 +324,49 @@ def test_after_any_change_a_second_render_changes_nothing(ops):
         for m in messages:
             if m.get("role") in ("system", "developer") and m is not SYSTEM:
                 assert m is mem.app_message  # only the application's facts have authority
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["pin", "unpin", "turn", "summary", "settle"]),
+            st.integers(0, 4),
+            _texts,
+            st.sampled_from(["app", "llm"]),
+        ),
+        max_size=25,
+    )
+)
+def test_with_a_summary_every_conversation_fact_stays_in_view_in_a_user_message(ops):
+    """Summaries landing, facts pinned in flight or not: every conversation fact is in a
+    user-role message (the summary's record or the noted message), and once nothing is in
+    flight a settled context renders unchanged and needs no noted message."""
+    mem = memory(budget_tokens=200)
+    messages: list = [SYSTEM, *convo(2)]
+    for op, key, text, source in ops:
+        if op == "pin":
+            messages = apply(messages, mem.pin(messages, f"k{key}", text, source=source))
+        elif op == "unpin":
+            messages = apply(messages, mem.unpin(messages, f"k{key}")[1])
+        elif op == "turn":
+            messages = [*messages, {"role": "user", "content": text}]
+        elif op == "summary":  # a summary lands in place of the old one (the splice's job)
+            draft = mem.absorb(f"FACTS:\n- {text}\nDECISIONS:\n- none", None, mem.summary_config)
+            old = mem.summary_in(messages)
+            rest = [m for m in messages if m is not old and m is not mem.noted_message]
+            at = len([m for m in rest if m.get("role") in ("system", "developer")])
+            messages = [*rest[:at], draft.message, *rest[at:]]
+            mem.commit(draft)
+            messages = apply(messages, mem.render(messages))
+        else:
+            messages = apply(messages, mem.render(messages, in_flight=False))
+            assert mem.render(messages, in_flight=False) is None
+            if mem.summary_in(messages) is not None:
+                assert mem.noted_message is None  # the summary carries them all
+        users = " ".join(
+            " ".join(m["content"].split()) for m in messages if m.get("role") == "user"
+        )
+        for fact in mem.facts.facts:
+            if fact.source != "app":
+                assert fact.text in users  # (a pinned fact's whitespace is collapsed)

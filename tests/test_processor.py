@@ -284,8 +284,8 @@ async def test_previous_summary_is_rolled_into_the_next(openai_server):
     await r.run(turns([f"user message number {i}" for i in range(12)], gap=0.08))
     assert len(openai_server.summary_requests) >= 2
     second = openai_server.summary_requests[1]["messages"][1]["content"]
-    assert "Carry forward every fact" in second
-    assert "user message number 0" in second  # only known through the first summary
+    _, previous = parse_request(second)  # the previous record, in its own delimiter
+    assert previous is not None and "user message number 0" in previous  # only known from it
     assert "user message number 0" in texts_of(r.context.messages)
 
 
@@ -398,11 +398,12 @@ async def test_manual_summary_honours_the_override(openai_server):
     assert body["messages"][0]["content"].startswith("Custom pirate memory record prompt.")
     assert body["max_tokens"] == 77
     msgs = r.context.messages
-    # system prompt, the summary's FACTS as quoted user-role data (issue 8 item 4), the summary
-    assert msgs[1]["role"] == "user" and '- "manual"' in msgs[1]["content"]
-    assert msgs[2]["content"].startswith("<memo>") and msgs[2]["content"].endswith("</memo>")
+    # system prompt, then the summary in the override's template, a user-role message that
+    # carries its FACTS itself (issue 8 item 4: conversation facts never gain authority)
+    assert msgs[1]["role"] == "user"
+    assert msgs[1]["content"] == "<memo>FACTS:\n- manual</memo>"
     # keep=1 (not the default 4): only the last exchange stays, starting on a user turn
-    assert [m["content"] for m in msgs[3:]] == ["user message number 2", "Sure thing."]
+    assert [m["content"] for m in msgs[2:]] == ["user message number 2", "Sure thing."]
 
 
 async def test_manual_frame_is_consumed_not_passed_downstream(openai_server):

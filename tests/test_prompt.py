@@ -7,6 +7,7 @@ from pipecat_summarizer.prompt import (
     SECTIONS,
     build_request,
     format_transcript,
+    parse_request,
     shorten,
 )
 
@@ -33,8 +34,8 @@ def test_request_states_budget_and_rolls_previous_summary():
         max_tokens=321,
     )
     assert "321 tokens" in req.system_prompt
-    assert "Carry forward every fact" in req.user_message
-    assert "user is vegetarian" in req.user_message
+    assert "Keep every earlier fact" in req.system_prompt
+    assert parse_request(req.user_message)[1] == "FACTS:\n- user is vegetarian"  # rolled forward
     assert "\nuser: My booking is AB-123.\n" in req.user_message
     assert req.messages[0]["content"] == "My booking is AB-123."
 
