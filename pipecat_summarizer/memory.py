@@ -117,7 +117,7 @@ class ConversationMemory:
         #: Called with the facts whenever :meth:`render` sees them changed (the store's hook).
         self.on_facts_changed: Callable[[PinnedFacts], None] | None = None
         self._rendered_version = -1
-        self._rendered_summary: dict | None = None
+        self._rendered_summary: tuple[dict | None, bool] = (None, False)  # message, in place
         self._count_text = count_text
         self._log_content = log_content
         self._name = name
@@ -215,10 +215,11 @@ class ConversationMemory:
         again = self._render_blocks(refreshed)
         return refreshed if again is None else again
 
-    def _noted_facts(self) -> list[Fact]:
-        """The conversation's facts the noted message must show (the summary lacks them)."""
+    def _noted_facts(self, summary_present: bool) -> list[Fact]:
+        """The conversation's facts the noted message must show: all of them, or those the
+        summary message in the context lacks."""
         facts = [f for f in self.facts.facts if f.source not in AUTHORITATIVE]
-        if not self.carries_facts or self.summary_message is None:
+        if not self.carries_facts or not summary_present:
             return facts
         return [f for f in facts if normalize(f.text) not in self._summary_items]
 
@@ -231,9 +232,12 @@ class ConversationMemory:
         at = next((i for i in range(head) if messages[i] is app), None)
         app_in_place = at is not None or app is None
         noted_in_place = noted is None or (head < len(messages) and messages[head] is noted)
+        # the summary message (and whether it is in the context) decides what it carries
+        summary = (self.summary_message, self.summary_in(messages) is not None)
         current = (
             self._rendered_version == self.facts.version
-            and self._rendered_summary is self.summary_message
+            and self._rendered_summary[0] is summary[0]
+            and self._rendered_summary[1] == summary[1]
         )
         if app_in_place and noted_in_place and current:
             return None
@@ -241,7 +245,7 @@ class ConversationMemory:
         if (moved or self._rendered_version != self.facts.version) and self.on_facts_changed:
             self.on_facts_changed(self.facts)
         self._rendered_version = self.facts.version
-        self._rendered_summary = self.summary_message
+        self._rendered_summary = summary
         new, changed = list(messages), not (app_in_place and noted_in_place)
         app_text = self.facts.render_app()
         if app_text is None:
@@ -256,7 +260,7 @@ class ConversationMemory:
             else:
                 new[at] = block
             self.app_message, changed = block, True
-        lacking = self._noted_facts()
+        lacking = self._noted_facts(summary[1])
         noted_text = (
             "\n".join([NOTED_HEADER, *(f"- {quote_fact(f.text)}" for f in lacking)])
             if lacking

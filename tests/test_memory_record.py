@@ -126,6 +126,18 @@ def test_facts_pinned_while_a_summary_is_in_flight_wait_in_the_noted_message():
     assert mem.noted_message is None and messages == [SYSTEM, summary, *convo()]
 
 
+def test_facts_the_summary_carried_reappear_when_it_leaves_the_context():
+    mem = memory()
+    draft = mem.absorb("FACTS:\n- lives in Oslo", None, mem.summary_config)
+    messages = [SYSTEM, draft.message, *convo()]
+    mem.commit(draft)
+    assert mem.render(messages, in_flight=False) is None
+    replaced = [SYSTEM, *convo()]  # e.g. the application rewrote the context without it
+    new = mem.render(replaced, in_flight=False)
+    assert new is not None and new[1] is mem.noted_message
+    assert '"lives in Oslo"' in new[1]["content"]
+
+
 def test_an_assistant_role_summary_leaves_the_facts_to_the_noted_message():
     mem = memory(summary_role="assistant")
     text = "FACTS:\n- allergic to shellfish\nDECISIONS:\n- book a table"
