@@ -39,7 +39,8 @@ def kept_messages(keep: int, *, answer_pending: bool) -> int:
     Args:
         keep: ``min_messages_after_summary``: messages that must follow the summary.
         answer_pending: The plan is made on a request the main LLM is about to answer (a
-            user turn's context frame): its answer lands before the summary and is one of
+            user turn's context frame or a tool follow-up): its answer lands before the
+            summary and is one of
             the kept messages.
 
     Returns:
@@ -73,9 +74,10 @@ def over_context_limit(total_tokens: int, reducible_tokens: int, max_context_tok
 class CacheCadence:
     """Defers message-threshold compactions while the prompt cache makes waiting cheaper.
 
-    The processor calls :meth:`observe` on every user turn with the context's reducible
-    tokens (what summarization can act on), :meth:`defer` when the message threshold trips,
-    and :meth:`compacted` when a summary lands.
+    The processor calls :meth:`observe` on every request it prepares (user turns and tool
+    follow-ups, each billed) with the context's reducible tokens (what summarization can act
+    on), :meth:`defer` when the message threshold trips, and :meth:`compacted` when a summary
+    lands.
 
     The first reducible count after a compaction is the ``base``: what the rewritten prefix
     holds (summary, noted facts, kept tail). Rewriting it again costs ``discount * base``
@@ -109,7 +111,8 @@ class CacheCadence:
         return self.discount > 0
 
     def observe(self, reducible_tokens: int) -> None:
-        """One user turn's request, with the reducible tokens it carries."""
+        """One request (a user turn or a tool follow-up), with the reducible tokens it
+        carries."""
         if self._after_compaction:
             self.base, self.carried, self._after_compaction = reducible_tokens, 0, False
             return

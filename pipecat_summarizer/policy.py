@@ -263,7 +263,8 @@ class StepFailures:
 class CompactionTrigger:
     """Every gate that decides when an automatic compaction starts, with its state.
 
-    The processor asks :meth:`due` on each user turn, plans when it answers a reason, and
+    The processor asks :meth:`due` on each request it prepares (user turns, and tool
+    follow-ups through its companion after the LLM), plans when it answers a reason, and
     reports back: :meth:`nothing_to_plan` (the plan was empty), :meth:`worth_it` (the token
     plan's gain), :meth:`summary_failed`, :meth:`summary_applied`, :meth:`context_replaced`.
     Manual requests do not ask: they only wait for the summary in flight.
