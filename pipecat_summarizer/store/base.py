@@ -17,7 +17,9 @@ from pipecat_summarizer.store.records import (
 )
 
 #: The schema version this code writes; the ``schema_version`` table holds the database's.
-SCHEMA_VERSION = 1
+#: v2: the caller (or, for a call without one, the call) is part of the full-text index, so
+#: a caller's search ranks only their own messages; an older database migrates on open.
+SCHEMA_VERSION = 2
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -83,6 +85,14 @@ class MemoryStore(ABC):
     @abstractmethod
     async def message(self, call_id: str, position: int) -> ArchivedMessage | None:
         """One archived message, or ``None``."""
+
+    async def messages_at(self, keys: Sequence[tuple[str, int]]) -> list[ArchivedMessage | None]:
+        """Several archived messages in one read: one entry per ``(call_id, position)`` of
+        ``keys``, in order, ``None`` where there is none.
+
+        The SQL backends answer with one query; this default reads them one by one.
+        """
+        return [await self.message(call_id, position) for call_id, position in keys]
 
     @abstractmethod
     async def fact_history(

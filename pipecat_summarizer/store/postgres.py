@@ -44,6 +44,16 @@ _LOCK_KEY = 0x5C_0A_11  # advisory lock for migrations
 
 _CONFIG = re.compile(r"^[a-z_]+$")
 
+#: What the full-text index holds (schema v2): the message's words plus a lexeme for its
+#: caller and one for its call, so a caller's search finds only their own matches in the
+#: index. No query word becomes one of these lexemes (they start with ``#``).
+SCOPED_TSV = (
+    "(tsv || array_to_tsvector(ARRAY['#u' || md5(COALESCE(user_id, '')), '#c' || md5(call_id)]))"
+)
+#: A search ranks at most this many of the scope's matches, the latest (as on SQLite): the
+#: ranking reads every row it scores.
+RANK_MATCHES = 3000
+
 
 def _migrations(config: str) -> dict[int, list[str]]:
     return {
@@ -82,6 +92,11 @@ def _migrations(config: str) -> dict[int, list[str]]:
                 source TEXT NOT NULL, actor TEXT NOT NULL, turn INTEGER NOT NULL,
                 at DOUBLE PRECISION NOT NULL, PRIMARY KEY(call_id, seq))""",
             "CREATE INDEX facts_user ON facts(user_id, at)",
+        ],
+        # the caller and the call in the full-text index: see SCOPED_TSV
+        2: [
+            f"CREATE INDEX IF NOT EXISTS messages_scoped ON messages USING GIN({SCOPED_TSV})",
+            "DROP INDEX IF EXISTS messages_tsv",
         ],
     }
 
@@ -178,6 +193,8 @@ class PostgresMemoryStore(MemoryStore):
                 max_size=self.max_size,
                 timeout=self.connect_timeout_s,
                 command_timeout=30,
+                # small per-turn queries: starting parallel workers costs more than it saves
+                server_settings={"max_parallel_workers_per_gather": "0"},
             )
             try:
                 async with pool.acquire() as conn:
@@ -314,6 +331,21 @@ class PostgresMemoryStore(MemoryStore):
         )
         return to_message(tuple(rows[0])) if rows else None
 
+    async def messages_at(self, keys: Sequence[tuple[str, int]]) -> list[ArchivedMessage | None]:
+        """Several archived messages in one query, in the order of ``keys`` (``None`` where
+        there is none)."""
+        wanted = [(str(c), int(p)) for c, p in keys]
+        if not wanted:
+            return []
+        rows = await self._fetch(
+            f"SELECT {MESSAGE_COLS} FROM messages m JOIN unnest($1::text[], $2::int[]) "
+            "AS k(c, p) ON m.call_id = k.c AND m.position = k.p",
+            [c for c, _ in wanted],
+            [p for _, p in wanted],
+        )
+        found = {(r["call_id"], r["position"]): to_message(tuple(r)) for r in rows}
+        return [found.get(key) for key in wanted]
+
     async def fact_history(
         self, *, call_id: str | None = None, user_id: str | None = None
     ) -> list[FactEvent]:
@@ -338,30 +370,50 @@ class PostgresMemoryStore(MemoryStore):
     ) -> list[SearchHit]:
         """``tsvector`` search of archived messages, ranked by ``ts_rank_cd``."""
         words = query_words(query)
-        if not words:
+        if not words or int(limit) <= 0:
             return []
         # plain words only, joined by the operator: no tsquery syntax from the caller
         text = (" or " if any_word else " ").join(words)
         cfg = self.text_search_config
-        # score: how many distinct query words match, plus ts_rank_cd scaled into [0, 1), so
-        # a message with more of the words outranks one repeating a single word (as BM25's
-        # idf does on SQLite)
-        sql = (
-            "SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by, "
-            f"((SELECT count(*) FROM unnest($2::text[]) w "
-            f"WHERE m.tsv @@ plainto_tsquery('{cfg}', w)) "
-            f"+ ts_rank_cd(m.tsv, q, 32))::float8 AS score, m.user_id "
-            f"FROM messages m, websearch_to_tsquery('{cfg}', $1) q WHERE m.tsv @@ q"
-        )
         args: list[Any] = [text, sorted(set(words))]
-        if user_id is not None:
-            args.append(user_id)
-            sql += f" AND m.user_id = ${len(args)}"
-        if call_id is not None:
-            args.append(call_id)
-            sql += f" AND m.call_id = ${len(args)}"
+        match = f"websearch_to_tsquery('{cfg}', $1)"
+        where = ""
+        for column, prefix, value in (("user_id", "#u", user_id), ("call_id", "#c", call_id)):
+            if value is not None:
+                args.append(value)
+                n = len(args)
+                # the scope's lexeme in the query: the index returns only its messages
+                match += f" && ($$'{prefix}$$ || md5(${n}) || $$'$$)::tsquery"
+                where += f" AND {column} = ${n}"
         args.append(int(limit))
-        sql += f" ORDER BY score DESC, m.at DESC LIMIT ${len(args)}"
+        n = len(args)
+        # how many distinct query words a message has (the score's integer part)
+        hits = " + ".join(f"(c.tsv @@ w.a[{i}])::int" for i in range(1, len(args[1]) + 1))
+        # c: the scope's latest RANK_MATCHES matches (at least ``limit``; ``id + 0``: found by
+        # the index, not by walking the primary key). The score is how many distinct query
+        # words match, plus ts_rank_cd scaled into [0, 1), so a message with more of the words
+        # outranks one repeating a single word (as BM25's idf does on SQLite). Only messages
+        # with as many words as the limit-th best can place, so only they get the (costly)
+        # ts_rank_cd; only the best rows are read whole.
+        sql = f"""
+            WITH c AS MATERIALIZED (
+                SELECT id, at, tsv FROM messages WHERE {SCOPED_TSV} @@ ({match}){where}
+                ORDER BY id + 0 DESC LIMIT {max(RANK_MATCHES, int(limit))}),
+            w AS MATERIALIZED (
+                SELECT array_agg(plainto_tsquery('{cfg}', x) ORDER BY x) AS a
+                FROM unnest($2::text[]) x),
+            h AS MATERIALIZED (SELECT c.id, c.at, c.tsv, {hits} AS hits FROM c, w),
+            t AS (SELECT hits FROM h ORDER BY hits DESC LIMIT 1 OFFSET ${n} - 1)
+            SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by,
+                r.score, m.user_id
+            FROM (
+                SELECT h.id, h.at,
+                    (h.hits + ts_rank_cd(h.tsv, websearch_to_tsquery('{cfg}', $1), 32))::float8
+                    AS score
+                FROM h WHERE h.hits >= COALESCE((SELECT hits FROM t), 0)
+                ORDER BY score DESC, h.at DESC, h.id DESC LIMIT ${n}
+            ) r JOIN messages m ON m.id = r.id
+            ORDER BY r.score DESC, m.at DESC, m.id DESC"""
         return [SearchHit(*tuple(r)) for r in await self._fetch(sql, *args)]
 
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:

@@ -10,6 +10,7 @@ event loop never blocks on disk or on a lock. Archived messages are indexed with
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 import threading
 import time
@@ -52,6 +53,29 @@ RANK_MATCHES = 3000
 #: How long a common word's document count (at least ``DF_CACHE_MIN``) is reused.
 DF_TTL_S = 60.0
 DF_CACHE_MIN = 200
+#: The page cache of the store's connection (KiB; SQLite's default is 2 MB).
+CACHE_KIB = 65536
+
+#: Full-text rowids (schema v2): ``scope << ID_BITS | messages.id``, where ``scope`` is a hash
+#: of the caller (of the call when there is no caller). A caller's messages are one rowid
+#: range, which FTS5 seeks inside its index: their search ranks only their own matches.
+SCOPE_BITS = 23
+ID_BITS = 40
+_ID_MASK = (1 << ID_BITS) - 1
+
+
+def scope_of(user_id: str | None, call_id: str) -> int:
+    """The full-text scope of a message: a hash of its caller, or of its call when it has
+    none. Two callers may share a scope (the search filters on the exact caller too)."""
+    key = f"u:{user_id}" if user_id is not None else f"c:{call_id}"
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> (64 - SCOPE_BITS)
+
+
+def scope_range(scope: int) -> tuple[int, int]:
+    """The full-text rowids of a scope's messages (inclusive bounds)."""
+    return scope << ID_BITS, (scope << ID_BITS) | _ID_MASK
+
 
 # version -> statements; applied in order inside one write transaction
 MIGRATIONS: dict[int, list[str]] = {
@@ -99,11 +123,39 @@ MIGRATIONS: dict[int, list[str]] = {
             at REAL NOT NULL, PRIMARY KEY(call_id, seq))""",
         "CREATE INDEX facts_user ON facts(user_id, at)",
     ],
+    # the scope (caller, or call) in the full-text rowid: see SCOPE_BITS
+    2: [
+        "ALTER TABLE messages ADD COLUMN scope INTEGER NOT NULL DEFAULT 0",
+        "UPDATE messages SET scope = pcs_scope(user_id, call_id)",
+        "DROP TRIGGER messages_ai",
+        "DROP TRIGGER messages_ad",
+        "DROP TRIGGER messages_au",
+        "DROP TABLE messages_fts",
+        # what the index holds, by full-text rowid (FTS5 reads it to rebuild)
+        f"""CREATE VIEW messages_fts_source AS
+            SELECT (scope << {ID_BITS}) | id AS fts_rowid, content FROM messages""",
+        """CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages_fts_source',
+            content_rowid='fts_rowid', tokenize='porter unicode61 remove_diacritics 2')""",
+        "INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')",
+        f"""CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+            SELECT RAISE(ABORT, 'message id out of the full-text range')
+            WHERE new.id > {_ID_MASK} OR new.scope NOT BETWEEN 0 AND {(1 << SCOPE_BITS) - 1};
+            INSERT INTO messages_fts(rowid, content)
+            VALUES ((new.scope << {ID_BITS}) | new.id, new.content); END""",
+        f"""CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', (old.scope << {ID_BITS}) | old.id, old.content); END""",
+        f"""CREATE TRIGGER messages_au AFTER UPDATE OF content, scope ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', (old.scope << {ID_BITS}) | old.id, old.content);
+            INSERT INTO messages_fts(rowid, content)
+            VALUES ((new.scope << {ID_BITS}) | new.id, new.content); END""",
+    ],
 }
 
 _INSERT_MESSAGE = """INSERT INTO messages(call_id, user_id, position, turn, at, role, content,
-    message_json, tool_call_ids, removed_by, compaction, evicted_turn)
-    VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
+    message_json, tool_call_ids, removed_by, compaction, evicted_turn, scope)
+    VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)
     ON CONFLICT(call_id, position) DO UPDATE SET removed_by=excluded.removed_by,
     compaction=COALESCE(excluded.compaction, messages.compaction)"""
 _INSERT_COMPACTION = """INSERT OR REPLACE INTO compactions VALUES
@@ -161,7 +213,8 @@ class SQLiteMemoryStore(MemoryStore):
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._open_lock = threading.Lock()
-        self._df: dict[str, tuple[int, float]] = {}  # word -> (messages matching, when)
+        # (scope bounds, word) -> (messages matching, when)
+        self._df: dict[tuple[tuple[int, int], str], tuple[int, float]] = {}
 
     def __repr__(self) -> str:
         """``SQLiteMemoryStore('path')``."""
@@ -195,6 +248,11 @@ class SQLiteMemoryStore(MemoryStore):
             # roll back the last transactions
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=OFF")
+            # a search reads the full-text index, the document sizes and the hits' rows:
+            # with the default 2 MB cache they are read from the OS again on every turn
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            # the v2 migration computes existing messages' scopes in SQL
+            conn.create_function("pcs_scope", 2, scope_of, deterministic=True)
             self._migrate(conn)
             if self.retention_days:
                 self._purge(conn, self.retention_days)
@@ -260,7 +318,8 @@ class SQLiteMemoryStore(MemoryStore):
         try:
             for r in records:
                 if isinstance(r, ArchivedMessage):
-                    conn.execute(_INSERT_MESSAGE, message_row(r))
+                    scope = scope_of(r.user_id, r.call_id)
+                    conn.execute(_INSERT_MESSAGE, (*message_row(r), scope))
                 elif isinstance(r, CompactionRecord):
                     conn.execute(_INSERT_COMPACTION, compaction_row(r))
                 elif isinstance(r, FactEvent):
@@ -322,6 +381,30 @@ class SQLiteMemoryStore(MemoryStore):
         )
         return to_message(rows[0]) if rows else None
 
+    async def messages_at(self, keys: Sequence[tuple[str, int]]) -> list[ArchivedMessage | None]:
+        """Several archived messages in one query, in the order of ``keys`` (``None`` where
+        there is none)."""
+        wanted = [(str(c), int(p)) for c, p in keys]
+        if not wanted:
+            return []
+
+        def read(conn: sqlite3.Connection) -> list[ArchivedMessage | None]:
+            found: dict[tuple[str, int], ArchivedMessage] = {}
+            for i in range(0, len(wanted), 200):  # stay under SQLite's variable limit
+                chunk = wanted[i : i + 200]
+                rows = conn.execute(
+                    f"WITH k(c, p) AS (VALUES {','.join(['(?,?)'] * len(chunk))}) "
+                    f"SELECT {MESSAGE_COLS} FROM k JOIN messages m "
+                    "ON m.call_id = k.c AND m.position = k.p",
+                    [v for key in chunk for v in key],
+                ).fetchall()
+                for row in rows:
+                    m = to_message(row)
+                    found[(m.call_id, m.position)] = m
+            return [found.get(key) for key in wanted]
+
+        return await self._run(read)
+
     async def fact_history(
         self, *, call_id: str | None = None, user_id: str | None = None
     ) -> list[FactEvent]:
@@ -346,8 +429,68 @@ class SQLiteMemoryStore(MemoryStore):
     ) -> list[SearchHit]:
         """FTS5 search of archived messages, ranked by BM25 (best first)."""
         words = query_words(query)
-        if not words:
+        limit = int(limit)
+        if not words or limit <= 0:
             return []
+
+        def find(conn: sqlite3.Connection) -> list[tuple]:
+            bounds = self._bounds(conn, user_id, call_id)
+            if bounds is None:
+                return []  # a call with no archived messages
+            ranked = self._rarest(conn, words, bounds) if any_word else words
+            if not ranked:
+                return []
+            # every word quoted: FTS5 operators in the caller's words are just words
+            match = (" OR " if any_word else " ").join(f'"{w}"' for w in ranked)
+            lo, hi = bounds
+            if any_word:
+                # even the rarest word may match thousands: rank its latest RANK_MATCHES
+                # matches in the scope (a rowid range is cheap for FTS5); all of them only if
+                # that window holds too few of this caller's
+                edge = conn.execute(
+                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+                    "AND rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                    (match, lo, hi, RANK_MATCHES),
+                ).fetchone()
+                if edge is not None:
+                    rows = self._ranked(conn, match, (edge[0] + 1, hi), user_id, call_id, limit)
+                    if len(rows) >= limit:
+                        return rows
+            return self._ranked(conn, match, bounds, user_id, call_id, limit)
+
+        return [SearchHit(*r) for r in await self._run(find)]
+
+    @staticmethod
+    def _bounds(
+        conn: sqlite3.Connection, user_id: str | None, call_id: str | None
+    ) -> tuple[int, int] | None:
+        """The full-text rowids a search may match: the caller's scope, the call's (the
+        scope of its caller, or of the call itself when it has none), or all of them.
+        ``None`` when the call has no archived messages."""
+        if user_id is not None:
+            return scope_range(scope_of(user_id, ""))
+        if call_id is not None:
+            scopes = conn.execute(
+                "SELECT DISTINCT scope FROM messages WHERE call_id = ? LIMIT 2", (call_id,)
+            ).fetchall()
+            if not scopes:
+                return None
+            if len(scopes) == 1:
+                return scope_range(scopes[0][0])
+        return 0, (1 << (SCOPE_BITS + ID_BITS)) - 1
+
+    @staticmethod
+    def _ranked(
+        conn: sqlite3.Connection,
+        match: str,
+        bounds: tuple[int, int],
+        user_id: str | None,
+        call_id: str | None,
+        limit: int,
+    ) -> list[tuple]:
+        """The best ``limit`` matches of ``match`` in ``bounds`` that belong to the caller
+        (and call). BM25 ranks the index alone, and only the best rows are read: the rest
+        of a message (its text) is never sorted. Ties go to the latest message."""
         where = ""
         params: list[str | int] = []
         if user_id is not None:
@@ -356,57 +499,59 @@ class SQLiteMemoryStore(MemoryStore):
         if call_id is not None:
             where += " AND m.call_id = ?"
             params.append(call_id)
-        where += " ORDER BY bm25(messages_fts) LIMIT ?"
-        params.append(int(limit))
-        sql = (
-            "SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by, "
-            "-bm25(messages_fts) AS score, m.user_id FROM messages_fts "
-            "JOIN messages m ON m.id = messages_fts.rowid WHERE messages_fts MATCH ?"
+        columns = (
+            "m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by, "
+            "-f.score, m.user_id"
         )
+        ranked = (
+            "SELECT rowid AS id, bm25(messages_fts) AS score FROM messages_fts "
+            "WHERE messages_fts MATCH ? AND rowid BETWEEN ? AND ?"
+        )
+        rows = conn.execute(
+            f"SELECT {columns}, f.id FROM ({ranked} ORDER BY score, rowid DESC LIMIT ?) f "
+            f"JOIN messages m ON m.id = (f.id & {_ID_MASK}) WHERE 1{where} "
+            "ORDER BY f.score, f.id DESC",
+            (match, *bounds, limit, *params),
+        ).fetchall()
+        if len(rows) < limit and conn.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+            "AND rowid BETWEEN ? AND ? LIMIT ?)",
+            (match, *bounds, limit),
+        ).fetchone()[0] > len(rows):
+            # the scope holds others' matches (a shared scope, or a call of a caller): the
+            # filter goes inside the ranking
+            rows = conn.execute(
+                f"SELECT {columns}, f.id FROM ({ranked}) f "
+                f"JOIN messages m ON m.id = (f.id & {_ID_MASK}) WHERE 1{where} "
+                "ORDER BY f.score, f.id DESC LIMIT ?",
+                (match, *bounds, *params, limit),
+            ).fetchall()
+        return [r[:-1] for r in rows]
 
-        def find(conn: sqlite3.Connection) -> list[tuple]:
-            ranked = self._rarest(conn, words) if any_word else words
-            if not ranked:
-                return []
-            # every word quoted: FTS5 operators in the caller's words are just words
-            match = (" OR " if any_word else " ").join(f'"{w}"' for w in ranked)
-            if any_word:
-                # even the rarest word may match thousands: rank its latest RANK_MATCHES
-                # matches first (a rowid range is cheap for FTS5); all of them only if
-                # that window holds too few of this caller's
-                edge = conn.execute(
-                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
-                    "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                    (match, RANK_MATCHES),
-                ).fetchone()
-                if edge is not None:
-                    windowed = sql + " AND messages_fts.rowid > ?" + where
-                    rows = conn.execute(windowed, (match, edge[0], *params)).fetchall()
-                    if len(rows) >= limit:
-                        return rows
-            return conn.execute(sql + where, (match, *params)).fetchall()
-
-        return [SearchHit(*r) for r in await self._run(find)]
-
-    def _rarest(self, conn: sqlite3.Connection, words: Sequence[str]) -> list[str]:
-        """The words an any-word search ranks: the rarest first, while their matches stay
-        within ``RANK_MATCHES`` (always the rarest one). A word in thousands of messages
-        (the speakers' names, "today") weighs almost nothing in BM25, but scoring every
-        message it matches is what made a search at 100k archived messages slow. Counts of
-        common words are cached for ``DF_TTL_S`` (they only drift as the archive grows)."""
+    def _rarest(
+        self, conn: sqlite3.Connection, words: Sequence[str], bounds: tuple[int, int]
+    ) -> list[str]:
+        """The words an any-word search ranks: the rarest in the scope's messages first,
+        while their matches stay within ``RANK_MATCHES`` (always the rarest one). A word in
+        thousands of messages (the speakers' names, "today") weighs almost nothing in BM25,
+        but scoring every message it matches is what made a search at 100k archived
+        messages slow. Counts of common words are cached for ``DF_TTL_S`` (they only drift
+        as the archive grows)."""
         now = time.monotonic()
         cache = self._df
         if len(cache) > 20_000:
             cache.clear()
         counted = []
         for w in dict.fromkeys(words):
-            n, at = cache.get(w, (0, -DF_TTL_S))
+            n, at = cache.get((bounds, w), (0, -DF_TTL_S))
             if now - at >= DF_TTL_S:
                 n = conn.execute(
-                    "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (f'"{w}"',)
+                    "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ? "
+                    "AND rowid BETWEEN ? AND ?",
+                    (f'"{w}"', *bounds),
                 ).fetchone()[0]
                 if n >= DF_CACHE_MIN:  # a rare word is cheap to count, and may be new
-                    cache[w] = (n, now)
+                    cache[(bounds, w)] = (n, now)
             if n:
                 counted.append((n, w))
         kept: list[str] = []
