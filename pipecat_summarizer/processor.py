@@ -437,9 +437,9 @@ class ContextSummarizer(FrameProcessor):
     async def prepare_request(self) -> None:
         """Make the context ready for a request this processor did not see go by: pinned
         facts in place, under ``max_request_tokens``, and a compaction started if a
-        threshold trips (Pipecat's built-in checks after every response, tool follow-ups
-        included). Called by :class:`LLMRequestGuard` for the follow-up after a tool call.
-        Never raises: a failure is logged and the request goes out as it is."""
+        threshold trips (Pipecat's built-in checks as every response starts, tool
+        follow-ups included). Called by :class:`LLMRequestGuard` for the follow-up after a
+        tool call. Never raises: a failure is logged and the request goes out as it is."""
         await self._guarded(self._on_follow_up)
 
     def request_manual_summary(self, config: LLMContextSummaryConfig | None = None) -> None:
