@@ -7,6 +7,7 @@ do), then the recall step's archive work for one turn is timed: the ranked any-w
 of the caller's archive and the reads of the messages that followed the first hits, exactly
 as ``RecallStep`` does it (``RecallStep.hits_for_turn`` with an unlimited budget), p50/p99
 over the queries. The per-turn budget is 10 ms by default (``RecallParams.latency_budget_s``).
+The stores are created by this code (schema v2: the caller inside the full-text index).
 
     .venv/bin/python benchmarks/recall.py [--sizes 1000 10000 100000] [--queries 300]
     .venv/bin/python benchmarks/recall.py --corpus /path/to/locomo10.zip
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import sys
@@ -235,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'backend':<11}{'archived':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
     for backend, n, p50, p99, worst, _ in rows:
         print(f"{backend:<11}{n:>10,}{p50:>10.2f}{p99:>10.2f}{worst:>10.2f}")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"(load average at the end: {load} on {os.cpu_count()} CPUs: a shared machine's tails)")
     print("recall step's own rules per turn (an archive answering at once, 20 hits)")
     for n, samples in rules.items():
         print(
