@@ -73,6 +73,10 @@ class RecallParams:
         max_question_words: The assistant's last question joins the query when it has at
             most this many words (``"Which hotel was that?"``); 0 never.
         tool_timeout_s: How long a ``recall_memory`` tool call waits for the archive.
+        semantic: Semantic recall as well (``SemanticRecall()`` from
+            :mod:`pipecat_summarizer.semantic`, the ``semantic`` extra): archived messages
+            that say the same in other words, fused with the lexical hits. ``None``: lexical
+            only.
     """
 
     enabled: bool = True
@@ -84,10 +88,18 @@ class RecallParams:
     max_snippet_tokens: int = 120
     max_question_words: int = 20
     tool_timeout_s: float = 2.0
+    semantic: Any = None  # a SemanticRecall (typed loosely: numpy stays out of this module)
 
     def __post_init__(self):
         """Validate the fields (each error names its field)."""
         validate_numeric_fields(self, "recall.")
+        if self.semantic is not None:
+            from pipecat_summarizer.semantic import SemanticRecall
+
+            if not isinstance(self.semantic, SemanticRecall):
+                raise TypeError(
+                    f"recall.semantic must be a SemanticRecall, got {type(self.semantic).__name__}"
+                )
         if not isinstance(self.enabled, bool):
             raise TypeError("recall.enabled must be a bool")
         for name in ("max_tokens", "max_snippets", "search_limit", "max_snippet_tokens"):
@@ -345,6 +357,7 @@ def select_hits(
     terms: Sequence[str] | None = None,
     rare: Iterable[str] = (),
     exclude_roles: Iterable[str] = ("system", "developer"),
+    min_similarity: float | None = None,
 ) -> list[Snippet]:
     """The hits worth recalling, best first: relevant enough, not in view, no duplicates.
 
@@ -360,6 +373,9 @@ def select_hits(
         rare: Query terms new to the conversation in view (see :func:`rare_terms`): one of
             them alone is a strong enough match.
         exclude_roles: Roles never recalled (instructions are not conversation).
+        min_similarity: With semantic recall: a hit whose ``similarity`` (cosine with the
+            query, see :mod:`pipecat_summarizer.semantic`) is at least this is relevant
+            enough without sharing the query's words (a paraphrase).
 
     Returns:
         At most ``params.max_snippets`` snippets (texts not yet cut).
@@ -384,7 +400,10 @@ def select_hits(
             continue  # the same words said again (or archived by two calls)
         full = f"{text}\n{reply}" if reply else text
         score = relevance(terms, full, rare)
-        if score < params.min_score or score == 0.0:
+        similarity = getattr(hit, "similarity", None)
+        close = min_similarity is not None and similarity is not None
+        close = close and similarity >= min_similarity  # type: ignore[operator]
+        if not close and (score < params.min_score or score == 0.0):
             continue
         if in_view(full, view, terms):
             continue

@@ -111,6 +111,18 @@ class RecallStep:
         self.call_id = call_id
         self.user_id = user_id
         self.count = count
+        #: Semantic recall's embedded archive (``None`` unless ``params.semantic``).
+        self.semantic: Any = None
+        if params.semantic is not None:
+            from pipecat_summarizer.semantic import SemanticIndex
+
+            for name in ("calls", "messages", "message"):
+                if not callable(getattr(archive, name, None)):
+                    raise TypeError(
+                        f"semantic recall needs an archive with {name}() (a MemoryStore), "
+                        f"got {type(archive).__name__}"
+                    )
+            self.semantic = SemanticIndex(params.semantic, call_id=call_id, user_id=user_id)
         #: The recalled message now in the context (replaced each turn).
         self.message: dict | None = None
         self._inflight: asyncio.Task | None = None
@@ -136,6 +148,7 @@ class RecallStep:
         question, the rest of a story): one search, then one read per hit that can be
         recalled, all within the same budget."""
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
+        index = self.semantic
         hits = list(
             await self.archive.search(
                 search_words(query, terms), limit=limit, any_word=True, **scope
@@ -143,11 +156,33 @@ class RecallStep:
             or []
         )
         replies: dict[tuple[str, int], tuple[str, str]] = {}
+        if index is not None:
+            from pipecat_summarizer.semantic import fuse
+
+            # the query is embedded on the loop (a mean of token vectors, ~0.1 ms)
+            close, similarity = await index.rank_soon(query)
+            hits = fuse(hits, close, similarity)
+            for h in hits:
+                reply = index.reply(h.call_id, h.position)
+                if reply is not None:
+                    replies[(h.call_id, h.position)] = reply
         read = getattr(self.archive, "message", None)
         if read is None:
             return hits, replies
-        wanted = hits[: self.params.max_snippets + 2]  # a few spare for the in-view filter
-        found = await asyncio.gather(*(read(h.call_id, h.position + 1) for h in wanted))
+        # a few spare for the in-view filter; semantic hits' replies come from the index
+        first = hits[: self.params.max_snippets + 2]
+        wanted = [h for h in first if (h.call_id, h.position) not in replies]
+        batch = getattr(self.archive, "messages_at", None)  # one query (MemoryStore)
+        try:
+            if batch is not None:
+                found = list(await batch([(h.call_id, h.position + 1) for h in wanted]))
+            else:
+                found = await asyncio.gather(*(read(h.call_id, h.position + 1) for h in wanted))
+        finally:
+            if index is not None:
+                # what was archived since the last turn: read and embedded in the
+                # background, after this turn's reads (a store serves its queries in turn)
+                index.kick(self.archive)
         for h, m in zip(wanted, found, strict=True):
             if m is not None:
                 replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
@@ -227,6 +262,8 @@ class RecallStep:
         before = messages()
         query = recall_query(before, params.max_question_words)
         if query is None:
+            if self.semantic is not None:  # no search this turn: index meanwhile ("Hi again")
+                self.semantic.kick(self.archive)
             return None
         asking = before[latest_user_index(before)]  # type: ignore[index]
         terms = focus(query, common_terms([message_text(m) for m in before]))
@@ -241,7 +278,16 @@ class RecallStep:
         texts = [message_text(m) for m in current]
         view = make_view([*texts, *view_texts()])
         rare = rare_terms(query, terms, texts)
-        snippets = select_hits(hits, query, view, params, replies=replies, terms=terms, rare=rare)
+        snippets = select_hits(
+            hits,
+            query,
+            view,
+            params,
+            replies=replies,
+            terms=terms,
+            rare=rare,
+            min_similarity=self._min_similarity(),
+        )
         if how == "late":
             snippets = still_relevant(snippets, query, params.min_score)
         text = render_recall(
@@ -282,7 +328,14 @@ class RecallStep:
             raise
         hits, replies = self._result(task)
         limit = max_snippets or params.max_snippets
-        snippets = select_hits(hits, query, View("", frozenset()), params, replies=replies)
+        snippets = select_hits(
+            hits,
+            query,
+            View("", frozenset()),
+            params,
+            replies=replies,
+            min_similarity=self._min_similarity(),
+        )
         terms = topic_terms(query)
         out: list[dict] = []
         used = 0
@@ -304,11 +357,16 @@ class RecallStep:
             out.append(item)
         return out
 
+    def _min_similarity(self) -> float | None:
+        return None if self.semantic is None else self.params.semantic.min_similarity
+
     async def close(self) -> None:
-        """Cancel a search still running (the call is over)."""
+        """Cancel a search (and a semantic indexing) still running (the call is over)."""
         task, self._inflight = self._inflight, None
         if task is not None and not task.done():
             task.cancel()
+        if self.semantic is not None:
+            await self.semantic.close()
 
 
 def _consume(task: asyncio.Task) -> None:

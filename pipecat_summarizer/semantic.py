@@ -1,0 +1,535 @@
+"""Semantic recall: archived messages that say the same thing in other words.
+
+Lexical recall (:mod:`pipecat_summarizer.recall`) finds an archived message when it shares
+the query's words; it misses a paraphrase ("my pet" / "Rex the dog", "why did she start
+running?" / "to de-stress and clear my mind"). With ``RecallParams(semantic=SemanticRecall())``
+each turn also ranks the caller's archived messages by the cosine similarity of their
+embeddings with the query's, and fuses that ranking with the lexical one (see :func:`fuse`).
+
+The embeddings come from WordLlama (the ``semantic`` extra: ``pip install
+'pipecat-summarizer[semantic]'``): static token embeddings shipped inside the wheel, numpy on
+the CPU, no network. The vectors are kept in memory, per call's recall step, for the
+messages of this caller (this call only without a ``user_id``): a background task reads
+what the store archived since the last turn and embeds it in a worker thread, so a turn only
+embeds its query and ranks with one matrix product (brute force over the caller's messages;
+no vector database). Any :class:`~pipecat_summarizer.store.MemoryStore` works (SQLite and
+PostgreSQL alike), since only its ``calls``, ``messages`` and ``message`` reads are used.
+
+The rules (:func:`top_matches`, :func:`fuse`) are pure functions; :class:`SemanticIndex` is
+the thin asyncio shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from loguru import logger
+
+from pipecat_summarizer.validation import validate_numeric_fields
+
+#: How to install what semantic recall needs.
+EXTRA_HINT = (
+    "semantic recall needs the 'semantic' extra: pip install 'pipecat-summarizer[semantic]'"
+)
+
+#: The roles whose messages are embedded (instructions are never recalled, tool output is
+#: left to the lexical search: JSON says little to a sentence embedding).
+EMBEDDED_ROLES = frozenset({"user", "assistant"})
+
+#: Most embedded messages ranked on the event loop (~0.1 ms at 10k rows); a larger index is
+#: ranked in a worker thread.
+INLINE_ROWS = 10_000
+
+#: Messages embedded at a time by the background indexing (~1 ms of CPU).
+EMBED_BATCH = 32
+
+#: Longest text embedded, in characters (a query or message beyond it is cut: the embedding
+#: is a mean of token vectors, and this bounds the work a turn does on the event loop).
+MAX_EMBED_CHARS = 2000
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What semantic recall needs of a model: unit-length float32 vectors for texts."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One row per text, each of unit length (a zero row for a text with no token)."""
+        ...
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """``vectors`` as float32 rows of unit length (zero rows stay zero)."""
+    v = np.nan_to_num(np.asarray(vectors, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+    if v.ndim == 1:
+        v = v[None, :]
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return v / norms
+
+
+class WordLlamaEmbedder:
+    """WordLlama's default model (``l2_supercat``, 256 dimensions), loaded from the files in
+    its wheel. The model loads on first use (about a second), once per embedder: share one
+    embedder between calls.
+
+    ``WordLlama.load()`` looks for the bundled tokenizer in a folder the wheel does not
+    have and then tries to download it from Hugging Face, so the two files are opened here
+    directly: nothing is ever downloaded.
+
+    Args:
+        dim: Dimensions kept (the model is trained so that a prefix of its vectors works:
+            64, 128 or 256).
+
+    Raises:
+        ImportError: If the ``semantic`` extra is not installed.
+    """
+
+    def __init__(self, dim: int = 256):
+        """Check the package is installed (the model loads on first use)."""
+        if importlib.util.find_spec("wordllama") is None:
+            raise ImportError(EXTRA_HINT)
+        if dim not in (64, 128, 256):
+            raise ValueError("semantic.dim must be 64, 128 or 256")
+        self.dim = dim
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory."""
+        return self._model is not None
+
+    def load(self) -> None:
+        """Load the model now (blocking: call it from a worker thread)."""
+        with self._lock:
+            if self._model is None:
+                self._model = _load_wordllama(self.dim)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-length vectors of ``texts`` (loads the model first if needed)."""
+        if self._model is None:
+            self.load()
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        cut = [t[:MAX_EMBED_CHARS] for t in texts]
+        return unit_rows(self._model.embed(cut))
+
+
+def _load_wordllama(dim: int) -> Any:
+    from importlib.resources import files
+
+    # wordllama.inference calls logging.basicConfig(level=INFO) when imported, which would
+    # turn on every library's INFO logging in the application: undo it.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        from safetensors import safe_open
+        from tokenizers import Tokenizer
+        from wordllama.inference import WordLlamaInference
+    except ImportError as e:
+        raise ImportError(EXTRA_HINT) from e
+    finally:
+        for h in list(root.handlers):
+            if h not in handlers:
+                root.removeHandler(h)
+        root.setLevel(level)
+    package = files("wordllama")
+    tokenizer = Tokenizer.from_file(
+        str(package / "tokenizers" / "l2_supercat_tokenizer_config.json")
+    )
+    weights = package / "weights" / "l2_supercat_256.safetensors"
+    with safe_open(str(weights), framework="np", device="cpu") as f:
+        table = f.get_tensor("embedding.weight")[:, :dim]
+    return WordLlamaInference(table, tokenizer)
+
+
+@dataclass
+class SemanticRecall:
+    """Semantic recall's options: ``RecallParams(semantic=SemanticRecall())``.
+
+    Parameters:
+        min_similarity: Least cosine similarity of a message and the query for it to be
+            recalled without sharing the query's words: on LoCoMo 0.25 did best of 0.2-0.35
+            (benchmarks/README.md).
+        candidates: Messages taken from the semantic ranking each turn (after the lexical
+            hits).
+        max_calls: The caller's most recent calls whose messages are embedded.
+        embedder: The model; by default one :class:`WordLlamaEmbedder` shared by every call
+            using these options.
+
+    Raises:
+        ImportError: Without ``embedder``, if the ``semantic`` extra is not installed.
+    """
+
+    min_similarity: float = 0.25
+    candidates: int = 30
+    max_calls: int = 50
+    embedder: Embedder | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        """Validate the fields (each error names its field)."""
+        validate_numeric_fields(self, "recall.semantic.")
+        if not -1.0 <= self.min_similarity <= 1.0:
+            raise ValueError("recall.semantic.min_similarity must be between -1 and 1")
+        for name in ("candidates", "max_calls"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"recall.semantic.{name} must be at least 1")
+        if self.embedder is None:
+            self.embedder = WordLlamaEmbedder()
+        elif not isinstance(self.embedder, Embedder):
+            raise TypeError(
+                "recall.semantic.embedder must have embed(texts) -> array, "
+                f"got {type(self.embedder).__name__}"
+            )
+
+    def load(self) -> None:
+        """Load the model now (blocking, about a second): at the application's start, so a
+        call's first turns need not wait for it (otherwise the first call loads it in a
+        worker thread, and its turns go lexical only until then)."""
+        load = getattr(self.embedder, "load", None)
+        if callable(load):
+            load()
+
+
+# -- the rules -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SemanticHit:
+    """An archived message in the fused ranking (the fields recall reads of a hit).
+
+    Parameters:
+        call_id / position / turn / at / role / content: The message.
+        similarity: Cosine similarity with the query (``None``: not embedded yet).
+        lexical_rank: Its place in the lexical hits (``None``: found by meaning only).
+    """
+
+    call_id: str
+    position: int
+    turn: int
+    at: float
+    role: str
+    content: str
+    similarity: float | None = None
+    lexical_rank: int | None = None
+
+
+def top_matches(sims: np.ndarray, k: int, min_similarity: float) -> list[tuple[int, float]]:
+    """The best rows of ``sims`` (the cosine of each embedded message with the query):
+    ``(row, cosine)``, best first, at most ``k``, each at least ``min_similarity``; ties go
+    to the later row (the more recent message)."""
+    sims = np.asarray(sims).reshape(-1)
+    if k <= 0 or len(sims) == 0:
+        return []
+    k = min(k, len(sims))
+    # every row at least the k-th best value (argpartition: no full sort; ties at the cut
+    # all kept), then sorted: best first, the later row first on ties
+    kth = np.partition(sims, len(sims) - k)[len(sims) - k]
+    rows = np.flatnonzero(sims >= max(kth, np.float32(min_similarity)))
+    ranked = sorted(rows.tolist(), key=lambda r: (-float(sims[r]), -r))[:k]
+    return [(r, float(sims[r])) for r in ranked if float(sims[r]) >= min_similarity]
+
+
+def fuse(
+    lexical: Sequence[Any],
+    semantic: Sequence[SemanticHit],
+    similarity: Mapping[tuple[str, int], float],
+) -> list[SemanticHit]:
+    """The lexical and the semantic rankings as one list of hits, best first.
+
+    Lexical hits come first, in the archive's order, each with its similarity when its
+    message is embedded (recall then keeps one that shares too few of the query's words but
+    means the same); then the messages found by meaning only, best first. Each message once.
+
+    Measured on LoCoMo (benchmarks/README.md), this "lexical first" order beat reciprocal
+    rank fusion: a shared rare word (a name, a number) is a stronger signal than the static
+    embeddings' cosine, and RRF let near-misses displace exact hits.
+
+    Args:
+        lexical: The archive's hits (``SearchHit`` or anything with its fields).
+        semantic: Hits by meaning, best first (see :func:`top_matches`).
+        similarity: ``(call_id, position) -> cosine`` of the embedded messages.
+    """
+    out: list[SemanticHit] = []
+    seen: set[tuple[str, int]] = set()
+    for rank, hit in enumerate(lexical):
+        key = (str(getattr(hit, "call_id", "")), int(getattr(hit, "position", 0)))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(
+            SemanticHit(
+                call_id=key[0],
+                position=key[1],
+                turn=int(getattr(hit, "turn", 0)),
+                at=float(getattr(hit, "at", 0.0) or 0.0),
+                role=str(getattr(hit, "role", "") or ""),
+                content=str(getattr(hit, "content", "") or ""),
+                similarity=similarity.get(key),
+                lexical_rank=rank,
+            )
+        )
+    for hit in semantic:
+        key = (hit.call_id, hit.position)
+        if key not in seen:
+            seen.add(key)
+            out.append(hit)
+    return out
+
+
+# -- the shell -------------------------------------------------------------------------
+
+
+@dataclass
+class _Message:
+    call_id: str
+    position: int
+    turn: int
+    at: float
+    role: str
+    content: str
+
+
+class SemanticIndex:
+    """The embedded archive of one caller (or one call), kept in memory by a recall step.
+
+    ``refresh`` (a background task) reads what the store archived since the last refresh
+    and embeds it in a worker thread; ``rank`` (on the turn, synchronous, fast) embeds the
+    query and ranks what is embedded so far. A message archived after the last refresh is
+    found from the next turn on (the lexical search finds it at once).
+
+    Args:
+        semantic: The options.
+        call_id: This call.
+        user_id: The caller (their earlier calls are indexed too); ``None`` for this call only.
+    """
+
+    def __init__(self, semantic: SemanticRecall, *, call_id: str | None, user_id: str | None):
+        """Create an empty index."""
+        self.semantic = semantic
+        self.embedder: Embedder = semantic.embedder  # type: ignore[assignment]
+        self.call_id = call_id
+        self.user_id = user_id
+        self._messages: list[_Message] = []
+        self._vectors: np.ndarray | None = None  # rows of _buffer in use
+        self._buffer: np.ndarray | None = None
+        self._rows: dict[tuple[str, int], int] = {}
+        self._next: dict[str, int] = {}  # call -> next position to read
+        self._open: list[str] | None = None  # calls read forward (None: not listed yet)
+        self._task: asyncio.Task | None = None
+        self._failing = False
+        #: Messages embedded so far, and refreshes that failed (counters, no text).
+        self.refreshes = 0
+        self.errors = 0
+
+    @property
+    def size(self) -> int:
+        """Messages embedded."""
+        return len(self._messages)
+
+    @property
+    def ready(self) -> bool:
+        """Whether a turn can rank now (the model is loaded and something is embedded)."""
+        loaded = getattr(self.embedder, "loaded", True)
+        return bool(loaded) and self._vectors is not None and len(self._messages) > 0
+
+    def kick(self, archive: Any) -> None:
+        """Start a background refresh unless one is running."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._refresh_safely(archive))
+
+    async def refresh(self, archive: Any) -> int:
+        """Read and embed what was archived since the last refresh. Returns how many."""
+        new: list[_Message] = []
+        if self._open is None:
+            # the first refresh lists the caller's calls: the ended ones are read once, the
+            # running ones (this call, one still on elsewhere) are read forward every refresh
+            self._open = [self.call_id] if self.call_id else []
+            if self.user_id:
+                for c in await archive.calls(self.user_id, limit=self.semantic.max_calls):
+                    if c.call_id == self.call_id:
+                        continue
+                    if c.ended_at is not None:
+                        new += await self._read_all(archive, c.call_id)
+                    else:
+                        self._open.append(c.call_id)
+        for call_id in self._open:
+            new += await self._read_new(archive, call_id)
+        self.refreshes += 1
+        if not new:
+            return 0
+        kept = [m for m in new if m.role in EMBEDDED_ROLES and m.content.strip()]
+        if not kept:
+            return 0
+        load = getattr(self.embedder, "load", None)
+        if callable(load) and not getattr(self.embedder, "loaded", True):
+            await asyncio.to_thread(load)  # reading the model's files (~1 s): once, in a thread
+        # Embedded on the event loop in small batches (~1 ms each), a turn free to run
+        # between two: in a worker thread the same work took 25x longer next to a busy loop
+        # (the GIL), and each switch to it could hold the loop for 5 ms.
+        for i in range(0, len(kept), EMBED_BATCH):
+            batch = kept[i : i + EMBED_BATCH]
+            self._add(batch, unit_rows(self.embedder.embed([m.content for m in batch])))
+            await asyncio.sleep(0)
+        return len(kept)
+
+    def _add(self, messages: Sequence[_Message], vectors: np.ndarray) -> None:
+        n = len(self._messages)
+        need = n + len(messages)
+        if self._buffer is None or need > len(self._buffer):
+            grown = np.zeros((max(need, 2 * n, 256), vectors.shape[1]), dtype=np.float32)
+            if self._buffer is not None:
+                grown[:n] = self._buffer[:n]
+            self._buffer = grown  # a turn ranking the old buffer's rows keeps them
+        self._buffer[n:need] = vectors
+        for i, m in enumerate(messages):
+            self._rows[(m.call_id, m.position)] = n + i
+            self._messages.append(m)
+        self._vectors = self._buffer[:need]
+
+    def rank(self, query: str) -> tuple[list[SemanticHit], Mapping[tuple[str, int], float]]:
+        """The messages closest in meaning to ``query`` (best first, at least
+        ``min_similarity``), and the similarity of every embedded message (by key).
+        Empty until the first refresh has embedded something."""
+        if not self.ready or not query.strip():
+            return [], {}
+        vectors = self._vectors  # rows added meanwhile are ranked next turn
+        assert vectors is not None
+        q = unit_rows(self.embedder.embed([query]))[0]
+        sims = vectors @ q
+        top = top_matches(sims, self.semantic.candidates, self.semantic.min_similarity)
+        hits = [
+            SemanticHit(
+                call_id=(m := self._messages[r]).call_id,
+                position=m.position,
+                turn=m.turn,
+                at=m.at,
+                role=m.role,
+                content=m.content,
+                similarity=s,
+            )
+            for r, s in top
+        ]
+        return hits, _SimilarityView(self._rows, sims)
+
+    async def rank_soon(
+        self, query: str
+    ) -> tuple[list[SemanticHit], Mapping[tuple[str, int], float]]:
+        """:meth:`rank`, in a worker thread when the index is large (the turn's latency
+        budget can only cut a wait, not a computation on the event loop)."""
+        if self.size > INLINE_ROWS:
+            return await asyncio.to_thread(self.rank, query)
+        return self.rank(query)
+
+    def reply(self, call_id: str, position: int) -> tuple[str, str] | None:
+        """The message that followed ``(call_id, position)``, when it is indexed."""
+        row = self._rows.get((call_id, position + 1))
+        if row is None:
+            return None
+        m = self._messages[row]
+        return m.role, m.content
+
+    async def close(self) -> None:
+        """Cancel a refresh still running."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    # -- internals --
+
+    async def _refresh_safely(self, archive: Any) -> None:
+        try:
+            await self.refresh(archive)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failing refresh costs semantic recall, never the call
+            self.errors += 1
+            if not self._failing:
+                self._failing = True
+                logger.warning(
+                    f"semantic recall (call {self.call_id}): indexing the archive failed "
+                    f"({type(e).__name__}); turns rank what is indexed so far"
+                )
+            return
+        if self._failing:
+            self._failing = False
+            logger.info(f"semantic recall (call {self.call_id}): indexing works again")
+
+    async def _read_all(self, archive: Any, call_id: str) -> list[_Message]:
+        found = [_message(m) for m in await archive.messages(call_id)]
+        found = [m for m in found if m.position >= self._next.get(call_id, 0)]
+        if found:
+            self._next[call_id] = max(m.position for m in found) + 1
+        return found
+
+    async def _read_new(self, archive: Any, call_id: str, most: int = 512) -> list[_Message]:
+        # a running call grows by a few messages a turn: read forward from the last one
+        if call_id not in self._next:
+            out = await self._read_all(archive, call_id)
+            self._next.setdefault(call_id, 0)
+            return out
+        out: list[_Message] = []
+        at = self._next[call_id]
+        for _ in range(most):
+            m = await archive.message(call_id, at)
+            if m is None:
+                break
+            out.append(_message(m))
+            at += 1
+        self._next[call_id] = at
+        return out
+
+
+class _SimilarityView(Mapping[tuple[str, int], float]):
+    """``(call_id, position) -> cosine`` over the index's rows, without building a dict of
+    every message each turn."""
+
+    def __init__(self, rows: Mapping[tuple[str, int], int], sims: np.ndarray):
+        self._rows, self._sims = rows, sims
+
+    def __getitem__(self, key: tuple[str, int]) -> float:
+        row = self._rows[key]
+        if row >= len(self._sims):  # embedded after this turn's ranking
+            raise KeyError(key)
+        return float(self._sims[row])
+
+    def __iter__(self):
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+def _message(m: Any) -> _Message:
+    return _Message(
+        call_id=str(m.call_id),
+        position=int(m.position),
+        turn=int(getattr(m, "turn", 0) or 0),
+        at=float(getattr(m, "at", 0.0) or 0.0),
+        role=str(m.role),
+        content=str(m.content or ""),
+    )
+
+
+__all__ = [
+    "EXTRA_HINT",
+    "Embedder",
+    "SemanticHit",
+    "SemanticIndex",
+    "SemanticRecall",
+    "WordLlamaEmbedder",
+    "fuse",
+    "top_matches",
+    "unit_rows",
+]
