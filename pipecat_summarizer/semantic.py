@@ -476,9 +476,9 @@ class SemanticIndex:
     async def _read_new(self, archive: Any, call_id: str, most: int = 512) -> list[_Message]:
         # a running call grows by a few messages a turn: read forward from the last one
         if call_id not in self._next:
-            out = await self._read_all(archive, call_id)
+            found = await self._read_all(archive, call_id)
             self._next.setdefault(call_id, 0)
-            return out
+            return found
         out: list[_Message] = []
         at = self._next[call_id]
         for _ in range(most):
