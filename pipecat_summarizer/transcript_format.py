@@ -251,7 +251,12 @@ def unescape_text(text: str) -> str:
 
 
 def _role_token(role: str) -> str:
-    return role if _BARE_ROLE.fullmatch(role) else _dumps(role)
+    if _BARE_ROLE.fullmatch(role):
+        return role
+    quoted = json.dumps(role, ensure_ascii=False)
+    for raw, escaped in _LINE_BREAKS.items():
+        quoted = quoted.replace(raw, escaped)
+    return quoted
 
 
 def encode_message(
