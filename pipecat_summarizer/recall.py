@@ -44,12 +44,28 @@ STOPWORDS = frozenset(
     remember remembered recall mention mentioned said say says tell told earlier ago know
     think thought again get got go going went like one thing things kind sort lot let us
     last time times before previous previously
+    likely kind kinds type types name named describe described reason reasons happen
+    happened something anything ever way many much often since
     ll re ve d m don didn doesn isn wasn weren aren won wouldn couldn shouldn""".split()
 )
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SPACE = re.compile(r"\s+")
-_SUFFIXES = ("ingly", "edly", "ings", "ing", "ied", "ies", "ed", "es", "ly", "s")
+# longest first; a derivation is tried before the inflections
+_DERIVATIONS = ("ations", "ation", "ities", "ity", "ments", "ment", "ness", "ions", "ion")
+_INFLECTIONS = (
+    ("ingly", ""),
+    ("edly", ""),
+    ("ings", ""),
+    ("ing", ""),
+    ("sses", "ss"),
+    ("ies", "i"),
+    ("ied", "i"),
+    ("ed", ""),
+    ("es", "e"),
+    ("ly", ""),
+    ("s", ""),
+)
 
 
 @dataclass
@@ -73,6 +89,9 @@ class RecallParams:
         max_question_words: The assistant's last question joins the query when it has at
             most this many words (``"Which hotel was that?"``); 0 never.
         tool_timeout_s: How long a ``recall_memory`` tool call waits for the archive.
+        fill: Fill the block, after the strong matches, with the archive's next hits that
+            share at least one of the query's topic words (in the archive's ranking), when
+            there is a strong match. ``False``: strong matches only.
         semantic: Semantic recall as well (``SemanticRecall()`` from
             :mod:`pipecat_summarizer.semantic`, the ``semantic`` extra): archived messages
             that say the same in other words, fused with the lexical hits. ``None``: lexical
@@ -88,6 +107,7 @@ class RecallParams:
     max_snippet_tokens: int = 120
     max_question_words: int = 20
     tool_timeout_s: float = 2.0
+    fill: bool = True
     semantic: Any = None  # a SemanticRecall (typed loosely: numpy stays out of this module)
 
     def __post_init__(self):
@@ -100,8 +120,9 @@ class RecallParams:
                 raise TypeError(
                     f"recall.semantic must be a SemanticRecall, got {type(self.semantic).__name__}"
                 )
-        if not isinstance(self.enabled, bool):
-            raise TypeError("recall.enabled must be a bool")
+        for name in ("enabled", "fill"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"recall.{name} must be a bool")
         for name in ("max_tokens", "max_snippets", "search_limit", "max_snippet_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"recall.{name} must be at least 1")
@@ -154,13 +175,32 @@ class Snippet:
 
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
-    """A light suffix stem (``researching`` and ``researched`` -> ``research``), enough to
-    compare a query with a hit the archive matched with its own stemmer."""
-    if len(word) > 4 and not word.isdigit():
-        for suffix in _SUFFIXES:
-            if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-                return word[: -len(suffix)]
-    return word
+    """A light English stem, enough to compare a query with a hit the archive matched with
+    its own stemmer: inflections (``painting``, ``painted``, ``paints`` -> ``paint``;
+    ``families``, ``family`` -> ``famili``; ``hiking``, ``hikes`` -> ``hik``) and a few
+    derivations (``distraction`` -> ``distract``, ``activities`` -> ``activ``). Words with
+    digits and words of three letters or fewer are kept as they are."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    w = word
+    for suffix in _DERIVATIONS:
+        if w.endswith(suffix) and len(w) - len(suffix) >= 4:
+            w = w[: -len(suffix)]
+            break
+    else:
+        for suffix, keep in _INFLECTIONS:
+            if w.endswith(suffix) and len(w) - len(suffix) >= (5 if suffix == "ly" else 3):
+                if suffix == "s" and w[-2] in "sui" or suffix == "ly" and w[-3] == "i":
+                    break  # glass, bus, tennis; family (-> famili below)
+                w = w[: -len(suffix)] + keep
+                break
+        if w != word and len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
+            w = w[:-1]  # running -> runn -> run
+    if len(w) > 3 and w[-1] == "e":
+        w = w[:-1]
+    elif len(w) > 3 and w[-1] == "y":
+        w = w[:-1] + "i"
+    return w
 
 
 def words(text: str) -> list[str]:
@@ -248,8 +288,50 @@ def recall_query(messages: Sequence[Any], max_question_words: int = 20) -> str |
             break
         if isinstance(m, Mapping) and m.get("role") == "user" and not is_recall_message(m):
             break
-    query = "\n".join(p for p in parts if p)
+    query = without_names("\n".join(p for p in parts if p), instruction_names(messages))
     return query if topic_terms(query) else None
+
+
+_NAME_WORD = re.compile(r"[^\W\d_][^\W_]*", re.UNICODE)
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n)\W*$")
+
+
+@lru_cache(maxsize=256)  # the same instructions are read every turn
+def names_in(text: str) -> frozenset[str]:
+    """Lower-cased capitalized words of ``text`` that do not start a sentence (``"You are
+    Ava; the caller is John Smith."`` -> ``{"ava", "john", "smith"}``)."""
+    found = set()
+    for match in _NAME_WORD.finditer(text):
+        start = match.start()
+        opens = _SENTENCE_START.search(text[max(0, start - 3) : start])
+        if match.group()[0].isupper() and not opens:
+            found.add(match.group().lower())
+    return frozenset(found - STOPWORDS)
+
+
+def instruction_names(messages: Sequence[Any]) -> frozenset[str]:
+    """The names the instructions (system and developer messages) give: the call's parties
+    (``"You are Ava; the caller is John."``)."""
+    found: set[str] = set()
+    for m in messages:
+        if isinstance(m, Mapping) and m.get("role") in ("system", "developer"):
+            found |= names_in(message_text(m))
+    return frozenset(found)
+
+
+def without_names(query: str, names: Iterable[str]) -> str:
+    """``query`` without its capitalized words that are ``names`` (the call's parties, see
+    :func:`instruction_names`): they are in view all along and the archive has them mostly
+    in greetings ("Thanks, John!"), so they match the wrong messages and say nothing about
+    which detail is meant. The query is kept whole when nothing else would be left."""
+    names = set(names)
+    if not names:
+        return query
+    kept = _NAME_WORD.sub(
+        lambda m: "" if m.group()[0].isupper() and m.group().lower() in names else m.group(),
+        query,
+    )
+    return kept if topic_terms(kept) else query
 
 
 # -- filtering ---------------------------------------------------------------------------
@@ -277,17 +359,44 @@ def focus(query: str, common: set[str]) -> list[str]:
     return kept or terms
 
 
-def relevance(terms: Sequence[str], text: str, rare: Iterable[str] = ()) -> float:
-    """Share of ``terms`` (stemmed topic words of a query) present in ``text``; 0.0 when
-    a query of three or more terms shares only one with ``text``, unless that one is
-    ``rare`` (new to the conversation in view, like "Mozart"): one everyday shared word
-    ("open") is not a strong match."""
+_WHEN_WORDS = """january february march april may june july august september october
+    november december jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday
+    wednesday thursday friday saturday sunday today yesterday tomorrow tonight morning
+    afternoon evening night day days week weeks weekend month months year years""".split()
+_WHEN = frozenset(_WHEN_WORDS) | frozenset(stem(w) for w in _WHEN_WORDS)
+
+
+def is_when(term: str) -> bool:
+    """True for a date or time word (``march``, ``2023``, ``7``, ``weekend``): what a
+    question says about *when*, which the message it asks about rarely says itself (that
+    was said "last week", on the day of its call)."""
+    if term.isdigit():
+        return len(term) <= 2 or (len(term) == 4 and term[:2] in ("19", "20"))
+    return term in _WHEN
+
+
+def relevance(
+    terms: Sequence[str], text: str, rare: Iterable[str] = (), *, strict: bool = True
+) -> float:
+    """Share of ``terms`` (stemmed topic words of a query) present in ``text``.
+
+    Date and time words (:func:`is_when`) count when present and are not missed when
+    absent (unless the query has nothing else); a text must share another word. ``strict``:
+    0.0 when a query of three or more terms shares only one with ``text``, unless that one
+    is ``rare`` (new to the conversation in view, like "Mozart"): one everyday shared word
+    ("open") is not a strong match.
+    """
     if not terms:
         return 0.0
     present = {stem(w) for w in words(text)}
-    shared = [t for t in terms if t in present]
-    strong = len(shared) >= (2 if len(terms) > 2 else 1) or bool(set(shared) & set(rare))
-    return len(shared) / len(terms) if strong else 0.0
+    core = [t for t in terms if not is_when(t)] or list(terms)
+    shared = [t for t in core if t in present]
+    when = sum(1 for t in terms if t not in core and t in present)
+    need = 2 if len(terms) > 2 else 1  # a date word present counts as one of the two
+    strong = len(shared) + when >= need or bool(set(shared) & set(rare))
+    if not shared or (strict and not strong):
+        return 0.0
+    return (len(shared) + when) / (len(core) + when)
 
 
 _SPECIFIC = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'-]+|\b\w*\d\w*|\b\w{7,}", re.UNICODE)
@@ -359,7 +468,11 @@ def select_hits(
     exclude_roles: Iterable[str] = ("system", "developer"),
     min_similarity: float | None = None,
 ) -> list[Snippet]:
-    """The hits worth recalling, best first: relevant enough, not in view, no duplicates.
+    """The hits worth recalling: not in view, no duplicates; the strong matches first
+    (relevant enough, see ``params.min_score``), then, with ``params.fill``, the other hits
+    that share a topic word with the query, in the archive's order: only when there is a
+    strong match. A hit whose words were shown already as an earlier hit's reply
+    brings the message that followed it (the answer to that reply's question).
 
     Args:
         hits: The archive's hits, best first (``SearchHit`` or anything with its fields).
@@ -384,6 +497,7 @@ def select_hits(
     excluded = set(exclude_roles)
     replies = replies or {}
     out: list[Snippet] = []
+    weak: list[Snippet] = []  # filling: share a topic word, not a strong match
     seen: set[str] = set()
     for rank, hit in enumerate(hits):
         text = str(getattr(hit, "content", "") or "")
@@ -396,15 +510,24 @@ def select_hits(
         if reply_role in excluded or not (reply or "").strip():
             reply_role, reply = None, None
         norm = normalize(text)
-        if norm in seen:
-            continue  # the same words said again (or archived by two calls)
         full = f"{text}\n{reply}" if reply else text
+        if norm in seen:
+            # the same words said again, archived by two calls, or shown already as an
+            # earlier hit's reply: then what followed them (the answer) may still be new
+            if reply is None or normalize(reply) in seen:
+                continue
+            role, text, position, norm = str(reply_role), reply, position + 1, normalize(reply)
+            reply_role, reply = None, None
         score = relevance(terms, full, rare)
         similarity = getattr(hit, "similarity", None)
         close = min_similarity is not None and similarity is not None
         close = close and similarity >= min_similarity  # type: ignore[operator]
+        bucket = out
         if not close and (score < params.min_score or score == 0.0):
-            continue
+            score = relevance(terms, full, rare, strict=False) if params.fill else 0.0
+            if score == 0.0 or len(weak) >= params.max_snippets:
+                continue
+            bucket = weak
         if in_view(full, view, terms):
             continue
         if reply is not None and (in_view(reply, view, terms) or normalize(reply) in seen):
@@ -412,7 +535,7 @@ def select_hits(
         seen.add(norm)
         if reply:
             seen.add(normalize(reply))
-        out.append(
+        bucket.append(
             Snippet(
                 call_id=call_id,
                 position=position,
@@ -428,7 +551,9 @@ def select_hits(
         )
         if len(out) >= params.max_snippets:
             break
-    return out
+    if not out:
+        return []  # filling needs a strong match
+    return (out + weak)[: params.max_snippets]
 
 
 def still_relevant(snippets: Sequence[Snippet], query: str, min_score: float) -> list[Snippet]:
