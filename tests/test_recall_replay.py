@@ -84,7 +84,10 @@ async def test_question_time_recall_brings_back_what_the_summary_lost(plan):
     assert scores["ours"].recall() < 0.5  # the summaries lost most details
     assert scores["ours_recall"].recall() > scores["ours"].recall()
     assert scores["ours_recall"].recall() == 1.0
-    assert scores["ours_recall"].recalled == len(DETAILS)
+    # every question the summary could not answer got a recalled block (a detail still in
+    # view, e.g. pinned into the summary, needs none)
+    in_view = round(scores["ours"].recall() * len(DETAILS))
+    assert scores["ours_recall"].recalled >= len(DETAILS) - in_view
     # billed against the full buffer: smaller, and only a little above ours without recall
     full = scores["full_buffer"].input_tokens
     assert scores["ours"].input_tokens < scores["ours_recall"].input_tokens < full
