@@ -133,7 +133,9 @@ async def test_recalled_block_is_replaced_never_accumulated_nor_summarized_nor_a
     finally:
         await store.close()
     with_recall = [b for b in openai_server.chat_requests if _recalled(b)]
-    assert len(with_recall) >= 4
+    # several turns carried a block (how many depends on when the background summary landed:
+    # while the hotel is still in the context nothing needs recalling), the last one surely
+    assert len(with_recall) >= 2 and _recalled(openai_server.chat_requests[-1])
     for body in openai_server.chat_requests:
         messages = body["messages"]
         recalled = [i for i, m in enumerate(messages) if is_recall_message(m)]
