@@ -569,6 +569,7 @@ class ContextSummarizer(FrameProcessor):
             return
         if isinstance(frame, (EndFrame, CancelFrame)):
             await self._cancel_task()
+            await self._close_recall()
             if self._recorder is not None:
                 await self._store_end("end" if isinstance(frame, EndFrame) else "cancel")
             await self._close_owned()
@@ -622,6 +623,7 @@ class ContextSummarizer(FrameProcessor):
     async def cleanup(self):
         """Cancel the in-flight summary, close the clients this processor built, clean up."""
         await self._cancel_task()
+        await self._close_recall()
         if self._recorder is not None:
             await self._store_end("cleanup")
         await self._close_owned()
@@ -882,6 +884,15 @@ class ContextSummarizer(FrameProcessor):
     def _log_error_content(self, error: BaseException) -> None:
         if self._params.log_content:
             logger.opt(exception=error).debug(f"{self}: summary error detail: {error!r}")
+
+    async def _close_recall(self) -> None:
+        # a search or semantic indexing still running has no turn left to serve
+        if self._recall is None:
+            return
+        try:
+            await self._recall.close()
+        except Exception as e:  # closing must never break End/Cancel
+            logger.warning(f"{self}: closing recall failed ({type(e).__name__})")
 
     async def _close_owned(self) -> None:
         owned, self._owned = self._owned, []

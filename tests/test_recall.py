@@ -196,6 +196,8 @@ async def test_a_slow_search_does_not_delay_the_turn(openai_server, tmp_path):
     assert processor.recall_step.missed >= 1
     # one search at a time: a slow archive never gets a pile of them
     assert store.searching == 1
+    # the call's end cancelled the search still waiting: released, it never answered
+    assert store.answered == 0
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
