@@ -36,6 +36,7 @@ from pipecat_summarizer.pinned import Fact, Kind, Source
 from pipecat_summarizer.processor import ContextSummarizer, SummarizerOptions
 from pipecat_summarizer.prompt import DEFAULT_PROMPT, SummaryRequest
 from pipecat_summarizer.recall import RecallParams
+from pipecat_summarizer.semantic import SemanticRecall
 from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.summarizers import (
     ExtractiveLLMService,
@@ -70,6 +71,7 @@ __all__ = [
     "PinningParams",
     "RecallParams",
     "RetryParams",
+    "SemanticRecall",  # RecallParams(semantic=...): the optional 'semantic' extra
     "TriggerParams",
     "SummarizerOptions",  # deprecated: ContextSummarizerParams
     # summarizer backends
