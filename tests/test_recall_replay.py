@@ -4,6 +4,8 @@ The full LoCoMo run is a command (benchmarks/README.md), not a test."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pipecat_summarizer.recall import RecallParams
@@ -104,3 +106,70 @@ async def test_across_calls_each_session_is_a_call_of_the_same_caller(plan):
     assert scores["pipecat_builtin"].recall() == 0.0  # nothing survives the call
     assert scores["ours_recall"].recall() > scores["ours"].recall()
     assert scores["ours_recall"].recall() == 1.0
+
+
+# -- the command: pipecat-summarizer questions [--semantic] ----------------------------------
+
+# said once, and asked about in other words: no topic word of the question is in it
+PET = ("honestly my dog hates the vacuum cleaner", "What animal is my pet?", "dog")
+
+
+def _paraphrase_sample() -> dict:
+    sample = _sample()
+    conv = sample["conversation"]
+    # among the other details, which the offline summary drops
+    conv["session_1"][2:2] = [
+        {"speaker": "Ann", "text": PET[0]},
+        {"speaker": "Bob", "text": "Good to know!"},
+    ]
+    sample["qa"].append({"question": PET[1], "answer": PET[2], "category": 3})
+    return sample
+
+
+def _questions(tmp_path, capsys, *options: str) -> tuple[int, dict, str]:
+    from pipecat_summarizer.cli import main
+
+    data = tmp_path / "locomo.json"
+    data.write_text(json.dumps([_paraphrase_sample()]), encoding="utf-8")
+    out = tmp_path / "scores.json"
+    code = main(["questions", "--locomo", str(data), "--json", str(out), *options])
+    printed = capsys.readouterr()
+    report = json.loads(out.read_text(encoding="utf-8")) if code == 0 else {}
+    return code, report, printed.out + printed.err
+
+
+def test_questions_command_semantic_brings_back_a_paraphrase_lexical_misses(tmp_path, capsys):
+    # what is recalled, not how fast: a generous budget for the loaded test machine
+    common = ("--recall-budget-ms", "5000")
+    code, lexical, _ = _questions(tmp_path, capsys, *common)
+    assert code == 0
+    code, semantic, printed = _questions(
+        tmp_path, capsys, *common, "--semantic", "--min-similarity", "0.2", "--candidates", "5"
+    )
+    assert code == 0
+    assert "LoCoMo at question time" in printed and "ours_recall" in printed
+    # the paraphrased question (category 3): only semantic recall finds the detail
+    assert lexical["question_time"]["ours_recall"]["3"] == [0.0]
+    assert semantic["question_time"]["ours_recall"]["3"] == [1.0]
+    # the lexical details are found either way
+    assert semantic["question_time"]["ours_recall"]["4"] == [1.0] * len(DETAILS)
+
+
+def test_questions_command_without_the_semantic_extra_exits_2_with_the_hint(
+    tmp_path, capsys, monkeypatch
+):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "wordllama" else real(name, *a),
+    )
+    code, _, printed = _questions(tmp_path, capsys, "--semantic")
+    assert code == 2
+    assert "pip install 'pipecat-summarizer[semantic]'" in printed
+    # a semantic option without --semantic is a usage error, not silently ignored
+    monkeypatch.undo()
+    code, _, printed = _questions(tmp_path, capsys, "--candidates", "5")
+    assert code == 2 and "--candidates need --semantic" in printed

@@ -19,7 +19,8 @@ the replay LLM recording what it is sent, the offline extractive summarizer):
   is the ceiling; Pipecat's built-in keeps nothing across calls.
 
 Strategies: ``full_buffer``, ``pipecat_builtin``, ``ours`` (``ContextSummarizer`` without
-recall), ``ours_recall``. Answer recall is the share of an answer's content words found in
+recall), ``ours_recall`` (lexical recall; with ``--semantic``, semantic recall fused with it:
+the ``semantic`` extra). Answer recall is the share of an answer's content words found in
 the request (:func:`~pipecat_summarizer.replay.locomo.answer_recall`), by LoCoMo category and
 overall (item-weighted); ``input`` is the questions' requests' tokens against the full
 buffer's. The scoring (shares, per-strategy scores, the table) is in
@@ -451,6 +452,30 @@ def register(subparsers: Any) -> None:
     p.add_argument("--recall-search-limit", type=int, default=RecallParams.search_limit)
     p.add_argument("--recall-snippet-tokens", type=int, default=RecallParams.max_snippet_tokens)
     p.add_argument(
+        "--recall-no-fill",
+        action="store_true",
+        help="strong matches only (no filling of the block with weaker hits)",
+    )
+    p.add_argument(
+        "--semantic",
+        action="store_true",
+        help="semantic recall fused with the lexical one (the 'semantic' extra)",
+    )
+    p.add_argument(
+        "--min-similarity",
+        type=float,
+        default=None,
+        metavar="X",
+        help="with --semantic: least cosine for a hit by meaning (default: SemanticRecall's)",
+    )
+    p.add_argument(
+        "--candidates",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --semantic: hits taken from the ranking by meaning (default: SemanticRecall's)",
+    )
+    p.add_argument(
         "--compact-at-end",
         action="store_true",
         help="across calls: end each call with a manual compaction of the whole conversation",
@@ -459,21 +484,51 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
+def recall_params(args: argparse.Namespace) -> RecallParams:
+    """The ``RecallParams`` the command's options ask for (``--semantic``: with a
+    ``SemanticRecall`` whose model is loaded now, once for the run).
+
+    Raises:
+        ImportError: ``--semantic`` without the ``semantic`` extra (the message says how
+            to install it).
+        ValueError / TypeError: A bad option (the message names the field).
+    """
+    semantic = None
+    if args.semantic:
+        # numpy comes with pipecat; SemanticRecall() raises the install hint without wordllama
+        from pipecat_summarizer.semantic import SemanticRecall
+
+        options: dict[str, Any] = {}
+        if args.min_similarity is not None:
+            options["min_similarity"] = args.min_similarity
+        if args.candidates is not None:
+            options["candidates"] = args.candidates
+        semantic = SemanticRecall(**options)
+    elif args.min_similarity is not None or args.candidates is not None:
+        raise ValueError("--min-similarity and --candidates need --semantic")
+    recall = RecallParams(
+        max_tokens=args.recall_tokens,
+        max_snippets=args.recall_snippets,
+        min_score=args.recall_min_score,
+        latency_budget_s=args.recall_budget_ms / 1000,
+        search_limit=args.recall_search_limit,
+        max_snippet_tokens=args.recall_snippet_tokens,
+        fill=not args.recall_no_fill,
+        semantic=semantic,
+    )
+    if semantic is not None:
+        semantic.load()  # once, before the first call (a call would go lexical meanwhile)
+    return recall
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the command; prints the tables."""
     try:
-        recall = RecallParams(
-            max_tokens=args.recall_tokens,
-            max_snippets=args.recall_snippets,
-            min_score=args.recall_min_score,
-            latency_budget_s=args.recall_budget_ms / 1000,
-            search_limit=args.recall_search_limit,
-            max_snippet_tokens=args.recall_snippet_tokens,
-        )
+        recall = recall_params(args)
         samples = select_samples(
             load_samples(args.locomo), ids=args.locomo_id, index=args.locomo_index
         )
-    except (ValueError, TypeError, OSError) as e:
+    except (ImportError, ValueError, TypeError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     factory = None
