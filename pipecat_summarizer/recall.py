@@ -182,25 +182,30 @@ def stem(word: str) -> str:
     digits and words of three letters or fewer are kept as they are."""
     if len(word) <= 3 or not word.isalpha():
         return word
-    w = word
-    for suffix in _DERIVATIONS:
-        if w.endswith(suffix) and len(w) - len(suffix) >= 4:
-            w = w[: -len(suffix)]
-            break
-    else:
+    w = _derived(word)
+    if w == word:
         for suffix, keep in _INFLECTIONS:
             if w.endswith(suffix) and len(w) - len(suffix) >= (5 if suffix == "ly" else 3):
                 if suffix == "s" and w[-2] in "sui" or suffix == "ly" and w[-3] == "i":
                     break  # glass, bus, tennis; family (-> famili below)
                 w = w[: -len(suffix)] + keep
                 break
-        if w != word and len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
-            w = w[:-1]  # running -> runn -> run
+        # an inflected derivation like its plain form: questioned, vacationing
+        w = _derived(w)
+        if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
+            w = w[:-1]  # running -> runn -> run; stuffed and stuff -> stuf
     if len(w) > 3 and w[-1] == "e":
         w = w[:-1]
     elif len(w) > 3 and w[-1] == "y":
         w = w[:-1] + "i"
     return w
+
+
+def _derived(word: str) -> str:
+    for suffix in _DERIVATIONS:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[: -len(suffix)]
+    return word
 
 
 def words(text: str) -> list[str]:
@@ -392,7 +397,9 @@ def relevance(
     core = [t for t in terms if not is_when(t)] or list(terms)
     shared = [t for t in core if t in present]
     when = sum(1 for t in terms if t not in core and t in present)
-    need = 2 if len(terms) > 2 else 1  # a date word present counts as one of the two
+    # two shared words for a query of three or more besides its date words (an absent
+    # date word changes nothing); a date word present counts as one of the two
+    need = 2 if len(core) > 2 else 1
     strong = len(shared) + when >= need or bool(set(shared) & set(rare))
     if not shared or (strict and not strong):
         return 0.0

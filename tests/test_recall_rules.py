@@ -18,18 +18,23 @@ from pipecat_summarizer.recall import (
     estimate_tokens,
     in_view,
     is_recall_message,
+    is_when,
     latest_user_index,
     make_view,
+    names_in,
     place_recall,
     recall_message,
     recall_query,
     relevance,
     render_recall,
     select_hits,
+    stem,
     still_relevant,
     topic_terms,
     window,
+    without_names,
     without_recall,
+    words,
 )
 from pipecat_summarizer.store.records import SearchHit
 
@@ -254,3 +259,226 @@ def test_one_specific_new_word_is_a_strong_match_an_everyday_one_is_not():
     rare2 = rare_terms(q2, topic_terms(q2), [*view, q2])
     assert rare2 == set()
     assert relevance(topic_terms(q2), "What time does the breakfast buffet open?", rare2) == 0
+
+
+# -- the lexical rules of 4fc5b1e: stemmer, party names, meta words, date words, fill, replies --
+
+_VOWELS = "aeiou"
+_ENDS = "bdgkmnprt"  # consonants English doubles before -ing/-ed (not l, s, z: "travelling")
+_INFLECTED = ("ing", "ed", "es", "s", "ly", "ion", "ity", "ment", "ness", "ation")
+
+# made-up regular words: consonant-vowel syllables and a final consonant ("tomat", "dorip")
+regular = (
+    st.lists(
+        st.tuples(st.sampled_from("bcdfgklmnprstvw"), st.sampled_from(_VOWELS)),
+        min_size=2,
+        max_size=4,
+    )
+    .map(lambda syllables: "".join(c + v for c, v in syllables))
+    .flatmap(lambda stem_: st.sampled_from(_ENDS).map(lambda end: stem_ + end))
+    .filter(lambda w: not w.endswith(_INFLECTED))
+)
+
+
+@given(regular)
+def test_stem_maps_the_inflections_of_a_word_together(base):
+    last = base[-1]
+    forms = [base, base + "s", base + "ed", base + "ing", base + last + "ing", base + last + "ed"]
+    assert {stem(f) for f in forms} == {stem(base)}, forms
+    # a word in -e (hike, hikes, hiked, hiking) and in -y (carry, carries, carried, carrying)
+    e_forms = [base + "e", base + "es", base + "ed", base + "ing"]
+    assert len({stem(f) for f in e_forms}) == 1, e_forms
+    y_forms = [base + "y", base + "ies", base + "ied", base + "ying"]
+    if not y_forms[0].endswith("ity"):  # a derivation (activity, activities -> activ)
+        assert len({stem(f) for f in y_forms}) == 1, y_forms
+    # an inflected derivation like its plain form (questioned, vacationing)
+    d_forms = [base + "ation", base + "ations", base + "ationed", base + "ationing"]
+    assert len({stem(f) for f in d_forms}) == 1, d_forms
+
+
+def test_stem_examples_inflections_together_unrelated_words_apart():
+    together = [
+        ("paint", "paints", "painted", "painting", "paintings"),
+        ("hike", "hikes", "hiked", "hiking"),
+        ("family", "families"),
+        ("run", "runs", "running"),
+        ("stuff", "stuffed", "stuffing"),
+        ("distract", "distraction", "distractions"),
+        ("adopt", "adopted", "adoption"),
+        ("question", "questioned", "questioning"),
+        ("class", "classes"),
+        ("glass", "glasses"),
+    ]
+    for forms in together:
+        assert len({stem(w) for w in forms}) == 1, forms
+    apart = [
+        ("pain", "paint"),
+        ("hit", "hint"),
+        ("car", "card", "cart"),
+        ("plan", "planet"),
+        ("bus", "bush"),
+        ("tennis", "tenni"),
+        ("glass", "glas"),
+    ]
+    for words_ in apart:
+        assert len({stem(w) for w in words_}) == len(words_), words_
+    # numbers and short words are kept as they are
+    assert [stem(w) for w in ("2023", "418", "gas", "bed", "x1s")] == [
+        "2023",
+        "418",
+        "gas",
+        "bed",
+        "x1s",
+    ]
+
+
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=14))
+def test_stem_only_shortens_a_word_and_never_below_three_letters(word):
+    s = stem(word)
+    if len(word) <= 3 or not word.isalpha():
+        assert s == word
+        return
+    assert len(s) >= 3
+    # a prefix of the word, but for a final y written as i (family, families -> famili)
+    assert word.startswith(s) or (s.endswith("i") and word.startswith(s[:-1]))
+
+
+INSTRUCTIONS = {"role": "system", "content": "You are Ava, a concierge. The caller is John Smith."}
+
+
+def test_the_call_parties_named_in_the_instructions_leave_the_query():
+    ask = {"role": "user", "content": "Did John tell Ava which Lisbon hotel he booked?"}
+    query = recall_query([INSTRUCTIONS, ask])
+    assert query is not None
+    assert topic_terms(query) == ["lisbon", "hotel", "book"]
+    # a query of names only is kept whole (something must be searched)
+    only = {"role": "user", "content": "John Smith?"}
+    assert recall_query([INSTRUCTIONS, only]) == "John Smith?"
+    # without instructions naming them, names are topic words like any other
+    assert "john" in topic_terms(recall_query([ask]))
+
+
+def test_a_capitalized_word_opening_a_sentence_of_the_instructions_is_not_a_name():
+    assert names_in("Be brief. Lisbon trips are common.\nHotels: ask first.") == frozenset()
+    assert names_in("You are Ava; the caller is John Smith.") == {"ava", "john", "smith"}
+
+
+name_words = st.sampled_from(["ann", "bob", "lisbon", "hotel", "dog", "rex", "tuesday"])
+
+
+@given(
+    st.lists(st.tuples(name_words, st.booleans()), min_size=1, max_size=8),
+    st.sets(name_words, max_size=3),
+)
+def test_without_names_drops_exactly_the_capitalized_names(tokens, names):
+    query = " ".join(w.capitalize() if cap else w for w, cap in tokens)
+    kept = without_names(query, names)
+    dropped = [w for w, cap in tokens if not (cap and w in names)]
+    if topic_terms(" ".join(dropped)):
+        assert words(kept) == dropped
+    else:  # nothing else left: the query as it was
+        assert kept == query
+
+
+def test_question_meta_words_are_stop_words():
+    assert topic_terms("What kind of pottery did she describe making?") == ["potteri", "mak"]
+    assert topic_terms("What is the name of the dog, and what happened to it?") == ["dog"]
+    assert topic_terms("What type of reason would she likely give for something?") == ["giv"]
+    assert topic_terms("How many times has she ever been, and how often since?") == []
+    # so a question's meta words do not make a weak match strong
+    terms = topic_terms("What kind of cake did she describe?")
+    assert relevance(terms, "She described a kind neighbour.") == 0.0
+
+
+def test_date_words_count_when_present_and_are_not_missed_when_absent():
+    assert is_when("march") and is_when("weekend") and is_when(stem("weekends"))
+    assert is_when("2023") and is_when("7") and not is_when("418") and not is_when("1850")
+    assert not is_when("concert")
+    terms = topic_terms("the concert in March")
+    assert terms == ["concert", "march"]
+    # absent: not missed (the message was said "last week", dated by its call)
+    assert relevance(terms, "The concert was amazing!") == 1.0
+    assert relevance(terms, "The concert in March was amazing!") == 1.0
+    # present: one of the two shared words a longer query needs
+    terms = topic_terms("the jazz concert trip in March")
+    assert relevance(terms, "the concert, what a night") == 0.0
+    assert relevance(terms, "the concert in March, what a night") == pytest.approx(2 / 4)
+    # a date word alone is not a match; a query of date words only matches on them
+    assert relevance(topic_terms("concert March"), "March was cold") == 0.0
+    assert relevance(topic_terms("March 2023"), "March was cold") == 0.5
+
+
+core_words = st.sampled_from(["concert", "pottery", "hiking", "dog", "lisbon", "painting"])
+when_words = st.sampled_from(["march", "2023", "weekend", "friday", "yesterday"])
+
+
+@given(
+    st.lists(core_words, min_size=1, max_size=4, unique=True),
+    st.lists(when_words, min_size=1, max_size=2, unique=True),
+    st.lists(core_words, max_size=5),
+)
+def test_an_absent_date_word_never_lowers_relevance(core, when, said):
+    text = " ".join(said)
+    terms = topic_terms(" ".join(core))
+    with_dates = topic_terms(" ".join(core + when))
+    assert relevance(with_dates, text, strict=False) == relevance(terms, text, strict=False)
+    assert relevance(with_dates, text) == relevance(terms, text)
+
+
+def test_fill_needs_a_strong_match():
+    weak = [hit(f"the pool opens at {h}", position=i) for i, h in enumerate((6, 7, 8))]
+    strong = hit("The Marquis pool in Lisbon is heated to 30 degrees", position=9)
+    query = "Is the Lisbon Marquis pool heated at night?"
+    params = RecallParams(max_snippets=5)
+    # weak matches only (one everyday shared word): nothing, filling or not
+    assert select_hits(weak, query, make_view([]), params) == []
+    # one strong match: it first, then the weak ones in the archive's order
+    chosen = select_hits([*weak, strong], query, make_view([]), params)
+    assert [s.position for s in chosen] == [9, 0, 1, 2]
+    assert chosen[0].relevance >= params.min_score > max(s.relevance for s in chosen[1:])
+    # fill off: the strong match only
+    off = select_hits([*weak, strong], query, make_view([]), RecallParams(fill=False))
+    assert [s.position for s in off] == [9]
+
+
+# hits and queries from a few words, so that weak and strong matches both happen
+few_words = st.lists(
+    st.sampled_from(["pool", "open", "hotel", "Lisbon", "river", "room", "418", "the", "at"]),
+    min_size=1,
+    max_size=6,
+).map(" ".join)
+
+
+@given(st.lists(st.tuples(few_words, roles), max_size=12), few_words)
+@settings(max_examples=300, deadline=None)
+def test_filling_adds_nothing_when_there_is_no_strong_match(items, query):
+    hits = [hit(t, role=r, position=i) for i, (t, r) in enumerate(items)]
+    strict = select_hits(hits, query, make_view([]), RecallParams(fill=False))
+    filled = select_hits(hits, query, make_view([]), RecallParams(fill=True))
+    if not strict:
+        assert filled == []
+    else:
+        assert filled[: len(strict)] == strict
+
+
+def test_a_hit_already_shown_as_a_reply_brings_the_message_that_followed_it():
+    # 4: the caller's question, 5: the assistant asks back, 6: the caller's answer
+    hits = [
+        hit("Which hotel in Lisbon should we book?", position=4),
+        hit("Do you prefer a hotel near the river in Lisbon?", role="assistant", position=5),
+    ]
+    replies = {
+        ("c1", 4): ("assistant", "Do you prefer a hotel near the river in Lisbon?"),
+        ("c1", 5): ("user", "Yes, the Marquis by the river, room 418."),
+    }
+    query = "Which Lisbon hotel did we book by the river?"
+    chosen = select_hits(hits, query, make_view([]), RecallParams(), replies=replies)
+    assert [(s.position, s.role, s.text) for s in chosen] == [
+        (4, "user", "Which hotel in Lisbon should we book?"),
+        (6, "user", "Yes, the Marquis by the river, room 418."),
+    ]
+    assert chosen[0].reply == "Do you prefer a hotel near the river in Lisbon?"
+    # with no message after it, a hit shown already is not repeated
+    del replies[("c1", 5)]
+    chosen = select_hits(hits, query, make_view([]), RecallParams(), replies=replies)
+    assert [s.position for s in chosen] == [4]
