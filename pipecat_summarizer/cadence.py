@@ -2,15 +2,21 @@
 
 Pure rules, no asyncio, no Pipecat frames.
 
-Three rules:
+Four rules:
 
 * :func:`kept_messages`: a compaction planned on a user turn is planned *before* the main
-  LLM answers that turn, and its summary lands seconds later, after the answer. Counted at
-  planning time, ``min_messages_after_summary`` messages plus the answer would stay verbatim:
-  one message more than asked for, and with the kept tail moved back to start on a user
-  turn, a whole exchange more, on every request until the next compaction, and the message
-  threshold, which counts the kept messages, trips one exchange sooner. The answer on its way
-  is therefore counted among the kept messages.
+  LLM's answer is in the context, and its summary lands seconds later, after the answer.
+  Counted at planning time, ``min_messages_after_summary`` messages plus the answer would
+  stay verbatim: one message more than asked for, on every request until the next
+  compaction, and the message threshold, which counts the kept messages, trips one exchange
+  sooner. The answer on its way is therefore counted among the kept messages.
+* :class:`AnswerWait`: the answer may not be one message. When it is a tool round (a call,
+  its result, then the answer), a plan made on the user turn's request keeps the call and
+  the result on top of the tail it counted: two messages more than asked for, on every
+  request until the next compaction. So a compaction due on a request starts once the main
+  LLM's response has ended (the companion after the LLM reports it, before the answer reaches
+  the context): a text answer is then the one message on its way; after tool calls, the
+  follow-up request decides again, with the call and the result already in the context.
 * :class:`CacheCadence`: with a prompt cache, a compaction is not free even when its summary
   is: the request after it rewrites the prefix after the system prompt, billed at the full
   input price, while carrying the unsummarized messages only costs the cached price. So,
@@ -29,8 +35,16 @@ Three rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+from pipecat_summarizer.events import Reason
 from pipecat_summarizer.validation import validate_numeric_fields
+
+# The reasons a compaction is due on a request the main LLM is about to answer.
+ANSWERED_REASONS: frozenset[str] = frozenset({"tokens", "messages"})
+
+ResponseEvent = Literal["text", "tool_call", "end"]
+"""What the companion after the main LLM reports of a response as it passes."""
 
 
 def kept_messages(keep: int, *, answer_pending: bool) -> int:
@@ -50,6 +64,66 @@ def kept_messages(keep: int, *, answer_pending: bool) -> int:
     if answer_pending and keep >= 2:
         return keep - 1
     return keep
+
+
+@dataclass
+class AnswerWait:
+    """Holds a compaction due on a request until the main LLM's response has ended.
+
+    The processor calls :meth:`request` on every request it prepares, with the reason the
+    trigger gave (or ``None``); the companion after the LLM reports the response as it
+    passes: :meth:`text` for answer text, :meth:`tool_call` for a function call, and
+    :meth:`ended` at its end, before the answer reaches the context. Without the companion
+    (``enabled=False``) nothing waits: a compaction starts on the request, its answer
+    counted as one message. A response whose end never came (interrupted, or a companion
+    that cannot see the LLM's frames) holds nothing back for long: the next request starts
+    what waited at once, as without the companion.
+
+    Parameters:
+        enabled: The companion reports responses.
+        reason: The compaction waiting for the response to end (``None``: none).
+        answered: The response carried text (an answer message on its way to the context).
+        tools: The response called tools (a follow-up request comes, and decides again).
+    """
+
+    enabled: bool = False
+    reason: Reason | None = None
+    answered: bool = False
+    tools: bool = False
+
+    def request(self, reason: Reason | None) -> Reason | None:
+        """A request is on its way to the main LLM; ``reason``: a compaction is due.
+
+        Returns:
+            The reason to start now, or ``None``: nothing is due, or it waits for the
+            response's end. It starts now without the companion, for a reason no answer
+            follows (backlog), and when an earlier request's wait never saw its response end.
+        """
+        unended = self.reason is not None
+        self.answered = self.tools = False
+        if not self.enabled or reason not in ANSWERED_REASONS or unended:
+            self.reason = None
+            return reason
+        self.reason = reason
+        return None
+
+    def text(self) -> None:
+        """The response carries answer text."""
+        self.answered = True
+
+    def tool_call(self) -> None:
+        """The response calls a tool: its follow-up request decides."""
+        self.tools = True
+
+    def ended(self) -> Reason | None:
+        """The response ended; its answer (if any) is not in the context yet.
+
+        Returns:
+            The waiting reason to start now (the answer is the one message on its way:
+            :attr:`answered`), or ``None`` when nothing waits or the response called tools.
+        """
+        reason, self.reason = self.reason, None
+        return None if self.tools else reason
 
 
 def over_context_limit(total_tokens: int, reducible_tokens: int, max_context_tokens: int) -> bool:

@@ -13,7 +13,10 @@ The guard sees both before they matter: it holds the follow-up to ``max_request_
 with the processor's own eviction, and hands the manual frame to the processor, which
 summarizes on the secondary LLM; the frame goes no further. It also tells the processor
 which LLM it sits next to, so the ceiling counts that LLM's ``system_instruction`` and the
-tool schemas. Everything else passes through untouched.
+tool schemas, and reports each response as it passes (text, tool calls, its end, before the
+answer reaches the context), so a compaction due on a request starts once the answer's shape
+is known (a tool round keeps no more than a text answer). Everything else passes through
+untouched.
 """
 
 from __future__ import annotations
@@ -21,11 +24,22 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from loguru import logger
-from pipecat.frames.frames import Frame, LLMContextFrame, LLMSummarizeContextFrame, StartFrame
+from pipecat.frames.frames import (
+    Frame,
+    FunctionCallInProgressFrame,
+    FunctionCallsStartedFrame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMSummarizeContextFrame,
+    LLMTextFrame,
+    StartFrame,
+)
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import LLMService
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
+
+from pipecat_summarizer.cadence import ResponseEvent
 
 
 @runtime_checkable
@@ -57,6 +71,28 @@ class GuardedProcessor(Protocol):
         """Make the context ready for a request the processor did not see go by."""
         ...
 
+    def watch_responses(self) -> None:
+        """Wait for each response's end before starting a compaction due on its request."""
+        ...
+
+    async def llm_response(self, event: ResponseEvent) -> None:
+        """A response of the main LLM, as it passes: text, a tool call, its end."""
+        ...
+
+
+# The response frames the guard reports to the processor.
+_RESPONSE_EVENTS: tuple[tuple[type[Frame], ResponseEvent], ...] = (
+    (LLMTextFrame, "text"),
+    (FunctionCallsStartedFrame, "tool_call"),
+    (FunctionCallInProgressFrame, "tool_call"),
+    (LLMFullResponseEndFrame, "end"),
+)
+
+
+def response_event(frame: Frame) -> ResponseEvent | None:
+    """What ``frame``, leaving the main LLM downstream, tells of its response (or ``None``)."""
+    return next((event for kind, event in _RESPONSE_EVENTS if isinstance(frame, kind)), None)
+
 
 class LLMRequestGuard(FrameProcessor):
     """The companion processor placed right after the main LLM.
@@ -74,7 +110,11 @@ class LLMRequestGuard(FrameProcessor):
       summarized by the processor on the secondary LLM, with its config override honoured;
       Pipecat's built-in summarizer never sees it.
     - ``StartFrame``: the LLM just before the guard is attached to the processor (unless one
-      was given), so the ceiling counts its ``system_instruction`` and tool schemas.
+      was given), so the ceiling counts its ``system_instruction`` and tool schemas, and the
+      processor is told the guard reports that LLM's responses.
+    - Downstream ``LLMTextFrame``, function-call frames and ``LLMFullResponseEndFrame``:
+      reported to the processor (the end before the frame goes on towards the assistant
+      aggregator, which puts the answer in the context).
 
     Every other frame, and every frame whatever happens inside, is pushed on.
 
@@ -106,15 +146,22 @@ class LLMRequestGuard(FrameProcessor):
         """
         await super().process_frame(frame, direction)
         s = self._summarizer
-        if isinstance(frame, StartFrame) and s.llm is None:
+        if isinstance(frame, StartFrame):
             llm = self.previous
             if isinstance(llm, LLMService):
-                s.attach_llm(llm)
-            else:
+                s.watch_responses()  # it is the LLM's own responses that pass here
+                if s.llm is None:
+                    s.attach_llm(llm)
+            elif s.llm is None:
                 logger.warning(
                     f"{self}: not placed right after an LLM service; system_instruction and "
                     "tool schemas are counted only if ContextSummarizer(llm=...) is given"
                 )
+        elif direction == FrameDirection.DOWNSTREAM and (event := response_event(frame)):
+            try:
+                await s.llm_response(event)
+            except Exception as e:  # the response goes on whatever happens here
+                logger.error(f"{self}: reporting the response failed ({type(e).__name__})")
         elif isinstance(frame, LLMSummarizeContextFrame) and direction == FrameDirection.DOWNSTREAM:
             try:
                 s.request_manual_summary(frame.config)

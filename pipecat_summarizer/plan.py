@@ -228,8 +228,9 @@ def select(
     """Choose the oldest messages to summarize, keeping at least ``keep`` messages verbatim.
 
     Rules: the head is never touched; whole units only, oldest first; never a unit that is
-    unresolved or anything after it; the kept tail has at least ``keep`` messages and, when
-    possible, starts with a user message; with ``input_budget``, units are taken until the
+    unresolved or anything after it; the kept tail is the shortest whole-unit tail of at least
+    ``keep`` messages (it may start with an assistant message, as Pipecat's does: the summary
+    before it carries the question); with ``input_budget``, units are taken until the
     next one would exceed it. A unit that alone exceeds the budget never blocks compaction:
     wherever it stands, it is sent shortened once what is taken before it leaves half the
     budget free (shortened texts share half the budget), otherwise it comes first next time.
@@ -277,7 +278,6 @@ def select(
     budget = None if input_budget is None else max(1, input_budget - previous_summary_tokens)
     shortened: set[int] = set()
     end = region
-    floor = region  # the kept tail never moves back over a shortened unit
     used = 0
     for cut in cuts:
         cost = tokens_of(end, cut)
@@ -291,18 +291,13 @@ def select(
                     ):
                         shortened.add(id(messages[k]))
                 used += budget - budget // 2
-                end = floor = cut
+                end = cut
             break
         used += cost
         end = cut
 
-    # Prefer a kept tail that starts with a user turn, if that still summarizes something.
-    if end < n and _role(messages[end]) != "user":
-        for cut in reversed(cuts):
-            if floor < cut < end and _role(messages[cut]) == "user":
-                end = cut
-                break
-
+    # The kept tail is the latest whole-unit cut, as in Pipecat: moving it back to start
+    # on a user turn would carry a message more on every request until the next summary.
     replaced = list(messages[region:end])
     summarized = [
         m

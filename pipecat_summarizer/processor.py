@@ -46,7 +46,7 @@ from pipecat.utils.context.llm_context_summarization import (
     LLMContextSummaryConfig,
 )
 
-from pipecat_summarizer.cadence import kept_messages
+from pipecat_summarizer.cadence import ANSWERED_REASONS, AnswerWait, ResponseEvent, kept_messages
 from pipecat_summarizer.ceiling import RequestCeiling, hook_request_reads
 from pipecat_summarizer.events import (
     ContextCompactedEvent,
@@ -312,6 +312,10 @@ class ContextSummarizer(FrameProcessor):
             ),
         )
         self._trigger = CompactionTrigger(self._config, p.trigger, p.retry)
+        # a compaction due on a request waits for the response's end (the companion reports
+        # it): then the answer's shape is known, a tool round's call and result included
+        self._answer_wait = AnswerWait()
+        self._waiting: Measurement | None = None  # the request's measurement, while waiting
         self._ceiling = RequestCeiling(
             p.ceiling,
             self._meter.counter,
@@ -433,6 +437,30 @@ class ContextSummarizer(FrameProcessor):
     def llm(self) -> LLMService | None:
         """The main LLM whose ``system_instruction`` and tools the ceiling counts, if known."""
         return self._ceiling.llm
+
+    def watch_responses(self) -> None:
+        """Start a due compaction when the main LLM's response ends, not on its request.
+
+        Called by :class:`LLMRequestGuard` at start when it sits right after the LLM: it then
+        reports every response (:meth:`llm_response`). A plan made on the request counts the
+        answer as one kept message; when the answer is a tool round (a call, its result,
+        then the answer), the call and the result would stay on top of the tail it counted.
+        Waiting for the response's end, the follow-up request after tool calls decides again
+        with both in the context (:class:`~pipecat_summarizer.cadence.AnswerWait`).
+        """
+        self._answer_wait.enabled = True
+
+    async def llm_response(self, event: ResponseEvent) -> None:
+        """The companion reports the main LLM's response as it passes (see
+        :meth:`watch_responses`): ``"text"``, ``"tool_call"``, and ``"end"``, reported
+        before the answer reaches the context. Never raises."""
+        wait = self._answer_wait
+        if event == "text":
+            wait.text()
+        elif event == "tool_call":
+            wait.tool_call()
+        elif event == "end" and wait.reason is not None:
+            await self._guarded(self._on_response_end)
 
     async def prepare_request(self) -> None:
         """Make the context ready for a request this processor did not see go by: pinned
@@ -642,14 +670,33 @@ class ContextSummarizer(FrameProcessor):
         self._plan_if_due(await self._prepare_request())
 
     def _plan_if_due(self, m: Measurement) -> None:
-        """Start a compaction if the trigger says one is due for this request."""
+        """Start a compaction if the trigger says one is due for this request (or, with the
+        companion reporting responses, once the response has ended)."""
         self._step = "planning"
         reason = self._trigger.due(
             m, now=_clock(), in_flight=self.summary_in_flight, pending=bool(self._pending)
         )
-        if reason is None:
+        reason = self._answer_wait.request(reason)
+        self._waiting = m if self._answer_wait.reason is not None else None
+        if reason is not None:
+            self._start_due(reason, m, answer_pending=reason in ANSWERED_REASONS)
+
+    def _on_response_end(self) -> None:
+        """The response to a request a compaction waited on has ended: start it now, unless
+        the response called tools (the follow-up request decides again)."""
+        self._step = "planning"
+        reason, m = self._answer_wait.ended(), self._waiting
+        self._waiting = None
+        if reason is None or m is None or self.summary_in_flight:
             return
-        if not self._start(reason, self._config.summary_config, self._summarizer):
+        if self._check_replaced():
+            return  # a new conversation: planned afresh on its next request
+        self._start_due(reason, m, answer_pending=self._answer_wait.answered)
+
+    def _start_due(self, reason: Reason, m: Measurement, *, answer_pending: bool) -> None:
+        """Start a due automatic compaction; remember when there is nothing to plan."""
+        config = self._config.summary_config
+        if not self._start(reason, config, self._summarizer, answer_pending=answer_pending):
             self._trigger.nothing_to_plan(m)
             self._warn_blocked(reason)
 
@@ -777,7 +824,12 @@ class ContextSummarizer(FrameProcessor):
             logger.info(f"{self}: manual summary requested, but nothing can be summarized")
 
     def _start(
-        self, reason: Reason, config: LLMContextSummaryConfig, summarizer: Summarizer
+        self,
+        reason: Reason,
+        config: LLMContextSummaryConfig,
+        summarizer: Summarizer,
+        *,
+        answer_pending: bool = False,
     ) -> bool:
         self._step = "planning"
         self._blocked = None
@@ -789,10 +841,8 @@ class ContextSummarizer(FrameProcessor):
         previous = self._memory.summary_text if summary_message is not None else None
         previous_tokens = self._memory.summary_tokens if previous else 0
         budget = self._params.max_summary_input_tokens
-        # a user turn's plan precedes its answer, which lands before the summary: it is kept
-        keep = kept_messages(
-            config.min_messages_after_summary, answer_pending=reason in ("tokens", "messages")
-        )
+        # a request's plan precedes its answer, which lands before the summary: it is kept
+        keep = kept_messages(config.min_messages_after_summary, answer_pending=answer_pending)
         plan = select(
             messages,
             keep=keep,

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.cadence import CacheCadence, kept_messages, over_context_limit
+from pipecat_summarizer.cadence import AnswerWait, CacheCadence, kept_messages, over_context_limit
 from pipecat_summarizer.options import ContextSummarizerParams, TriggerParams
 from pipecat_summarizer.policy import CompactionTrigger, trigger_reason
 from pipecat_summarizer.tokens import Measurement
@@ -42,6 +42,71 @@ def test_the_answer_on_its_way_counts_among_the_kept_messages():
     assert kept_messages(4, answer_pending=False) == 4  # backlog, manual: nothing pending
     assert kept_messages(1, answer_pending=True) == 1  # the question stays with its answer
     assert kept_messages(0, answer_pending=True) == 0
+
+
+# -- waiting for the answer's shape ---------------------------------------------------------------
+
+
+def test_without_the_companion_a_due_compaction_starts_on_its_request():
+    wait = AnswerWait()
+    assert wait.request("messages") == "messages"
+    assert wait.ended() is None
+
+
+def test_a_text_answer_starts_the_compaction_at_the_responses_end():
+    wait = AnswerWait(enabled=True)
+    assert wait.request("messages") is None  # waits: the answer's shape is not known yet
+    wait.text()
+    assert wait.ended() == "messages" and wait.answered
+    assert wait.ended() is None  # once
+
+
+def test_a_tool_round_leaves_the_decision_to_its_follow_up():
+    wait = AnswerWait(enabled=True)
+    assert wait.request("tokens") is None
+    wait.tool_call()
+    assert wait.ended() is None  # the call and its result come first
+    assert wait.request("tokens") is None  # the follow-up request decides again
+    wait.text()
+    assert wait.ended() == "tokens"
+
+
+def test_a_response_without_text_keeps_one_more_message():
+    wait = AnswerWait(enabled=True)
+    wait.request("messages")
+    assert wait.ended() == "messages" and not wait.answered  # no answer on its way
+
+
+def test_reasons_without_an_answer_and_nothing_due_never_wait():
+    wait = AnswerWait(enabled=True)
+    assert wait.request("backlog") == "backlog"
+    assert wait.request("manual") == "manual"
+    assert wait.request(None) is None
+    assert wait.ended() is None
+
+
+@given(st.lists(st.sampled_from(["messages", "tokens", None, "text", "tool_call", "end"])))
+def test_a_due_compaction_is_never_held_past_the_next_request(events):
+    """Liveness: whatever the companion reports or misses (an interrupted response, a
+    companion that cannot see the LLM), what waits starts at its response's end or, at the
+    latest, on the next request."""
+    wait = AnswerWait(enabled=True)
+    waiting = False
+    for event in events:
+        if event == "text":
+            wait.text()
+        elif event == "tool_call":
+            wait.tool_call()
+        elif event == "end":
+            started = wait.ended()
+            assert started is None or waiting
+            waiting = False
+        else:
+            started = wait.request(event)
+            if waiting and event is not None:
+                assert started == event  # the earlier wait never saw its end: start now
+            waiting = started is None and event is not None
+        assert (wait.reason is not None) == waiting
 
 
 # -- Pipecat's threshold on the whole context ----------------------------------------------------
@@ -200,3 +265,77 @@ async def test_a_cache_discount_compacts_less_often_and_loses_nothing(openai_ser
         assert {int(x.rsplit(" ", 1)[1]) for x in USER_LINE.findall(final)} == set(range(24))
     assert counts[0.0] >= 4
     assert 1 <= counts[0.9] < counts[0.0]
+
+
+async def _tool_round_at_the_threshold(server, *, guard: bool) -> list[dict]:
+    """Four turns, the fourth answered by a tool round (a call, its result, then the answer);
+    the message threshold (7) trips on the fourth turn's request. Returns the main-LLM
+    request of the fifth turn."""
+    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.processors.aggregators.llm_context import LLMContext
+    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+    from pipecat.tests.utils import SleepFrame, run_test
+
+    from tests.openai_server import Reply, is_summary_request
+    from tests.pipeline_utils import main_llm
+
+    def handler(body):
+        if is_summary_request(body):
+            return Reply("FACTS:\n- the user asked four things", delay=0.05)
+        last = body["messages"][-1]
+        if last["role"] == "user" and last["content"] == "four: look it up":
+            call = {"id": "call_4", "type": "function",
+                    "function": {"name": "lookup", "arguments": "{}"}}  # fmt: skip
+            return Reply(None, tool_calls=[call])
+        return Reply("Found it." if last["role"] == "tool" else "Sure.")
+
+    server.handler = handler
+    llm = main_llm(server.base_url)
+
+    async def lookup(params):
+        await params.result_callback({"status": "ok"})
+
+    llm.register_function("lookup", lookup)
+    context = LLMContext()
+    context.set_tools(
+        ToolsSchema(
+            standard_tools=[
+                FunctionSchema(name="lookup", description="Look up.", properties={}, required=[])
+            ]
+        )
+    )
+    summarizer = ContextSummarizer(
+        context=context,
+        config=cfg(messages=7, keep=4),
+        summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
+    )
+    pair = LLMContextAggregatorPair(context)
+    after = [summarizer.after_llm()] if guard else []
+    said = ["one", "two", "three", "four: look it up", "five"]
+    await run_test(
+        Pipeline([pair.user(), summarizer, llm, *after, pair.assistant()]),
+        frames_to_send=[*turns(said, gap=0.5), SleepFrame(sleep=0.3)],
+    )
+    assert server.summary_requests
+    return next(b for b in server.chat_requests if b["messages"][-1]["content"] == "five")
+
+
+async def test_a_tool_round_keeps_no_more_than_a_text_answer(openai_server):
+    """keep=4 and the threshold trips on a turn the LLM answers with a tool call: the
+    compaction waits for the round's follow-up, so the call, its result and the answer are
+    among the 4 kept messages (planned on the user turn's request, the call and the result
+    came on top of the 4, on every request until the next summary)."""
+    tail = after_summary(await _tool_round_at_the_threshold(openai_server, guard=True))
+    assert [m["role"] for m in tail] == ["user", "assistant", "tool", "assistant", "user"]
+    assert tail[0]["content"] == "four: look it up" and tail[-1]["content"] == "five"
+
+
+async def test_without_the_companion_the_plan_on_the_request_keeps_the_round_on_top(
+    openai_server,
+):
+    """Control: without the companion nothing reports the response, so the compaction is
+    planned on the fourth turn's request and the call and its result stay on top of the 4."""
+    tail = after_summary(await _tool_round_at_the_threshold(openai_server, guard=False))
+    assert len(tail) == 7 and tail[-1]["content"] == "five"

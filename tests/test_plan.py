@@ -95,14 +95,33 @@ def test_orphan_tool_result_joins_previous_unit():
     assert [(x.start, x.end) for x in units] == [(0, 2), (2, 3)]
 
 
-def test_select_keeps_system_and_tail_and_prefers_user_start():
+def test_select_keeps_system_and_tail():
     msgs = [sys(), *chat(10)]
     plan = select(msgs, keep=4, counter=C)
     assert plan is not None
     assert plan.replaced[0] is msgs[1]
     kept = msgs[1 + len(plan.replaced) :]
-    assert len(kept) >= 4 and kept[0]["role"] == "user"
+    assert len(kept) == 4 and kept[0]["role"] == "user"
     assert msgs[0] not in plan.summarized
+
+
+@pytest.mark.parametrize("keep", [1, 3, 5])
+def test_the_kept_tail_is_exactly_keep_messages_even_when_it_starts_on_an_answer(keep):
+    """Issue 12: the tail was moved back to start on a user message, one message more on
+    every request until the next summary; Pipecat keeps the last ``keep`` (whole units)."""
+    msgs = [sys(), *chat(10)]
+    plan = select(msgs, keep=keep, counter=C)
+    assert plan is not None
+    kept = msgs[1 + len(plan.replaced) :]
+    assert len(kept) == keep and kept[0]["role"] == "assistant"
+
+
+def test_a_tool_unit_is_the_only_reason_to_keep_more():
+    msgs = [sys(), *chat(3), u("look it up"), call("x"), result("x"), a("found it"), u("thanks")]
+    # the last three would start on the tool result: the call comes with it, nothing more
+    plan = select(msgs, keep=3, counter=C)
+    assert plan is not None
+    assert msgs[1 + len(plan.replaced) :] == msgs[-4:]
 
 
 def test_select_nothing_when_keep_covers_everything():
@@ -113,8 +132,8 @@ def test_select_nothing_when_keep_covers_everything():
 def test_select_stops_before_unresolved_call():
     msgs = [u("a"), a("b"), u("c"), call("x"), u("d"), a("e"), u("f"), a("g"), u("h"), a("i")]
     plan = select(msgs, keep=2, counter=C)
-    # the call is unresolved: nothing from it on; the cut backs up to a user turn
-    assert plan is not None and plan.replaced == msgs[:2]
+    # the call is unresolved: nothing from it on (the cut stops right before it, as Pipecat's)
+    assert plan is not None and plan.replaced == msgs[:3]
 
 
 def test_tail_never_starts_with_tool_result():

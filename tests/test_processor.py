@@ -402,8 +402,8 @@ async def test_manual_summary_honours_the_override(openai_server):
     # carries its FACTS itself (issue 8 item 4: conversation facts never gain authority)
     assert msgs[1]["role"] == "user"
     assert msgs[1]["content"] == "<memo>FACTS:\n- manual</memo>"
-    # keep=1 (not the default 4): only the last exchange stays, starting on a user turn
-    assert [m["content"] for m in msgs[2:]] == ["user message number 2", "Sure thing."]
+    # keep=1 (not the default 4): only the last message stays, as Pipecat keeps it
+    assert [m["content"] for m in msgs[2:]] == ["Sure thing."]
 
 
 async def test_manual_frame_is_consumed_not_passed_downstream(openai_server):

@@ -25,9 +25,9 @@ from tests.pipeline_utils import cfg, main_llm, turns
 SAID = ["first: my order is 4471", "second: ship it to Lyon", "third: thanks"]
 
 
-async def _call(server, *, guard: bool) -> list[dict]:
+async def _call(server, *, guard: bool) -> list[list[dict]]:
     """Three user turns, each running one tool; the message threshold (6) is crossed by the
-    second turn's tool result. Returns the transcripts of the summary requests."""
+    second turn's tool result. Returns the messages of each summary request's transcript."""
     calls = {"n": 0}
 
     def handler(body):
@@ -76,21 +76,27 @@ async def _call(server, *, guard: bool) -> list[dict]:
     for body in server.summary_requests:
         parsed = parse_request(body["messages"][1]["content"])
         assert parsed is not None
-        out.append([m.get("content") for m in parsed[0].messages if m["role"] == "user"])
+        out.append(parsed[0].messages)
     return out
 
 
+def _calls(messages: list[dict]) -> list[str]:
+    return [c["id"] for m in messages for c in m.get("tool_calls") or []]
+
+
 async def test_a_threshold_crossed_within_a_tool_round_compacts_at_the_follow_up(openai_server):
-    """Seven messages at the second turn's follow-up: the compaction starts there and
-    summarizes the first exchange only (planned at the third user turn, it would take the
-    second user message too)."""
+    """Seven messages at the second turn's follow-up: the compaction starts within that
+    round, so the second call and its result stay verbatim (planned at the third user turn,
+    the second round would be summarized too)."""
     summarized = await _call(openai_server, guard=True)
     assert summarized, "a summary should have been requested"
-    assert summarized[0] == [SAID[0]]
+    first = summarized[0]
+    assert [m["content"] for m in first if m["role"] == "user"] == [SAID[0], SAID[1]]
+    assert _calls(first) == ["call_1"]
 
 
 async def test_without_the_companion_the_next_user_turn_compacts(openai_server):
     """Control: the follow-up never reaches the processor, so the compaction waits for the
-    third user turn and summarizes both earlier user messages."""
+    third user turn and summarizes the second round too."""
     summarized = await _call(openai_server, guard=False)
-    assert summarized and summarized[0] == [SAID[0], SAID[1]]
+    assert summarized and _calls(summarized[0]) == ["call_1", "call_2"]
