@@ -173,3 +173,22 @@ def test_questions_command_without_the_semantic_extra_exits_2_with_the_hint(
     monkeypatch.undo()
     code, _, printed = _questions(tmp_path, capsys, "--candidates", "5")
     assert code == 2 and "--candidates need --semantic" in printed
+
+
+def test_questions_command_recall_preset_and_overrides():
+    import argparse
+
+    from pipecat_summarizer.replay.questions import recall_params, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+
+    def params(*options: str) -> RecallParams:
+        return recall_params(parser.parse_args(["questions", "--locomo", "x", *options]))
+
+    assert params() == RecallParams(latency_budget_s=RecallParams.latency_budget_s)
+    assert params("--recall-preset", "broad") == RecallParams.broad()
+    tuned = params("--recall-preset", "broad", "--recall-tokens", "2000", "--recall-no-fill")
+    assert tuned == RecallParams.broad(max_tokens=2000, fill=False)
+    with pytest.raises(ValueError, match="recall.max_snippets"):
+        params("--recall-snippets", "0")

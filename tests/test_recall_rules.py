@@ -482,3 +482,29 @@ def test_a_hit_already_shown_as_a_reply_brings_the_message_that_followed_it():
     del replies[("c1", 5)]
     chosen = select_hits(hits, query, make_view([]), RecallParams(), replies=replies)
     assert [s.position for s in chosen] == [4]
+
+
+def test_defaults_stay_a_small_block_and_the_broad_preset_is_larger():
+    # the default is "a few hundred" tokens: the larger block is a named preset
+    d = RecallParams()
+    assert (d.max_tokens, d.max_snippets, d.search_limit) == (800, 8, 30)
+    b = RecallParams.broad()
+    assert (b.max_tokens, b.max_snippets, b.search_limit) == (3500, 35, 70)
+    assert (b.min_score, b.fill, b.semantic) == (d.min_score, d.fill, None)
+    assert RecallParams.broad(latency_budget_s=0.02).latency_budget_s == 0.02
+    assert RecallParams.broad(max_snippets=10).max_snippets == 10
+    # validated like any other params, each error naming its field
+    with pytest.raises(ValueError, match="recall.max_tokens"):
+        RecallParams.broad(max_tokens=10)
+    with pytest.raises(TypeError, match="recall.semantic must be a SemanticRecall"):
+        RecallParams.broad(semantic="wordllama")
+
+
+@given(st.lists(st.tuples(few_words, roles), max_size=40), few_words)
+@settings(max_examples=100, deadline=None)
+def test_the_broad_preset_keeps_every_snippet_the_defaults_choose(items, query):
+    # a larger block only adds: what the defaults recall, the preset recalls too
+    hits = [hit(t, role=r, position=i) for i, (t, r) in enumerate(items)]
+    small = select_hits(hits, query, make_view([]), RecallParams())
+    large = select_hits(hits, query, make_view([]), RecallParams.broad())
+    assert {s.position for s in small} <= {s.position for s in large}

@@ -432,6 +432,12 @@ async def across_calls(
 
 # -- command ---------------------------------------------------------------------------------
 
+#: ``--recall-preset``: the recall params the options start from.
+PRESETS: dict[str, Callable[[], RecallParams]] = {
+    "default": RecallParams,
+    "broad": RecallParams.broad,
+}
+
 
 def register(subparsers: Any) -> None:
     """Register ``pipecat-summarizer questions``."""
@@ -445,11 +451,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--locomo-index", type=int, metavar="I")
     p.add_argument("--across-calls", action="store_true", help="also the across-calls table")
     p.add_argument("--store", metavar="DSN", help="a postgresql:// DSN (default: SQLite in memory)")
-    p.add_argument("--recall-tokens", type=int, default=RecallParams.max_tokens)
-    p.add_argument("--recall-snippets", type=int, default=RecallParams.max_snippets)
+    p.add_argument(
+        "--recall-preset",
+        choices=sorted(PRESETS),
+        default="default",
+        help="the recall params to start from: RecallParams() or RecallParams.broad() "
+        "(the options below override them)",
+    )
+    p.add_argument("--recall-tokens", type=int, metavar="N", help="max_tokens (preset's)")
+    p.add_argument("--recall-snippets", type=int, metavar="N", help="max_snippets (preset's)")
     p.add_argument("--recall-min-score", type=float, default=RecallParams.min_score)
     p.add_argument("--recall-budget-ms", type=float, default=RecallParams.latency_budget_s * 1000)
-    p.add_argument("--recall-search-limit", type=int, default=RecallParams.search_limit)
+    p.add_argument("--recall-search-limit", type=int, metavar="N", help="search_limit (preset's)")
     p.add_argument("--recall-snippet-tokens", type=int, default=RecallParams.max_snippet_tokens)
     p.add_argument(
         "--recall-no-fill",
@@ -506,12 +519,17 @@ def recall_params(args: argparse.Namespace) -> RecallParams:
         semantic = SemanticRecall(**options)
     elif args.min_similarity is not None or args.candidates is not None:
         raise ValueError("--min-similarity and --candidates need --semantic")
-    recall = RecallParams(
-        max_tokens=args.recall_tokens,
-        max_snippets=args.recall_snippets,
+    preset = PRESETS[args.recall_preset]()
+    chosen = {
+        "max_tokens": args.recall_tokens,
+        "max_snippets": args.recall_snippets,
+        "search_limit": args.recall_search_limit,
+    }
+    recall = replace(
+        preset,
+        **{k: v for k, v in chosen.items() if v is not None},
         min_score=args.recall_min_score,
         latency_budget_s=args.recall_budget_ms / 1000,
-        search_limit=args.recall_search_limit,
         max_snippet_tokens=args.recall_snippet_tokens,
         fill=not args.recall_no_fill,
         semantic=semantic,
