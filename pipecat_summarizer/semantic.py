@@ -157,7 +157,8 @@ class SemanticRecall:
     Parameters:
         min_similarity: Least cosine similarity of a message and the query for it to be
             recalled without sharing the query's words: on LoCoMo 0.25 did best of 0.2-0.35
-            (benchmarks/README.md).
+            with the default block, 0.2 with ``RecallParams.broad()``, whose larger block has
+            room for the looser matches (benchmarks/README.md).
         candidates: Messages taken from the semantic ranking each turn (after the lexical
             hits).
         max_calls: The caller's most recent calls whose messages are embedded.
