@@ -11,10 +11,14 @@ Conversations: the bundled calls (``pipecat_summarizer/replay/data/*.jsonl``, wi
 seed, length and message sizes (never used to tune anything), and, with ``--locomo PATH``,
 every LoCoMo conversation.
 
+``--by-turn NAME`` shows where the tokens go on one conversation instead: every main-LLM
+request of the built-in and of ours side by side (tokens, messages, their roles) with the
+running difference, and every summarizer request's input and output tokens.
+
 Usage::
 
     .venv/bin/python benchmarks/cost.py [--locomo /path/to/locomo10.zip] [--only NAME]
-        [--json out/cost.json]
+        [--json out/cost.json] [--by-turn NAME]
 """
 
 from __future__ import annotations
@@ -119,6 +123,64 @@ def measure(transcript: Any, probes: list[str], qa: Any, prices: Prices) -> dict
     return out
 
 
+def layout(request: Any) -> str:
+    """A request's messages as letters: s system, S the summary, u user, a assistant, t tool,
+    d developer."""
+    letters = []
+    for serialized in request.messages:
+        message = json.loads(serialized)
+        role = message.get("role") if isinstance(message, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        summary = isinstance(content, str) and content.startswith("Conversation summary")
+        letters.append("S" if summary else {"system": "s", "user": "u", "assistant": "a",
+                       "tool": "t", "developer": "d"}.get(str(role), "?"))  # fmt: skip
+    return "".join(letters)
+
+
+def by_turn(transcript: Any) -> list[str]:
+    """The built-in and ours on one conversation, request by request (see the module
+    docstring)."""
+    table = TokenTable()
+
+    async def go() -> dict[str, Any]:
+        return {
+            run: await run_strategy(
+                transcript,
+                run,
+                thresholds=Thresholds(),
+                backend=extractive_backend(),
+                options=replay_options(),
+                table=table,
+                model=CallModel(),
+            )
+            for run in ("pipecat_builtin", "pipecat_summarizer")
+        }
+
+    results = clock.run(go())
+    builtin, ours = results["pipecat_builtin"], results["pipecat_summarizer"]
+    lines = [
+        f"{'turn':>6}  {'built-in':>8} {'n':>3} {'':<28} {'ours':>8} {'n':>3} {'':<28} "
+        f"{'diff':>6} {'running':>8}"
+    ]
+    running = 0
+    for b, o in zip(builtin.requests, ours.requests, strict=False):
+        running += o.total - b.total
+        lines.append(
+            f"{b.turn:>4}.{b.step}  {b.total:>8,} {len(b.messages):>3} {layout(b):<28} "
+            f"{o.total:>8,} {len(o.messages):>3} {layout(o):<28} {o.total - b.total:>6,} "
+            f"{running:>8,}"
+        )
+    for name, result in (("built-in", builtin), ("ours", ours)):
+        calls = ", ".join(
+            f"t{turn}: {i:,}/{out:,}"
+            for turn, (i, out) in zip(result.requested_turns, result.summary_calls, strict=False)
+        )
+        main = sum(r.total for r in result.requests)
+        summary = sum(i for i, _ in result.summary_calls)
+        lines.append(f"{name}: main LLM {main:,}, summarizer in {summary:,} ({calls})")
+    return lines
+
+
 def row(name: str, runs: dict[str, dict]) -> list[str]:
     """One line per run: billed tokens, costs, facts."""
     full = runs["full_buffer"]["input_tokens"]
@@ -145,9 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--locomo", help="locomo10.zip (every conversation)")
     parser.add_argument("--only", action="append", help="only conversations with this name")
     parser.add_argument("--json", help="write the entries here")
+    parser.add_argument(
+        "--by-turn", metavar="NAME", help="the built-in and ours request by request on NAME"
+    )
     args = parser.parse_args(argv)
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
+    if args.by_turn:
+        found = [c for c in conversations(args.locomo) if c[0] == args.by_turn]
+        if not found:
+            parser.error(f"--by-turn: no conversation named {args.by_turn!r}")
+        print("\n".join(by_turn(found[0][1])))
+        return 0
     prices = Prices()
     header = (
         f"{'conversation':<16} {'run':<20} {'billed in':>11} {'vs full':>7} {'sum':>4} "
