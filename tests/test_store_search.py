@@ -19,6 +19,7 @@ from pipecat_summarizer.recall import RecallParams
 from pipecat_summarizer.recall_shell import RecallStep
 from pipecat_summarizer.store import MemoryStore, SQLiteMemoryStore, open_store
 from pipecat_summarizer.store import sqlite as sqlite_backend
+from pipecat_summarizer.store.base import SCHEMA_VERSION
 from pipecat_summarizer.store.records import ArchivedMessage
 from pipecat_summarizer.store.rows import message_row
 
@@ -191,7 +192,9 @@ async def test_a_v1_sqlite_database_is_migrated_on_open_and_finds_its_messages(t
     assert len(bob) == 60
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (2,)
+        assert conn.execute("SELECT MAX(version) FROM schema_version").fetchone() == (
+            SCHEMA_VERSION,
+        )
         # the index agrees with the messages it was rebuilt from (raises if not)
         conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
     finally:
@@ -228,7 +231,7 @@ async def test_a_v1_postgres_database_is_migrated_on_open_and_finds_its_messages
     assert len(anon) == 3 and len(bob) == 60
     conn = await asyncpg.connect(dsn)
     try:
-        assert await conn.fetchval("SELECT MAX(version) FROM schema_version") == 2
+        assert await conn.fetchval("SELECT MAX(version) FROM schema_version") == SCHEMA_VERSION
         indexes = {r[0] for r in await conn.fetch("SELECT indexname FROM pg_indexes")}
         assert "messages_scoped" in indexes and "messages_tsv" not in indexes
     finally:

@@ -19,7 +19,9 @@ from pipecat_summarizer.store.records import (
 #: The schema version this code writes; the ``schema_version`` table holds the database's.
 #: v2: the caller (or, for a call without one, the call) is part of the full-text index, so
 #: a caller's search ranks only their own messages; an older database migrates on open.
-SCHEMA_VERSION = 2
+#: v3 (PostgreSQL): the scoped GIN index without a pending list (``fastupdate = off``) and
+#: its statistics gathered; nothing changes on SQLite.
+SCHEMA_VERSION = 3
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 

@@ -151,6 +151,7 @@ MIGRATIONS: dict[int, list[str]] = {
             INSERT INTO messages_fts(rowid, content)
             VALUES ((new.scope << {ID_BITS}) | new.id, new.content); END""",
     ],
+    3: [],  # v3 changes PostgreSQL's index only
 }
 
 _INSERT_MESSAGE = """INSERT INTO messages(call_id, user_id, position, turn, at, role, content,
