@@ -13,10 +13,12 @@ Four rules:
 * :class:`AnswerWait`: the answer may not be one message. When it is a tool round (a call,
   its result, then the answer), a plan made on the user turn's request keeps the call and
   the result on top of the tail it counted: two messages more than asked for, on every
-  request until the next compaction. So a compaction due on a request starts once the main
-  LLM's response has ended (the companion after the LLM reports it, before the answer reaches
-  the context): a text answer is then the one message on its way; after tool calls, the
-  follow-up request decides again, with the call and the result already in the context.
+  request until the next compaction. So, when the main LLM can answer with a tool round (the
+  context offers tools, or it has called one in this call), a compaction due on a request
+  starts once its response has ended (the companion after the LLM reports it, before the
+  answer reaches the context): a text answer is then the one message on its way; after tool
+  calls, the follow-up request decides again, with the call and the result already in the
+  context. Without tools the answer is one message: waiting would only start it later.
 * :class:`CacheCadence`: with a prompt cache, a compaction is not free even when its summary
   is: the request after it rewrites the prefix after the system prompt, billed at the full
   input price, while carrying the unsummarized messages only costs the cached price. So,
@@ -35,7 +37,7 @@ Four rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pipecat_summarizer.events import Reason
 from pipecat_summarizer.validation import validate_numeric_fields
@@ -71,37 +73,49 @@ class AnswerWait:
     """Holds a compaction due on a request until the main LLM's response has ended.
 
     The processor calls :meth:`request` on every request it prepares, with the reason the
-    trigger gave (or ``None``); the companion after the LLM reports the response as it
-    passes: :meth:`text` for answer text, :meth:`tool_call` for a function call, and
-    :meth:`ended` at its end, before the answer reaches the context. Without the companion
-    (``enabled=False``) nothing waits: a compaction starts on the request, its answer
-    counted as one message. A response whose end never came (interrupted, or a companion
-    that cannot see the LLM's frames) holds nothing back for long: the next request starts
-    what waited at once, as without the companion.
+    trigger gave (or ``None``) and whether the context offers tools; the companion after the
+    LLM reports the response as it passes: :meth:`text` for answer text, :meth:`tool_call`
+    for a function call, and :meth:`ended` at its end, before the answer reaches the context.
+    Only a request whose answer may be a tool round waits (the context offers tools, or the
+    LLM has called one in this call): otherwise the answer is one message, and waiting would
+    only start the compaction later. Without the companion (``enabled=False``) nothing
+    waits: a compaction starts on the request, its answer counted as one message. A
+    response whose end never came (interrupted, or a companion that cannot see the LLM's
+    frames) holds nothing back for long: the next request starts what waited at once, as
+    without the companion.
 
     Parameters:
         enabled: The companion reports responses.
         reason: The compaction waiting for the response to end (``None``: none).
         answered: The response carried text (an answer message on its way to the context).
         tools: The response called tools (a follow-up request comes, and decides again).
+        called: The LLM has called a tool in this call (its answers may be tool rounds even
+            when the context declares no tools).
     """
 
     enabled: bool = False
     reason: Reason | None = None
     answered: bool = False
     tools: bool = False
+    called: bool = False
 
-    def request(self, reason: Reason | None) -> Reason | None:
+    def request(self, reason: Reason | None, *, tools_offered: bool = False) -> Reason | None:
         """A request is on its way to the main LLM; ``reason``: a compaction is due.
+
+        Args:
+            reason: Why a compaction is due on this request, or ``None``.
+            tools_offered: The request offers the LLM tools (:func:`offers_tools`).
 
         Returns:
             The reason to start now, or ``None``: nothing is due, or it waits for the
-            response's end. It starts now without the companion, for a reason no answer
-            follows (backlog), and when an earlier request's wait never saw its response end.
+            response's end. It starts now without the companion, when the answer cannot be
+            a tool round, for a reason no answer follows (backlog), and when an earlier
+            request's wait never saw its response end.
         """
         unended = self.reason is not None
         self.answered = self.tools = False
-        if not self.enabled or reason not in ANSWERED_REASONS or unended:
+        may_call = tools_offered or self.called
+        if not self.enabled or not may_call or reason not in ANSWERED_REASONS or unended:
             self.reason = None
             return reason
         self.reason = reason
@@ -113,7 +127,7 @@ class AnswerWait:
 
     def tool_call(self) -> None:
         """The response calls a tool: its follow-up request decides."""
-        self.tools = True
+        self.tools = self.called = True
 
     def ended(self) -> Reason | None:
         """The response ended; its answer (if any) is not in the context yet.
@@ -124,6 +138,14 @@ class AnswerWait:
         """
         reason, self.reason = self.reason, None
         return None if self.tools else reason
+
+
+def offers_tools(tools: Any) -> bool:
+    """Whether a context's tools let the LLM call any: a ``ToolsSchema`` with standard or
+    custom tools, or a non-empty provider list (``NOT_GIVEN``, ``None``, empty: no)."""
+    if isinstance(tools, list | tuple):
+        return bool(tools)
+    return bool(getattr(tools, "standard_tools", None) or getattr(tools, "custom_tools", None))
 
 
 def over_context_limit(total_tokens: int, reducible_tokens: int, max_context_tokens: int) -> bool:

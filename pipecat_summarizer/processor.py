@@ -46,7 +46,13 @@ from pipecat.utils.context.llm_context_summarization import (
     LLMContextSummaryConfig,
 )
 
-from pipecat_summarizer.cadence import ANSWERED_REASONS, AnswerWait, ResponseEvent, kept_messages
+from pipecat_summarizer.cadence import (
+    ANSWERED_REASONS,
+    AnswerWait,
+    ResponseEvent,
+    kept_messages,
+    offers_tools,
+)
 from pipecat_summarizer.ceiling import RequestCeiling, hook_request_reads
 from pipecat_summarizer.events import (
     ContextCompactedEvent,
@@ -446,7 +452,9 @@ class ContextSummarizer(FrameProcessor):
         answer as one kept message; when the answer is a tool round (a call, its result,
         then the answer), the call and the result would stay on top of the tail it counted.
         Waiting for the response's end, the follow-up request after tool calls decides again
-        with both in the context (:class:`~pipecat_summarizer.cadence.AnswerWait`).
+        with both in the context (:class:`~pipecat_summarizer.cadence.AnswerWait`). Only
+        when the answer may be a tool round: the context offers tools, or the LLM has called
+        one in this call.
         """
         self._answer_wait.enabled = True
 
@@ -676,7 +684,7 @@ class ContextSummarizer(FrameProcessor):
         reason = self._trigger.due(
             m, now=_clock(), in_flight=self.summary_in_flight, pending=bool(self._pending)
         )
-        reason = self._answer_wait.request(reason)
+        reason = self._answer_wait.request(reason, tools_offered=offers_tools(self._context.tools))
         self._waiting = m if self._answer_wait.reason is not None else None
         if reason is not None:
             self._start_due(reason, m, answer_pending=reason in ANSWERED_REASONS)

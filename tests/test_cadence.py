@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.cadence import AnswerWait, CacheCadence, kept_messages, over_context_limit
+from pipecat_summarizer.cadence import (
+    AnswerWait,
+    CacheCadence,
+    kept_messages,
+    offers_tools,
+    over_context_limit,
+)
 from pipecat_summarizer.options import ContextSummarizerParams, TriggerParams
 from pipecat_summarizer.policy import CompactionTrigger, trigger_reason
 from pipecat_summarizer.tokens import Measurement
@@ -53,9 +59,35 @@ def test_without_the_companion_a_due_compaction_starts_on_its_request():
     assert wait.ended() is None
 
 
+def test_without_tools_the_answer_is_one_message_and_nothing_waits():
+    wait = AnswerWait(enabled=True)
+    assert wait.request("messages") == "messages"  # waiting would only start it later
+    assert wait.request("tokens", tools_offered=False) == "tokens"
+
+
+def test_once_the_llm_has_called_a_tool_its_answers_may_be_tool_rounds():
+    wait = AnswerWait(enabled=True)
+    wait.request(None)
+    wait.tool_call()  # the context declares no tools, yet the LLM called one
+    wait.ended()
+    assert wait.request("messages") is None
+
+
+def test_what_offers_tools():
+    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+    from pipecat.processors.aggregators.llm_context import NOT_GIVEN
+
+    schema = FunctionSchema(name="f", description="d", properties={}, required=[])
+    assert offers_tools(ToolsSchema(standard_tools=[schema]))
+    assert offers_tools([{"type": "function", "function": {"name": "f"}}])
+    assert not offers_tools(ToolsSchema(standard_tools=[]))
+    assert not offers_tools(NOT_GIVEN) and not offers_tools(None) and not offers_tools([])
+
+
 def test_a_text_answer_starts_the_compaction_at_the_responses_end():
     wait = AnswerWait(enabled=True)
-    assert wait.request("messages") is None  # waits: the answer's shape is not known yet
+    assert wait.request("messages", tools_offered=True) is None  # the answer's shape is unknown
     wait.text()
     assert wait.ended() == "messages" and wait.answered
     assert wait.ended() is None  # once
@@ -63,30 +95,33 @@ def test_a_text_answer_starts_the_compaction_at_the_responses_end():
 
 def test_a_tool_round_leaves_the_decision_to_its_follow_up():
     wait = AnswerWait(enabled=True)
-    assert wait.request("tokens") is None
+    assert wait.request("tokens", tools_offered=True) is None
     wait.tool_call()
     assert wait.ended() is None  # the call and its result come first
-    assert wait.request("tokens") is None  # the follow-up request decides again
+    assert wait.request("tokens", tools_offered=True) is None  # the follow-up decides again
     wait.text()
     assert wait.ended() == "tokens"
 
 
 def test_a_response_without_text_keeps_one_more_message():
     wait = AnswerWait(enabled=True)
-    wait.request("messages")
+    wait.request("messages", tools_offered=True)
     assert wait.ended() == "messages" and not wait.answered  # no answer on its way
 
 
 def test_reasons_without_an_answer_and_nothing_due_never_wait():
     wait = AnswerWait(enabled=True)
-    assert wait.request("backlog") == "backlog"
-    assert wait.request("manual") == "manual"
-    assert wait.request(None) is None
+    assert wait.request("backlog", tools_offered=True) == "backlog"
+    assert wait.request("manual", tools_offered=True) == "manual"
+    assert wait.request(None, tools_offered=True) is None
     assert wait.ended() is None
 
 
-@given(st.lists(st.sampled_from(["messages", "tokens", None, "text", "tool_call", "end"])))
-def test_a_due_compaction_is_never_held_past_the_next_request(events):
+@given(
+    st.lists(st.sampled_from(["messages", "tokens", None, "text", "tool_call", "end"])),
+    st.booleans(),
+)
+def test_a_due_compaction_is_never_held_past_the_next_request(events, tools_offered):
     """Liveness: whatever the companion reports or misses (an interrupted response, a
     companion that cannot see the LLM), what waits starts at its response's end or, at the
     latest, on the next request."""
@@ -102,7 +137,7 @@ def test_a_due_compaction_is_never_held_past_the_next_request(events):
             assert started is None or waiting
             waiting = False
         else:
-            started = wait.request(event)
+            started = wait.request(event, tools_offered=tools_offered)
             if waiting and event is not None:
                 assert started == event  # the earlier wait never saw its end: start now
             waiting = started is None and event is not None
@@ -339,3 +374,55 @@ async def test_without_the_companion_the_plan_on_the_request_keeps_the_round_on_
     planned on the fourth turn's request and the call and its result stay on top of the 4."""
     tail = after_summary(await _tool_round_at_the_threshold(openai_server, guard=False))
     assert len(tail) == 7 and tail[-1]["content"] == "five"
+
+
+async def _in_flight_when_answers_start(server, *, tools: bool) -> list[bool]:
+    """Whether a summary is running as each answer of the main LLM starts (a probe after the
+    companion); the message threshold (5) trips on the third turn's request; summaries take
+    0.5 s, chat answers come at once."""
+    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+    from pipecat.frames.frames import LLMFullResponseStartFrame
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.processors.aggregators.llm_context import LLMContext
+    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+    from pipecat.processors.frame_processor import FrameProcessor
+    from pipecat.tests.utils import SleepFrame, run_test
+
+    from tests.pipeline_utils import main_llm
+
+    server.handler = scripted(summary="FACTS:\n- three turns", delay=0.5)
+    context = LLMContext()
+    if tools:
+        schema = FunctionSchema(name="lookup", description="Look up.", properties={}, required=[])
+        context.set_tools(ToolsSchema(standard_tools=[schema]))
+    summarizer = ContextSummarizer(
+        context=context,
+        config=cfg(messages=5, keep=2),
+        summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
+    )
+    seen: list[bool] = []
+
+    class Probe(FrameProcessor):
+        async def process_frame(self, frame, direction):
+            await super().process_frame(frame, direction)
+            if isinstance(frame, LLMFullResponseStartFrame):
+                seen.append(summarizer.summary_in_flight)
+            await self.push_frame(frame, direction)
+
+    pair = LLMContextAggregatorPair(context)
+    llm = main_llm(server.base_url)
+    await run_test(
+        Pipeline([pair.user(), summarizer, llm, summarizer.after_llm(), Probe(), pair.assistant()]),
+        frames_to_send=[*turns(["one", "two", "three"], gap=0.2), SleepFrame(sleep=0.6)],
+    )
+    return seen
+
+
+async def test_without_tools_the_compaction_starts_on_the_request(openai_server):
+    """No tools: the answer can only be one message, so the compaction due on the third
+    turn starts on its request, already running as the answer starts (waiting for the
+    answer's end would only start it later); with tools it waits for the end."""
+    assert await _in_flight_when_answers_start(openai_server, tools=False) == [False, False, True]
+    openai_server.requests.clear()
+    assert await _in_flight_when_answers_start(openai_server, tools=True) == [False] * 3
