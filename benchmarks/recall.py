@@ -7,7 +7,10 @@ do), then the recall step's archive work for one turn is timed: the ranked any-w
 of the caller's archive and the reads of the messages that followed the first hits, exactly
 as ``RecallStep`` does it (``RecallStep.hits_for_turn`` with an unlimited budget), p50/p99
 over the queries. The per-turn budget is 10 ms by default (``RecallParams.latency_budget_s``).
-The stores are created by this code (schema v2: the caller inside the full-text index).
+The stores are created by this code (schema v3: the caller inside the full-text index;
+on PostgreSQL a GIN index without a pending list). The timing starts right after the bulk
+load: no ANALYZE has run on PostgreSQL (autovacuum may come by during the timing), the
+least favourable state for its planner.
 
     .venv/bin/python benchmarks/recall.py [--sizes 1000 10000 100000] [--queries 300]
     .venv/bin/python benchmarks/recall.py --corpus /path/to/locomo10.zip
