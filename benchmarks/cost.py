@@ -82,12 +82,15 @@ def cache_aware_options(discount: float) -> Any:
     return replay_options(cached_input_discount=discount)
 
 
-def measure(transcript: Any, probes: list[str], qa: Any, prices: Prices) -> dict[str, dict]:
-    """Every run of :data:`RUNS` on one transcript, as report entries."""
+def measure(
+    transcript: Any, probes: list[str], qa: Any, prices: Prices, seed: int = 0
+) -> dict[str, dict]:
+    """Every run of :data:`RUNS` on one transcript, as report entries (``seed``: the call
+    model's, i.e. the turn cadence, summarizer latencies and barge-ins)."""
     discount = 1 - prices.cached_input / prices.input
     backend = extractive_backend()
     table = TokenTable()
-    model = CallModel()
+    model = CallModel(seed=seed)
 
     async def go() -> dict[str, Any]:
         results = {}
@@ -208,6 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="only conversations with this name")
     parser.add_argument("--json", help="write the entries here")
     parser.add_argument(
+        "--seed",
+        type=int,
+        action="append",
+        metavar="N",
+        help="the call model's seed (cadence, summarizer latency, barge-ins; default 0); "
+        "repeat it to see which differences are systematic and which are the phase of one run",
+    )
+    parser.add_argument(
         "--by-turn", metavar="NAME", help="the built-in and ours request by request on NAME"
     )
     args = parser.parse_args(argv)
@@ -232,12 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     report = {}
+    seeds = args.seed or [0]
     for name, transcript, probes, qa in conversations(args.locomo):
         if args.only and not any(o in name for o in args.only):
             continue
-        runs = measure(transcript, probes, qa, prices)
-        report[name] = runs
-        print("\n".join(row(name, runs)), flush=True)
+        for seed in seeds:
+            label = name if seeds == [0] else f"{name}@{seed}"
+            runs = measure(transcript, probes, qa, prices, seed=seed)
+            report[label] = runs
+            print("\n".join(row(label, runs)), flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
