@@ -35,6 +35,32 @@ def build(context: LLMContext, summarizer: ContextSummarizer, llm) -> Pipeline:
     return Pipeline([pair.user(), summarizer, llm, pair.assistant()])
 
 
+def lookup_tool_pipeline(server, config, *, guard: bool) -> Pipeline:
+    """A pipeline whose context offers one tool, ``lookup`` (its handler answers
+    ``{"status": "ok"}``): user aggregator -> summarizer -> main LLM -> (with ``guard``, the
+    summarizer's companion) -> assistant aggregator."""
+    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+
+    llm = main_llm(server.base_url)
+
+    async def lookup(params):
+        await params.result_callback({"status": "ok"})
+
+    llm.register_function("lookup", lookup)
+    context = LLMContext()
+    schema = FunctionSchema(name="lookup", description="Look up.", properties={}, required=[])
+    context.set_tools(ToolsSchema(standard_tools=[schema]))
+    summarizer = ContextSummarizer(
+        context=context,
+        config=config,
+        summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
+    )
+    pair = LLMContextAggregatorPair(context)
+    after = [summarizer.after_llm()] if guard else []
+    return Pipeline([pair.user(), summarizer, llm, *after, pair.assistant()])
+
+
 def user_turn(text: str) -> LLMMessagesAppendFrame:
     """A user turn that makes the user aggregator push a context frame."""
     return LLMMessagesAppendFrame(messages=[{"role": "user", "content": text}], run_llm=True)

@@ -306,15 +306,10 @@ async def _tool_round_at_the_threshold(server, *, guard: bool) -> list[dict]:
     """Four turns, the fourth answered by a tool round (a call, its result, then the answer);
     the message threshold (7) trips on the fourth turn's request. Returns the main-LLM
     request of the fifth turn."""
-    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
-    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-    from pipecat.pipeline.pipeline import Pipeline
-    from pipecat.processors.aggregators.llm_context import LLMContext
-    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
     from pipecat.tests.utils import SleepFrame, run_test
 
     from tests.openai_server import Reply, is_summary_request
-    from tests.pipeline_utils import main_llm
+    from tests.pipeline_utils import lookup_tool_pipeline
 
     def handler(body):
         if is_summary_request(body):
@@ -327,30 +322,10 @@ async def _tool_round_at_the_threshold(server, *, guard: bool) -> list[dict]:
         return Reply("Found it." if last["role"] == "tool" else "Sure.")
 
     server.handler = handler
-    llm = main_llm(server.base_url)
-
-    async def lookup(params):
-        await params.result_callback({"status": "ok"})
-
-    llm.register_function("lookup", lookup)
-    context = LLMContext()
-    context.set_tools(
-        ToolsSchema(
-            standard_tools=[
-                FunctionSchema(name="lookup", description="Look up.", properties={}, required=[])
-            ]
-        )
-    )
-    summarizer = ContextSummarizer(
-        context=context,
-        config=cfg(messages=7, keep=4),
-        summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
-    )
-    pair = LLMContextAggregatorPair(context)
-    after = [summarizer.after_llm()] if guard else []
+    pipeline = lookup_tool_pipeline(server, cfg(messages=7, keep=4), guard=guard)
     said = ["one", "two", "three", "four: look it up", "five"]
     await run_test(
-        Pipeline([pair.user(), summarizer, llm, *after, pair.assistant()]),
+        pipeline,
         frames_to_send=[*turns(said, gap=0.5), SleepFrame(sleep=0.3)],
     )
     assert server.summary_requests

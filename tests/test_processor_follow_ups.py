@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import json
 
-from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
-from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-from pipecat.pipeline.pipeline import Pipeline
-from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.tests.utils import SleepFrame, run_test
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer.prompt import parse_request
 from tests.openai_server import Reply, is_summary_request
-from tests.pipeline_utils import cfg, main_llm, turns
+from tests.pipeline_utils import cfg, lookup_tool_pipeline, turns
 
 SAID = ["first: my order is 4471", "second: ship it to Lyon", "third: thanks"]
 
@@ -47,29 +41,9 @@ async def _call(server, *, guard: bool) -> list[list[dict]]:
         )
 
     server.handler = handler
-    llm = main_llm(server.base_url)
-
-    async def lookup(params):
-        await params.result_callback({"status": "ok"})
-
-    llm.register_function("lookup", lookup)
-    context = LLMContext()
-    context.set_tools(
-        ToolsSchema(
-            standard_tools=[
-                FunctionSchema(name="lookup", description="Look up.", properties={}, required=[])
-            ]
-        )
-    )
-    summarizer = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
-    )
-    pair = LLMContextAggregatorPair(context)
-    after = [summarizer.after_llm()] if guard else []
+    pipeline = lookup_tool_pipeline(server, cfg(messages=6, keep=2), guard=guard)
     await run_test(
-        Pipeline([pair.user(), summarizer, llm, *after, pair.assistant()]),
+        pipeline,
         frames_to_send=[*turns(SAID, gap=0.4), SleepFrame(sleep=0.3)],
     )
     out = []
