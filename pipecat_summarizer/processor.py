@@ -599,6 +599,8 @@ class ContextSummarizer(FrameProcessor):
 
         if isinstance(frame, StartFrame) and self._recorder is not None:
             self._recorder.start()  # the writer's task, and the caller's memory loading
+            if self._recall is not None:
+                self._recall.start()
         if isinstance(frame, LLMSummarizeContextFrame):
             # Ours to handle; the built-in summarizer downstream must not run it too.
             await self._guarded(self._start_manual, frame.config)

@@ -241,6 +241,12 @@ class RecallStep:
 
     # -- the turn -------------------------------------------------------------------------
 
+    def start(self) -> None:
+        """The call starts: index the caller's earlier calls for semantic recall now, so a
+        returning caller's first question already finds them by meaning."""
+        if self.semantic is not None:
+            self.semantic.kick(self.archive)
+
     def clear(self, messages: Sequence[Any]) -> list[Any] | None:
         """``messages`` without last turn's recalled message, or ``None`` if it is not there."""
         current, self.message = self.message, None

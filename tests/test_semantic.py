@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
+from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer import semantic as semantic_module
@@ -61,7 +61,7 @@ def _recalled(body: dict) -> list[dict]:
     return [m for m in body["messages"] if is_recall_message(m)]
 
 
-async def _call(server, store, texts, *, recall, call_id="call-1", user_id=None):
+async def _call(server, store, texts, *, recall, call_id="call-1", user_id=None, lead=0.0):
     context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
     processor = ContextSummarizer(
@@ -77,7 +77,8 @@ async def _call(server, store, texts, *, recall, call_id="call-1", user_id=None)
     try:
         await run_test(
             build(context, processor, main_llm(server.base_url)),
-            frames_to_send=[*turns(texts, gap=0.25)],
+            # lead: the moment between pickup and the caller's first words
+            frames_to_send=[*([SleepFrame(sleep=lead)] if lead else []), *turns(texts, gap=0.25)],
         )
     finally:
         await summarizer.aclose()
@@ -185,6 +186,29 @@ async def test_across_two_calls_the_paraphrased_detail_comes_back(
     assert processor.recall_step.semantic.size > 0
     assert bob.recall_step.semantic.size == 0
     assert not any("Rex" in str(b) for b in bobs)
+
+
+async def test_a_returning_callers_first_question_finds_the_earlier_call_by_meaning(
+    openai_server, tmp_path, semantic
+):
+    """The earlier calls are indexed when the call starts, not on its first turn: a caller
+    who asks at once (no greeting turn first) already gets the paraphrased detail back."""
+    openai_server.handler = _summaries
+    recall = replace(ON_TIME, semantic=semantic)
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    try:
+        await _call(openai_server, store, [PET, *FILLER], recall=recall, call_id="c1", user_id="al")
+        openai_server.requests.clear()
+        processor = await _call(
+            openai_server, store, [ASK], recall=recall, call_id="c2", user_id="al", lead=0.5
+        )
+    finally:
+        await store.close()
+    first = openai_server.chat_requests[0]
+    assert first["messages"][-1]["content"] == ASK
+    recalled = _recalled(first)
+    assert len(recalled) == 1 and "Rex" in recalled[0]["content"]
+    assert processor.recall_step.semantic.size > 0
 
 
 class BlockingEmbedder:
