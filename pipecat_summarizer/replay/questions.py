@@ -78,6 +78,10 @@ GREETING = "Hello, it's me again."
 _SESSION = re.compile(r"^\[Session (\d+)\b")
 _FAST_WRITER = WriterOptions(flush_interval_s=0.05)
 
+#: Across calls: the time between the greeting and the first question (a real greeting
+#: exchange takes seconds).
+GREETING_PAUSE_S = 1.0
+
 
 # -- one call through a real pipeline ----------------------------------------------------------
 
@@ -269,6 +273,21 @@ async def _ask_all(
         scores.recalled += any(is_recall_message(m) for m in decoded)
 
 
+async def _settle(store: MemoryStore, call_id: str, poll_s: float = 0.1) -> None:
+    """Wait until the store has absorbed what the call archived. The replay compresses a
+    long call into seconds, so its writer still holds a backlog when the questions start;
+    in a real call the details were archived minutes before anyone asks about them, and a
+    search queued behind that backlog (one store thread) would miss its latency budget
+    for a reason no caller meets."""
+    seen = -1
+    while True:
+        await asyncio.sleep(poll_s)  # a few of the writer's flush intervals
+        n = len(await store.messages(call_id))
+        if n == seen:
+            return
+        seen = n
+
+
 async def _replay(call: _Call, turns: Sequence[Turn], offset: int = 0) -> None:
     await call.start()
     for i, turn in enumerate(turns):
@@ -318,6 +337,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
         )
         call = _Call(context, turns, [ours], recorder=recorder)
         await _replay(call, turns)
+        await _settle(store, f"{user_id}:call")
         state = _snapshot(context)
         # the questions are asked while the call is still on: its messages still in the
         # context are archived only when it ends, as in a real call
@@ -419,6 +439,10 @@ async def across_calls(
             asking = _Call(qctx, [], [q])
             await asking.start()
             await asking.turn([{"role": "user", "content": GREETING}], asking.question_turn)
+            if recall is not None:
+                # the greeting exchange takes seconds in a real call (the answer is spoken);
+                # the replay would otherwise ask while the call's start-up reads are running
+                await asyncio.sleep(GREETING_PAUSE_S)
             state = _snapshot(qctx)
             scores = out.setdefault(name, Scores())
             await _ask_all(asking, state, qa, table_, scores)
