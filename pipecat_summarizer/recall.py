@@ -119,7 +119,7 @@ class RecallParams:
         ago. Measured on LoCoMo at question time (benchmarks/README.md), answer recall and
         input against the full buffer's: lexical recall 79.4% at 11.6% with the defaults,
         83.8% at 17.0% with this preset; with ``semantic=SemanticRecall()`` 85.1% at 18.1%,
-        with ``SemanticRecall(min_similarity=0.2)`` 85.5% at 18.8% (the full buffer: 90.8%).
+        with ``SemanticRecall(min_similarity=0.2)`` 85.6% at 18.8% (the full buffer: 90.8%).
         The block is filled only as far as matches go, so a turn that matches little costs
         little more than with the defaults.
 
