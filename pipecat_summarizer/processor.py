@@ -322,6 +322,9 @@ class ContextSummarizer(FrameProcessor):
         # it): then the answer's shape is known, a tool round's call and result included
         self._answer_wait = AnswerWait()
         self._waiting: Measurement | None = None  # the request's measurement, while waiting
+        # End/Cancel passed: the companion may still report the last response or a
+        # follow-up, which must not start a compaction on a call that is over
+        self._ended = False
         self._ceiling = RequestCeiling(
             p.ceiling,
             self._meter.counter,
@@ -463,6 +466,8 @@ class ContextSummarizer(FrameProcessor):
         :meth:`watch_responses`): ``"text"``, ``"tool_call"``, and ``"end"``, reported
         before the answer reaches the context. Never raises."""
         wait = self._answer_wait
+        if self._ended:
+            return
         if event == "text":
             wait.text()
         elif event == "tool_call":
@@ -476,6 +481,8 @@ class ContextSummarizer(FrameProcessor):
         threshold trips (Pipecat's built-in checks as every response starts, tool
         follow-ups included). Called by :class:`LLMRequestGuard` for the follow-up after a
         tool call. Never raises: a failure is logged and the request goes out as it is."""
+        if self._ended:
+            return
         await self._guarded(self._on_follow_up)
 
     def request_manual_summary(self, config: LLMContextSummaryConfig | None = None) -> None:
@@ -606,6 +613,7 @@ class ContextSummarizer(FrameProcessor):
             await self._guarded(self._start_manual, frame.config)
             return
         if isinstance(frame, (EndFrame, CancelFrame)):
+            self._end_waits()
             await self._cancel_task()
             await self._close_recall()
             if self._recorder is not None:
@@ -660,6 +668,7 @@ class ContextSummarizer(FrameProcessor):
 
     async def cleanup(self):
         """Cancel the in-flight summary, close the clients this processor built, clean up."""
+        self._end_waits()
         await self._cancel_task()
         await self._close_recall()
         if self._recorder is not None:
@@ -944,6 +953,12 @@ class ContextSummarizer(FrameProcessor):
     def _log_error_content(self, error: BaseException) -> None:
         if self._params.log_content:
             logger.opt(exception=error).debug(f"{self}: summary error detail: {error!r}")
+
+    def _end_waits(self) -> None:
+        """The call is over: a compaction waiting for a response's end never starts."""
+        self._ended = True
+        self._answer_wait.reason = None
+        self._waiting = None
 
     async def _close_recall(self) -> None:
         # a search or semantic indexing still running has no turn left to serve

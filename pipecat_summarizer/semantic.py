@@ -325,6 +325,7 @@ class SemanticIndex:
         self._next: dict[str, int] = {}  # call -> next position to read
         self._open: list[str] | None = None  # calls read forward (None: not listed yet)
         self._task: asyncio.Task | None = None
+        self._closed = False  # the call is over: a late search's kick starts nothing
         self._failing = False
         #: Messages embedded so far, and refreshes that failed (counters, no text).
         self.refreshes = 0
@@ -342,7 +343,9 @@ class SemanticIndex:
         return bool(loaded) and self._vectors is not None and len(self._messages) > 0
 
     def kick(self, archive: Any) -> None:
-        """Start a background refresh unless one is running."""
+        """Start a background refresh unless one is running (never after :meth:`close`)."""
+        if self._closed:
+            return
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._refresh_safely(archive))
 
@@ -438,7 +441,8 @@ class SemanticIndex:
         return m.role, m.content
 
     async def close(self) -> None:
-        """Cancel a refresh still running."""
+        """Cancel a refresh still running; no refresh starts afterwards."""
+        self._closed = True
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()

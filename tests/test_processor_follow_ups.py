@@ -14,7 +14,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer.prompt import parse_request
 from tests.openai_server import Reply, is_summary_request
-from tests.pipeline_utils import cfg, lookup_tool_pipeline, turns
+from tests.pipeline_utils import cfg, lookup_tool_pipeline, turns, user_turn
 
 SAID = ["first: my order is 4471", "second: ship it to Lyon", "third: thanks"]
 
@@ -74,3 +74,37 @@ async def test_without_the_companion_the_next_user_turn_compacts(openai_server):
     third user turn and summarizes the second round too."""
     summarized = await _call(openai_server, guard=False)
     assert summarized and _calls(summarized[0]) == ["call_1", "call_2"]
+
+
+async def test_a_response_ending_after_the_call_ended_starts_no_compaction(openai_server, logs):
+    """Tools offered, so a compaction due on the last turn's request waits for its response
+    to end; the application ends the call while the LLM is still answering: EndFrame passes
+    the processor first, the response's end reaches the companion after it. No summary may
+    start on a call that is over."""
+    summaries = []
+
+    def handler(body):
+        if is_summary_request(body):
+            summaries.append(body)
+            return Reply("FACTS:\n- three turns")
+        if body["messages"][-1].get("content") == "three":
+            return Reply("Sure.", delay=0.8)  # still answering when EndFrame passes
+        return Reply("Sure.")
+
+    openai_server.handler = handler
+    pipeline = lookup_tool_pipeline(openai_server, cfg(messages=4, keep=2), guard=True)
+    await run_test(
+        pipeline,
+        frames_to_send=[
+            user_turn("one"),
+            SleepFrame(sleep=0.3),
+            user_turn("two"),
+            SleepFrame(sleep=0.3),
+            user_turn("three"),  # its request trips the threshold; then the call ends
+        ],
+    )
+    assert openai_server.chat_requests[-1]["messages"][-1]["content"] == "three"
+    assert summaries == []
+    # nor started and failed on the client the call's end closed
+    mine = [r["message"] for r in logs if r["name"].startswith("pipecat_summarizer")]
+    assert not [m for m in mine if ": summarizing " in m or "summary failed" in m], mine

@@ -346,3 +346,30 @@ def test_the_embedder_gives_unit_vectors_and_a_zero_row_for_nothing(semantic):
     assert abs(float(np.linalg.norm(v[0])) - 1.0) < 1e-5
     assert float(np.linalg.norm(v[1])) == 0.0  # no token: no direction (never NaN)
     assert e.embed([]).shape == (0, 256)
+
+
+async def test_a_closed_index_never_starts_another_refresh(semantic):
+    """A search cancelled at the call's end may still kick the index in its ``finally``: after
+    ``close()`` that starts nothing (the archive is not read again for a call that is over)."""
+    reads = []
+
+    class Archive:
+        async def calls(self, user_id, *, limit=50):
+            reads.append("calls")
+            return []
+
+        async def messages(self, call_id, **kwargs):
+            reads.append("messages")
+            return []
+
+    index = semantic_module.SemanticIndex(semantic, call_id="c1", user_id="al")
+    await index.close()
+    index.kick(Archive())
+    await asyncio.sleep(0.05)
+    assert reads == []
+    # the control: an open index does read the archive when kicked
+    fresh = semantic_module.SemanticIndex(semantic, call_id="c1", user_id="al")
+    fresh.kick(Archive())
+    await asyncio.sleep(0.05)
+    await fresh.close()
+    assert reads
