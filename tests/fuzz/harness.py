@@ -622,8 +622,10 @@ async def run_schedule(
     loop_errors: list[str] = []
     old_handler = loop.get_exception_handler()
     loop.set_exception_handler(
+        # the task (its name and coroutine) tells where an unretrieved exception came from
         lambda _l, ctx: loop_errors.append(
-            str(ctx.get("message")) + " " + repr(ctx.get("exception"))
+            f"{ctx.get('message')} {ctx.get('exception')!r} "
+            f"in {str(ctx.get('future') or ctx.get('task') or '')[:300]}"
         )
     )
     records: list[dict] = []
@@ -857,7 +859,7 @@ async def run_schedule(
         elif "dangling tasks" in r["msg"]:  # Pipecat's runner saw tasks left behind
             checker._add("tasks", r["msg"][:200], -1)
     for e in loop_errors:
-        checker._add("error", f"loop: {e[:200]}", -1)
+        checker._add("error", f"loop: {e[:500]}", -1)
     for e in observer.errors:
         checker._add("error", f"ErrorFrame {e[:200]}", -1)
     if fault.max_in_flight > 1:
