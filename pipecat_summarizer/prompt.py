@@ -21,7 +21,6 @@ from typing import Any
 
 from pipecat_summarizer.transcript_format import (
     SHORTENED_MARK,
-    TRANSCRIPT_FORMAT,
     ParsedTranscript,
     content_text,
     encode_message,
@@ -39,7 +38,6 @@ __all__ = [
     "DEFAULT_PROMPT",
     "SECTIONS",
     "SHORTENED_MARK",
-    "TRANSCRIPT_FORMAT",
     "ParsedTranscript",
     "SummaryRequest",
     "build_request",

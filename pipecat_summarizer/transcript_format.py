@@ -63,8 +63,6 @@ _PENDING_RESULT = "IN_PROGRESS"
 # Characters some readers take for line breaks even though JSON leaves them unescaped.
 _LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
-TRANSCRIPT_FORMAT = 'one message a line ("role {details}: text"):'
-
 
 def _size_label(size: int) -> str:
     return f"{size} bytes" if size < 1024 else f"{size / 1024:.0f} KB"
