@@ -36,6 +36,7 @@ Invariants checked on every main-LLM request (``Checker.check``) and at the end:
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import json
 import logging
@@ -617,6 +618,14 @@ async def run_schedule(
     """
     p = schedule.params
     started = time.monotonic()
+    # An HTTP client an earlier test left open (Pipecat's OpenAILLMService never closes its
+    # own) that sits in a reference cycle is freed whenever the cyclic GC next runs; its
+    # finalizer schedules the close on the loop running then, and closing sockets of a loop
+    # that has since closed fails with 'Event loop is closed'. Collect it now, before this
+    # run's error handler, so another test's leftovers are not counted as this run's.
+    gc.collect()
+    for _ in range(5):
+        await asyncio.sleep(0)
     baseline = set(asyncio.all_tasks())
     loop = asyncio.get_running_loop()
     loop_errors: list[str] = []
