@@ -34,7 +34,7 @@ class TriggerParams:
             messages the ceiling evicted, which only a summary can bring back.
         soft_ratio: Start at this share of ``max_context_tokens``, so the summary usually
             lands before the threshold itself is reached (1.0 waits for it). The message
-            threshold keeps Pipecat's exact meaning.
+            threshold is not scaled.
         min_token_gain: A token-triggered compaction starts only if it would summarize at
             least this share of ``max_context_tokens``, so a context whose recent turns alone
             are large is not re-summarized every turn.

@@ -104,7 +104,11 @@ def effective_timeout(summary: LLMContextSummaryConfig) -> float:
 
 
 def trigger_reason(
-    config: LLMAutoContextSummarizationConfig, m: Measurement, soft: float = 1.0
+    config: LLMAutoContextSummarizationConfig,
+    m: Measurement,
+    soft: float = 1.0,
+    *,
+    answer_pending: bool = False,
 ) -> Reason | None:
     """Which threshold, if any, the measurement trips.
 
@@ -115,11 +119,20 @@ def trigger_reason(
     than half of it (:func:`~pipecat_summarizer.cadence.over_context_limit`): a compaction
     never starts later than Pipecat's.
 
+    On a request (``answer_pending``) the message threshold counts the answer on its way,
+    as the kept tail does (:func:`~pipecat_summarizer.cadence.kept_messages`): the
+    compaction starts on the first request whose answer brings the count to the threshold,
+    and that request carries at most ``max_unsummarized_messages`` since the summary.
+    Counted without it, a tail of exactly ``min_messages_after_summary`` (4) plus whole
+    turns reaches an even threshold (20) only at 21: a turn later in every cycle than
+    Pipecat's built-in in a live call, whose summary keeps 4 plus the answer.
+
     Args:
         config: Pipecat's auto-summarization config.
         m: The context measurement.
         soft: Share of the token threshold at which to start (pre-emptive compaction);
-            the message threshold keeps Pipecat's exact meaning.
+            the message threshold is not scaled.
+        answer_pending: ``m`` measures a request the main LLM is about to answer.
 
     Returns:
         ``"tokens"``, ``"messages"``, or ``None``.
@@ -130,7 +143,8 @@ def trigger_reason(
     if tokens is not None and over_context_limit(m.total_tokens, m.reducible_tokens, tokens):
         return "tokens"
     limit = config.max_unsummarized_messages
-    if limit is not None and m.messages_since_summary >= limit:
+    since = m.messages_since_summary + (1 if answer_pending else 0)
+    if limit is not None and since >= limit:
         return "messages"
     return None
 
@@ -297,7 +311,15 @@ class CompactionTrigger:
         # with a prompt cache, message-threshold compactions wait until they pay
         self.cadence = CacheCadence(self.params.cached_input_discount)
 
-    def due(self, m: Measurement, *, now: float, in_flight: bool, pending: bool) -> Reason | None:
+    def due(
+        self,
+        m: Measurement,
+        *,
+        now: float,
+        in_flight: bool,
+        pending: bool,
+        answer_pending: bool = False,
+    ) -> Reason | None:
         """The reason to start an automatic compaction now, or ``None``.
 
         Args:
@@ -306,13 +328,17 @@ class CompactionTrigger:
             in_flight: A summary is running (one at a time).
             pending: Evicted messages wait for a summary (the backlog, due even in
                 manual-only mode: only a summary brings them back).
+            answer_pending: ``m`` measures a request: its answer counts toward the message
+                threshold (:func:`trigger_reason`).
         """
         self.cadence.observe(m.reducible_tokens)  # every turn's request is billed
         if in_flight or not self.failures.ready(now):
             return None
         reason = None
         if self.params.auto:
-            reason = trigger_reason(self.config, m, self.params.soft_ratio)
+            reason = trigger_reason(
+                self.config, m, self.params.soft_ratio, answer_pending=answer_pending
+            )
         if self.cadence.defer(reason):
             reason = None  # carrying the messages costs less than rewriting the cached prefix
         if reason == "tokens" and m.reducible_tokens < self.replan_at_tokens:

@@ -693,7 +693,11 @@ class ContextSummarizer(FrameProcessor):
         companion reporting responses, once the response has ended)."""
         self._step = "planning"
         reason = self._trigger.due(
-            m, now=_clock(), in_flight=self.summary_in_flight, pending=bool(self._pending)
+            m,
+            now=_clock(),
+            in_flight=self.summary_in_flight,
+            pending=bool(self._pending),
+            answer_pending=True,  # every caller prepares a request the LLM will answer
         )
         reason = self._answer_wait.request(reason, tools_offered=offers_tools(self._context.tools))
         self._waiting = m if self._answer_wait.reason is not None else None

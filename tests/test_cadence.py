@@ -266,23 +266,24 @@ def after_summary(request: dict) -> list[dict]:
 async def test_a_compaction_keeps_exactly_min_messages_after_summary(openai_server):
     """keep=4: once the summary lands, the 4 most recent messages follow it (the answer to
     the turn that triggered it among them), then the next user turn. Counting the 4 before
-    the answer kept a whole exchange more on every request."""
+    the answer kept a whole exchange more on every request. The threshold (8) trips on the
+    fourth turn's request, whose answer brings the count to 8."""
     openai_server.handler = scripted()
     r = Run(openai_server, cfg(messages=8, keep=4))
-    said = [f"user message number {i}" for i in range(6)]
+    said = [f"user message number {i}" for i in range(5)]
     await r.run(turns(said, gap=0.2))
     assert len(r.applied) == 1
     firsts = [b for b in openai_server.chat_requests if "Conversation summary" in str(b)]
     tail = after_summary(firsts[0])
     assert [m["role"] for m in tail] == ["user", "assistant", "user", "assistant", "user"]
     assert [m["content"] for m in tail if m["role"] == "user"] == [
+        "user message number 2",
         "user message number 3",
         "user message number 4",
-        "user message number 5",
     ]
     # nothing lost: every earlier user line is in the summary (the echo summarizer keeps them)
     final = texts_of(openai_server.chat_requests[-1]["messages"])
-    assert {int(x.rsplit(" ", 1)[1]) for x in USER_LINE.findall(final)} == set(range(6))
+    assert {int(x.rsplit(" ", 1)[1]) for x in USER_LINE.findall(final)} == set(range(5))
 
 
 async def test_a_cache_discount_compacts_less_often_and_loses_nothing(openai_server):

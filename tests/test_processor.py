@@ -430,8 +430,8 @@ async def test_manual_frame_is_consumed_not_passed_downstream(openai_server):
 
 async def test_applied_event_carries_the_figures_and_one_log_line(openai_server, logs):
     openai_server.handler = scripted()
-    r = Run(openai_server, cfg(messages=6, keep=2))
-    said = [f"user message number {i}, " + "with a long story to tell " * 20 for i in range(5)]
+    r = Run(openai_server, cfg(messages=6, keep=2))  # trips on the third turn's request
+    said = [f"user message number {i}, " + "with a long story to tell " * 20 for i in range(4)]
     await r.run(turns(said, gap=0.1))
     assert len(r.applied) == 1
     e = r.applied[0]

@@ -20,8 +20,9 @@ SAID = ["first: my order is 4471", "second: ship it to Lyon", "third: thanks"]
 
 
 async def _call(server, *, guard: bool) -> list[list[dict]]:
-    """Three user turns, each running one tool; the message threshold (6) is crossed by the
-    second turn's tool result. Returns the messages of each summary request's transcript."""
+    """Three user turns, each running one tool; the message threshold (7) is crossed within
+    the second turn's tool round (its follow-up: 7 messages, and the answer on its way).
+    Returns the messages of each summary request's transcript."""
     calls = {"n": 0}
 
     def handler(body):
@@ -41,7 +42,7 @@ async def _call(server, *, guard: bool) -> list[list[dict]]:
         )
 
     server.handler = handler
-    pipeline = lookup_tool_pipeline(server, cfg(messages=6, keep=2), guard=guard)
+    pipeline = lookup_tool_pipeline(server, cfg(messages=7, keep=2), guard=guard)
     await run_test(
         pipeline,
         frames_to_send=[*turns(SAID, gap=0.4), SleepFrame(sleep=0.3)],
@@ -92,7 +93,8 @@ async def test_a_response_ending_after_the_call_ended_starts_no_compaction(opena
         return Reply("Sure.")
 
     openai_server.handler = handler
-    pipeline = lookup_tool_pipeline(openai_server, cfg(messages=4, keep=2), guard=True)
+    # the third request's 5 messages and its answer reach the threshold (6)
+    pipeline = lookup_tool_pipeline(openai_server, cfg(messages=6, keep=2), guard=True)
     await run_test(
         pipeline,
         frames_to_send=[

@@ -145,3 +145,29 @@ def test_due_never_answers_tokens_below_the_soft_threshold(reducible, since, sof
         assert auto and since >= 20
     if not auto:
         assert reason is None
+
+
+def test_a_request_counts_its_answer_toward_the_message_threshold():
+    t = CompactionTrigger(config(), TriggerParams(soft_ratio=1.0))
+    assert due(t, m(since=19)) is None
+    assert t.due(m(since=19), now=0.0, in_flight=False, pending=False, answer_pending=True) == (
+        "messages"
+    )
+    assert t.due(m(since=18), now=0.0, in_flight=False, pending=False, answer_pending=True) is None
+
+
+@given(limit=st.integers(2, 60), data=st.data())
+def test_the_first_due_request_is_the_one_whose_answer_reaches_the_limit(limit, data):
+    """Requests after a compaction come two messages apart (a user message and the answer
+    before it, or a tool call and its result): from the kept tail plus the new user message
+    on. The first one due carries at most ``limit`` messages since the summary, and its
+    answer brings them to the limit."""
+    keep = data.draw(st.integers(0, limit - 1))
+    t = CompactionTrigger(config(messages=limit, keep=keep, tokens=None), TriggerParams())
+    since = keep + 1
+    while (
+        t.due(m(since=since), now=0.0, in_flight=False, pending=False, answer_pending=True) is None
+    ):
+        assert since + 1 < limit  # not due: even with its answer, under the limit
+        since += 2
+    assert since <= limit <= since + 1
