@@ -93,6 +93,11 @@ def test_the_plan_is_seeded_and_follows_the_words_said():
     assert {t.user_speech_s for t in plan[1:]} == {16.0}
     assert {t.bot_speech_s for t in plan} == {24.0}
     assert all(0.8 <= t.response_s[0] <= 1.6 for t in plan)
+    # the answer streams: 60 words, about 80 tokens, at 100 tokens/s
+    assert {t.generation_s for t in plan} == {(0.8,)}
+    assert {
+        t.generation_s for t in plan_call(transcript, CallModel(answer_tokens_per_second=0))
+    } == {(0.0,)}
     never = plan_call(transcript, CallModel(barge_in_share=0.0))
     always = plan_call(transcript, CallModel(barge_in_share=1.0))
     assert all(t.barge_in_after is None for t in never)
@@ -200,6 +205,7 @@ def test_a_scaled_model_is_the_same_call_faster():
         assert fast_turn.bot_speech_s == pytest.approx(slow_turn.bot_speech_s * 0.1)
         assert fast_turn.pause_s == pytest.approx(slow_turn.pause_s * 0.1)
         assert fast_turn.response_s == pytest.approx([s * 0.1 for s in slow_turn.response_s])
+        assert fast_turn.generation_s == pytest.approx([s * 0.1 for s in slow_turn.generation_s])
         assert fast_turn.barge_in_after == slow_turn.barge_in_after  # a fraction: unchanged
     slow_latency, fast_latency = model.summary_latency(), fast.summary_latency()
     assert fast_latency(1000) == pytest.approx(slow_latency(1000) * 0.1)
@@ -208,3 +214,33 @@ def test_a_scaled_model_is_the_same_call_faster():
 async def test_a_wall_time_replay_needs_a_call_model():
     with pytest.raises(ValueError, match="needs a call model"):
         await run_all(transcript_from_messages(conversation(2)), simulated=False)
+
+
+def _after_first_summary(result) -> int:
+    """Messages in the first request after the first applied summary (the count dropped)."""
+    sizes = [len(r.messages) for r in result.requests]
+    return next(b for a, b in zip(sizes, sizes[1:], strict=False) if b < a)
+
+
+@pytest.mark.parametrize("rate", [100.0, 0.0])
+async def test_the_builtin_selects_before_the_streamed_answer_lands(rate):
+    """In a live call the answer streams and Pipecat's assistant aggregator adds it at the
+    response's end; the built-in selects its messages as the response starts, so it keeps
+    ``keep`` plus that answer. Sent in one piece (rate 0), the answer lands first and the
+    built-in keeps only ``keep``: the order of events would not be a live call's."""
+    transcript = transcript_from_messages(conversation(12), name="stream")
+    results = await run_all(
+        transcript,
+        backend=Backend("stand-in", StandInSummarizer, StandInLLM),
+        thresholds=Thresholds(max_context_tokens=None, max_unsummarized_messages=6, keep=2),
+        model=CallModel(
+            summary_latency_s=Span(0.1, 0.1), barge_in_share=0.0, answer_tokens_per_second=rate
+        ),
+        strategies=("pipecat_builtin", "pipecat_summarizer"),
+    )
+    by_name = {r.strategy: r for r in results}
+    kept_answer = 1 if rate else 0
+    # system, summary, the kept messages (and the answer), the next user message
+    assert _after_first_summary(by_name["pipecat_builtin"]) == 1 + 1 + 2 + kept_answer + 1
+    # ours counts the answer among the kept messages either way
+    assert _after_first_summary(by_name["pipecat_summarizer"]) == 1 + 1 + 2 + 1

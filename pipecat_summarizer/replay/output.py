@@ -39,6 +39,7 @@ def _meta(job: ReplayJob, backend: Any, transcript: Any) -> dict[str, Any]:
             else {
                 "summary_latency_s": [model.summary_latency_s.low, model.summary_latency_s.high],
                 "summary_tokens_per_second": model.summary_tokens_per_second,
+                "answer_tokens_per_second": model.answer_tokens_per_second,
                 "response_latency_s": [
                     model.response_latency_s.low,
                     model.response_latency_s.high,

@@ -72,6 +72,9 @@ class ReplayLLM(LLMService):
         on_turn_answered: Called with the turn number once the turn's last step has been
             pushed (its ``LLMFullResponseEndFrame`` included).
         response_delay: Called with ``(turn, step)``: seconds to wait before answering.
+        generation_time: Called with ``(turn, step)``: seconds from the response's start
+            to its text and end (the answer streaming; Pipecat's assistant aggregator adds
+            it to the context at the end).
         **kwargs: Passed to ``LLMService``.
     """
 
@@ -82,6 +85,7 @@ class ReplayLLM(LLMService):
         system_instruction: str | None = None,
         on_turn_answered: Callable[[int], None] | None = None,
         response_delay: Callable[[int, int], float] | None = None,
+        generation_time: Callable[[int, int], float] | None = None,
         **kwargs,
     ):
         """Initialize the service."""
@@ -91,6 +95,7 @@ class ReplayLLM(LLMService):
         self._system_instruction = system_instruction
         self._on_turn_answered = on_turn_answered
         self._response_delay = response_delay
+        self._generation_time = generation_time
         self._turn = 0  # 1-based turn being answered; 0 before the first user turn
         self._step = 0
         self._results: dict[str, Any] = {}
@@ -160,8 +165,13 @@ class ReplayLLM(LLMService):
             delay = self._response_delay(self._turn, self._step)
             if delay > 0:
                 await asyncio.sleep(delay)
+        index = self._step
         step, last = self._next_step()
         await self.push_frame(LLMFullResponseStartFrame())
+        if self._generation_time is not None and self._turn:
+            streaming = self._generation_time(self._turn, index)
+            if streaming > 0:
+                await asyncio.sleep(streaming)
         if step.text:
             await self.push_frame(LLMTextFrame(step.text))
         if step.tool_calls:

@@ -180,6 +180,7 @@ class _Run:
             [t.steps for t in transcript.turns],
             on_turn_answered=self._answered,
             response_delay=self._response_delay if timings is not None else None,
+            generation_time=self._generation_time if timings is not None else None,
         )
 
         @assistant_agg.event_handler("on_assistant_turn_stopped")
@@ -211,6 +212,11 @@ class _Run:
         assert self.timings is not None
         delays = self.timings[turn - 1].response_s
         return delays[min(step, len(delays) - 1)] if delays else 0.0
+
+    def _generation_time(self, turn: int, step: int) -> float:
+        assert self.timings is not None
+        times = self.timings[turn - 1].generation_s
+        return times[min(step, len(times) - 1)] if times else 0.0
 
     async def _turn(self, index: int, timing: TurnTiming | None) -> None:
         turn = self.transcript.turns[index]

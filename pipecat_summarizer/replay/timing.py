@@ -14,7 +14,9 @@ barge-in.
 
 Defaults: 2.5 words a second (150 a minute, conversational speech), 0.5 s to detect the end
 of a user turn (Pipecat's VAD ``stop_secs`` plus turn analysis), 0.8-1.6 s to the bot's
-first word, a 0.4-2 s pause before the user answers, a barge-in on 20% of the bot's answers
+first word, answers generated at 100 tokens a second (they reach the context when complete, as
+Pipecat's assistant aggregator adds them at the response's end), a 0.4-2 s pause before the
+user answers, a barge-in on 20% of the bot's answers
 after 20-70% of the answer was spoken, and a summarizer that starts answering after 0.5-3 s
 and then writes 100 tokens a second (an assumption in the range small hosted models serve;
 ``--summary-tokens-per-second 0`` drops it, for the 0.5-3 s alone).
@@ -22,12 +24,13 @@ and then writes 100 tokens a second (an assumption in the range small hosted mod
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from pipecat_summarizer.replay.transcript import Transcript, message_words
+from pipecat_summarizer.replay.transcript import Step, Transcript, message_words
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,11 @@ class CallModel:
             seconds more (0: no generation time).
         response_latency_s: Seconds from the end of the user's turn (or from a tool result)
             to the bot's first word.
+        answer_tokens_per_second: The main LLM's output rate: an answer streams for its
+            tokens / rate seconds (at least one token) after its first, and only its end
+            puts it in the context. What starts with a response (the built-in's summary
+            selects its messages then) sees the context without the answer, as in a live
+            call. 0: the answer arrives in one piece with its first token.
         user_pause_s: Seconds of silence after the bot's answer before the user speaks.
         end_of_turn_s: Seconds to detect that the user has finished speaking.
         words_per_second: Speaking rate of both sides.
@@ -97,6 +105,7 @@ class CallModel:
     summary_latency_s: Span = Span(0.5, 3.0)
     summary_tokens_per_second: float = 100.0
     response_latency_s: Span = Span(0.8, 1.6)
+    answer_tokens_per_second: float = 100.0
     user_pause_s: Span = Span(0.4, 2.0)
     end_of_turn_s: float = 0.5
     words_per_second: float = 2.5
@@ -108,9 +117,10 @@ class CallModel:
         """Validate the numbers."""
         if not (math.isfinite(self.end_of_turn_s) and self.end_of_turn_s >= 0):
             raise ValueError("end_of_turn_s must be a non-negative number")
-        rate = self.summary_tokens_per_second
-        if not (math.isfinite(rate) and rate >= 0):
-            raise ValueError("summary_tokens_per_second must be a non-negative number")
+        for name in ("summary_tokens_per_second", "answer_tokens_per_second"):
+            rate = getattr(self, name)
+            if not (math.isfinite(rate) and rate >= 0):
+                raise ValueError(f"{name} must be a non-negative number")
         if not (math.isfinite(self.words_per_second) and self.words_per_second > 0):
             raise ValueError("words_per_second must be positive")
         if not 0 <= self.barge_in_share <= 1:
@@ -132,6 +142,7 @@ class CallModel:
             summary_latency_s=span(self.summary_latency_s),
             summary_tokens_per_second=self.summary_tokens_per_second / factor,
             response_latency_s=span(self.response_latency_s),
+            answer_tokens_per_second=self.answer_tokens_per_second / factor,
             user_pause_s=span(self.user_pause_s),
             end_of_turn_s=self.end_of_turn_s * factor,
             words_per_second=self.words_per_second / factor,
@@ -159,6 +170,8 @@ class TurnTiming:
         user_speech_s: Seconds the user speaks (then ``end_of_turn_s`` to detect the end).
         response_s: For each request of the turn (more than one after tool calls), seconds
             to the bot's first word.
+        generation_s: For each request of the turn, seconds from the answer's first token
+            to its end (empty: none).
         bot_speech_s: Seconds the bot's answer takes to speak.
         pause_s: Seconds of silence before the next user turn, when not a barge-in.
         barge_in_after: Fraction of the bot's answer spoken when the next user turn
@@ -173,6 +186,15 @@ class TurnTiming:
     pause_s: float
     barge_in_after: float | None = None
     starts_at_s: float | None = None
+    generation_s: tuple[float, ...] = ()
+
+
+def answer_tokens(step: Step) -> int:
+    """About how many tokens the main LLM writes for ``step`` (its text and tool calls, at
+    4 tokens for 3 words), and at least one."""
+    words = len(step.text.split())
+    words += sum(1 + len(json.dumps(call.arguments).split()) for call in step.tool_calls)
+    return max(1, math.ceil(words * 4 / 3))
 
 
 def speech_seconds(words: int, words_per_second: float) -> float:
@@ -197,6 +219,8 @@ def plan_call(transcript: Transcript, model: CallModel) -> list[TurnTiming]:
         user_words = message_words(turn.user_message)
         bot_words = sum(len(step.text.split()) for step in turn.steps)
         responses = tuple(model.response_latency_s.draw(rng) for _ in turn.steps)
+        rate = model.answer_tokens_per_second
+        generation = tuple(answer_tokens(step) / rate if rate else 0.0 for step in turn.steps)
         pause = model.user_pause_s.draw(rng)
         barge = rng.random() < model.barge_in_share
         after = model.barge_in_after.draw(rng)
@@ -211,6 +235,7 @@ def plan_call(transcript: Transcript, model: CallModel) -> list[TurnTiming]:
                 pause_s=pause,
                 barge_in_after=after if barge and starts_at is None else None,
                 starts_at_s=starts_at,
+                generation_s=generation,
             )
         )
     return out
