@@ -18,6 +18,7 @@ import tracemalloc
 import warnings
 from dataclasses import dataclass, field
 
+import openai
 from pipecat.frames.frames import (
     DataFrame,
     Frame,
@@ -214,7 +215,16 @@ async def run_many_calls(
     gc.collect()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
-        shared = OpenAISummarizer(base_url=server.base_url, model="cheap", max_concurrency=cap)
+        # 200 pipelines starting at once under tracemalloc can hold one loop iteration past
+        # the OpenAI client's 5 s connect timeout on a loaded machine (8 summaries failed so
+        # at -n 6); this measures sharing, not timeouts, so the client waits longer to connect
+        client = openai.AsyncOpenAI(
+            base_url=server.base_url,
+            api_key="not-needed",
+            max_retries=0,
+            timeout=openai.Timeout(600.0, connect=60.0),
+        )
+        shared = OpenAISummarizer(model="cheap", client=client, max_concurrency=cap)
         if trace_memory:
             figures.per_processor_kb = processor_kb(shared)
             tracemalloc.start(1)
@@ -241,7 +251,8 @@ async def run_many_calls(
             figures.per_call_kb = held / calls / 1024
             figures.per_call_package_kb = package / calls / 1024
         figures.connections_during = server.open_connections
-        await shared.aclose()
+        await shared.aclose()  # leaves a given client open: the app closes its own
+        await client.close()
         for _ in range(100):  # the server sees the close a few loop turns later
             if server.open_connections == 0:
                 break
