@@ -322,6 +322,7 @@ class ContextSummarizer(FrameProcessor):
         # it): then the answer's shape is known, a tool round's call and result included
         self._answer_wait = AnswerWait()
         self._waiting: Measurement | None = None  # the request's measurement, while waiting
+        self._waiting_after = 0  # compactions applied when the wait began
         # End/Cancel passed: the companion may still report the last response or a
         # follow-up, which must not start a compaction on a call that is over
         self._ended = False
@@ -701,6 +702,7 @@ class ContextSummarizer(FrameProcessor):
         )
         reason = self._answer_wait.request(reason, tools_offered=offers_tools(self._context.tools))
         self._waiting = m if self._answer_wait.reason is not None else None
+        self._waiting_after = self._compactions
         if reason is not None:
             self._start_due(reason, m, answer_pending=reason in ANSWERED_REASONS)
 
@@ -712,6 +714,8 @@ class ContextSummarizer(FrameProcessor):
         self._waiting = None
         if reason is None or m is None or self.summary_in_flight:
             return
+        if self._compactions != self._waiting_after:
+            return  # a summary (a manual one) landed meanwhile: the next request decides
         if self._check_replaced():
             return  # a new conversation: planned afresh on its next request
         self._start_due(reason, m, answer_pending=self._answer_wait.answered)

@@ -110,3 +110,38 @@ async def test_a_response_ending_after_the_call_ended_starts_no_compaction(opena
     # nor started and failed on the client the call's end closed
     mine = [r["message"] for r in logs if r["name"].startswith("pipecat_summarizer")]
     assert not [m for m in mine if ": summarizing " in m or "summary failed" in m], mine
+
+
+async def test_a_summary_landing_while_the_response_runs_cancels_the_wait(openai_server):
+    """Tools offered, so a compaction due on the third request waits for its response to
+    end; meanwhile the application asks for a manual summary, which lands first. The wait
+    was for a context that no longer exists: nothing more starts at the response's end (it
+    would summarize the one or two messages the manual summary kept)."""
+    from pipecat.frames.frames import LLMSummarizeContextFrame
+
+    summaries = []
+
+    def handler(body):
+        if is_summary_request(body):
+            summaries.append(body)
+            return Reply("FACTS:\n- the caller counted")
+        if body["messages"][-1].get("content") == "three":
+            return Reply("Sure.", delay=0.8)  # still answering when the manual summary lands
+        return Reply("Sure.")
+
+    openai_server.handler = handler
+    pipeline = lookup_tool_pipeline(openai_server, cfg(messages=6, keep=2), guard=True)
+    await run_test(
+        pipeline,
+        frames_to_send=[
+            user_turn("one"),
+            SleepFrame(sleep=0.3),
+            user_turn("two"),
+            SleepFrame(sleep=0.3),
+            user_turn("three"),  # its request trips the threshold: waits for the answer
+            SleepFrame(sleep=0.2),
+            LLMSummarizeContextFrame(),
+            SleepFrame(sleep=1.2),
+        ],
+    )
+    assert len(summaries) == 1, [parse_request(b["messages"][1]["content"]) for b in summaries]
