@@ -117,9 +117,9 @@ class RecallParams:
         The defaults (800 tokens, 8 snippets) keep every turn's request small; this preset
         trades input tokens for recall when callers often come back to details said long
         ago. Measured on LoCoMo at question time (benchmarks/README.md), answer recall and
-        input against the full buffer's: lexical recall 79.4% at 11.6% with the defaults,
+        input against the full buffer's: lexical recall 79.6% at 11.8% with the defaults,
         83.8% at 17.0% with this preset; with ``semantic=SemanticRecall()`` 85.1% at 18.1%,
-        with ``SemanticRecall(min_similarity=0.2)`` 85.6% at 18.8% (the full buffer: 90.8%).
+        with ``SemanticRecall(min_similarity=0.2)`` 85.6% at 19.0% (the full buffer: 90.8%).
         The block is filled only as far as matches go, so a turn that matches little costs
         little more than with the defaults.
 
