@@ -215,9 +215,10 @@ async def run_many_calls(
     gc.collect()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
-        # 200 pipelines starting at once under tracemalloc can hold one loop iteration past
-        # the OpenAI client's 5 s connect timeout on a loaded machine (8 summaries failed so
-        # at -n 6); this measures sharing, not timeouts, so the client waits longer to connect
+        # 200 pipelines starting at once (under tracemalloc in the benchmark) can hold one
+        # loop iteration past the OpenAI client's 5 s connect timeout on a loaded machine (8
+        # summaries failed so at -n 6); this measures sharing, not timeouts, so the client
+        # waits longer to connect
         client = openai.AsyncOpenAI(
             base_url=server.base_url,
             api_key="not-needed",
