@@ -19,7 +19,7 @@ from pipecat.utils.context.llm_context_summarization import (
     LLMContextSummaryConfig,
 )
 
-from pipecat_summarizer.cadence import CacheCadence, over_context_limit
+from pipecat_summarizer.cadence import CacheCadence, kept_messages, over_context_limit
 from pipecat_summarizer.events import Reason
 from pipecat_summarizer.options import RetryParams, TriggerParams
 from pipecat_summarizer.tokens import Measurement
@@ -144,7 +144,12 @@ def trigger_reason(
         return "tokens"
     limit = config.max_unsummarized_messages
     since = m.messages_since_summary + (1 if answer_pending else 0)
-    if limit is not None and since >= limit:
+    # and something beyond the kept tail to summarize (a tail of 0 or 1 keeps the request's
+    # own messages: the answer alone must not trip a plan that would be empty)
+    keep = kept_messages(
+        config.summary_config.min_messages_after_summary, answer_pending=answer_pending
+    )
+    if limit is not None and since >= limit and m.messages_since_summary > keep:
         return "messages"
     return None
 

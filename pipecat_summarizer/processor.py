@@ -259,7 +259,10 @@ class ContextSummarizer(FrameProcessor):
         **kwargs: Passed to ``FrameProcessor``.
 
     Raises:
-        ValueError: If no summarizer is configured or the config would re-trigger every turn.
+        ValueError: If no summarizer is configured, or the kept messages alone would reach the
+            message threshold (``min_messages_after_summary >= max_unsummarized_messages``).
+            A threshold at most two above the kept messages is accepted and compacts on
+            every turn, as Pipecat's built-in does with it.
     """
 
     def __init__(

@@ -171,3 +171,15 @@ def test_the_first_due_request_is_the_one_whose_answer_reaches_the_limit(limit, 
         assert since + 1 < limit  # not due: even with its answer, under the limit
         since += 2
     assert since <= limit <= since + 1
+
+
+def test_the_answer_alone_never_trips_a_plan_that_would_be_empty():
+    """A tail of 0 or 1 keeps the request's own messages: its answer counting toward the
+    threshold must not start a compaction with nothing to summarize (it logged a WARNING)."""
+    one = CompactionTrigger(config(messages=2, keep=1, tokens=None), TriggerParams())
+    ask = dict(now=0.0, in_flight=False, pending=False, answer_pending=True)
+    assert one.due(m(since=1), **ask) is None  # the user message alone: kept
+    assert one.due(m(since=3), **ask) == "messages"
+    none = CompactionTrigger(config(messages=1, keep=0, tokens=None), TriggerParams())
+    assert none.due(m(since=0), **ask) is None  # the bot speaks first: nothing to summarize
+    assert none.due(m(since=1), **ask) == "messages"
