@@ -244,3 +244,16 @@ async def test_the_builtin_selects_before_the_streamed_answer_lands(rate):
     assert _after_first_summary(by_name["pipecat_builtin"]) == 1 + 1 + 2 + kept_answer + 1
     # ours counts the answer among the kept messages either way
     assert _after_first_summary(by_name["pipecat_summarizer"]) == 1 + 1 + 2 + 1
+
+
+async def test_the_bot_speaks_from_the_first_word_while_the_answer_streams():
+    """Streaming moves when the answer reaches the context, not when the bot speaks: the
+    call lasts as long at any generation rate (the next turn is timed from the first word)."""
+    transcript = transcript_from_messages(conversation(12), name="speech")
+    lengths = []
+    for rate in (100.0, 0.0):
+        model = CallModel(barge_in_share=0.0, answer_tokens_per_second=rate)
+        assert any(sum(t.generation_s) for t in plan_call(transcript, model)) == bool(rate)
+        (result,) = await run_all(transcript, model=model, strategies=("full_buffer",))
+        lengths.append(result.extra["call_seconds"])
+    assert lengths[0] == pytest.approx(lengths[1])

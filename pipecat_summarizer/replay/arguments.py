@@ -186,6 +186,14 @@ def add_arguments(rp: argparse.ArgumentParser) -> None:
         "(default 100; 0: none)",
     )
     tm.add_argument(
+        "--answer-tokens-per-second",
+        type=_number,
+        default=None,
+        metavar="N",
+        help="the main LLM's output rate: an answer reaches the context N/rate s after its "
+        "first token (default 100; 0: at once)",
+    )
+    tm.add_argument(
         "--barge-ins",
         type=_share,
         default=None,

@@ -127,6 +127,7 @@ def build_job(args: argparse.Namespace) -> ReplayJob:
         for f, v in (
             ("--summary-latency", args.summary_latency),
             ("--summary-tokens-per-second", args.summary_tokens_per_second),
+            ("--answer-tokens-per-second", args.answer_tokens_per_second),
             ("--barge-ins", args.barge_ins),
         )
         if v is not None
@@ -153,6 +154,11 @@ def build_job(args: argparse.Namespace) -> ReplayJob:
                 defaults.summary_tokens_per_second
                 if args.summary_tokens_per_second is None
                 else args.summary_tokens_per_second
+            ),
+            answer_tokens_per_second=(
+                defaults.answer_tokens_per_second
+                if args.answer_tokens_per_second is None
+                else args.answer_tokens_per_second
             ),
             barge_in_share=defaults.barge_in_share if args.barge_ins is None else args.barge_ins,
             seed=args.seed,

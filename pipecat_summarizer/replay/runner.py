@@ -250,7 +250,9 @@ class _Run:
                 await asyncio.sleep(max(0.0, origin + next_start - clock.now()))
             await self._turn(i, timing)
             if timing is not None:
-                answered = clock.now() - origin
+                # the bot speaks from the final answer's first word, while it still streams
+                streaming = timing.generation_s[-1] if timing.generation_s else 0.0
+                answered = clock.now() - origin - streaming
                 following = self.timings[i + 1] if i + 1 < len(turns) else None  # type: ignore[index]
                 next_start, barge_in = next_turn_start(timing, answered, following)
                 if following is not None and barge_in:
