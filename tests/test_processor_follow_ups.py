@@ -77,11 +77,10 @@ async def test_without_the_companion_the_next_user_turn_compacts(openai_server):
     assert summarized and _calls(summarized[0]) == ["call_1", "call_2"]
 
 
-async def test_a_response_ending_after_the_call_ended_starts_no_compaction(openai_server, logs):
-    """Tools offered, so a compaction due on the last turn's request waits for its response
-    to end; the application ends the call while the LLM is still answering: EndFrame passes
-    the processor first, the response's end reaches the companion after it. No summary may
-    start on a call that is over."""
+async def _slow_third_turn(server, after: list) -> list[dict]:
+    """Three user turns with tools offered (threshold 6, keep 2): the third request's 5
+    messages and its answer reach the threshold, so its compaction waits for the response,
+    which takes 0.8 s; ``after`` follows the third turn. Returns the summary requests."""
     summaries = []
 
     def handler(body):
@@ -89,22 +88,22 @@ async def test_a_response_ending_after_the_call_ended_starts_no_compaction(opena
             summaries.append(body)
             return Reply("FACTS:\n- three turns")
         if body["messages"][-1].get("content") == "three":
-            return Reply("Sure.", delay=0.8)  # still answering when EndFrame passes
+            return Reply("Sure.", delay=0.8)
         return Reply("Sure.")
 
-    openai_server.handler = handler
-    # the third request's 5 messages and its answer reach the threshold (6)
-    pipeline = lookup_tool_pipeline(openai_server, cfg(messages=6, keep=2), guard=True)
-    await run_test(
-        pipeline,
-        frames_to_send=[
-            user_turn("one"),
-            SleepFrame(sleep=0.3),
-            user_turn("two"),
-            SleepFrame(sleep=0.3),
-            user_turn("three"),  # its request trips the threshold; then the call ends
-        ],
-    )
+    server.handler = handler
+    pipeline = lookup_tool_pipeline(server, cfg(messages=6, keep=2), guard=True)
+    turns_ = [user_turn("one"), SleepFrame(sleep=0.3), user_turn("two"), SleepFrame(sleep=0.3)]
+    await run_test(pipeline, frames_to_send=[*turns_, user_turn("three"), *after])
+    return summaries
+
+
+async def test_a_response_ending_after_the_call_ended_starts_no_compaction(openai_server, logs):
+    """Tools offered, so a compaction due on the last turn's request waits for its response
+    to end; the application ends the call while the LLM is still answering: EndFrame passes
+    the processor first, the response's end reaches the companion after it. No summary may
+    start on a call that is over."""
+    summaries = await _slow_third_turn(openai_server, [])  # the call ends while it answers
     assert openai_server.chat_requests[-1]["messages"][-1]["content"] == "three"
     assert summaries == []
     # nor started and failed on the client the call's end closed
@@ -119,29 +118,6 @@ async def test_a_summary_landing_while_the_response_runs_cancels_the_wait(openai
     would summarize the one or two messages the manual summary kept)."""
     from pipecat.frames.frames import LLMSummarizeContextFrame
 
-    summaries = []
-
-    def handler(body):
-        if is_summary_request(body):
-            summaries.append(body)
-            return Reply("FACTS:\n- the caller counted")
-        if body["messages"][-1].get("content") == "three":
-            return Reply("Sure.", delay=0.8)  # still answering when the manual summary lands
-        return Reply("Sure.")
-
-    openai_server.handler = handler
-    pipeline = lookup_tool_pipeline(openai_server, cfg(messages=6, keep=2), guard=True)
-    await run_test(
-        pipeline,
-        frames_to_send=[
-            user_turn("one"),
-            SleepFrame(sleep=0.3),
-            user_turn("two"),
-            SleepFrame(sleep=0.3),
-            user_turn("three"),  # its request trips the threshold: waits for the answer
-            SleepFrame(sleep=0.2),
-            LLMSummarizeContextFrame(),
-            SleepFrame(sleep=1.2),
-        ],
-    )
+    manual = [SleepFrame(sleep=0.2), LLMSummarizeContextFrame(), SleepFrame(sleep=1.2)]
+    summaries = await _slow_third_turn(openai_server, manual)
     assert len(summaries) == 1, [parse_request(b["messages"][1]["content"]) for b in summaries]
