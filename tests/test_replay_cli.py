@@ -268,3 +268,7 @@ def test_real_time_is_the_default_and_instant_an_option(tmp_path, capsys):
     assert json.loads(report_path.read_text())["timing"] == "instant"
     assert main([*base, "--instant", "--barge-ins", "0.5"]) == 2
     assert "not with --instant" in capsys.readouterr().err
+    assert main([*base, "--answer-tokens-per-second", "0"]) == 0
+    assert json.loads(report_path.read_text())["timing"]["answer_tokens_per_second"] == 0
+    assert main([*base, "--instant", "--answer-tokens-per-second", "50"]) == 2
+    assert "--answer-tokens-per-second model time" in capsys.readouterr().err

@@ -148,6 +148,11 @@ def _answer_tokens(transcript: Transcript, table: TokenTable) -> dict[tuple[int,
     return answers
 
 
+def _for_step(seconds: tuple[float, ...], step: int) -> float:
+    """A turn's timing for request ``step`` (the last one's for any request beyond)."""
+    return seconds[min(step, len(seconds) - 1)] if seconds else 0.0
+
+
 class _Run:
     """One strategy's pipeline, driven turn by turn."""
 
@@ -210,13 +215,11 @@ class _Run:
 
     def _response_delay(self, turn: int, step: int) -> float:
         assert self.timings is not None
-        delays = self.timings[turn - 1].response_s
-        return delays[min(step, len(delays) - 1)] if delays else 0.0
+        return _for_step(self.timings[turn - 1].response_s, step)
 
     def _generation_time(self, turn: int, step: int) -> float:
         assert self.timings is not None
-        times = self.timings[turn - 1].generation_s
-        return times[min(step, len(times) - 1)] if times else 0.0
+        return _for_step(self.timings[turn - 1].generation_s, step)
 
     async def _turn(self, index: int, timing: TurnTiming | None) -> None:
         turn = self.transcript.turns[index]
