@@ -13,7 +13,7 @@ store and recall have their owners' params (``MemoryOptions``, ``RecallParams``)
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from pipecat_summarizer.tokens import TokenCounter, as_token_counter
@@ -54,6 +54,7 @@ class TriggerParams:
     def __post_init__(self):
         """Validate the fields."""
         validate_numeric_fields(self, "trigger.")
+        check_flags(self, "trigger.")
         if not 0.1 <= self.soft_ratio <= 1:
             raise ValueError("trigger.soft_ratio must be in [0.1, 1]")
         if not 0 <= self.min_token_gain < 1:
@@ -80,6 +81,7 @@ class RetryParams:
     def __post_init__(self):
         """Validate the fields."""
         validate_numeric_fields(self, "retry.")
+        check_flags(self, "retry.")
         if self.backoff_s < 0 or self.max_backoff_s < 0:
             raise ValueError("retry.backoff_s and retry.max_backoff_s must not be negative")
         if self.error_after_failures < 1:
@@ -112,6 +114,7 @@ class PinningParams:
     def __post_init__(self):
         """Validate the fields."""
         validate_numeric_fields(self, "pinning.")
+        check_flags(self, "pinning.")
         if self.budget_tokens < 20:
             raise ValueError("pinning.budget_tokens must be at least 20")
         if self.app_role not in ("system", "developer"):
@@ -139,10 +142,30 @@ class CeilingParams:
     def __post_init__(self):
         """Validate the fields."""
         validate_numeric_fields(self, "ceiling.")
+        check_flags(self, "ceiling.")
         if self.max_request_tokens < 200:
             raise ValueError("ceiling.max_request_tokens must be at least 200")
         if not 0.1 <= self.eviction_target_ratio <= 1:
             raise ValueError("ceiling.eviction_target_ratio must be in [0.1, 1]")
+
+
+def check_flags(obj: Any, prefix: str = "") -> None:
+    """Reject a non-bool in any ``bool`` field of a dataclass instance, naming the field.
+
+    ``auto="no"`` or ``log_content="false"`` is truthy and would silently mean yes, and
+    ``0``/``1`` reads as a count someone meant elsewhere: only ``True`` and ``False`` pass.
+
+    Raises:
+        TypeError: If a ``bool`` field holds anything else.
+    """
+    for f in fields(obj):
+        if f.type not in ("bool", bool):
+            continue
+        value = getattr(obj, f.name)
+        if not isinstance(value, bool):
+            raise TypeError(
+                f"{prefix}{f.name} must be True or False, got {type(value).__name__} {value!r:.40}"
+            )
 
 
 def _check_group(name: str, value: Any, cls: type, optional: bool = False) -> None:
@@ -200,6 +223,7 @@ class ContextSummarizerParams:
     def __post_init__(self):
         """Validate the fields (the nested groups validate themselves)."""
         validate_numeric_fields(self)
+        check_flags(self)
         if self.max_summary_input_tokens is not None and self.max_summary_input_tokens < 100:
             raise ValueError("max_summary_input_tokens must be at least 100 (or None)")
         if self.unresolved_tool_call_turns is not None and self.unresolved_tool_call_turns < 1:
@@ -253,6 +277,7 @@ class SummarizerOptions:
         # every int/float field, by annotation: NaN, infinity, strings and bools fail here,
         # named, before the range checks below (which NaN would pass)
         validate_numeric_fields(self)
+        check_flags(self)
         if self.max_summary_input_tokens is not None and self.max_summary_input_tokens < 100:
             raise ValueError("max_summary_input_tokens must be at least 100 (or None)")
         if not 0 <= self.min_token_gain < 1:

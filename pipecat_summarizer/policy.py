@@ -22,6 +22,7 @@ from pipecat.utils.context.llm_context_summarization import (
 from pipecat_summarizer.cadence import CacheCadence, kept_messages, over_context_limit
 from pipecat_summarizer.events import Reason
 from pipecat_summarizer.options import RetryParams, TriggerParams
+from pipecat_summarizer.summarizers.pipecat_llm import check_inference
 from pipecat_summarizer.tokens import Measurement
 from pipecat_summarizer.validation import validate_numeric_fields
 
@@ -46,7 +47,9 @@ def validate_config(config: LLMAutoContextSummarizationConfig) -> None:
             alone would trip the message threshold, or if the template has no
             ``{summary}`` placeholder.
     """
-    validate_summary_config(getattr(config, "summary_config", None))
+    # the config's own fields first: Pipecat's __post_init__ has already set the summary's
+    # target to 80% of max_context_tokens when it was larger, so a bad max_context_tokens
+    # (True, 1) shows up as a bad summary_config.target_context_tokens (0)
     validate_numeric_fields(config)
     if config.max_context_tokens is None and config.max_unsummarized_messages is None:
         raise ValueError("max_context_tokens or max_unsummarized_messages must be set")
@@ -54,8 +57,15 @@ def validate_config(config: LLMAutoContextSummarizationConfig) -> None:
         raise ValueError("max_context_tokens must be positive (or None)")
     if config.max_unsummarized_messages is not None and config.max_unsummarized_messages < 1:
         raise ValueError("max_unsummarized_messages must be at least 1 (or None)")
-    summary = config.summary_config
-    keep = summary.min_messages_after_summary
+    summary = getattr(config, "summary_config", None)
+    tokens = config.max_context_tokens
+    if isinstance(summary, LLMContextSummaryConfig) and tokens == 1:
+        raise ValueError(
+            "max_context_tokens must be at least 2: Pipecat sets "
+            "summary_config.target_context_tokens to 80% of it, which would be 0"
+        )
+    validate_summary_config(summary)
+    keep = config.summary_config.min_messages_after_summary
     limit = config.max_unsummarized_messages
     if limit is not None and keep >= limit:
         raise ValueError(
@@ -73,7 +83,8 @@ def validate_summary_config(summary: object, name: str = "summary_config") -> No
         name: How to name it in messages.
 
     Raises:
-        TypeError: If it is not an ``LLMContextSummaryConfig`` or a field has the wrong type.
+        TypeError: If it is not an ``LLMContextSummaryConfig``, a field has the wrong type,
+            or its ``llm`` does not implement ``run_inference``.
         ValueError: If a numeric field is NaN, infinite or out of range, or the template
             lacks ``{summary}``.
     """
@@ -92,6 +103,8 @@ def validate_summary_config(summary: object, name: str = "summary_config") -> No
     prompt = summary.summarization_prompt
     if prompt is not None and not isinstance(prompt, str):
         raise TypeError(f"{name}.summarization_prompt must be a string or None")
+    if summary.llm is not None:
+        check_inference(summary.llm, f"{name}.llm")
     if summary.summarization_timeout is not None and summary.summarization_timeout <= 0:
         raise ValueError(f"{name}.summarization_timeout must be positive (or None)")
 

@@ -109,6 +109,8 @@ class OpenAISummarizer:
             raise ValueError("max_tokens_param must be 'max_tokens' or 'max_completion_tokens'")
         if not isinstance(model, str) or not model.strip():
             raise ValueError("model must be a non-empty model name, for example 'gpt-4o-mini'")
+        if not isinstance(structured, bool):
+            raise TypeError(f"structured must be True or False, got {type(structured).__name__}")
         check_number("temperature", temperature)
         check_number("max_retries", max_retries, integer=True)
         check_number("max_concurrency", max_concurrency, integer=True, optional=True)

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import contextvars
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from loguru import logger
 from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.services.llm_service import LLMService
 
 from pipecat_summarizer.prompt import SummaryRequest
 from pipecat_summarizer.summarizers.base import SummarizerError, require_text
 from pipecat_summarizer.tokens import estimate_text_tokens
-
-if TYPE_CHECKING:
-    from pipecat.services.llm_service import LLMService
 
 # The provider responses seen by the current summary call (None outside one).
 _responses: contextvars.ContextVar[list | None] = contextvars.ContextVar(
@@ -110,6 +108,28 @@ def _observe(llm: Any) -> bool:
     return found
 
 
+def check_inference(llm: Any, name: str = "summarizer") -> None:
+    """Refuse a service that cannot answer out of the pipeline.
+
+    ``LLMService.run_inference`` raises ``NotImplementedError`` in the base class; a service
+    that keeps it (a realtime speech-to-speech service, a custom one) would fail every
+    summary later with a bare error, far from the cause.
+
+    Args:
+        llm: The service.
+        name: How to name it in the message.
+
+    Raises:
+        TypeError: If ``llm`` does not implement ``run_inference``.
+    """
+    if getattr(type(llm), "run_inference", None) in (None, LLMService.run_inference):
+        raise TypeError(
+            f"{name}: {type(llm).__name__} does not implement run_inference (out-of-pipeline "
+            "inference), so it cannot write summaries; use a service that does (OpenAI, "
+            "Anthropic, Google...) or OpenAISummarizer"
+        )
+
+
 class PipecatLLMSummarizer:
     """Summarizes with a Pipecat ``LLMService`` through its ``run_inference``.
 
@@ -122,10 +142,14 @@ class PipecatLLMSummarizer:
 
     Args:
         llm: The service.
+
+    Raises:
+        TypeError: If ``llm`` does not implement ``run_inference`` (the class is named).
     """
 
     def __init__(self, llm: LLMService):
         """Initialize the summarizer."""
+        check_inference(llm, "summarizer")
         self.llm = llm
         self._observable: bool | None = None
 
