@@ -37,6 +37,55 @@ class StoreError(Exception):
     """A store could not be opened or read (bad path or DSN, newer schema, closed store)."""
 
 
+#: The tables every memory store has, whatever its backend and version.
+REQUIRED_TABLES = frozenset({"schema_version", "calls", "messages", "compactions", "facts"})
+
+
+def check_store_tables(where: str, names: set[str], known: frozenset[str] | None) -> None:
+    """Refuse a database that is not a memory store (read-only opening: never guess).
+
+    Args:
+        where: The file or database, for the message (never a DSN with its password).
+        names: Its tables and views.
+        known: The names this backend's schema may hold (besides ``sqlite_*`` and the
+            full-text index's own ``messages_fts*``); ``None`` where other tables may live
+            beside the store (a PostgreSQL database shared with the application).
+
+    Raises:
+        StoreError: If a store table is missing or an unknown table is present.
+    """
+    missing = sorted(REQUIRED_TABLES - names)
+    if missing:
+        raise StoreError(f"{where}: not a memory store (no {', '.join(missing)} table)")
+    if known is None:
+        return
+    unknown = sorted(n for n in names - known if not n.startswith(("sqlite_", "messages_fts")))
+    if unknown:
+        shown = ", ".join(repr(n[:40]) for n in unknown[:5])
+        raise StoreError(f"{where}: not a memory store (unknown tables {shown})")
+
+
+def check_store_version(where: str, version: object) -> None:
+    """Refuse a schema version this code cannot read as it is (a read-only opening never
+    migrates: an older store is migrated by opening it once read-write, by the code that
+    writes to it).
+
+    Raises:
+        StoreError: If ``version`` is not ``SCHEMA_VERSION``.
+    """
+    if version == SCHEMA_VERSION and isinstance(version, int):
+        return
+    if isinstance(version, int) and 1 <= version < SCHEMA_VERSION:
+        raise StoreError(
+            f"{where}: schema v{version} is older than this code's v{SCHEMA_VERSION}; "
+            "a read-only opening does not migrate it (open it read-write once to migrate)"
+        )
+    raise StoreError(
+        f"{where}: schema version {version!r} is not one this code knows "
+        f"(v{SCHEMA_VERSION}); use the version that wrote it"
+    )
+
+
 class MemoryStore(ABC):
     """Where a call's records go, and where a returning caller's memory comes from.
 

@@ -12,6 +12,8 @@ from pipecat_summarizer.store.base import MemoryStore, StoreError
 def open_store(target: str, **kwargs) -> MemoryStore:
     """A store for a SQLite path (``:memory:`` too) or a ``postgresql://`` DSN.
 
+    Keyword arguments go to the backend's constructor (``read_only=True`` for both).
+
     Raises:
         StoreError: If ``target`` is empty.
     """

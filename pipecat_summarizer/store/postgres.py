@@ -12,10 +12,18 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-from pipecat_summarizer.store.base import SCHEMA_VERSION, MemoryStore, StoreError, query_words
+from pipecat_summarizer.store.base import (
+    SCHEMA_VERSION,
+    MemoryStore,
+    StoreError,
+    check_store_tables,
+    check_store_version,
+    query_words,
+)
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallerMemory,
@@ -149,6 +157,10 @@ class PostgresMemoryStore(MemoryStore):
             schema is created.
         connect_timeout_s: Timeout for one connection attempt.
         retention_days: If set, records older than this are deleted when the store opens.
+        read_only: Read an existing store only (``inspect``): every session is read-only
+            (``default_transaction_read_only``), nothing is created, migrated or purged, and
+            every write raises :class:`StoreError`. A database that is not a memory store, or
+            one of a schema version this code does not know, is refused.
 
     Raises:
         StoreError: If ``asyncpg`` is not installed (the ``postgres`` extra).
@@ -165,6 +177,7 @@ class PostgresMemoryStore(MemoryStore):
         text_search_config: str = "english",
         connect_timeout_s: float = 5.0,
         retention_days: float | None = None,
+        read_only: bool = False,
     ):
         """Configure the store; nothing connects until first use."""
         if not isinstance(dsn, str) or not dsn.startswith(("postgresql://", "postgres://")):
@@ -186,6 +199,9 @@ class PostgresMemoryStore(MemoryStore):
         self.text_search_config = text_search_config
         self.connect_timeout_s = connect_timeout_s
         self.retention_days = retention_days
+        if not isinstance(read_only, bool):
+            raise TypeError(f"read_only must be a bool, got {type(read_only).__name__}")
+        self.read_only = read_only
         self._pool: Any = None
         self._lock = asyncio.Lock()
 
@@ -215,6 +231,7 @@ class PostgresMemoryStore(MemoryStore):
                     # folded to a constant), never a cached generic plan: ~0.3 ms to plan,
                     # where a generic plan ran the search 1.5-2.5x slower
                     "plan_cache_mode": "force_custom_plan",
+                    **({"default_transaction_read_only": "on"} if self.read_only else {}),
                 },
                 # the store leaves no session state (no SET, LISTEN, cursor or session
                 # lock), so a released connection needs no RESET ALL round trip; asyncpg
@@ -223,13 +240,38 @@ class PostgresMemoryStore(MemoryStore):
             )
             try:
                 async with pool.acquire() as conn:
-                    await self._migrate(conn)
-                    if self.retention_days:
+                    if self.read_only:
+                        await self._check_read_only(conn)
+                    else:
+                        await self._migrate(conn)
+                    if self.retention_days and not self.read_only:
                         await self._purge(conn, self.retention_days)
             except BaseException:
                 await pool.close()
                 raise
             self._pool = pool
+
+    async def _check_read_only(self, conn) -> None:
+        """Refuse a database that is not a memory store of this code's version."""
+        where = f"database {self._database()!r}"
+        names = {
+            r[0]
+            for r in await conn.fetch(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            )
+        }
+        # a PostgreSQL database may hold the application's tables too: only ours must be there
+        check_store_tables(where, names, None)
+        check_store_version(where, await conn.fetchval("SELECT MAX(version) FROM schema_version"))
+
+    def _database(self) -> str:
+        """The database's name (for messages: no host, user or password)."""
+        return urllib.parse.urlsplit(self.dsn).path.lstrip("/") or "(default)"
+
+    def _refuse_write(self) -> None:
+        if self.read_only:
+            raise StoreError("this store was opened read-only")
 
     async def _migrate(self, conn) -> None:
         async with conn.transaction():
@@ -261,6 +303,7 @@ class PostgresMemoryStore(MemoryStore):
 
     async def write(self, records: Sequence[Record]) -> None:
         """Write ``records`` in one transaction."""
+        self._refuse_write()
         groups: dict[str, list[tuple]] = {
             "start": [],
             "message": [],
@@ -501,6 +544,7 @@ class PostgresMemoryStore(MemoryStore):
         """Delete every record of ``user_id`` in every table."""
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
+        self._refuse_write()
         n = 0
         async with await self._acquire() as conn, conn.transaction():
             for table in ("messages", "compactions", "facts"):
@@ -518,6 +562,7 @@ class PostgresMemoryStore(MemoryStore):
         """Delete records older than ``days`` days."""
         if isinstance(days, bool) or not days >= 0:
             raise ValueError("days must be a non-negative number")
+        self._refuse_write()
         async with await self._acquire() as conn:
             return await self._purge(conn, days)
 

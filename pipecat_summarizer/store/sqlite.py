@@ -14,12 +14,20 @@ import hashlib
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pipecat_summarizer.store.base import SCHEMA_VERSION, MemoryStore, StoreError, query_words
+from pipecat_summarizer.store.base import (
+    SCHEMA_VERSION,
+    MemoryStore,
+    StoreError,
+    check_store_tables,
+    check_store_version,
+    query_words,
+)
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallerMemory,
@@ -76,6 +84,11 @@ def scope_range(scope: int) -> tuple[int, int]:
     """The full-text rowids of a scope's messages (inclusive bounds)."""
     return scope << ID_BITS, (scope << ID_BITS) | _ID_MASK
 
+
+#: The tables (and views) of a SQLite memory store: anything else is another application's.
+STORE_TABLES = frozenset(
+    {"schema_version", "calls", "messages", "compactions", "facts", "messages_fts_source"}
+)
 
 # version -> statements; applied in order inside one write transaction
 MIGRATIONS: dict[int, list[str]] = {
@@ -182,6 +195,10 @@ class SQLiteMemoryStore(MemoryStore):
         busy_timeout_s: How long a write waits for another process's lock before it fails
             (the writer then keeps the records and retries).
         retention_days: If set, records older than this are deleted when the store opens.
+        read_only: Open an existing store for reading only (``inspect``): the file is
+            opened with ``mode=ro``, nothing is created, migrated or purged, the journal mode
+            is left as it is, and every write raises :class:`StoreError`. A file that is not
+            a memory store, or one of a schema version this code does not know, is refused.
 
     Example::
 
@@ -198,6 +215,7 @@ class SQLiteMemoryStore(MemoryStore):
         *,
         busy_timeout_s: float = 5.0,
         retention_days: float | None = None,
+        read_only: bool = False,
     ):
         """Configure the store; nothing is opened until first use."""
         if path is not None and not isinstance(path, (str, Path)):
@@ -211,6 +229,11 @@ class SQLiteMemoryStore(MemoryStore):
         self.path = None if path is None else Path(path)
         self.busy_timeout_s = float(busy_timeout_s)
         self.retention_days = retention_days
+        if not isinstance(read_only, bool):
+            raise TypeError(f"read_only must be a bool, got {type(read_only).__name__}")
+        if read_only and path is None:
+            raise ValueError("read_only needs a path (an in-memory store starts empty)")
+        self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._open_lock = threading.Lock()
@@ -237,6 +260,8 @@ class SQLiteMemoryStore(MemoryStore):
         return fn(self._conn)
 
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            return self._connect_read_only()
         target = str(self.path) if self.path else ":memory:"
         if self.path is not None and not self.path.parent.exists():
             raise StoreError(f"store path {target!r}: folder does not exist")
@@ -261,6 +286,41 @@ class SQLiteMemoryStore(MemoryStore):
             conn.close()
             raise
         return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """The file as it is: ``mode=ro`` (never created), no journal-mode switch, no
+        migration; refused unless it is a memory store of a version this code knows."""
+        assert self.path is not None
+        if not self.path.is_file():
+            raise StoreError(f"store path {str(self.path)!r}: no such file")
+        uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_s, isolation_level=None)
+        except sqlite3.Error as e:
+            raise StoreError(f"store path {str(self.path)!r}: cannot open ({e})") from e
+        try:
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA query_only=ON")
+            try:
+                names = {
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+                    )
+                }
+            except sqlite3.DatabaseError as e:  # not a database at all
+                raise StoreError(f"store path {str(self.path)!r}: not a memory store ({e})") from e
+            check_store_tables(str(self.path), names, STORE_TABLES)
+            version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+            check_store_version(str(self.path), version)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _refuse_write(self) -> None:
+        if self.read_only:
+            raise StoreError("this store was opened read-only")
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
@@ -309,6 +369,7 @@ class SQLiteMemoryStore(MemoryStore):
 
     async def write(self, records: Sequence[Record]) -> None:
         """Write ``records`` in one transaction."""
+        self._refuse_write()
         records = list(records)
         if records:
             await self._run(lambda conn: self._write(conn, records))
@@ -594,6 +655,7 @@ class SQLiteMemoryStore(MemoryStore):
         """Delete every record of ``user_id`` in every table."""
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
+        self._refuse_write()
 
         def delete(conn: sqlite3.Connection) -> int:
             conn.execute("BEGIN IMMEDIATE")
@@ -618,6 +680,7 @@ class SQLiteMemoryStore(MemoryStore):
         """Delete records older than ``days`` days."""
         if isinstance(days, bool) or not days >= 0:
             raise ValueError("days must be a non-negative number")
+        self._refuse_write()
         return await self._run(lambda conn: self._purge(conn, days))
 
     @staticmethod
