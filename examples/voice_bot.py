@@ -30,7 +30,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from loguru import logger
@@ -528,17 +529,58 @@ async def bot(runner_args: RunnerArguments):
     await run_bot(transport, runner_args, settings)
 
 
+def load_env_file() -> None:
+    """Load ``.env`` from the working directory; variables exported in the shell win.
+
+    An exported variable is never replaced by the file's value, an empty line in the file
+    included (``.env.example`` has ``OPENAI_API_KEY=``). Without python-dotenv (it comes with
+    the ``[example]`` extra) nothing is loaded and the environment is used as it is.
+    """
+    try:
+        from dotenv import find_dotenv, load_dotenv
+    except ImportError:
+        return
+    load_dotenv(find_dotenv(usecwd=True), override=False)
+
+
+@contextmanager
+def environment_kept(*runner_owned: str) -> Iterator[None]:
+    """Undo every change the block makes to ``os.environ``, except to ``runner_owned`` names.
+
+    Pipecat's development runner calls ``load_dotenv(override=True)`` when it is imported:
+    it would replace exported variables with the ``.env`` values (the one next to the
+    installed Pipecat, found by walking up from its files) for every session that starts
+    afterwards, while the startup line still shows the exported ones.
+    """
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        kept = {name: os.environ[name] for name in runner_owned if name in os.environ}
+        for name in set(os.environ) - set(saved):
+            del os.environ[name]
+        for name, value in saved.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+        os.environ.update(kept)
+
+
+def import_runner() -> Callable[[], None]:
+    """Import Pipecat's development runner, keeping the environment as it was; return its main.
+
+    Every session then reads the environment :func:`main` checked, not the runner's
+    ``.env`` load. The runner's own ``ENV=local`` stays (Pipecat bots read it to tell a
+    local run from a deployed one).
+    """
+    with environment_kept("ENV"):
+        from pipecat.runner.run import main as run_development_runner
+    return run_development_runner
+
+
 def main() -> None:
     """Check the configuration, then hand over to Pipecat's development runner."""
     if not {"-h", "--help"} & set(sys.argv[1:]):
-        try:
-            from dotenv import find_dotenv, load_dotenv
-        except ImportError:
-            pass  # python-dotenv comes with the [example] extra; the environment still works
-        else:
-            # Exported variables win over .env, so `BOT_MODE=local python voice_bot.py` works
-            # after `cp .env.example .env`, and an empty line in .env never wipes a key.
-            load_dotenv(find_dotenv(usecwd=True), override=False)
+        load_env_file()
         try:
             settings = Settings.from_env()
             if settings.local:
@@ -548,9 +590,7 @@ def main() -> None:
             sys.exit(2)
         print(f"voice_bot: {settings.describe()}", file=sys.stderr)
 
-    from pipecat.runner.run import main as run_development_runner
-
-    run_development_runner()
+    import_runner()()
 
 
 if __name__ == "__main__":
