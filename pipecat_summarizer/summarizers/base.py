@@ -10,6 +10,8 @@ import ssl
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from loguru import logger
+
 from pipecat_summarizer.prompt import SummaryRequest
 
 
@@ -39,12 +41,42 @@ class Summarizer(Protocol):
     answer as a failure too. Timeouts are enforced by the caller. ``summarize`` must be a
     coroutine function. A backend holding connections may also offer ``async aclose()``:
     the processor calls it only on summarizers it built itself; one the application
-    passed in is the application's to close.
+    passed in is the application's to close. It may also offer ``attach()`` and
+    ``async detach()``: each processor calls them once, at its start and at its end (see
+    :func:`attach_summarizer`), so the backend can close what it opened when no call
+    uses it.
     """
 
     async def summarize(self, request: SummaryRequest) -> str | SummaryResult:
         """Return the summary for ``request``: its text, or a :class:`SummaryResult`."""
         ...
+
+
+def attach_summarizer(summarizer: object) -> None:
+    """Tell ``summarizer`` a processor starts using it: ``summarizer.attach()`` if it has one.
+
+    Called once per processor, at its start; paired with :func:`detach_summarizer`.
+    """
+    attach = getattr(summarizer, "attach", None)
+    if callable(attach):
+        attach()
+
+
+async def detach_summarizer(summarizer: object) -> None:
+    """Tell ``summarizer`` a processor has ended: ``await summarizer.detach()`` if it has one.
+
+    Called once per processor, at its end (End, Cancel or cleanup). A failure is logged
+    (its class only) and never raised: closing must not break the end of a call.
+    """
+    detach = getattr(summarizer, "detach", None)
+    if not callable(detach):
+        return
+    try:
+        result = detach()
+        if inspect.isawaitable(result):
+            await result
+    except Exception as e:
+        logger.warning(f"{type(summarizer).__name__}: detach failed ({type(e).__name__})")
 
 
 _FENCE = re.compile(r"\A```[A-Za-z0-9_+-]*[ \t]*\n(?P<body>.*?)\n?```\Z", re.DOTALL)

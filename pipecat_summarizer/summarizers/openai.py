@@ -68,9 +68,15 @@ class OpenAISummarizer:
 
     One instance can serve every call of a process: it holds one connection pool, and
     ``max_concurrency`` caps the summary requests in flight across all calls (the others
-    wait their turn). Whoever builds it closes it: ``await summarizer.aclose()`` at
-    shutdown, or ``async with OpenAISummarizer(...) as summarizer:``. A processor never
-    closes a summarizer it was given.
+    wait their turn).
+
+    The pool it built is closed when no call needs it: each processor using it counts as
+    one user from its start to its end (:meth:`attach` / :meth:`detach`, called by the
+    processor); when the last one ends, the pool closes, and the next request opens a new
+    one. So an instance built inline for one call leaves no socket behind, and one shared
+    by every call stays open while any call runs. :meth:`aclose` (or leaving
+    ``async with OpenAISummarizer(...) as summarizer:``) closes it for good. A ``client``
+    passed in stays the application's: neither closes it.
 
     Args:
         model: The model name, for example ``"gpt-4o-mini"``.
@@ -130,11 +136,13 @@ class OpenAISummarizer:
             api_key = os.environ.get("OPENAI_API_KEY")
         elif api_key is None and os.environ.get("OPENAI_API_KEY"):
             logger.debug("OpenAISummarizer: OPENAI_API_KEY not sent to a non-OpenAI base_url")
-        self._client = client or AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key or "not-needed",
-            max_retries=max_retries,
-        )
+        self._base_url, self._api_key = base_url, api_key or "not-needed"
+        self._max_retries = max_retries
+        # None between the last user's end and the next request (reopened lazily)
+        self._client: AsyncOpenAI | None = client or self._build()
+        self._users = 0  # processors attached now
+        self._close_when_idle = False  # the last user left while a request was in flight
+        self._closed = False  # aclose(): for good
 
     @property
     def in_flight(self) -> int:
@@ -194,20 +202,69 @@ class OpenAISummarizer:
                 return SummaryResult(render_sections(sections), sections)
         return text
 
+    @property
+    def users(self) -> int:
+        """Processors attached now (see :meth:`attach`)."""
+        return self._users
+
+    def attach(self) -> None:
+        """Count one more user (a processor, from its start); see :meth:`detach`."""
+        self._users += 1
+        self._close_when_idle = False
+
+    async def detach(self) -> None:
+        """Count one user less; the last one out closes the pool this summarizer built.
+
+        A request still in flight (sent outside any processor) finishes first; the next
+        request opens a new pool. A ``client`` passed in is never closed.
+        """
+        self._users = max(0, self._users - 1)
+        if self._users == 0 and self._owns_client:
+            if self._in_flight:
+                self._close_when_idle = True
+            else:
+                await self._release()
+
+    async def _release(self) -> None:
+        # swap first: a request starting while the old pool closes builds a new one
+        client, self._client = self._client, None
+        self._close_when_idle = False
+        if client is not None:
+            await client.close()
+
+    def _current(self) -> AsyncOpenAI:
+        if self._closed:
+            raise SummarizerError("OpenAISummarizer is closed (aclose was called)")
+        if self._client is None:
+            self._client = self._build()
+        return self._client
+
+    def _build(self) -> AsyncOpenAI:
+        return AsyncOpenAI(
+            base_url=self._base_url, api_key=self._api_key, max_retries=self._max_retries
+        )
+
     async def _create(self, params: dict):
+        client = self._current()
         self._in_flight += 1
         try:
-            return await self._client.chat.completions.create(**params)
+            return await client.chat.completions.create(**params)
         finally:
             self._in_flight -= 1
+            if self._close_when_idle and not self._in_flight and not self._users:
+                await self._release()
 
     async def aclose(self) -> None:
-        """Close the connection pool this summarizer built (not a ``client`` passed in).
+        """Close the connection pool this summarizer built, for good (not a ``client``
+        passed in, which stays usable, and so does this summarizer with it).
 
         Safe to call more than once.
         """
         if self._owns_client:
-            await self._client.close()
+            self._closed = True
+            self._close_when_idle = False
+            if self._client is not None:
+                await self._client.close()
 
     async def __aenter__(self) -> OpenAISummarizer:
         """Use as ``async with OpenAISummarizer(...) as summarizer:``."""
