@@ -232,6 +232,15 @@ class RequestCeiling:
             return False
         return self._stuck != (content_fingerprint(messages), overhead)
 
+    def room(self, total_tokens: int, overhead: int) -> int | None:
+        """Tokens one more message's text may take before a request of ``total_tokens``
+        plus ``overhead`` reaches the ceiling (``None`` without a ceiling): what the
+        recalled block may use, so it never costs the conversation an eviction."""
+        if self.params is None:
+            return None
+        framing = self._counter.counter.count_message({"role": "user", "content": ""})
+        return self.params.max_request_tokens - total_tokens - overhead - framing
+
     def evict(self, host: CeilingHost, overhead: int = 0) -> MessagesEvictedEvent | None:
         """Evict the oldest units so the messages plus ``overhead`` fit the ceiling.
 

@@ -316,6 +316,7 @@ class ContextSummarizer(FrameProcessor):
             # the conversation-facts message is never summarized, like the head
             lambda i, m, ms: (
                 m is self._memory.noted_message
+                or m is self._memory.app_message
                 or m is self._recalled()
                 or self._protected(i, m, ms)
             ),
@@ -755,15 +756,26 @@ class ContextSummarizer(FrameProcessor):
             self._recorder.archive(messages, "replaced")
 
     def _check_replaced(self, m: Measurement | None = None) -> bool:
-        """Drop the pending queue once the application replaced the context: its messages
-        belong to the old conversation and must not be summarized into the new one.
+        """Archive what the application removed from the context (``"replaced"``), and
+        drop the pending queue once it cut the conversation's start (a replacement, a Flows
+        reset, a truncating update): the queue is older than everything it dropped and must
+        not be summarized into what it kept.
 
         Returns:
             True if the context was found replaced (once per replacement).
         """
         if m is None:
             self._meter.measure(self._context.messages, self._memory.summary_message)
-        if not self._meter.take_replaced():
+        rewrite = self._meter.take_rewrite()
+        if rewrite is None:
+            return False
+        if self._recorder is not None:  # only conversation messages: never the processor's own
+            self._recorder.archive(rewrite.removed, "replaced")
+        logger.info(
+            f"{self}: the application removed {len(rewrite.removed)} messages from the "
+            f"context{' (a replacement)' if rewrite.replaced else ''}"
+        )
+        if not rewrite.replaced:
             return False
         self._trigger.context_replaced()  # a new conversation: plan it afresh
         self._warned_blocked.clear()
@@ -804,6 +816,10 @@ class ContextSummarizer(FrameProcessor):
         if ceiling.params is None:
             return m, None
         overhead = self.request_overhead_tokens()
+        if ceiling.due(m.total_tokens, overhead, self._context.messages) and (
+            self._recall_gives_way()
+        ):
+            m = self._meter.measure(self._context.messages, self._memory.summary_message)
         if ceiling.due(m.total_tokens, overhead, self._context.messages):
             self._step = "eviction"
             event = ceiling.evict(self._evictions, overhead)
@@ -863,6 +879,7 @@ class ContextSummarizer(FrameProcessor):
     ) -> bool:
         self._step = "planning"
         self._blocked = None
+        self._check_replaced()  # a replaced context's pending messages are never planned
         summary_message = self._summary_in_context()
         messages = with_pending(
             self._view(self._context.messages), self._pending, summary_message, self._pending_places
@@ -1083,12 +1100,37 @@ class ContextSummarizer(FrameProcessor):
     def _recall_clear(self) -> None:
         """Take last turn's recalled message out before anything measures or plans: it is
         replaced each turn, never accumulated, summarized or archived."""
+        recall = self._recall
+        assert recall is not None
         try:
-            kept = self._recall.clear(self._context.messages)  # type: ignore[union-attr]
+            kept = recall.without_message(self._context.messages)
             if kept is not None:
+                # still known as ours while written: never taken for the application's removal
                 self._set_messages(kept)
         except Exception as e:  # recall never costs the turn
             logger.error(f"{self}: recall clear failed ({type(e).__name__})")
+        finally:
+            recall.message = None
+
+    def _recall_room(self) -> int | None:
+        """What the ceiling leaves for the recalled block (it counts toward
+        ``max_request_tokens``; ``None``: no ceiling)."""
+        if self._params.ceiling is None:
+            return None
+        m = self._meter.measure(self._context.messages, self._memory.summary_message)
+        return self._ceiling.room(m.total_tokens, self.request_overhead_tokens())
+
+    def _recall_gives_way(self) -> bool:
+        """Take the recalled block out (a request over the ceiling loses it before any
+        conversation is evicted). Returns True if it was in the context."""
+        recall = self._recall
+        if recall is None or recall.message is None:
+            return False
+        kept = recall.without_message(self._context.messages)
+        if kept is not None:
+            self._set_messages(kept)
+        recall.message = None
+        return kept is not None
 
     async def _recall_turn(self) -> None:
         """Place this turn's recalled message, if the archive answers within the budget."""
@@ -1097,7 +1139,7 @@ class ContextSummarizer(FrameProcessor):
             return
         try:
             placed = await recall.prepare(
-                lambda: self._context.messages, self._memory.texts_in_view
+                lambda: self._context.messages, self._memory.texts_in_view, room=self._recall_room
             )
             if placed is not None:
                 self._set_messages(placed)

@@ -282,7 +282,7 @@ def latest_user_index(messages: Sequence[Any]) -> int | None:
         m = messages[i]
         role = m.get("role") if isinstance(m, Mapping) else None
         if role == "user":
-            return None if is_recall_message(m) else i
+            return i
         if role not in ("system", "developer"):
             return None
     return None
@@ -315,7 +315,7 @@ def recall_query(messages: Sequence[Any], max_question_words: int = 20) -> str |
             if question:
                 parts.insert(0, question)
             break
-        if isinstance(m, Mapping) and m.get("role") == "user" and not is_recall_message(m):
+        if isinstance(m, Mapping) and m.get("role") == "user":
             break
     query = without_names("\n".join(p for p in parts if p), instruction_names(messages))
     return query if topic_terms(query) else None
@@ -718,7 +718,11 @@ def recall_message(text: str) -> dict:
 
 
 def is_recall_message(message: Any) -> bool:
-    """True for a message made by :func:`recall_message`."""
+    """True for a message that reads like one made by :func:`recall_message`.
+
+    For reading requests (tests, the replay): the processor recognises its own recalled
+    message by identity only, so a caller's turn that begins like the header stays theirs.
+    """
     return (
         isinstance(message, Mapping)
         and message.get("role") == "user"
@@ -728,16 +732,20 @@ def is_recall_message(message: Any) -> bool:
 
 
 def without_recall(messages: Sequence[Any], current: Any = None) -> list[Any] | None:
-    """``messages`` without the recalled message (``current``, by identity, or any message
-    that is one), or ``None`` when there is none, so the caller need not rewrite."""
-    kept = [m for m in messages if not (m is current or is_recall_message(m))]
+    """``messages`` without the recalled message ``current`` (by identity: text that reads
+    like one may be the caller's own), or ``None`` when it is not there, so the caller need
+    not rewrite."""
+    if current is None:
+        return None
+    kept = [m for m in messages if m is not current]
     return kept if len(kept) != len(messages) else None
 
 
-def place_recall(messages: Sequence[Any], message: Any) -> list[Any] | None:
-    """``messages`` with ``message`` just before the latest user message (any earlier
-    recalled message removed), or ``None`` when the context does not end in a user turn."""
-    base = without_recall(messages) or list(messages)
+def place_recall(messages: Sequence[Any], message: Any, previous: Any = None) -> list[Any] | None:
+    """``messages`` with ``message`` just before the latest user message (the ``previous``
+    recalled message, by identity, removed), or ``None`` when the context does not end in a
+    user turn."""
+    base = without_recall(messages, previous) or list(messages)
     i = latest_user_index(base)
     if i is None:
         return None

@@ -248,26 +248,39 @@ class RecallStep:
             self.semantic.kick(self.archive)
 
     def clear(self, messages: Sequence[Any]) -> list[Any] | None:
-        """``messages`` without last turn's recalled message, or ``None`` if it is not there."""
-        current, self.message = self.message, None
-        return without_recall(messages, current)
+        """``messages`` without last turn's recalled message (forgotten), or ``None`` if it
+        is not there."""
+        kept, self.message = self.without_message(messages), None
+        return kept
+
+    def without_message(self, messages: Sequence[Any]) -> list[Any] | None:
+        """``messages`` without the recalled message now placed (by identity: a caller's
+        turn that reads like one is the caller's), or ``None`` if it is not there."""
+        return without_recall(messages, self.message)
 
     async def prepare(
-        self, messages: Callable[[], Sequence[Any]], view_texts: Callable[[], Iterable[str]]
+        self,
+        messages: Callable[[], Sequence[Any]],
+        view_texts: Callable[[], Iterable[str]],
+        *,
+        room: Callable[[], int | None] = lambda: None,
     ) -> list[Any] | None:
         """The context with this turn's recalled message placed, or ``None`` (nothing to
-        recall, or no answer within the budget).
+        recall, no room for it, or no answer within the budget).
 
         Args:
             messages: Returns the context as it is now (read again after the search: a
                 summary may have been spliced in meanwhile).
             view_texts: The texts the model already sees besides the context messages
                 (summary, pinned facts); called only when there are hits.
+            room: Returns the tokens the recalled text may take besides ``max_tokens``
+                (what the request ceiling leaves), or ``None`` for no limit; asked before
+                the search and again before rendering.
         """
         params = self.params
         before = messages()
         query = recall_query(before, params.max_question_words)
-        if query is None:
+        if query is None or not fits(room()):
             if self.semantic is not None:  # no search this turn: index meanwhile ("Hi again")
                 self.semantic.kick(self.archive)
             return None
@@ -296,18 +309,21 @@ class RecallStep:
         )
         if how == "late":
             snippets = still_relevant(snippets, query, params.min_score)
+        budget = recall_budget(params.max_tokens, room())
+        if budget is None:
+            return None  # the conversation grew meanwhile: recall gives way
         text = render_recall(
             snippets,
             query=query,
             call_id=self.call_id,
-            max_tokens=params.max_tokens,
+            max_tokens=budget,
             max_snippet_tokens=params.max_snippet_tokens,
             count=self.count,
         )
         if text is None:
             return None
         message = recall_message(text)
-        placed = place_recall(current, message)
+        placed = place_recall(current, message, self.message)
         if placed is None:
             return None
         self.message = message
@@ -375,10 +391,27 @@ class RecallStep:
             await self.semantic.close()
 
 
+# The least room worth a recalled block: the header (~25 tokens) and one short quote.
+MIN_RECALL_TOKENS = 40
+
+
+def recall_budget(max_tokens: int, room: int | None) -> int | None:
+    """The recalled block's budget: ``max_tokens``, cut to the ``room`` the request ceiling
+    leaves (``None``: no ceiling); ``None`` when less than :data:`MIN_RECALL_TOKENS` is left,
+    so recall gives way (shrinks, then disappears) before the ceiling evicts conversation."""
+    budget = max_tokens if room is None else min(max_tokens, room)
+    return budget if budget >= MIN_RECALL_TOKENS else None
+
+
+def fits(room: int | None) -> bool:
+    """Whether a recalled block has room at all (see :func:`recall_budget`)."""
+    return room is None or room >= MIN_RECALL_TOKENS
+
+
 def _consume(task: asyncio.Task) -> None:
     # a late search's exception is read here so asyncio never logs it as unretrieved
     if not task.cancelled():
         task.exception()
 
 
-__all__ = ["RecallArchive", "RecallStep", "Snippet", "search_words"]
+__all__ = ["RecallArchive", "RecallStep", "Snippet", "fits", "recall_budget", "search_words"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -374,9 +373,66 @@ def content_fingerprint(messages: Sequence[Any]) -> str:
     return h.hexdigest()
 
 
-# How many recent conversation messages the meter remembers to tell an edited context
-# (some survive) from a replaced one (none survive).
-_ANCHORS = 3
+def _content_key(message: Any) -> tuple:
+    role = message.get("role") if isinstance(message, dict) else type(message).__name__
+    return (role, media_tokens(message), *message_texts(message))
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What a rewrite of the context by someone else (the application, Pipecat) removed.
+
+    Parameters:
+        removed: The conversation messages the processor last saw that are gone (oldest
+            first). A copy of a message with the same role and text that took its place is
+            not a removal.
+        replaced: The oldest of them is gone: the application cut the conversation's start
+            (a replacement, a Flows reset, a truncating update), so nothing older than what
+            it kept (the pending queue) may come back.
+    """
+
+    removed: tuple[Any, ...]
+    replaced: bool
+
+
+def removed_by_rewrite(seen: Sequence[Any], messages: Sequence[Any]) -> Rewrite | None:
+    """Which of the conversation messages ``seen`` (in order) ``messages`` no longer holds.
+
+    Decided by what was kept, by identity: a truncating update that keeps the system prompt
+    and the latest turn removed everything between them, and it cut the conversation's start
+    (``replaced``), even though the latest messages survived. A message replaced by a copy
+    (same role, texts and media) counts as kept.
+
+    Args:
+        seen: The conversation messages (not the head, nor the processor's own) as last seen.
+        messages: The context's messages now.
+
+    Returns:
+        The removal, or ``None`` when every seen message is still there.
+    """
+    if not seen:
+        return None
+    now = {id(m) for m in messages}
+    gone = [m for m in seen if id(m) not in now]
+    if not gone:
+        return None
+    seen_ids = {id(m) for m in seen}
+    # copies: messages that are new by identity but say what a gone one said
+    copies: dict[tuple, int] = {}
+    for m in messages:
+        if id(m) not in seen_ids:
+            key = _content_key(m)
+            copies[key] = copies.get(key, 0) + 1
+    removed = []
+    for m in gone:
+        key = _content_key(m)
+        if copies.get(key, 0) > 0:
+            copies[key] -= 1
+        else:
+            removed.append(m)
+    if not removed:
+        return None
+    return Rewrite(tuple(removed), replaced=removed[0] is seen[0])
 
 
 class ContextMeter:
@@ -388,9 +444,9 @@ class ContextMeter:
     and counts only the new ones. Anything else (a splice, ``set_messages``, a tool result
     written over its placeholder) triggers a full, cached recount.
 
-    A rewrite the meter was not told about (:meth:`invalidate`) in which none of the last
-    conversation messages it saw survives is a replaced context (``LLMMessagesUpdateFrame``,
-    a Flows reset); :meth:`take_replaced` reports it once.
+    A rewrite the meter was not told about (:meth:`invalidate`) that removed conversation
+    messages it saw (``LLMMessagesUpdateFrame``, a Flows reset, a truncating transform) is
+    reported once by :meth:`take_rewrite` (see :func:`removed_by_rewrite`).
 
     Args:
         counter: The per-message token counter.
@@ -411,8 +467,9 @@ class ContextMeter:
         self._since = 0
         self._summary: Any = None
         self._watch: list[tuple[Any, Any]] = []  # (placeholder message, its content)
-        self._anchors: deque[Any] = deque(maxlen=_ANCHORS)  # last conversation messages seen
+        self._seen: list[Any] = []  # the conversation messages seen, in order
         self._expected = False  # invalidate() was called: the next rewrite is ours
+        self._removed: list[Any] = []  # removed by others' rewrites, not yet taken
         self._replaced = False
 
     @property
@@ -426,10 +483,13 @@ class ContextMeter:
         self._first = self._last = None
         self._expected = True
 
-    def take_replaced(self) -> bool:
-        """True once after a measurement found the context replaced by someone else."""
-        replaced, self._replaced = self._replaced, False
-        return replaced
+    def take_rewrite(self) -> Rewrite | None:
+        """Once, what rewrites by someone else removed since the last call (``None``: none)."""
+        if not self._removed:
+            return None
+        rewrite = Rewrite(tuple(self._removed), self._replaced)
+        self._removed, self._replaced = [], False
+        return rewrite
 
     def _unchanged_prefix(self, messages: list, summary_message: Any) -> bool:
         n = self._seen_len
@@ -460,16 +520,17 @@ class ContextMeter:
         if self._unchanged_prefix(messages, summary_message):
             start = self._seen_len
         else:
-            if not self._expected and self._anchors:
-                ids = {id(a) for a in self._anchors}
-                # sticky until taken: a later full recount must not clear it unseen
-                self._replaced = self._replaced or not any(id(m) in ids for m in messages)
+            if not self._expected:
+                rewrite = removed_by_rewrite(self._seen, messages)
+                if rewrite is not None:  # kept until taken: a later recount must not lose it
+                    self._replaced = self._replaced or rewrite.replaced
+                    self._removed.extend(rewrite.removed)
             self._total = self._reducible = self._since = 0
             self._summary = summary_message
             self._watch = []
-            self._anchors = deque(maxlen=_ANCHORS)
+            self._seen = []
         self._expected = False
-        anchors = self._anchors
+        seen = self._seen
         for i in range(start, n):
             msg = messages[i]
             tokens = self._counter.count_message(msg)
@@ -483,7 +544,7 @@ class ContextMeter:
                 self._since = 0
             else:
                 # conversation messages only: the summary is the processor's own
-                anchors.append(msg)
+                seen.append(msg)
                 self._since += 1
         if self._watch and start < n:
             # results written over their placeholders no longer need watching

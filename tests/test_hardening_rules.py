@@ -307,16 +307,20 @@ def test_the_meter_tells_a_replaced_context_from_an_edited_one():
     messages = [system, user("a"), assistant("b"), user("c")]
     meter = ContextMeter(CachedCounter(COUNTER), _protected)
     meter.measure(messages)
-    messages.pop()  # an edit: some of what the meter saw survives
+    last = messages.pop()  # an edit: the conversation's start survives
     meter.measure(messages)
-    assert not meter.take_replaced()
+    edit = meter.take_rewrite()
+    assert edit is not None and edit.removed == (last,) and not edit.replaced
+    kept = messages[-1]
     messages[:] = [system, user("a brand new conversation")]
     meter.measure(messages)
-    assert meter.take_replaced() and not meter.take_replaced()  # reported once
+    rewrite = meter.take_rewrite()
+    assert rewrite is not None and rewrite.replaced and rewrite.removed[-1] is kept
+    assert meter.take_rewrite() is None  # reported once
     meter.invalidate()  # our own rewrite is never reported
     messages[:] = [system, user("spliced")]
     meter.measure(messages)
-    assert not meter.take_replaced()
+    assert meter.take_rewrite() is None
 
 
 def test_content_fingerprint_follows_content_not_objects_or_count():
