@@ -25,7 +25,9 @@ import asyncio
 import importlib.util
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -47,8 +49,13 @@ EMBEDDED_ROLES = frozenset({"user", "assistant"})
 #: ranked in a worker thread.
 INLINE_ROWS = 10_000
 
-#: Messages embedded at a time by the background indexing (~1 ms of CPU).
-EMBED_BATCH = 32
+#: Messages embedded per hand-off to the embedding thread (~25 ms of its CPU): the index
+#: grows by a chunk at a time, and a turn ranks what is embedded so far.
+EMBED_CHUNK = 512
+
+#: Longest pause after reading one earlier call's messages (the pause matches the read's
+#: time, up to this): reads back to back delayed a frame by 30-60 ms.
+READ_PAUSE_S = 0.02
 
 #: Longest text embedded, in characters (a query or message beyond it is cut: the embedding
 #: is a mean of token vectors, and this bounds the work a turn does on the event loop).
@@ -298,13 +305,65 @@ class _Message:
     content: str
 
 
+@dataclass
+class _State:
+    """The embedded messages: row ``i`` of ``vectors`` is ``messages[i]``.
+
+    Changed on the event loop only, and only by appending (``messages`` and ``rows`` first,
+    then ``vectors``), so a ranking in a worker thread that took ``vectors`` reads rows that
+    never change. Dropping the caller (a forget) replaces the state whole.
+    """
+
+    messages: list[_Message] = field(default_factory=list)
+    rows: dict[tuple[str, int], int] = field(default_factory=dict)
+    buffer: np.ndarray | None = None  # room to grow: rows past len(messages) are not read
+    vectors: np.ndarray | None = None  # buffer[: len(messages)]
+
+
+_EXECUTOR: ThreadPoolExecutor | None = None
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def _embedding_executor() -> ThreadPoolExecutor:
+    """The process's one embedding thread, shared by every call and event loop: the work is
+    CPU-bound, so more threads would only take more of the GIL from the loops."""
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semantic-embed")
+        return _EXECUTOR
+
+
+def _embed_into(
+    embedder: Embedder, texts: list[str], buffer: np.ndarray | None, n: int
+) -> np.ndarray:
+    """(Worker thread.) ``buffer`` with the vectors of ``texts`` in rows ``n`` on: the same
+    array when it has room (rows from ``n`` on are read by no one yet), else a grown copy."""
+    vectors = unit_rows(embedder.embed(texts))
+    need = n + len(vectors)
+    if buffer is None or need > len(buffer) or buffer.shape[1] != vectors.shape[1]:
+        grown = np.zeros((max(need, 2 * n, 256), vectors.shape[1]), dtype=np.float32)
+        if buffer is not None and n:
+            grown[:n] = buffer[:n]
+        buffer = grown
+    buffer[n:need] = vectors
+    return buffer
+
+
 class SemanticIndex:
     """The embedded archive of one caller (or one call), kept in memory by a recall step.
 
     ``refresh`` (a background task) reads what the store archived since the last refresh
-    and embeds it in a worker thread; ``rank`` (on the turn, synchronous, fast) embeds the
+    and embeds it in a worker thread, a chunk at a time, so the event loop (every call's
+    turns) never waits for the model; ``rank`` (on the turn, synchronous, fast) embeds the
     query and ranks what is embedded so far. A message archived after the last refresh is
     found from the next turn on (the lexical search finds it at once).
+
+    Only the caller's own messages are indexed: a message the archive returns with another
+    ``user_id`` (a ``call_id`` another caller used too) is skipped, and without a
+    ``user_id`` only messages archived without one are. When the store forgets the caller
+    (:meth:`~pipecat_summarizer.store.MemoryStore.forget`, in this process), the next
+    ranking drops every embedded message first, so nothing forgotten is quoted again.
 
     Args:
         semantic: The options.
@@ -318,126 +377,140 @@ class SemanticIndex:
         self.embedder: Embedder = semantic.embedder  # type: ignore[assignment]
         self.call_id = call_id
         self.user_id = user_id
-        self._messages: list[_Message] = []
-        self._vectors: np.ndarray | None = None  # rows of _buffer in use
-        self._buffer: np.ndarray | None = None
-        self._rows: dict[tuple[str, int], int] = {}
+        self._state = _State()
         self._next: dict[str, int] = {}  # call -> next position to read
         self._open: list[str] | None = None  # calls read forward (None: not listed yet)
+        self._archive: Any = None  # the store, from the first kick or refresh
+        self._generation: int | None = None  # the store's forget count for the caller
+        self._epoch = 0  # +1 each time the caller is dropped: older refreshes add nothing
         self._task: asyncio.Task | None = None
         self._closed = False  # the call is over: a late search's kick starts nothing
         self._failing = False
-        #: Messages embedded so far, and refreshes that failed (counters, no text).
+        #: Refreshes done, refreshes that failed, and times a forget emptied the index
+        #: (counters, no text).
         self.refreshes = 0
         self.errors = 0
+        self.forgets = 0
 
     @property
     def size(self) -> int:
         """Messages embedded."""
-        return len(self._messages)
+        return len(self._state.messages)
 
     @property
     def ready(self) -> bool:
         """Whether a turn can rank now (the model is loaded and something is embedded)."""
         loaded = getattr(self.embedder, "loaded", True)
-        return bool(loaded) and self._vectors is not None and len(self._messages) > 0
+        state = self._state
+        return bool(loaded) and state.vectors is not None and len(state.vectors) > 0
 
     def kick(self, archive: Any) -> None:
         """Start a background refresh unless one is running (never after :meth:`close`)."""
         if self._closed:
             return
+        self._archive = archive
+        self._check_forgotten()
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._refresh_safely(archive))
 
     async def refresh(self, archive: Any) -> int:
         """Read and embed what was archived since the last refresh. Returns how many."""
+        self._archive = archive
+        self._check_forgotten()
+        epoch, cursor = self._epoch, self._next
         new: list[_Message] = []
         if self._open is None:
             # the first refresh lists the caller's calls: the ended ones are read once, the
             # running ones (this call, one still on elsewhere) are read forward every refresh
-            self._open = [self.call_id] if self.call_id else []
+            opened = [self.call_id] if self.call_id else []
             if self.user_id:
                 for c in await archive.calls(self.user_id, limit=self.semantic.max_calls):
-                    if c.call_id == self.call_id:
+                    if c.call_id == self.call_id or getattr(c, "user_id", None) != self.user_id:
                         continue
                     if c.ended_at is not None:
-                        new += await self._read_all(archive, c.call_id)
+                        started = time.perf_counter()
+                        new += await self._read_all(archive, c.call_id, cursor)
+                        # a call's read keeps the store's thread (and the GIL) busy and
+                        # converts its rows on the loop: pause as long before the next, so
+                        # a turn's frame waits for one read at most, never for all 50
+                        await asyncio.sleep(min(time.perf_counter() - started, READ_PAUSE_S))
                     else:
-                        self._open.append(c.call_id)
-        for call_id in self._open:
-            new += await self._read_new(archive, call_id)
+                        opened.append(c.call_id)
+            if self._epoch != epoch:
+                return 0
+            self._open = opened
+        for call_id in list(self._open):
+            new += await self._read_new(archive, call_id, cursor)
         self.refreshes += 1
-        if not new:
+        self._check_forgotten()
+        if self._epoch != epoch:  # the caller was forgotten while the archive was read
             return 0
-        kept = [m for m in new if m.role in EMBEDDED_ROLES and m.content.strip()]
+        seen = self._state.rows
+        kept = [
+            m
+            for m in new
+            if m.role in EMBEDDED_ROLES
+            and m.content.strip()
+            and (m.call_id, m.position) not in seen
+        ]
         if not kept:
             return 0
         load = getattr(self.embedder, "load", None)
         if callable(load) and not getattr(self.embedder, "loaded", True):
             await asyncio.to_thread(load)  # reading the model's files (~1 s): once, in a thread
-        # Embedded on the event loop in small batches (~1 ms each), a turn free to run
-        # between two: in a worker thread the same work took 25x longer next to a busy loop
-        # (the GIL), and each switch to it could hold the loop for 5 ms.
-        for i in range(0, len(kept), EMBED_BATCH):
-            batch = kept[i : i + EMBED_BATCH]
-            self._add(batch, unit_rows(self.embedder.embed([m.content for m in batch])))
-            await asyncio.sleep(0)
-        return len(kept)
-
-    def _add(self, messages: Sequence[_Message], vectors: np.ndarray) -> None:
-        n = len(self._messages)
-        need = n + len(messages)
-        if self._buffer is None or need > len(self._buffer):
-            grown = np.zeros((max(need, 2 * n, 256), vectors.shape[1]), dtype=np.float32)
-            if self._buffer is not None:
-                grown[:n] = self._buffer[:n]
-            self._buffer = grown  # a turn ranking the old buffer's rows keeps them
-        self._buffer[n:need] = vectors
-        for i, m in enumerate(messages):
-            self._rows[(m.call_id, m.position)] = n + i
-            self._messages.append(m)
-        self._vectors = self._buffer[:need]
+        # Embedded in a worker thread a chunk at a time: the tokenizer and numpy release the
+        # GIL for the heavy parts, so the loop stays free (benchmarks/semantic_indexing.py:
+        # on the loop, even in 32-message slices, every hop of a frame waited for a slice).
+        loop = asyncio.get_running_loop()
+        done = 0
+        for i in range(0, len(kept), EMBED_CHUNK):
+            chunk = kept[i : i + EMBED_CHUNK]
+            state = self._state
+            buffer = await loop.run_in_executor(
+                _embedding_executor(),
+                _embed_into,
+                self.embedder,
+                [m.content for m in chunk],
+                state.buffer,
+                len(state.messages),
+            )
+            self._check_forgotten()
+            if self._epoch != epoch or self._state is not state:
+                return done  # forgotten meanwhile: these vectors are dropped with the rest
+            self._append(state, chunk, buffer)
+            done += len(chunk)
+        return done
 
     def rank(self, query: str) -> tuple[list[SemanticHit], Mapping[tuple[str, int], float]]:
         """The messages closest in meaning to ``query`` (best first, at least
         ``min_similarity``), and the similarity of every embedded message (by key).
         Empty until the first refresh has embedded something."""
-        if not self.ready or not query.strip():
-            return [], {}
-        vectors = self._vectors  # rows added meanwhile are ranked next turn
-        assert vectors is not None
-        q = unit_rows(self.embedder.embed([query]))[0]
-        sims = vectors @ q
-        top = top_matches(sims, self.semantic.candidates, self.semantic.min_similarity)
-        hits = [
-            SemanticHit(
-                call_id=(m := self._messages[r]).call_id,
-                position=m.position,
-                turn=m.turn,
-                at=m.at,
-                role=m.role,
-                content=m.content,
-                similarity=s,
-            )
-            for r, s in top
-        ]
-        return hits, _SimilarityView(self._rows, sims)
+        self._check_forgotten()
+        return self._rank(self._state, query)
 
     async def rank_soon(
         self, query: str
     ) -> tuple[list[SemanticHit], Mapping[tuple[str, int], float]]:
         """:meth:`rank`, in a worker thread when the index is large (the turn's latency
         budget can only cut a wait, not a computation on the event loop)."""
-        if self.size > INLINE_ROWS:
-            return await asyncio.to_thread(self.rank, query)
-        return self.rank(query)
+        self._check_forgotten()
+        state, epoch = self._state, self._epoch
+        if len(state.messages) <= INLINE_ROWS:
+            return self._rank(state, query)
+        found = await asyncio.to_thread(self._rank, state, query)
+        self._check_forgotten()
+        if self._epoch != epoch:  # forgotten while it ranked
+            return [], {}
+        return found
 
     def reply(self, call_id: str, position: int) -> tuple[str, str] | None:
         """The message that followed ``(call_id, position)``, when it is indexed."""
-        row = self._rows.get((call_id, position + 1))
+        self._check_forgotten()
+        state = self._state
+        row = state.rows.get((call_id, position + 1))
         if row is None:
             return None
-        m = self._messages[row]
+        m = state.messages[row]
         return m.role, m.content
 
     async def close(self) -> None:
@@ -452,6 +525,68 @@ class SemanticIndex:
                 pass
 
     # -- internals --
+
+    def _rank(
+        self, state: _State, query: str
+    ) -> tuple[list[SemanticHit], Mapping[tuple[str, int], float]]:
+        vectors = state.vectors  # rows added meanwhile are ranked next turn
+        if vectors is None or not len(vectors) or not query.strip():
+            return [], {}
+        if not getattr(self.embedder, "loaded", True):
+            return [], {}
+        q = unit_rows(self.embedder.embed([query]))[0]
+        sims = vectors @ q
+        top = top_matches(sims, self.semantic.candidates, self.semantic.min_similarity)
+        hits = [
+            SemanticHit(
+                call_id=(m := state.messages[r]).call_id,
+                position=m.position,
+                turn=m.turn,
+                at=m.at,
+                role=m.role,
+                content=m.content,
+                similarity=s,
+            )
+            for r, s in top
+        ]
+        return hits, _SimilarityView(state.rows, sims)
+
+    def _append(self, state: _State, messages: Sequence[_Message], buffer: np.ndarray) -> None:
+        # on the loop: the messages and their rows first, then the vectors that rank reads
+        n = len(state.messages)
+        for i, m in enumerate(messages):
+            state.rows[(m.call_id, m.position)] = n + i
+        state.messages.extend(messages)
+        state.buffer = buffer
+        state.vectors = buffer[: n + len(messages)]
+
+    def _check_forgotten(self) -> None:
+        """Drop everything embedded when the store forgot the caller since the last look
+        (an in-process counter: cheap enough for every ranking)."""
+        if not self.user_id or self._archive is None:
+            return
+        generation_of = getattr(self._archive, "forget_generation", None)
+        if not callable(generation_of):
+            return
+        generation = generation_of(self.user_id)
+        if generation == self._generation:
+            return
+        first, self._generation = self._generation is None, generation
+        if first:
+            return
+        dropped = len(self._state.messages)
+        self._state, self._next, self._open = _State(), {}, None
+        self._epoch += 1
+        self.forgets += 1
+        logger.info(
+            f"semantic recall (call {self.call_id}): the caller was forgotten; "
+            f"dropped {dropped} embedded messages"
+        )
+
+    def _mine(self, m: Any) -> bool:
+        # the caller's own messages only, whatever the archive returns (a call_id another
+        # caller used too); without a user_id, only messages archived without one
+        return getattr(m, "user_id", None) == self.user_id
 
     async def _refresh_safely(self, archive: Any) -> None:
         try:
@@ -471,28 +606,32 @@ class SemanticIndex:
             self._failing = False
             logger.info(f"semantic recall (call {self.call_id}): indexing works again")
 
-    async def _read_all(self, archive: Any, call_id: str) -> list[_Message]:
-        found = [_message(m) for m in await archive.messages(call_id)]
-        found = [m for m in found if m.position >= self._next.get(call_id, 0)]
+    async def _read_all(self, archive: Any, call_id: str, cursor: dict[str, int]) -> list[_Message]:
+        rows = await archive.messages(call_id)
+        start = cursor.get(call_id, 0)
+        found = [m for m in rows if int(m.position) >= start]
         if found:
-            self._next[call_id] = max(m.position for m in found) + 1
-        return found
+            cursor[call_id] = max(int(m.position) for m in found) + 1
+        return [_message(m) for m in found if self._mine(m)]
 
-    async def _read_new(self, archive: Any, call_id: str, most: int = 512) -> list[_Message]:
+    async def _read_new(
+        self, archive: Any, call_id: str, cursor: dict[str, int], most: int = 512
+    ) -> list[_Message]:
         # a running call grows by a few messages a turn: read forward from the last one
-        if call_id not in self._next:
-            found = await self._read_all(archive, call_id)
-            self._next.setdefault(call_id, 0)
+        if call_id not in cursor:
+            found = await self._read_all(archive, call_id, cursor)
+            cursor.setdefault(call_id, 0)
             return found
         out: list[_Message] = []
-        at = self._next[call_id]
+        at = cursor[call_id]
         for _ in range(most):
             m = await archive.message(call_id, at)
             if m is None:
                 break
-            out.append(_message(m))
+            if self._mine(m):
+                out.append(_message(m))
             at += 1
-        self._next[call_id] = at
+        cursor[call_id] = at
         return out
 
 
