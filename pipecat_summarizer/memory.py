@@ -41,7 +41,15 @@ from pipecat.utils.context.llm_context_summarization import LLMContextSummaryCon
 
 from pipecat_summarizer.events import short_sha256
 from pipecat_summarizer.options import PinningParams
-from pipecat_summarizer.pinned import AUTHORITATIVE, NOTED_HEADER, Fact, PinnedFacts, normalize
+from pipecat_summarizer.pinned import (
+    AUTHORITATIVE,
+    CLAIM_SUFFIX,
+    NOTED_HEADER,
+    Fact,
+    PinnedFacts,
+    key_id,
+    normalize,
+)
 from pipecat_summarizer.pinned import _quote as quote_fact
 from pipecat_summarizer.plan import head_length
 from pipecat_summarizer.sections import parse_sections, record_items, with_items, without_items
@@ -114,6 +122,8 @@ class ConversationMemory:
         # normalized items the summary message states (its noted facts are not repeated)
         self._summary_items: frozenset[str] = frozenset()
         self.folded: list[Fact] = []  # left the block over budget, for the next summary
+        # keys the application pinned or unpinned in this call: newer than any stored fact
+        self._app_here: set[str] = set()
         #: Called with the facts whenever :meth:`render` sees them changed (the store's hook).
         self.on_facts_changed: Callable[[PinnedFacts], None] | None = None
         self._rendered_version = -1
@@ -351,6 +361,11 @@ class ConversationMemory:
     ) -> Messages | None:
         """Pin a fact (see :meth:`ContextSummarizer.pin`) and render.
 
+        The application's fact wins its key: a conversation fact (``"llm"``, ``"summary"``)
+        on a key the application holds is kept beside it as a claim, quoted user-role data
+        (see :meth:`PinnedFacts.pin`). A key the application pins here is its own for the
+        rest of the call: :meth:`load` never restores a stored fact over it.
+
         Raises:
             ValueError: If the key or text is empty, the kind or source unknown, or a
                 conversation fact reads as an instruction.
@@ -359,18 +374,23 @@ class ConversationMemory:
             raise ValueError("kind must be 'fact' or 'constraint'")
         if source not in ("app", "llm", "summary"):
             raise ValueError("source must be 'app', 'llm' or 'summary'")
-        if not self.facts.pin(key, text, kind=kind, source=source):  # type: ignore[arg-type]
+        changed = self.facts.pin(key, text, kind=kind, source=source)  # type: ignore[arg-type]
+        if source == "app":
+            self._app_here.add(key_id(key))
+        if not changed:
             return None
         return self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
 
     def unpin(
         self, messages: Messages, key: str, *, in_flight: bool = False
     ) -> tuple[bool, Messages | None]:
-        """Remove the fact under ``key`` and render; the summary shows it again.
+        """Remove the fact under ``key`` (the application's unpin) and render; the summary
+        shows it again. :meth:`load` does not restore a stored fact under ``key`` after it.
 
         Returns:
             Whether a fact was removed, and the new messages (or ``None``).
         """
+        self._app_here.add(key_id(key))
         if not self.facts.unpin(key):
             return False, None
         new = self.render(messages)
@@ -435,10 +455,30 @@ class ConversationMemory:
     ) -> Messages | None:
         """Give a returning caller their memory: pin their stored facts, and place the
         "earlier calls" text where the summary goes (user-role data, like any summary) so
-        this call's summaries build on it. A malformed stored fact is skipped."""
+        this call's summaries build on it. A malformed stored fact is skipped.
+
+        It may run on any turn (the memory joins the call when it arrives), so the stored
+        facts are older than everything pinned in this call. The application's authority
+        wins, then the newer:
+
+        - a key the application pinned (or unpinned) in this call keeps the application's
+          decision: no stored fact under it, nor its claim (:func:`claim_key`), is
+          restored;
+        - a stored application fact takes its key from a conversation fact of this call,
+          which is kept beside it as the conversation's claim (quoted user-role data);
+        - a stored conversation fact (``"llm"``, ``"summary"``, ``"evicted"``) is not
+          restored over a fact this call already holds under its key, and on a key the
+          application holds it is restored only as a claim beside the application's fact.
+
+        Restored facts keep their source: only application facts are rendered with
+        authority, in the developer/system message.
+        """
         for f in facts:
             try:
-                self.facts.pin(f["key"], f["text"], kind=f.get("kind", "fact"), source=f["source"])
+                key, source = f["key"], f["source"]
+                if not self._restorable(key, source):
+                    continue
+                self.facts.pin(key, f["text"], kind=f.get("kind", "fact"), source=source)
             except (KeyError, ValueError, TypeError, AttributeError):
                 continue
         new = self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
@@ -449,6 +489,18 @@ class ConversationMemory:
         at = head_length(current)
         self._adopt(message, earlier)
         return self.place([*current[:at], message, *current[at:]])
+
+    def _restorable(self, key: str, source: str) -> bool:
+        """Whether a stored fact under ``key`` from ``source`` may be restored (see
+        :meth:`load`)."""
+        if not isinstance(key, str):
+            return False
+        decided = self._app_here
+        if key_id(key) in decided or key_id(key.removesuffix(CLAIM_SUFFIX)) in decided:
+            return False  # the application decided this key in this call: newer
+        if source in AUTHORITATIVE:
+            return True  # the application's authority wins over the conversation's
+        return self.facts.get(key) is None  # this call's own conversation fact is newer
 
     def _adopt(self, message: dict, text: str) -> None:
         self.summary_message, self.summary_text = message, text

@@ -14,6 +14,12 @@ Authority: only the application speaks with authority. Facts pinned by the appli
 every fact that comes from the conversation (a summary, evicted messages, the LLM's
 ``remember_fact``) is rendered as attributed, quoted data (:meth:`PinnedFacts.render_noted`)
 for a user-role message, and instruction-like sentences are never pinned automatically.
+
+Under one key the application's fact wins, whichever came first: a conversation fact never
+replaces it (not even while it is folded into the summary over budget), and an application
+fact pinned over a conversation fact takes the key. The conversation's version is kept
+beside it, under :func:`claim_key` and marked as a claim (:func:`claim_text`), as quoted
+data, unless it says the same thing. Between two facts of the same authority the newer wins.
 """
 
 from __future__ import annotations
@@ -50,6 +56,26 @@ def bullet_key(text: str) -> str:
     if match and len(match.group(1).split()) <= 4:
         return "topic:" + normalize(match.group(1))
     return "text:" + normalize(text)
+
+
+CLAIM_SUFFIX = " (conversation's claim)"
+CLAIM_PREFIX = "Claimed in the conversation, not confirmed by the application: "
+
+
+def claim_key(key: str) -> str:
+    """The key under which a conversation fact on the application's ``key`` is kept."""
+    return key if key.endswith(CLAIM_SUFFIX) else key + CLAIM_SUFFIX
+
+
+def claim_text(text: str) -> str:
+    """``text`` marked as the conversation's claim (once)."""
+    return text if text.startswith(CLAIM_PREFIX) else CLAIM_PREFIX + text
+
+
+def key_id(key: str) -> str:
+    """A key's identity: "Allergy" and "allergy " name the same fact (the conversation
+    cannot slip past the application's key by spelling it differently)."""
+    return " ".join(key.casefold().split())
 
 
 def _quote(text: str) -> str:
@@ -97,6 +123,9 @@ class PinnedFacts:
         self.budget_tokens = budget_tokens
         self._facts: dict[str, Fact] = {}
         self._by_text: dict[str, str] = {}  # normalized text -> key, for deduplication
+        # keys the application holds (key id -> key), kept while its fact is folded over
+        # budget: the conversation never takes them
+        self._app_keys: dict[str, str] = {}
         self._clock = 0
         self.version = 0  # bumped on every visible change
 
@@ -113,8 +142,31 @@ class PinnedFacts:
         self._clock += 1
         return self._clock
 
+    def get(self, key: str) -> Fact | None:
+        """The fact pinned under ``key`` exactly, or ``None``."""
+        return self._facts.get(key)
+
+    def app_key(self, key: str) -> str | None:
+        """The application's key that ``key`` names (its spelling), or ``None``."""
+        return self._app_keys.get(key_id(str(key)))
+
+    def key_for(self, key: str, source: Source) -> str:
+        """The key a fact from ``source`` is pinned under: ``key``, or :func:`claim_key` of
+        the application's key when the conversation speaks about one."""
+        if source in AUTHORITATIVE:
+            return key
+        held = self.app_key(key)
+        return key if held is None else claim_key(held)
+
     def pin(self, key: str, text: str, *, kind: Kind = "fact", source: Source = "app") -> bool:
-        """Pin ``text`` under ``key``, replacing what was there.
+        """Pin ``text`` under ``key``, replacing what was there, unless the application holds
+        the key.
+
+        The application's fact wins its key (see the module docstring): a conversation
+        fact (any source but ``"app"``) on a key the application holds is pinned beside it
+        instead, under :func:`claim_key`, its text marked by :func:`claim_text` (nothing is
+        pinned when it says what the application's fact says); an application fact pinned
+        over a conversation fact moves that fact there the same way.
 
         Args:
             key: The fact's key.
@@ -130,12 +182,35 @@ class PinnedFacts:
                 (any source but ``"app"``) reads as an instruction to the assistant.
         """
         text = " ".join(str(text).split())
-        if not str(key).strip() or not text:
+        key = str(key)
+        if not key.strip() or not text:
             raise ValueError("a pinned fact needs a non-empty key and text")
-        if source not in AUTHORITATIVE and (is_instruction_like(text) or is_instruction_like(key)):
+        if source in AUTHORITATIVE:
+            self._app_keys[key_id(key)] = key
+            old = self._facts.get(key)
+            if old is not None and old.source not in AUTHORITATIVE:
+                self._unpin(key)
+                self._claim(key, old.text, old.kind, old.source, over=text)
+            return self._put(key, text, kind, source)
+        if is_instruction_like(text) or is_instruction_like(key):
             raise ValueError("instructions from the conversation are never pinned as facts")
+        held = self.app_key(key)
+        if held is not None:
+            app = self._facts.get(held)
+            return self._claim(held, text, kind, source, over=app.text if app else None)
+        if key.endswith(CLAIM_SUFFIX):  # a claim restored, or a key spelled like one
+            text = claim_text(text)
+        return self._put(key, text, kind, source)
+
+    def _claim(self, key: str, text: str, kind: Kind, source: Source, *, over: str | None) -> bool:
+        """Keep the conversation's ``text`` on the application's ``key`` beside it."""
+        if over is not None and normalize(over) == normalize(text):
+            return False  # it says what the application says
+        return self._put(claim_key(key), claim_text(text), kind, source)
+
+    def _put(self, key: str, text: str, kind: Kind, source: Source) -> bool:
         old = self._facts.get(key)
-        if old and old.text == text and old.kind == kind:
+        if old and old.text == text and old.kind == kind and old.source == source:
             old.seen = self._tick()
             return False
         if old:
@@ -146,7 +221,13 @@ class PinnedFacts:
         return True
 
     def unpin(self, key: str) -> bool:
-        """Remove the fact under ``key``; True if there was one."""
+        """Remove the fact under ``key`` (the application's unpin: the conversation may pin
+        the key again); True if there was one."""
+        if self._app_keys.get(key_id(key)) == key:
+            del self._app_keys[key_id(key)]
+        return self._unpin(key)
+
+    def _unpin(self, key: str) -> bool:
         fact = self._facts.pop(key, None)
         if fact is None:
             return False
@@ -195,11 +276,13 @@ class PinnedFacts:
         if is_correction(bullet):
             target = self._overlapping(text, kind)
             if target is not None and target.key != key:
-                self.unpin(target.key)
+                self._unpin(target.key)
                 changed = True
         marked = f"{text} (corrected)" if is_correction(bullet) else text
-        if same is not None and same.source in AUTHORITATIVE:
-            return changed  # the application's fact under this key is not overwritten
+        if (same is not None and same.source in AUTHORITATIVE) or self.app_key(key) is not None:
+            # the application's key: never overwritten, and no claim beside it either (the
+            # summary record, user-role data, still says what the summarizer wrote)
+            return changed
         return self.pin(key, marked, kind=kind, source=source) or changed
 
     def _overlapping(self, text: str, kind: Kind) -> Fact | None:
@@ -267,7 +350,7 @@ class PinnedFacts:
         tokens = self.tokens()
         while order and tokens > self.budget_tokens:
             victim = order.pop(0)
-            self.unpin(victim.key)
+            self._unpin(victim.key)  # an application key stays the application's
             tokens -= estimate_text_tokens(f"- {_quote(victim.text)}\n")
             removed.append(victim)
             if tokens <= self.budget_tokens:

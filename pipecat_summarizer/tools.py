@@ -12,6 +12,9 @@ from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
 
+from pipecat_summarizer.events import short_sha256
+from pipecat_summarizer.vocabulary import normalize
+
 if TYPE_CHECKING:
     from pipecat.services.llm_service import FunctionCallParams, LLMService
 
@@ -54,23 +57,46 @@ def remember_fact_schema() -> FunctionSchema:
 def remember_fact_result(processor: ContextSummarizer, arguments: Any) -> dict:
     """Pin what one ``remember_fact`` call asks for into ``processor``: never raises.
 
+    The caller's word never replaces the application's: on a key the application holds
+    (pinned in this call or restored from an earlier one) the fact is kept beside the
+    application's as the conversation's claim, quoted user-role data, and the result tells
+    the LLM that the application's fact stands.
+
     Args:
         processor: The :class:`ContextSummarizer` whose pinned facts receive the call.
         arguments: The call's arguments (``{"key", "fact"[, "kind"]}``).
 
     Returns:
-        ``{"remembered": key}``, or ``{"error": ...}`` when the fact is refused.
+        ``{"remembered": key}``; on an application key ``{"remembered": <claim key>,
+        "note": ...}`` (or ``{"not_remembered": key, "note": ...}`` when it says what the
+        application's fact says); ``{"error": ...}`` when the fact is refused.
     """
     args = arguments if isinstance(arguments, Mapping) else {}
     key, fact = str(args.get("key", "")).strip(), str(args.get("fact", "")).strip()
     kind = "constraint" if args.get("kind") == "constraint" else "fact"
+    facts = processor.memory.facts
+    held = facts.app_key(key) if key else None
     try:
         # refuses an instruction heard in the call: it is not a fact, and never pinned
         processor.pin(key, fact, kind=kind, source="llm")
-        return {"remembered": key}
     except ValueError as e:
         logger.warning(f"remember_fact rejected: {e}")
         return {"error": str(e)}
+    if held is None:
+        return {"remembered": key}
+    claim = facts.key_for(key, "llm")
+    stands = (
+        f"The application's fact under '{held}' stands and was not changed: it is the "
+        "record to follow."
+    )
+    logger.info(f"remember_fact: key {short_sha256(held)} is the application's; kept as a claim")
+    app = facts.get(held)
+    if app is not None and normalize(app.text) == normalize(fact):
+        return {"not_remembered": key, "note": stands}
+    return {
+        "remembered": claim,
+        "note": f"{stands} What the caller said is kept beside it, as their claim.",
+    }
 
 
 def register_remember_fact(
