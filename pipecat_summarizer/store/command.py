@@ -10,6 +10,11 @@
 
 ``DB`` is a SQLite file or a ``postgresql://`` DSN. Plain text by default, ``--json`` for
 tools. The output quotes the conversation: it is for the operator's terminal, not for logs.
+
+Safe to point at anything: the store is opened read-only (nothing is created, migrated or
+switched to WAL; a file that is not a memory store, or one of another schema version, is
+refused with exit status 2), caller text never reaches the terminal as control sequences
+(shown escaped, ``\\x1b``, ``\\u202e``), and a DSN's password is never printed.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -54,32 +60,147 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+# -- secrets and terminal safety -----------------------------------------------------------
+
+_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>\S*)")
+_PASSWORD_PARAM = re.compile(r"(?i)\b(password|passwd|pwd)=[^&\s]*")
+
+
+def mask_dsn(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``.
+
+    The user info runs to the last ``@`` of the URL, so a password holding ``:`` or
+    ``@`` is masked whole (over-masking a query is harmless; printing a secret is not);
+    a ``password=`` parameter is masked too. A SQLite path comes back unchanged.
+
+    Args:
+        text: A DSN, or a message that may quote one.
+
+    Returns:
+        The text, safe to print or log.
+    """
+
+    def one(match: re.Match[str]) -> str:
+        rest = match["rest"]
+        at = rest.rfind("@")
+        if at > 0 and ":" in rest[:at]:
+            user = rest[: rest.index(":")]
+            rest = f"{user}:***{rest[at:]}"
+        return match["scheme"] + _PASSWORD_PARAM.sub(r"\1=***", rest)
+
+    return _PASSWORD_PARAM.sub(r"\1=***", _URL.sub(one, text))
+
+
+def _password(target: str) -> str | None:
+    match = _URL.match(target)
+    if match is None:
+        return None
+    rest = match["rest"]
+    at = rest.rfind("@")
+    if at <= 0 or ":" not in rest[:at]:
+        return None
+    return rest[rest.index(":") + 1 : at] or None
+
+
+# C0 and C1 controls, DEL, and the Unicode format characters that reorder or hide text
+# (bidi embeddings, overrides and isolates, marks, zero-width characters, line and
+# paragraph separators): a terminal acts on them, so caller text shows them escaped.
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffb]"
+)
+_UNSAFE_LINE = re.compile(_UNSAFE.pattern[:-1] + "\n\t]")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str, *, multiline: bool = False) -> str:
+    """``text`` with every character a terminal would act on shown escaped (``\\x1b``).
+
+    Args:
+        text: Caller text (a message, a summary, an id).
+        multiline: Keep newlines and tabs (the full text of a message); otherwise they are
+            escaped too, so an id cannot forge a line of the report.
+    """
+    pattern = _UNSAFE if multiline else _UNSAFE_LINE
+    return pattern.sub(lambda m: _escape(m.group()), text)
+
+
+# fields printed as blocks of text; every other string is one line of the report
+_MULTILINE = frozenset({"content", "summary"})
+
+
+def _safe(value: Any, key: str = "") -> Any:
+    if isinstance(value, str):
+        return terminal_safe(value, multiline=key in _MULTILINE)
+    if isinstance(value, dict):
+        return {k: _safe(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_safe(v, key) for v in value]
+    return value
+
+
+# characters JSON leaves raw with ensure_ascii=False that a terminal still acts on (C1
+# controls such as CSI, bidi overrides): written as \uXXXX, the document decodes the same
+_JSON_UNSAFE = re.compile(
+    "[\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufff9-\ufffb]"
+)
+
+
+def json_safe(document: str) -> str:
+    """A JSON document with the characters above escaped; it decodes to the same value."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", document)
+
+
+# -- running -------------------------------------------------------------------------------
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the command; 0 on success, 1 if nothing was found, 2 on a usage error."""
+    """Run the command; 0 on success, 1 if nothing was found, 2 on a usage error or a
+    target that is not a memory store this code can read."""
     if args.message is not None and not args.call:
         return _usage("--message needs --call")
     if args.limit < 1:
         return _usage("--limit must be at least 1")
     target = args.db
-    if not target.startswith(("postgresql://", "postgres://")) and not Path(target).is_file():
+    secret = _password(target)
+
+    def fail(message: str) -> int:
+        message = mask_dsn(message)
+        if secret:
+            # a driver's error may quote the password, or the part of it after a ":" or
+            # "@" it took for the host or port, outside any URL
+            pieces = [p for p in re.split(r"[:@]", secret) if len(p) >= 3]
+            for piece in sorted({secret, *pieces}, key=len, reverse=True):
+                message = message.replace(piece, "***")
+        return _usage(message)
+
+    is_postgres = target.startswith(("postgresql://", "postgres://"))
+    if not is_postgres and _URL.match(target):
+        scheme = target.split("://", 1)[0]
+        return fail(
+            f"{target}: a {scheme}:// URL is not a store; give a postgresql:// DSN or a SQLite file"
+        )
+    if not is_postgres and not Path(target).is_file():
         # never create an empty database for a mistyped path
-        return _usage(f"no such SQLite file: {target}")
+        return fail(f"no such SQLite file: {target}")
     try:
-        store = open_store(target)
-    except (StoreError, ValueError) as e:
-        return _usage(str(e))
+        # read-only: never create, migrate or switch the journal mode of what it is given
+        store = open_store(target, read_only=True)
+    except (StoreError, ValueError, TypeError) as e:
+        return fail(str(e))
     try:
         return asyncio.run(_inspect(store, args))
     except StoreError as e:
-        print(f"pipecat-summarizer inspect: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
     except Exception as e:  # a database error: name it, without a traceback
-        print(f"pipecat-summarizer inspect: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+        return fail(f"{type(e).__name__}: {e}")
 
 
 def _usage(message: str) -> int:
-    print(f"pipecat-summarizer inspect: {message}", file=sys.stderr)
+    print(f"pipecat-summarizer inspect: {terminal_safe(message)}", file=sys.stderr)
     return 2
 
 
@@ -102,13 +223,13 @@ async def _inspect(store: MemoryStore, args: argparse.Namespace) -> int:
             if args.message is not None
             else (f"call {args.call}")
         )
-        print(f"pipecat-summarizer inspect: no {what} in the store", file=sys.stderr)
+        print(f"pipecat-summarizer inspect: no {terminal_safe(what)} in the store", file=sys.stderr)
         return 1
     kind, payload = data
     if args.json:
-        print(json.dumps(payload, indent=2, ensure_ascii=False, default=str))
+        print(json_safe(json.dumps(payload, indent=2, ensure_ascii=False, default=str)))
     else:
-        print(RENDER[kind](payload))
+        print(RENDER[kind](_safe(payload)))
     return 0
 
 
