@@ -375,7 +375,7 @@ class ContextSummarizer(FrameProcessor):
             self._recall = RecallStep(
                 store,
                 recall,
-                call_id=self._recorder.call_id,
+                call_id=self._recorder.session_id,  # the store key of this session
                 user_id=user_id,
                 count=lambda text: count_text(self._meter.counter, text),
             )

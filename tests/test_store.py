@@ -366,7 +366,8 @@ async def test_a_call_is_recorded_and_a_returning_caller_is_remembered(openai_se
         # every archived message is gone from the context, and was said in the call
         assert HOTEL not in texts_of(context.messages)
         hits = await store.search("Grand Budapest booking", user_id="alice")
-        assert (hits[0].call_id, hits[0].position) == ("call-1", 0)
+        session = (await store.call("call-1")).call_id  # the session's key; its label: call-1
+        assert (hits[0].call_id, hits[0].position) == (session, 0)
         history = await store.fact_history(call_id="call-1")
         assert ("vip", "pinned", "app") in {(f.key, f.action, f.actor) for f in history}
         assert any(f.actor == "conversation" and "Grand Budapest" in f.text for f in history)
@@ -392,7 +393,7 @@ async def test_a_call_is_recorded_and_a_returning_caller_is_remembered(openai_se
     assert earlier["role"] == "user"  # conversation-derived: quoted data, never system
     store = open_store(store_target)
     try:
-        assert [c.call_id for c in await store.calls("alice")] == ["call-2", "call-1"]
+        assert [c.label for c in await store.calls("alice")] == ["call-2", "call-1"]
         assert (await store.call("call-2")).resumed
         restored = await store.fact_history(call_id="call-2")
         assert restored and {f.action for f in restored} == {"restored"}

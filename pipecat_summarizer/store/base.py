@@ -21,7 +21,11 @@ from pipecat_summarizer.store.records import (
 #: a caller's search ranks only their own messages; an older database migrates on open.
 #: v3 (PostgreSQL): the scoped GIN index without a pending list (``fastupdate = off``) and
 #: its statistics gathered; nothing changes on SQLite.
-SCHEMA_VERSION = 3
+#: v4: a call row per session (``calls.label`` holds the application's call id, so a reused
+#: id never merges two callers), each caller's current facts (``caller_facts``: a returning
+#: caller's memory reads those, not their whole history) and forget tombstones
+#: (``forgotten``).
+SCHEMA_VERSION = 4
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -35,6 +39,73 @@ def query_words(query: str, limit: int = 32) -> list[str]:
 
 class StoreError(Exception):
     """A store could not be opened or read (bad path or DSN, newer schema, closed store)."""
+
+
+#: (what an error's text says, lower-cased) -> why, for the store's outage WARNINGs
+_SQLITE_REASONS = (
+    ("locked", "database locked by another connection"),
+    ("busy", "database locked by another connection"),
+    ("not a database", "not a database"),
+    ("readonly", "read-only"),
+    ("read-only", "read-only"),
+    ("disk is full", "disk full"),
+    ("database or disk is full", "disk full"),
+    ("unable to open", "cannot open the file"),
+    ("disk i/o error", "disk I/O error"),
+    ("malformed", "database file is corrupt"),
+)
+#: PostgreSQL SQLSTATE (or its class, two characters) -> why
+_SQLSTATE_REASONS = {
+    "28": "authentication failed",
+    "3D000": "database does not exist",
+    "53100": "disk full",
+    "53200": "server out of memory",
+    "53300": "too many connections",
+    "55P03": "locked (lock not available)",
+    "57014": "statement timed out or was cancelled",
+    "25006": "read-only",
+    "57P01": "server shutting down",
+    "57P02": "server crashed",
+    "57P03": "server starting up",
+    "08": "connection failed",
+    "40P01": "deadlock",
+    "40001": "serialization failure",
+}
+
+
+def error_reason(error: BaseException) -> str:
+    """Why a store operation failed, in a few words and with the exception's class, for
+    WARNINGs: ``locked``, ``not a database``, ``read-only``, ``disk full``, ``connection
+    refused``, ``authentication failed``... Never the database's message itself (it may
+    quote a value the caller said)."""
+    name = type(error).__name__
+    sqlstate = getattr(error, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        why = _SQLSTATE_REASONS.get(sqlstate) or _SQLSTATE_REASONS.get(sqlstate[:2])
+        return f"{why} ({name})" if why else f"{name}, SQLSTATE {sqlstate}"
+    if isinstance(error, ConnectionRefusedError):
+        return f"connection refused ({name})"
+    if isinstance(error, TimeoutError):
+        return f"timed out ({name})"
+    if isinstance(error, OSError) and error.errno is not None:
+        import errno as errnos
+
+        if error.errno == errnos.ENOSPC:
+            return f"disk full ({name})"
+        if error.errno in (errnos.EACCES, errnos.EROFS, errnos.EPERM):
+            return f"read-only or permission denied ({name})"
+        if error.errno in (errnos.ECONNRESET, errnos.EPIPE, errnos.ENOTCONN):
+            return f"connection lost ({name})"
+        return f"{errnos.errorcode.get(error.errno, 'OS error')} ({name})"
+    module = type(error).__module__ or ""
+    if module.startswith("sqlite3") or name in ("OperationalError", "DatabaseError"):
+        text = str(error).lower()
+        for needle, why in _SQLITE_REASONS:
+            if needle in text:
+                return f"{why} ({name})"
+    if "connection" in name.lower() or "closed" in str(error).lower()[:80]:
+        return f"connection lost ({name})"
+    return name
 
 
 #: The tables every memory store has, whatever its backend and version.
@@ -182,6 +253,18 @@ class MemoryStore(ABC):
     @abstractmethod
     async def purge_older_than(self, days: float) -> int:
         """Delete records older than ``days`` days. Returns rows deleted."""
+
+    def forget_generation(self, user_id: str) -> int:
+        """How many times :meth:`forget` ran for ``user_id`` on this store object (in this
+        process): a live call's recorder, recall and semantic index compare it with the
+        value they saw before and drop what they hold of the caller when it moved."""
+        generations: dict[str, int] = self.__dict__.get("_forget_generations", {})
+        return generations.get(user_id, 0)
+
+    def _forgotten_now(self, user_id: str) -> None:
+        """Count a forget of ``user_id`` (every backend's :meth:`forget` calls this first)."""
+        generations = self.__dict__.setdefault("_forget_generations", {})
+        generations[user_id] = generations.get(user_id, 0) + 1
 
     async def __aenter__(self) -> MemoryStore:
         """Open the store."""

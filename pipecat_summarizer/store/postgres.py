@@ -38,7 +38,9 @@ from pipecat_summarizer.store.rows import (
     COMPACTION_COLS,
     FACT_COLS,
     MESSAGE_COLS,
+    call_label,
     call_row,
+    caller_fact_row,
     compaction_row,
     fact_row,
     message_row,
@@ -121,6 +123,21 @@ def _migrations(config: str) -> dict[int, list[str]]:
             "SELECT gin_clean_pending_list('messages_scoped')",
             "ANALYZE messages",
         ],
+        # v4: as on SQLite (see sqlite.MIGRATIONS[4])
+        4: [
+            "ALTER TABLE calls ADD COLUMN label TEXT",
+            "UPDATE calls SET label = call_id",
+            "CREATE INDEX calls_label ON calls(label, started_at)",
+            """CREATE TABLE caller_facts(
+                user_id TEXT NOT NULL, key TEXT NOT NULL, action TEXT NOT NULL,
+                text TEXT NOT NULL, fact_kind TEXT NOT NULL, source TEXT NOT NULL,
+                at DOUBLE PRECISION NOT NULL, call_id TEXT NOT NULL, seq INTEGER NOT NULL,
+                PRIMARY KEY(user_id, key))""",
+            """INSERT INTO caller_facts SELECT DISTINCT ON (user_id, key) user_id, key, action,
+                text, fact_kind, source, at, call_id, seq FROM facts WHERE user_id IS NOT NULL
+                ORDER BY user_id, key, at DESC, seq DESC""",
+            "CREATE TABLE forgotten(user_hash TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL)",
+        ],
     }
 
 
@@ -134,15 +151,32 @@ _INSERT_COMPACTION = """INSERT INTO compactions VALUES
     ON CONFLICT(call_id, attempt) DO NOTHING"""
 _INSERT_FACT = """INSERT INTO facts VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)
     ON CONFLICT(call_id, seq) DO NOTHING"""
-_START_CALL = """INSERT INTO calls(call_id, user_id, started_at, resumed) VALUES ($1,$2,$3,$4)
+_CALLER_FACT = """INSERT INTO caller_facts VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
+    ON CONFLICT(user_id, key) DO UPDATE SET action=excluded.action, text=excluded.text,
+    fact_kind=excluded.fact_kind, source=excluded.source, at=excluded.at,
+    call_id=excluded.call_id, seq=excluded.seq
+    WHERE (excluded.at, excluded.seq) >= (caller_facts.at, caller_facts.seq)"""
+_START_CALL = """INSERT INTO calls(call_id, user_id, started_at, resumed, label)
+    VALUES ($1,$2,$3,$4,$5)
     ON CONFLICT(call_id) DO UPDATE SET user_id=COALESCE(excluded.user_id, calls.user_id),
     resumed=excluded.resumed OR calls.resumed"""
-_END_CALL = """INSERT INTO calls VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
+_END_CALL = """INSERT INTO calls(call_id, user_id, started_at, ended_at, ended_by, summary, facts,
+    messages_in_context, messages_archived, compactions, turns, resumed, label)
+    VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)
     ON CONFLICT(call_id) DO UPDATE SET user_id=COALESCE(excluded.user_id, calls.user_id),
     ended_at=excluded.ended_at, ended_by=excluded.ended_by, summary=excluded.summary,
     facts=excluded.facts, messages_in_context=excluded.messages_in_context,
     messages_archived=excluded.messages_archived, compactions=excluded.compactions,
     turns=excluded.turns, resumed=excluded.resumed OR calls.resumed"""
+
+
+def _key(n: int) -> str:
+    """SQL naming the session a ``call_id`` argument (``$n``) names: a session's key, or
+    else the newest session recorded under that application id (label), or else itself."""
+    return (
+        f"COALESCE((SELECT call_id FROM calls WHERE call_id = ${n}), (SELECT call_id FROM "
+        f"calls WHERE label = ${n} ORDER BY started_at DESC LIMIT 1), ${n})"
+    )
 
 
 class PostgresMemoryStore(MemoryStore):
@@ -309,6 +343,7 @@ class PostgresMemoryStore(MemoryStore):
             "message": [],
             "compaction": [],
             "fact": [],
+            "caller_fact": [],
             "end": [],
         }
         for r in records:
@@ -318,9 +353,13 @@ class PostgresMemoryStore(MemoryStore):
                 groups["compaction"].append(compaction_row(r))
             elif isinstance(r, FactEvent):
                 groups["fact"].append(fact_row(r))
+                if r.user_id is not None:
+                    groups["caller_fact"].append(caller_fact_row(r))
             elif isinstance(r, CallRecord):
                 if r.ended_at is None:
-                    groups["start"].append((r.call_id, r.user_id, r.started_at, r.resumed))
+                    groups["start"].append(
+                        (r.call_id, r.user_id, r.started_at, r.resumed, call_label(r))
+                    )
                 else:
                     groups["end"].append(call_row(r))
             else:
@@ -332,11 +371,12 @@ class PostgresMemoryStore(MemoryStore):
             "message": _INSERT_MESSAGE,
             "compaction": _INSERT_COMPACTION,
             "fact": _INSERT_FACT,
+            "caller_fact": _CALLER_FACT,
             "end": _END_CALL,
         }
         async with await self._acquire() as conn, conn.transaction():
             # calls first, their end last; messages before compactions, in record order
-            for name in ("start", "message", "compaction", "fact", "end"):
+            for name in ("start", "message", "compaction", "fact", "caller_fact", "end"):
                 if groups[name]:
                     await conn.executemany(sql[name], groups[name])
 
@@ -361,13 +401,15 @@ class PostgresMemoryStore(MemoryStore):
 
     async def call(self, call_id: str) -> CallRecord | None:
         """One call's row, or ``None``."""
-        rows = await self._fetch(f"SELECT {CALL_COLS} FROM calls WHERE call_id = $1", call_id)
+        rows = await self._fetch(
+            f"SELECT {CALL_COLS} FROM calls WHERE call_id = {_key(1)}", call_id
+        )
         return to_call(tuple(rows[0])) if rows else None
 
     async def compactions(self, call_id: str) -> list[CompactionRecord]:
         """A call's summary attempts, in order."""
         rows = await self._fetch(
-            f"SELECT {COMPACTION_COLS} FROM compactions WHERE call_id = $1 ORDER BY attempt",
+            f"SELECT {COMPACTION_COLS} FROM compactions WHERE call_id = {_key(1)} ORDER BY attempt",
             call_id,
         )
         return [to_compaction(tuple(r)) for r in rows]
@@ -378,13 +420,13 @@ class PostgresMemoryStore(MemoryStore):
         """A call's archived messages in order (those of one compaction if given)."""
         if compaction is None:
             rows = await self._fetch(
-                f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = $1 ORDER BY position",
+                f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = {_key(1)} ORDER BY position",
                 call_id,
             )
         else:
             rows = await self._fetch(
-                f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = $1 AND compaction = $2 "
-                "ORDER BY position",
+                f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = {_key(1)} "
+                "AND compaction = $2 ORDER BY position",
                 call_id,
                 compaction,
             )
@@ -393,7 +435,7 @@ class PostgresMemoryStore(MemoryStore):
     async def message(self, call_id: str, position: int) -> ArchivedMessage | None:
         """One archived message, or ``None``."""
         rows = await self._fetch(
-            f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = $1 AND position = $2",
+            f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = {_key(1)} AND position = $2",
             call_id,
             int(position),
         )
@@ -420,9 +462,10 @@ class PostgresMemoryStore(MemoryStore):
         """Pinned-fact changes of a call or of a caller, oldest first."""
         if call_id is None and user_id is None:
             raise ValueError("fact_history needs call_id or user_id")
-        column, value = ("call_id", call_id) if call_id is not None else ("user_id", user_id)
+        column, value = (_key(1), call_id) if call_id is not None else ("$1", user_id)
+        which = "call_id" if call_id is not None else "user_id"
         rows = await self._fetch(
-            f"SELECT {FACT_COLS} FROM facts WHERE {column} = $1 ORDER BY at, call_id, seq",
+            f"SELECT {FACT_COLS} FROM facts WHERE {which} = {column} ORDER BY at, call_id, seq",
             value,
         )
         return [to_fact(tuple(r)) for r in rows]
@@ -467,12 +510,14 @@ class PostgresMemoryStore(MemoryStore):
             if value is not None:
                 args.append(value)
                 n = len(args)
+                # a call_id argument names a session (or the newest under that label)
+                named = f"${n}" if column == "user_id" else _key(n)
                 # the scope's lexeme in the query: the index returns only its messages
-                match += f" && ($$'{prefix}$$ || md5(${n}) || $$'$$)::tsquery"
+                match += f" && ($$'{prefix}$$ || md5({named}) || $$'$$)::tsquery"
                 # checked again on the rows found, written so that no B-tree index can
                 # serve it: read through messages_user (or the call's key) it would
                 # compute the index expression on every message of the scope
-                where += f" AND {column} || '' = ${n}"
+                where += f" AND {column} || '' = {named}"
         args.append(int(limit))
         n = len(args)
         # how many distinct query words a message has (the score's integer part)
@@ -518,9 +563,10 @@ class PostgresMemoryStore(MemoryStore):
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
         """The caller's current pinned facts and their latest calls' summaries."""
         async with await self._acquire() as conn:
+            # the caller's current state of each key (kept by every write)
             fact_rows = await conn.fetch(
-                "SELECT DISTINCT ON (key) key, action, text, fact_kind, source, at, seq "
-                "FROM facts WHERE user_id = $1 ORDER BY key, at DESC, seq DESC",
+                "SELECT key, action, text, fact_kind, source, at, seq FROM caller_facts "
+                "WHERE user_id = $1",
                 user_id,
             )
             rows = await conn.fetch(
@@ -556,6 +602,7 @@ class PostgresMemoryStore(MemoryStore):
                 n += int(status.split()[-1])
             status = await conn.execute("DELETE FROM calls WHERE user_id = $1", user_id)
             n += int(status.split()[-1])
+            await conn.execute("DELETE FROM caller_facts WHERE user_id = $1", user_id)
         return n
 
     async def purge_older_than(self, days: float) -> int:
@@ -578,4 +625,5 @@ class PostgresMemoryStore(MemoryStore):
                 "DELETE FROM calls WHERE COALESCE(ended_at, started_at) < $1", cutoff
             )
             n += int(status.split()[-1])
+            await conn.execute("DELETE FROM caller_facts WHERE at < $1", cutoff)
         return n

@@ -3,8 +3,13 @@
 The processor calls it at a handful of hook points (a summary applied or failed, messages
 evicted or discarded, pinned facts changed, start and end of the call). Each hook builds
 records from values already in memory and hands them to the :class:`StoreWriter` queue:
-nothing here waits for the database, except :meth:`end` (the flush, bounded by a timeout)
-and the first turn's wait for a returning caller's memory (bounded by ``load_timeout_s``).
+nothing here waits for the database, except :meth:`end` (the flush, bounded by a timeout).
+A returning caller's memory loads in the background and is taken, without waiting, by
+:meth:`CallRecorder.take_memory` once it is there.
+
+Each recorder records under its own session key (``session_id``, unique), with the
+application's ``call_id`` as the call row's label: a call id used twice (a room name, a
+reconnect) never merges two sessions, their callers or their messages.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from pipecat_summarizer.store.base import MemoryStore
+from pipecat_summarizer.store.base import MemoryStore, error_reason
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallerMemory,
@@ -26,6 +31,7 @@ from pipecat_summarizer.store.records import (
     CompactionRecord,
     FactEvent,
     Removal,
+    check_id,
     earlier_calls_text,
     fact_changes,
     fact_snapshot,
@@ -50,8 +56,10 @@ class MemoryOptions:
             "earlier calls" summary from the store. ``False`` records only.
         earlier_calls_tokens: Token budget of the "earlier calls" summary.
         max_earlier_calls: Most earlier calls whose summaries are considered.
-        load_timeout_s: The first turn waits at most this long (from the start of the call)
-            for the caller's memory; later, it is not applied (the call goes on without it).
+        load_timeout_s: No frame ever waits for the caller's memory: it loads in the
+            background and joins the context at the first frame after it arrives, if it
+            arrives within this many seconds of the start of the call; later, it is not
+            applied (the call has gone on without it) and one WARNING says so.
         flush_timeout_s: ``EndFrame``/``CancelFrame`` wait at most this long for the queue
             to be written.
         writer: Queue size, flush interval (default 1 s) and retry settings.
@@ -60,7 +68,7 @@ class MemoryOptions:
     resume: bool = True
     earlier_calls_tokens: int = 300
     max_earlier_calls: int = 5
-    load_timeout_s: float = 1.0
+    load_timeout_s: float = 30.0
     flush_timeout_s: float = 3.0
     writer: WriterOptions = field(default_factory=WriterOptions)
 
@@ -83,9 +91,16 @@ class CallRecorder:
 
     Args:
         store: The store (shared; the application closes it).
-        call_id: This call's id (a random one if ``None``).
-        user_id: The caller's id, if known: needed to resume and to ``forget``.
+        call_id: The application's id of this call (a random one if ``None``). It may be
+            reused (a room name, a reconnect): each recorder records under its own
+            ``session_id``, with ``call_id`` as the label its call row carries.
+        user_id: The caller's id, if known: needed to resume and to ``forget``. One id per
+            person: callers who share one share their memory.
         options: Memory options.
+
+    Raises:
+        ValueError: If ``call_id`` or ``user_id`` cannot be stored (empty, longer than
+            ``MAX_ID_CHARS``, or holding a NUL or a lone surrogate), naming the field.
     """
 
     def __init__(
@@ -99,12 +114,15 @@ class CallRecorder:
         if not isinstance(store, MemoryStore):
             raise TypeError(f"store must be a MemoryStore, got {type(store).__name__}")
         for name, value in (("call_id", call_id), ("user_id", user_id)):
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ValueError(f"{name} must be a non-empty string or None")
+            if value is not None:
+                check_id(name, value)
         if options is not None and not isinstance(options, MemoryOptions):
             raise TypeError(f"memory must be a MemoryOptions, got {type(options).__name__}")
         self.store = store
+        #: The application's id of the call (the label of its call row).
         self.call_id = call_id or uuid.uuid4().hex
+        #: This session's key in the store: its records' ``call_id`` (unique per recorder).
+        self.session_id = uuid.uuid4().hex if call_id else self.call_id
         self.user_id = user_id
         self.options = options or MemoryOptions()
         self.writer = StoreWriter(store, self.options.writer, name=f"call {self.call_id}")
@@ -120,19 +138,32 @@ class CallRecorder:
         self._restoring = False
         self._load: asyncio.Task | None = None
         self._load_deadline = 0.0
+        self._load_done_at: float | None = None
+        # the store's forget count for this caller when the call started: a forget during
+        # the call (this process) stops what the call would write back about them
+        self._forget_gen = store.forget_generation(user_id) if user_id is not None else 0
         self._ended = False
 
     # -- call start -----------------------------------------------------------------------
 
     def start(self) -> None:
-        """At ``StartFrame``: start the writer, record the call, start loading its memory."""
+        """At ``StartFrame``: start the writer, record the call (at once: nothing waits for
+        the memory), and start loading a returning caller's memory in the background."""
         self.started_at = time.time()
         self.writer.start()
+        self.writer.submit(self._call_row())
         if self.options.resume and self.user_id is not None and self._load is None:
             self._load_deadline = time.monotonic() + self.options.load_timeout_s
             self._load = asyncio.get_running_loop().create_task(self._load_memory())
-        else:
-            self.writer.submit(CallRecord(self.call_id, self.user_id, self.started_at))
+            self._load.add_done_callback(self._loaded)
+
+    def _call_row(self) -> CallRecord:
+        return CallRecord(
+            self.session_id, self.user_id, self.started_at, resumed=self.resumed, label=self.call_id
+        )
+
+    def _loaded(self, _task: asyncio.Task) -> None:
+        self._load_done_at = time.monotonic()
 
     async def _load_memory(self) -> CallerMemory:
         assert self.user_id is not None  # started only for a known caller
@@ -140,38 +171,65 @@ class CallRecorder:
             self.user_id, max_calls=self.options.max_earlier_calls
         )
 
-    async def memory_for_first_turn(self) -> tuple[list[dict], str | None] | None:
-        """The caller's facts and "earlier calls" text, once, on the first turn; waits for
-        the load at most until ``load_timeout_s`` after the start. ``None`` if there is
-        nothing (or it did not come in time)."""
-        task, self._load = self._load, None
+    @property
+    def memory_pending(self) -> bool:
+        """True while a returning caller's memory was started loading and is not yet taken
+        or settled (failed, empty, too late): :meth:`take_memory` may still return it."""
+        return self._load is not None
+
+    def take_memory(self) -> tuple[list[dict], str | None] | None:
+        """The caller's facts and "earlier calls" text, exactly once, when the load has
+        finished with something; never waits.
+
+        Returns ``None`` while it is still loading, and for good when there is nothing, the
+        load failed (one WARNING with its reason) or it finished later than
+        ``load_timeout_s`` after the start (one WARNING).
+        """
+        task = self._load
         if task is None:
             return None
-        memory: CallerMemory | None = None
-        try:
-            remaining = max(0.0, self._load_deadline - time.monotonic())
-            memory = await asyncio.wait_for(task, remaining) if not task.done() else task.result()
-        except TimeoutError:
+        late = self._load_deadline < (
+            self._load_done_at if task.done() and self._load_done_at else time.monotonic()
+        )
+        if not task.done() and not late:
+            return None
+        self._load = None
+        if late:
+            task.cancel()
             logger.warning(
                 f"memory store (call {self.call_id}): caller memory not loaded within "
-                f"{self.options.load_timeout_s}s; the call starts without it"
+                f"{self.options.load_timeout_s}s of the start; the call goes on without it"
             )
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # a store that is down costs the memory, never the call
+            return None
+        if task.cancelled():
+            return None
+        error = task.exception()
+        if error is not None:  # a store that is down costs the memory, never the call
             logger.warning(
                 f"memory store (call {self.call_id}): loading caller memory failed "
-                f"({type(e).__name__}); the call starts without it"
+                f"({error_reason(error)}); the call goes on without it"
             )
+            return None
+        return self._apply(task.result())
+
+    def _forgotten(self) -> bool:
+        """Whether the caller was forgotten (by this store object) since the call started."""
+        return (
+            self.user_id is not None
+            and self.store.forget_generation(self.user_id) != self._forget_gen
+        )
+
+    def _apply(self, memory: CallerMemory) -> tuple[list[dict], str | None] | None:
+        if self._forgotten():
+            return None  # forgotten while it loaded
         text = None
-        if memory is not None and memory.summaries and self.options.earlier_calls_tokens:
+        if memory.summaries and self.options.earlier_calls_tokens:
             body = earlier_calls_text(memory.summaries, self.options.earlier_calls_tokens - 10)
             text = f"{EARLIER_CALLS_HEADER}\n{body}" if body else None
-        self.resumed = bool(text)
-        self.writer.submit(
-            CallRecord(self.call_id, self.user_id, self.started_at, resumed=self.resumed)
-        )
-        if memory is None or (not memory.facts and not text):
+        if text:
+            self.resumed = True
+            self.writer.submit(self._call_row())  # the row's resumed flag (an upsert)
+        if not memory.facts and not text:
             return None
         logger.info(
             f"memory store (call {self.call_id}): returning caller, {memory.calls} earlier "
@@ -179,6 +237,22 @@ class CallRecorder:
             f"{'restored' if text else 'none'}"
         )
         return memory.facts, text
+
+    async def memory_for_first_turn(self) -> tuple[list[dict], str | None] | None:
+        """Deprecated (frames never wait for the store): waits for the load until
+        ``load_timeout_s`` after the start, then :meth:`take_memory`."""
+        task = self._load
+        if task is not None and not task.done():
+            try:
+                remaining = max(0.0, self._load_deadline - time.monotonic())
+                await asyncio.wait_for(asyncio.shield(task), remaining)
+            except asyncio.CancelledError:
+                if task.cancelled():
+                    return None
+                raise
+            except Exception:  # timed out, or failed: take_memory says which
+                pass
+        return self.take_memory()
 
     def restoring(self, on: bool) -> None:
         """Fact changes while ``on`` are recorded as ``restored``."""
@@ -204,7 +278,7 @@ class CallRecorder:
             role = message.get("role", "unknown") if isinstance(message, dict) else "unknown"
             self.writer.submit(
                 ArchivedMessage(
-                    call_id=self.call_id,
+                    call_id=self.session_id,
                     position=position,
                     role=str(role),
                     content=message_text(message),
@@ -231,7 +305,7 @@ class CallRecorder:
         self._attempts += 1
         self.writer.submit(
             CompactionRecord(
-                call_id=self.call_id,
+                call_id=self.session_id,
                 attempt=self._attempts,
                 compaction=event.compaction,
                 ok=True,
@@ -255,7 +329,7 @@ class CallRecorder:
         self._attempts += 1
         self.writer.submit(
             CompactionRecord(
-                call_id=self.call_id,
+                call_id=self.session_id,
                 attempt=self._attempts,
                 compaction=None,
                 ok=False,
@@ -283,7 +357,7 @@ class CallRecorder:
             self._fact_seq += 1
             self.writer.submit(
                 FactEvent(
-                    call_id=self.call_id,
+                    call_id=self.session_id,
                     seq=self._fact_seq,
                     key=key,
                     action=action,
@@ -334,7 +408,7 @@ class CallRecorder:
         self.archive(in_context, "in_context_at_end")
         self.writer.submit(
             CallRecord(
-                call_id=self.call_id,
+                call_id=self.session_id,
                 user_id=self.user_id,
                 started_at=self.started_at,
                 ended_at=time.time(),
@@ -349,6 +423,7 @@ class CallRecorder:
                 compactions=compactions,
                 turns=self.turns,
                 resumed=self.resumed,
+                label=self.call_id,
             )
         )
         self._pending_pos.clear()

@@ -27,6 +27,33 @@ FactActor = Literal["app", "conversation", "tool"]
 _ACTOR = {"app": "app", "llm": "tool", "summary": "conversation", "evicted": "conversation"}
 
 
+#: The longest ``call_id`` / ``user_id`` the store takes (PostgreSQL indexes them in B-trees,
+#: whose entries must stay well under a page).
+MAX_ID_CHARS = 512
+
+
+def check_id(name: str, value: object) -> None:
+    """Refuse an id the store cannot keep, naming the field.
+
+    Raises:
+        TypeError: If ``value`` is not a string.
+        ValueError: If it is empty or blank, longer than ``MAX_ID_CHARS``, or holds a NUL
+            or a lone surrogate (neither can be stored by PostgreSQL).
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{name} must be a non-empty string or None")
+    if len(value) > MAX_ID_CHARS:
+        raise ValueError(f"{name} is {len(value)} characters long; the most is {MAX_ID_CHARS}")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} must not contain a lone surrogate (invalid Unicode)") from None
+
+
 def sha256_hex(text: str) -> str:
     """The full sha256 hex digest of ``text`` (UTF-8)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -209,6 +236,10 @@ class CallRecord:
         turns: User turns.
         resumed: Whether it started with an earlier call's summary (its own summaries then
             cover the earlier calls too).
+        label: The application's call id (``None``: the same as ``call_id``). A
+            :class:`~pipecat_summarizer.store.recorder.CallRecorder` records each session
+            under its own key (``call_id``, unique) and the application's id here, so a
+            reused id (a room name, a reconnect) never merges two sessions.
     """
 
     kind = "call"
@@ -224,6 +255,7 @@ class CallRecord:
     compactions: int = 0
     turns: int = 0
     resumed: bool = False
+    label: str | None = None
 
 
 Record = ArchivedMessage | CompactionRecord | FactEvent | CallRecord

@@ -22,7 +22,7 @@ MESSAGE_COLS = (
 )
 CALL_COLS = (
     "call_id, user_id, started_at, ended_at, ended_by, summary, facts, "
-    "messages_in_context, messages_archived, compactions, turns, resumed"
+    "messages_in_context, messages_archived, compactions, turns, resumed, label"
 )
 COMPACTION_COLS = (
     "call_id, attempt, compaction, ok, reason, turn, messages_before, messages_after, "
@@ -95,6 +95,12 @@ def fact_row(r: FactEvent) -> tuple:
     )
 
 
+def caller_fact_row(r: FactEvent) -> tuple:
+    """A fact event as the ``caller_facts`` upsert's parameters (the caller's current
+    state of that key), in table order."""
+    return (r.user_id, r.key, r.action, r.text, r.fact_kind, r.source, r.at, r.call_id, r.seq)
+
+
 def call_row(r: CallRecord) -> tuple:
     """A call's final state as the ``calls`` insert's parameters, in table order."""
     return (
@@ -110,7 +116,13 @@ def call_row(r: CallRecord) -> tuple:
         r.compactions,
         r.turns,
         r.resumed,
+        call_label(r),
     )
+
+
+def call_label(r: CallRecord) -> str:
+    """The application's id of a call (its key when it has none)."""
+    return r.label if r.label is not None else r.call_id
 
 
 def to_message(row: Sequence) -> ArchivedMessage:
@@ -148,6 +160,7 @@ def to_call(row: Sequence) -> CallRecord:
         compactions=row[9],
         turns=row[10],
         resumed=bool(row[11]),
+        label=row[12] if row[12] != row[0] else None,
     )
 
 

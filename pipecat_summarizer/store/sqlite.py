@@ -42,7 +42,9 @@ from pipecat_summarizer.store.rows import (
     COMPACTION_COLS,
     FACT_COLS,
     MESSAGE_COLS,
+    call_label,
     call_row,
+    caller_fact_row,
     compaction_row,
     fact_row,
     message_row,
@@ -87,7 +89,16 @@ def scope_range(scope: int) -> tuple[int, int]:
 
 #: The tables (and views) of a SQLite memory store: anything else is another application's.
 STORE_TABLES = frozenset(
-    {"schema_version", "calls", "messages", "compactions", "facts", "messages_fts_source"}
+    {
+        "schema_version",
+        "calls",
+        "messages",
+        "compactions",
+        "facts",
+        "messages_fts_source",
+        "caller_facts",
+        "forgotten",
+    }
 )
 
 # version -> statements; applied in order inside one write transaction
@@ -165,6 +176,24 @@ MIGRATIONS: dict[int, list[str]] = {
             VALUES ((new.scope << {ID_BITS}) | new.id, new.content); END""",
     ],
     3: [],  # v3 changes PostgreSQL's index only
+    # v4: a call's row is a session's (its key unique per CallRecorder) and the application's
+    # id is its label, so a reused id never merges two callers; each caller's current facts
+    # in a table of their own (a returning caller's memory reads those, not the whole
+    # history); and the forget tombstones (hashes of the forgotten ids: see ``forget``)
+    4: [
+        "ALTER TABLE calls ADD COLUMN label TEXT",
+        "UPDATE calls SET label = call_id",
+        "CREATE INDEX calls_label ON calls(label, started_at)",
+        """CREATE TABLE caller_facts(
+            user_id TEXT NOT NULL, key TEXT NOT NULL, action TEXT NOT NULL,
+            text TEXT NOT NULL, fact_kind TEXT NOT NULL, source TEXT NOT NULL,
+            at REAL NOT NULL, call_id TEXT NOT NULL, seq INTEGER NOT NULL,
+            PRIMARY KEY(user_id, key))""",
+        """INSERT INTO caller_facts SELECT user_id, key, action, text, fact_kind, source, at,
+            call_id, seq FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id, key
+            ORDER BY at DESC, seq DESC) AS n FROM facts WHERE user_id IS NOT NULL) WHERE n = 1""",
+        "CREATE TABLE forgotten(user_hash TEXT PRIMARY KEY, at REAL NOT NULL)",
+    ],
 }
 
 _INSERT_MESSAGE = """INSERT INTO messages(call_id, user_id, position, turn, at, role, content,
@@ -175,15 +204,36 @@ _INSERT_MESSAGE = """INSERT INTO messages(call_id, user_id, position, turn, at, 
 _INSERT_COMPACTION = """INSERT OR REPLACE INTO compactions VALUES
     (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"""
 _INSERT_FACT = "INSERT OR REPLACE INTO facts VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-_START_CALL = """INSERT INTO calls(call_id, user_id, started_at, resumed) VALUES (?,?,?,?)
+_CALLER_FACT = """INSERT INTO caller_facts VALUES (?,?,?,?,?,?,?,?,?)
+    ON CONFLICT(user_id, key) DO UPDATE SET action=excluded.action, text=excluded.text,
+    fact_kind=excluded.fact_kind, source=excluded.source, at=excluded.at,
+    call_id=excluded.call_id, seq=excluded.seq
+    WHERE excluded.at > caller_facts.at
+    OR (excluded.at = caller_facts.at AND excluded.seq >= caller_facts.seq)"""
+_START_CALL = """INSERT INTO calls(call_id, user_id, started_at, resumed, label)
+    VALUES (?,?,?,?,?)
     ON CONFLICT(call_id) DO UPDATE SET user_id=COALESCE(excluded.user_id, calls.user_id),
     resumed=MAX(excluded.resumed, calls.resumed)"""
-_END_CALL = """INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
+_END_CALL = """INSERT INTO calls(call_id, user_id, started_at, ended_at, ended_by, summary, facts,
+    messages_in_context, messages_archived, compactions, turns, resumed, label)
+    VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)
     ON CONFLICT(call_id) DO UPDATE SET user_id=COALESCE(excluded.user_id, calls.user_id),
     ended_at=excluded.ended_at, ended_by=excluded.ended_by, summary=excluded.summary,
     facts=excluded.facts, messages_in_context=excluded.messages_in_context,
     messages_archived=excluded.messages_archived, compactions=excluded.compactions,
     turns=excluded.turns, resumed=MAX(excluded.resumed, calls.resumed)"""
+
+
+def session_key(conn: sqlite3.Connection, call_id: str) -> str:
+    """What a ``call_id`` argument names: a session's key, or else the newest session
+    recorded under that application id (label), or else the key itself."""
+    row = conn.execute("SELECT call_id FROM calls WHERE call_id = ?", (call_id,)).fetchone()
+    if row is None:
+        row = conn.execute(
+            "SELECT call_id FROM calls WHERE label = ? ORDER BY started_at DESC LIMIT 1",
+            (call_id,),
+        ).fetchone()
+    return row[0] if row else call_id
 
 
 class SQLiteMemoryStore(MemoryStore):
@@ -386,9 +436,14 @@ class SQLiteMemoryStore(MemoryStore):
                     conn.execute(_INSERT_COMPACTION, compaction_row(r))
                 elif isinstance(r, FactEvent):
                     conn.execute(_INSERT_FACT, fact_row(r))
+                    if r.user_id is not None:
+                        conn.execute(_CALLER_FACT, caller_fact_row(r))
                 elif isinstance(r, CallRecord):
                     if r.ended_at is None:
-                        conn.execute(_START_CALL, (r.call_id, r.user_id, r.started_at, r.resumed))
+                        conn.execute(
+                            _START_CALL,
+                            (r.call_id, r.user_id, r.started_at, r.resumed, call_label(r)),
+                        )
                     else:
                         conn.execute(_END_CALL, call_row(r))
                 else:
@@ -411,35 +466,50 @@ class SQLiteMemoryStore(MemoryStore):
         return [to_call(r) for r in rows]
 
     async def call(self, call_id: str) -> CallRecord | None:
-        """One call's row, or ``None``."""
-        rows = await self._query(f"SELECT {CALL_COLS} FROM calls WHERE call_id = ?", [call_id])
+        """One call's row (a session's key, or the newest session of an application's
+        call id), or ``None``."""
+
+        def read(conn: sqlite3.Connection) -> list[tuple]:
+            key = session_key(conn, call_id)
+            return conn.execute(
+                f"SELECT {CALL_COLS} FROM calls WHERE call_id = ?", (key,)
+            ).fetchall()
+
+        rows = await self._run(read)
         return to_call(rows[0]) if rows else None
 
     async def compactions(self, call_id: str) -> list[CompactionRecord]:
         """A call's summary attempts, in order."""
-        rows = await self._query(
+        rows = await self._keyed(
             f"SELECT {COMPACTION_COLS} FROM compactions WHERE call_id = ? ORDER BY attempt",
-            [call_id],
+            call_id,
         )
         return [to_compaction(r) for r in rows]
+
+    async def _keyed(self, sql: str, call_id: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """``sql`` with the session ``call_id`` names as its first parameter."""
+        return await self._run(
+            lambda conn: conn.execute(sql, (session_key(conn, call_id), *params)).fetchall()
+        )
 
     async def messages(
         self, call_id: str, *, compaction: int | None = None
     ) -> list[ArchivedMessage]:
         """A call's archived messages in order (those of one compaction if given)."""
         sql = f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = ?"
-        params: list[Any] = [call_id]
+        params: list[Any] = []
         if compaction is not None:
             sql += " AND compaction = ?"
             params.append(compaction)
-        rows = await self._query(sql + " ORDER BY position", params)
+        rows = await self._keyed(sql + " ORDER BY position", call_id, params)
         return [to_message(r) for r in rows]
 
     async def message(self, call_id: str, position: int) -> ArchivedMessage | None:
         """One archived message, or ``None``."""
-        rows = await self._query(
+        rows = await self._keyed(
             f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = ? AND position = ?",
-            [call_id, int(position)],
+            call_id,
+            [int(position)],
         )
         return to_message(rows[0]) if rows else None
 
@@ -473,11 +543,16 @@ class SQLiteMemoryStore(MemoryStore):
         """Pinned-fact changes of a call or of a caller, oldest first."""
         if call_id is None and user_id is None:
             raise ValueError("fact_history needs call_id or user_id")
-        column, value = ("call_id", call_id) if call_id is not None else ("user_id", user_id)
-        rows = await self._query(
-            f"SELECT {FACT_COLS} FROM facts WHERE {column} = ? ORDER BY at, call_id, seq",
-            [value],
-        )
+        if call_id is not None:
+            rows = await self._keyed(
+                f"SELECT {FACT_COLS} FROM facts WHERE call_id = ? ORDER BY at, call_id, seq",
+                call_id,
+            )
+        else:
+            rows = await self._query(
+                f"SELECT {FACT_COLS} FROM facts WHERE user_id = ? ORDER BY at, call_id, seq",
+                [user_id],
+            )
         return [to_fact(r) for r in rows]
 
     async def search(
@@ -496,31 +571,44 @@ class SQLiteMemoryStore(MemoryStore):
             return []
 
         def find(conn: sqlite3.Connection) -> list[tuple]:
-            bounds = self._bounds(conn, user_id, call_id)
-            if bounds is None:
-                return []  # a call with no archived messages
-            ranked = self._rarest(conn, words, bounds) if any_word else words
-            if not ranked:
-                return []
-            # every word quoted: FTS5 operators in the caller's words are just words
-            match = (" OR " if any_word else " ").join(f'"{w}"' for w in ranked)
-            lo, hi = bounds
-            if any_word:
-                # even the rarest word may match thousands: rank its latest RANK_MATCHES
-                # matches in the scope (a rowid range is cheap for FTS5); all of them only if
-                # that window holds too few of this caller's
-                edge = conn.execute(
-                    "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
-                    "AND rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                    (match, lo, hi, RANK_MATCHES),
-                ).fetchone()
-                if edge is not None:
-                    rows = self._ranked(conn, match, (edge[0] + 1, hi), user_id, call_id, limit)
-                    if len(rows) >= limit:
-                        return rows
-            return self._ranked(conn, match, bounds, user_id, call_id, limit)
+            call = None if call_id is None else session_key(conn, call_id)
+            return self._find(conn, words, user_id, call, limit, any_word)
 
         return [SearchHit(*r) for r in await self._run(find)]
+
+    def _find(
+        self,
+        conn: sqlite3.Connection,
+        words: list[str],
+        user_id: str | None,
+        call_id: str | None,
+        limit: int,
+        any_word: bool,
+    ) -> list[tuple]:
+        """The search in the store's thread (``call_id`` already a session key)."""
+        bounds = self._bounds(conn, user_id, call_id)
+        if bounds is None:
+            return []  # a call with no archived messages
+        ranked = self._rarest(conn, words, bounds) if any_word else words
+        if not ranked:
+            return []
+        # every word quoted: FTS5 operators in the caller's words are just words
+        match = (" OR " if any_word else " ").join(f'"{w}"' for w in ranked)
+        lo, hi = bounds
+        if any_word:
+            # even the rarest word may match thousands: rank its latest RANK_MATCHES
+            # matches in the scope (a rowid range is cheap for FTS5); all of them only if
+            # that window holds too few of this caller's
+            edge = conn.execute(
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+                "AND rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (match, lo, hi, RANK_MATCHES),
+            ).fetchone()
+            if edge is not None:
+                rows = self._ranked(conn, match, (edge[0] + 1, hi), user_id, call_id, limit)
+                if len(rows) >= limit:
+                    return rows
+        return self._ranked(conn, match, bounds, user_id, call_id, limit)
 
     @staticmethod
     def _bounds(
@@ -629,12 +717,12 @@ class SQLiteMemoryStore(MemoryStore):
         """The caller's current pinned facts and their latest calls' summaries."""
 
         def read(conn: sqlite3.Connection) -> CallerMemory:
+            # the caller's current state of each key (kept by every write), oldest first
             facts = [
                 {"key": k, "text": t, "kind": kd, "source": s}
                 for k, a, t, kd, s in conn.execute(
-                    "SELECT key, action, text, fact_kind, source FROM ("
-                    " SELECT *, ROW_NUMBER() OVER (PARTITION BY key ORDER BY at DESC, seq DESC)"
-                    " AS n FROM facts WHERE user_id = ?) WHERE n = 1 ORDER BY at, seq",
+                    "SELECT key, action, text, fact_kind, source FROM caller_facts"
+                    " WHERE user_id = ? ORDER BY at, seq",
                     (user_id,),
                 )
                 if a != "unpinned"
@@ -668,6 +756,7 @@ class SQLiteMemoryStore(MemoryStore):
                         (user_id, user_id),
                     ).rowcount
                 n += conn.execute("DELETE FROM calls WHERE user_id = ?", (user_id,)).rowcount
+                conn.execute("DELETE FROM caller_facts WHERE user_id = ?", (user_id,))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -694,6 +783,7 @@ class SQLiteMemoryStore(MemoryStore):
             n += conn.execute(
                 "DELETE FROM calls WHERE COALESCE(ended_at, started_at) < ?", (cutoff,)
             ).rowcount
+            conn.execute("DELETE FROM caller_facts WHERE at < ?", (cutoff,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
