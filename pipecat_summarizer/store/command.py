@@ -43,7 +43,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Inspect a memory store (a SQLite file or a postgresql:// DSN): the calls of a "
             "caller, a call's compactions and pinned facts, a dropped message's full text, "
-            "or a search of dropped messages by words."
+            "or a search of dropped messages by words. The store is opened read-only: "
+            "nothing is created, migrated or changed, and a file that is not a memory "
+            "store (or one of another schema version) is refused (exit status 2)."
         ),
     )
     p.add_argument("db", metavar="DB", help="SQLite file or postgresql:// DSN")
