@@ -95,7 +95,9 @@ from pipecat_summarizer.summarizers.base import (
     Summarizer,
     SummaryResult,
     as_result,
+    attach_summarizer,
     describe_error,
+    detach_summarizer,
     is_async_summarizer,
 )
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
@@ -300,6 +302,9 @@ class ContextSummarizer(FrameProcessor):
         # Clients this processor built itself are its to close at End/Cancel/cleanup; a
         # summarizer the application passed in is the application's (it may be shared).
         self._owned: list[Any] = [] if self._summarizer is summarizer else [self._summarizer]
+        # this processor uses the summarizer from its start to its end (a shared one closes
+        # what it opened itself when the last processor using it ends)
+        self._attached = False
         p = self._params
         self._protected = make_protection(protect_injected_system=p.protect_injected_system)
         counter: TokenCounter = as_token_counter(p.token_counter or EstimateTokenCounter())
@@ -358,8 +363,10 @@ class ContextSummarizer(FrameProcessor):
         self._register_event_handler("on_summary_failed")
         self._register_event_handler("on_messages_evicted")
         # durable memory: one more sink for the same moments (see the store hooks below)
-        if store is None and memory is not None:
-            raise ValueError("memory options need a store (store=SQLiteMemoryStore(...))")
+        if store is None:
+            for name, value in (("memory", memory), ("user_id", user_id), ("call_id", call_id)):
+                if value is not None:  # silently ignored, it would record nothing
+                    raise ValueError(f"{name} needs a store (store=SQLiteMemoryStore(...))")
         self._recorder = (
             CallRecorder(store, call_id, user_id, memory) if store is not None else None
         )
@@ -609,10 +616,12 @@ class ContextSummarizer(FrameProcessor):
         """
         await super().process_frame(frame, direction)
 
-        if isinstance(frame, StartFrame) and self._recorder is not None:
-            self._recorder.start()  # the writer's task, and the caller's memory loading
-            if self._recall is not None:
-                self._recall.start()
+        if isinstance(frame, StartFrame):
+            self._attach()
+            if self._recorder is not None:
+                self._recorder.start()  # the writer's task, and the caller's memory loading
+                if self._recall is not None:
+                    self._recall.start()
         if isinstance(frame, LLMSummarizeContextFrame):
             # Ours to handle; the built-in summarizer downstream must not run it too.
             await self._guarded(self._start_manual, frame.config)
@@ -997,7 +1006,19 @@ class ContextSummarizer(FrameProcessor):
         except Exception as e:  # closing must never break End/Cancel
             logger.warning(f"{self}: closing recall failed ({type(e).__name__})")
 
+    def _attach(self) -> None:
+        if self._attached or self._ended:
+            return
+        self._attached = True
+        try:
+            attach_summarizer(self._summarizer)
+        except Exception as e:  # the call goes on; its summaries may fail later
+            logger.warning(f"{self}: attaching the summarizer failed ({type(e).__name__})")
+
     async def _close_owned(self) -> None:
+        if self._attached:  # once, at the first of End, Cancel and cleanup
+            self._attached = False
+            await detach_summarizer(self._summarizer)
         owned, self._owned = self._owned, []
         for client in owned:
             close = getattr(client, "aclose", None)
