@@ -386,6 +386,7 @@ class SemanticIndex:
         self._task: asyncio.Task | None = None
         self._closed = False  # the call is over: a late search's kick starts nothing
         self._failing = False
+        self._refreshing = asyncio.Lock()
         #: Refreshes done, refreshes that failed, and times a forget emptied the index
         #: (counters, no text).
         self.refreshes = 0
@@ -415,6 +416,10 @@ class SemanticIndex:
 
     async def refresh(self, archive: Any) -> int:
         """Read and embed what was archived since the last refresh. Returns how many."""
+        async with self._refreshing:  # one at a time: each appends after the last one's rows
+            return await self._refresh(archive)
+
+    async def _refresh(self, archive: Any) -> int:
         self._archive = archive
         self._check_forgotten()
         epoch, cursor = self._epoch, self._next
@@ -445,14 +450,15 @@ class SemanticIndex:
         self._check_forgotten()
         if self._epoch != epoch:  # the caller was forgotten while the archive was read
             return 0
-        seen = self._state.rows
-        kept = [
-            m
-            for m in new
-            if m.role in EMBEDDED_ROLES
-            and m.content.strip()
-            and (m.call_id, m.position) not in seen
-        ]
+        # each message once: a session read both by the application's call id (the store
+        # resolves it to the newest session under it) and by its own key is read twice
+        embedded, kept, keys = self._state.rows, [], set()
+        for m in new:
+            key = (m.call_id, m.position)
+            if m.role in EMBEDDED_ROLES and m.content.strip() and key not in embedded:
+                if key not in keys:
+                    keys.add(key)
+                    kept.append(m)
         if not kept:
             return 0
         load = getattr(self.embedder, "load", None)

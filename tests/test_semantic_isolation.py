@@ -186,6 +186,31 @@ async def test_indexing_a_large_archive_leaves_the_loop_free(tmp_path, semantic)
         await store.close()
 
 
+async def test_refreshes_at_once_embed_each_message_once_beside_its_vector(tmp_path, semantic):
+    """The index grows from a worker thread's results: two refreshes at once (a kick and a
+    turn's) append each message once, and each row's vector is its own message's."""
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    texts = [PET, BOB, *FILLER] * 3
+    try:
+        now = time.time()
+        await store.write(
+            [
+                CallRecord("c1", user_id="al", started_at=now - 90, ended_at=now - 60),
+                *_messages("c1", "al", texts),
+            ]
+        )
+        index = SemanticIndex(semantic, call_id="c2", user_id="al")
+        index.kick(store)
+        await asyncio.gather(index.refresh(store), index.refresh(store))
+        await index.close()
+        assert index.size == len(texts)
+        for position, text in enumerate(texts):
+            _, similarity = index.rank(text)
+            assert similarity[("c1", position)] > 0.999  # its own text, in its own row
+    finally:
+        await store.close()
+
+
 needs_forget_generation = pytest.mark.skipif(
     not hasattr(MemoryStore, "forget_generation"),
     reason="needs MemoryStore.forget_generation (the store's in-process forget counter)",
