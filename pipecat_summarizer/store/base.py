@@ -108,6 +108,42 @@ def error_reason(error: BaseException) -> str:
     return name
 
 
+#: SQLSTATE classes of errors a record causes (retrying it never helps): data exceptions,
+#: integrity violations, program limits (a tsvector over 1 MB, an index row too large)
+_RECORD_SQLSTATES = ("22", "23", "54")
+#: SQLite errors a record causes
+_SQLITE_RECORD_ERRORS = ("string or blob too big", "constraint failed", "datatype mismatch")
+
+
+def is_outage(error: BaseException) -> bool:
+    """Whether a failed write failed because of the database (locked, down, full, read-only,
+    a connection lost: retry everything later) rather than because of a record in it (bad
+    text, a value out of range: retrying never helps). Unknown errors count as outages, so
+    nothing is set aside on a guess."""
+    if isinstance(error, (UnicodeError, ValueError, TypeError, OverflowError)):
+        return False  # a value that cannot be bound or encoded
+    sqlstate = getattr(error, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return not sqlstate.startswith(_RECORD_SQLSTATES)
+    name = type(error).__name__
+    if type(error).__module__.startswith("asyncpg") and name == "DataError":
+        return False  # asyncpg could not encode an argument
+    if type(error).__module__.startswith("sqlite3") or name in (
+        "IntegrityError",
+        "InterfaceError",
+        "ProgrammingError",
+        "DataError",
+        "OperationalError",
+    ):
+        if name in ("IntegrityError", "DataError"):
+            return False
+        text = str(error).lower()
+        if name in ("InterfaceError", "ProgrammingError") and "binding" in text:
+            return False
+        return not any(needle in text for needle in _SQLITE_RECORD_ERRORS)
+    return True
+
+
 #: The tables every memory store has, whatever its backend and version.
 REQUIRED_TABLES = frozenset({"schema_version", "calls", "messages", "compactions", "facts"})
 

@@ -65,6 +65,9 @@ _CONFIG = re.compile(r"^[a-z_]+$")
 SCOPED_TSV = (
     "(tsv || array_to_tsvector(ARRAY['#u' || md5(COALESCE(user_id, '')), '#c' || md5(call_id)]))"
 )
+#: How much of a message the full-text index holds (schema v4): 100,000 characters are at
+#: most 400 kB of UTF-8, whose tsvector stays under PostgreSQL's 1 MB limit.
+TSV_CHARS = 100_000
 #: A search ranks at most this many of the scope's matches, the latest (as on SQLite): the
 #: ranking reads every row it scores.
 RANK_MATCHES = 3000
@@ -137,6 +140,16 @@ def _migrations(config: str) -> dict[int, list[str]]:
                 text, fact_kind, source, at, call_id, seq FROM facts WHERE user_id IS NOT NULL
                 ORDER BY user_id, key, at DESC, seq DESC""",
             "CREATE TABLE forgotten(user_hash TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL)",
+            # the full-text index holds a message's first TSV_CHARS characters: a tsvector
+            # is at most 1 MB (a longer tool result failed its insert, and blocked the
+            # writer); the message itself is stored whole
+            "DROP INDEX IF EXISTS messages_scoped",
+            "ALTER TABLE messages DROP COLUMN tsv",
+            f"""ALTER TABLE messages ADD COLUMN tsv tsvector GENERATED ALWAYS AS
+                (to_tsvector('{config}', left(content, {TSV_CHARS}))) STORED""",
+            f"""CREATE INDEX messages_scoped ON messages USING GIN({SCOPED_TSV})
+                WITH (fastupdate = off)""",
+            "ANALYZE messages",
         ],
     }
 

@@ -301,6 +301,20 @@ class CallerMemory:
     calls: int = 0
 
 
+def record_key(record: Any) -> str:
+    """A record's kind and key, for log lines (never its text)."""
+    call = repr(str(getattr(record, "call_id", "?"))[:64])
+    if isinstance(record, ArchivedMessage):
+        return f"message (call {call}, position {record.position})"
+    if isinstance(record, CompactionRecord):
+        return f"compaction record (call {call}, attempt {record.attempt})"
+    if isinstance(record, FactEvent):
+        return f"fact event (call {call}, seq {record.seq})"
+    if isinstance(record, CallRecord):
+        return f"call row (call {call})"
+    return f"record of type {type(record).__name__}"
+
+
 def to_dict(record: Any) -> dict[str, Any]:
     """A record as a JSON-ready dict (for ``inspect --json``)."""
     data = asdict(record)

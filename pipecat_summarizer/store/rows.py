@@ -7,6 +7,7 @@ table's insert parameters in table order. SQLite and PostgreSQL use the same tab
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 from pipecat_summarizer.store.records import (
@@ -15,6 +16,19 @@ from pipecat_summarizer.store.records import (
     CompactionRecord,
     FactEvent,
 )
+
+# a NUL (PostgreSQL text cannot hold one) or a lone surrogate (not UTF-8: a browser client
+# that cut an emoji in two)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str | None) -> str | None:
+    """``text`` as every database can store it: NUL removed, lone surrogates replaced by
+    U+FFFD. One C-speed scan when there is nothing to change."""
+    if text is None or _UNSTORABLE.search(text) is None:
+        return text
+    return _UNSTORABLE.sub(lambda m: "" if m.group() == "\x00" else "\ufffd", text)
+
 
 MESSAGE_COLS = (
     "call_id, position, role, content, message_json, tool_call_ids, removed_by, "
@@ -40,11 +54,11 @@ def message_row(r: ArchivedMessage) -> tuple:
         r.position,
         r.turn,
         r.at,
-        r.role,
-        r.content,
-        r.message_json,
-        json.dumps(list(r.tool_call_ids)),
-        r.removed_by,
+        storable(r.role),
+        storable(r.content),
+        storable(r.message_json),
+        storable(json.dumps(list(r.tool_call_ids), ensure_ascii=False)),
+        storable(r.removed_by),
         r.compaction,
         r.evicted_turn
         if r.evicted_turn is not None
@@ -61,7 +75,7 @@ def compaction_row(r: CompactionRecord) -> tuple:
         r.attempt,
         r.compaction,
         r.ok,
-        r.reason,
+        storable(r.reason),
         r.turn,
         r.at,
         r.messages_before,
@@ -69,11 +83,11 @@ def compaction_row(r: CompactionRecord) -> tuple:
         r.messages_summarized,
         r.tokens_before,
         r.tokens_after,
-        r.summary,
+        storable(r.summary),
         r.summary_sha256,
         r.latency_s,
-        r.model,
-        r.error,
+        storable(r.model),
+        storable(r.error),
         r.user_id,
     )
 
@@ -84,11 +98,11 @@ def fact_row(r: FactEvent) -> tuple:
         r.call_id,
         r.seq,
         r.user_id,
-        r.key,
+        storable(r.key),
         r.action,
-        r.text,
-        r.fact_kind,
-        r.source,
+        storable(r.text),
+        storable(r.fact_kind),
+        storable(r.source),
         r.actor,
         r.turn,
         r.at,
@@ -98,7 +112,17 @@ def fact_row(r: FactEvent) -> tuple:
 def caller_fact_row(r: FactEvent) -> tuple:
     """A fact event as the ``caller_facts`` upsert's parameters (the caller's current
     state of that key), in table order."""
-    return (r.user_id, r.key, r.action, r.text, r.fact_kind, r.source, r.at, r.call_id, r.seq)
+    return (
+        r.user_id,
+        storable(r.key),
+        r.action,
+        storable(r.text),
+        storable(r.fact_kind),
+        storable(r.source),
+        r.at,
+        r.call_id,
+        r.seq,
+    )
 
 
 def call_row(r: CallRecord) -> tuple:
@@ -108,9 +132,9 @@ def call_row(r: CallRecord) -> tuple:
         r.user_id,
         r.started_at,
         r.ended_at,
-        r.ended_by,
-        r.summary,
-        json.dumps([dict(f) for f in r.facts], ensure_ascii=False),
+        storable(r.ended_by),
+        storable(r.summary),
+        storable(json.dumps([dict(f) for f in r.facts], ensure_ascii=False, default=str)),
         r.messages_in_context,
         r.messages_archived,
         r.compactions,

@@ -5,22 +5,31 @@ touches the database. A background task flushes the queue every ``flush_interval
 (default 1 s: a process killed mid-call loses at most about that much) in batches, each in
 one transaction. When the database is slow, locked or down, the records wait in the queue
 and the writer retries with a doubling backoff (one WARNING per outage, one INFO when it is
-back). When the queue is full the oldest waiting record is dropped: one ERROR when an
-overflow starts, and one ERROR with the count when it ends (or at close).
+back; the WARNING says why: locked, read-only, disk full, connection refused...). A record
+the database refuses (not an outage: it would fail again however long the writer waits) is
+found by writing the batch in halves, and set aside with one ERROR (its kind and key, no
+text) while the rest are written. When the queue is full the oldest waiting record is
+dropped: one ERROR when an overflow starts, and one ERROR with the count when it ends (or
+at close). A write is never cancelled half-way by the writer: a batch still being written
+when the close's wait ends is reported when it settles (lost only if it failed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import deque
 from dataclasses import dataclass
 
 from loguru import logger
 
-from pipecat_summarizer.store.base import MemoryStore
-from pipecat_summarizer.store.records import Record
+from pipecat_summarizer.store.base import MemoryStore, error_reason, is_outage
+from pipecat_summarizer.store.records import Record, record_key
 from pipecat_summarizer.validation import validate_numeric_fields
+
+#: The shortest flush interval (a smaller one would spin the event loop).
+MIN_FLUSH_INTERVAL_S = 0.01
 
 
 @dataclass
@@ -29,11 +38,13 @@ class WriterOptions:
 
     Parameters:
         max_queue: Records that may wait; beyond it the oldest is dropped.
-        flush_interval_s: Seconds between flushes (the most a killed process loses).
+        flush_interval_s: Seconds between flushes (the most a killed process loses); at
+            least ``MIN_FLUSH_INTERVAL_S`` (0.01).
         batch_size: Records per transaction.
         max_backoff_s: Cap on the wait between retries while the database is down.
-        write_timeout_s: A write that takes longer counts as failed (its records stay
-            queued; writes are idempotent, so a late commit does no harm).
+        write_timeout_s: A write that takes longer counts as an outage (its records stay
+            queued, and the next attempt waits for it to settle first: writes are
+            idempotent, so a late commit does no harm).
     """
 
     max_queue: int = 10_000
@@ -49,6 +60,19 @@ class WriterOptions:
             raise ValueError("max_queue and batch_size must be at least 1")
         if self.flush_interval_s <= 0 or self.max_backoff_s <= 0 or self.write_timeout_s <= 0:
             raise ValueError("flush_interval_s, max_backoff_s and write_timeout_s must be > 0")
+        if self.flush_interval_s < MIN_FLUSH_INTERVAL_S:
+            raise ValueError(
+                f"flush_interval_s must be at least {MIN_FLUSH_INTERVAL_S} "
+                f"(got {self.flush_interval_s!r}: a shorter interval spins the event loop)"
+            )
+
+
+class _Outage(Exception):
+    """A write failed because the database is unavailable (retry everything later)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error_reason(error))
+        self.error = error
 
 
 class StoreWriter:
@@ -68,11 +92,14 @@ class StoreWriter:
         self._queue: deque[Record] = deque()
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()  # one batch in flight: flush() and the task share it
-        self._head_drops = 0  # records ever dropped from the head by an overflow
+        # the batch being written (and its records): never cancelled by the writer
+        self._inflight: asyncio.Task | None = None
+        self._inflight_batch: list[Record] = []
         self._closing = False
         self._down_since: float | None = None
         self._overflowing = 0  # records dropped in the current overflow
-        self.dropped = 0  #: records dropped since the writer was made
+        self.dropped = 0  #: records dropped since the writer was made (queue full, or lost)
+        self.refused = 0  #: records the database refused, set aside
         self.written = 0  #: records written
         self.failures = 0  #: failed write attempts
 
@@ -91,7 +118,6 @@ class StoreWriter:
         queue.append(record)
         if len(queue) > self.options.max_queue:
             queue.popleft()
-            self._head_drops += 1
             self.dropped += 1
             self._overflowing += 1
             if self._overflowing == 1:
@@ -120,26 +146,38 @@ class StoreWriter:
 
     async def close(self, timeout: float = 3.0) -> bool:
         """Flush within ``timeout`` seconds and stop the task. Records still queued after
-        the timeout are lost (one ERROR with the count).
+        the timeout are lost (one ERROR with the count); a batch still being written then
+        is reported when its write settles (one ERROR only if it failed).
 
         Returns:
-            True if every record was written.
+            True if every record was written within the wait.
         """
         self._closing = True
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
+            task.cancel()  # a write it started goes on (see _write_batches)
             try:
                 await task
             except asyncio.CancelledError:
                 pass
         ok = await self.flush(timeout)
         if not ok:
-            logger.error(
-                f"memory store{self._label()}: {len(self._queue)} records not written before "
-                f"the {timeout:.1f}s flush timeout; they are lost"
-            )
-            self.dropped += len(self._queue)
+            inflight = self._inflight if self._inflight and not self._inflight.done() else None
+            pending = {id(r) for r in self._inflight_batch} if inflight else set()
+            lost = [r for r in self._queue if id(r) not in pending]
+            kept = len(self._queue) - len(lost)
+            if lost:
+                logger.error(
+                    f"memory store{self._label()}: {len(lost)} records not written before the "
+                    f"{timeout:.1f}s flush timeout; they are lost"
+                )
+                self.dropped += len(lost)
+            if inflight is not None and kept:
+                logger.warning(
+                    f"memory store{self._label()}: {kept} records were still being written "
+                    "when the flush timeout ended; reported when the write settles"
+                )
+                inflight.add_done_callback(functools.partial(self._settled_late, n=kept))
             self._queue.clear()
         self._end_overflow()
         return ok
@@ -148,6 +186,16 @@ class StoreWriter:
 
     def _label(self) -> str:
         return f" ({self.name})" if self.name else ""
+
+    def _settled_late(self, task: asyncio.Task, n: int) -> None:
+        if task.cancelled() or task.exception() is not None:
+            self.dropped += n
+            logger.error(
+                f"memory store{self._label()}: {n} records being written at the end of the "
+                "flush timeout were not written; they are lost"
+            )
+        else:
+            logger.info(f"memory store{self._label()}: {n} records written after the wait ended")
 
     async def _loop(self) -> None:
         delay = self.options.flush_interval_s
@@ -166,32 +214,45 @@ class StoreWriter:
                 backoff = min(backoff * 2, 1.0)
 
     async def _write_some(self) -> bool:
-        """Write queued batches until the queue is empty; False on a failure."""
+        """Write queued batches until the queue is empty; False on an outage."""
         async with self._lock:
             return await self._write_batches()
 
     async def _write_batches(self) -> bool:
         while self._queue:
-            batch = [self._queue[i] for i in range(min(self.options.batch_size, len(self._queue)))]
-            drops_before = self._head_drops
+            done = self._inflight if self._inflight is not None and self._inflight.done() else None
+            if done is not None:  # settled while nobody waited (after a write timeout)
+                self._inflight = None
+                if not done.cancelled() and done.exception() is None:
+                    self._done(self._inflight_batch)
+                    continue
+            if self._inflight is None:
+                batch = [
+                    self._queue[i] for i in range(min(self.options.batch_size, len(self._queue)))
+                ]
+                self._inflight_batch = batch
+                self._inflight = asyncio.ensure_future(self._write_batch(batch))
+            # shielded: a flush that times out (the close's wait) leaves the write to finish,
+            # and a write that outlasts write_timeout_s is waited for by the next attempt
+            inflight = self._inflight
             try:
-                await asyncio.wait_for(self.store.write(batch), self.options.write_timeout_s)
+                await asyncio.wait_for(asyncio.shield(inflight), self.options.write_timeout_s)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # the database's problem never becomes the call's
+            except (_Outage, TimeoutError) as e:
                 self.failures += 1
                 if self._down_since is None:
                     self._down_since = time.monotonic()
+                    why = e.args[0] if isinstance(e, _Outage) else "write timed out"
                     logger.warning(
-                        f"memory store{self._label()}: write failed ({type(e).__name__}); "
+                        f"memory store{self._label()}: write failed ({why}); "
                         f"{len(self._queue)} records wait in the queue, retrying with backoff"
                     )
+                if inflight.done():
+                    self._inflight = None
                 return False
-            # the batch is written: remove what is left of it at the head (an overflow during
-            # the write may already have dropped some of it; newer records sit behind it)
-            for _ in range(max(0, len(batch) - (self._head_drops - drops_before))):
-                self._queue.popleft()
-            self.written += len(batch)
+            self._inflight = None
+            self._done(self._inflight_batch)
             if self._down_since is not None:
                 logger.info(
                     f"memory store{self._label()}: writes resumed after "
@@ -200,6 +261,43 @@ class StoreWriter:
                 self._down_since = None
             self._end_overflow()
         return True
+
+    def _done(self, batch: list[Record]) -> None:
+        """The batch is written (or set aside): remove what is left of it at the head (an
+        overflow during the write may have dropped some of it; newer records sit behind)."""
+        queue = self._queue
+        for record in batch:
+            if queue and queue[0] is record:
+                queue.popleft()
+
+    async def _write_batch(self, batch: list[Record]) -> None:
+        """Write ``batch``; a record the database refuses is set aside (found by halves).
+
+        Raises:
+            _Outage: The database is unavailable: nothing is set aside, all is retried.
+        """
+        try:
+            await self.store.write(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the database's problem never becomes the call's
+            if is_outage(e):
+                raise _Outage(e) from e
+            if len(batch) == 1:
+                self._set_aside(batch[0], e)
+                return
+            half = len(batch) // 2
+            await self._write_batch(batch[:half])
+            await self._write_batch(batch[half:])
+            return
+        self.written += len(batch)
+
+    def _set_aside(self, record: Record, error: BaseException) -> None:
+        self.refused += 1
+        logger.error(
+            f"memory store{self._label()}: the database refused a {record_key(record)} "
+            f"({error_reason(error)}); it is set aside and the other records are written"
+        )
 
     def _end_overflow(self) -> None:
         if self._overflowing:
