@@ -213,11 +213,14 @@ async def test_remember_fact_never_replaces_an_app_fact_in_this_call_or_the_next
         "FACTS:\n- none" if is_summary_request(body) else "OK."
     )
     second = await _call(openai_server, db, "call-2", ["hi, it's me", "any snack ideas?"])
-    for body in openai_server.chat_requests:
-        told = authoritative(body["messages"])
-        assert "Allergic to peanuts (verified)" in told
-        assert "no allergies" not in told
-        assert CLAIM_PREFIX + "I have no allergies" in user_data(body["messages"])
+    requests = openai_server.chat_requests
+    # the stored memory joins when it arrives (the first turn may go without it); from then
+    # on every request holds the app's fact with authority and the claim as user data only
+    held = ["Allergic to peanuts (verified)" in authoritative(b["messages"]) for b in requests]
+    assert held[-1] and held == sorted(held)
+    for body in requests:
+        assert "no allergies" not in authoritative(body["messages"])
+    assert CLAIM_PREFIX + "I have no allergies" in user_data(requests[-1]["messages"])
     facts = {f.key: (f.text, f.source) for f in second.pinned_facts}
     assert facts["allergy"] == ("Allergic to peanuts (verified)", "app")
 
