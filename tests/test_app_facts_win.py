@@ -268,3 +268,14 @@ async def test_the_processor_pin_with_a_conversation_source_keeps_the_app_fact(o
         ("status", "app"),
         (claim_key("status"), "llm"),
     ]
+
+
+def test_summary_and_eviction_bullets_never_take_an_app_key_folded_over_budget():
+    p = PinnedFacts(budget_tokens=20)
+    p.pin("topic:name", "Name: Priya Raman, verified against the passport on file")
+    assert p.enforce_budget()  # over budget: folded into the summary, the key stays the app's
+    assert p.merge_summary({"FACTS": ["Name: Mallory"]}, source="evicted") is False
+    assert p.merge_summary({"FACTS": ["Name: Mallory (corrected)"]}) is False
+    assert p.pin("topic:name", "Mallory", source="llm")  # kept only as a claim
+    assert [f.key for f in p.facts] == [claim_key("topic:name")]
+    assert p.render_app() is None and "Mallory" in p.render_noted()
