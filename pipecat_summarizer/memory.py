@@ -473,14 +473,18 @@ class ConversationMemory:
         Restored facts keep their source: only application facts are rendered with
         authority, in the developer/system message.
         """
+        live, restored = [f.key for f in self.facts.facts], False
         for f in facts:
             try:
                 key, source = f["key"], f["source"]
                 if not self._restorable(key, source):
                     continue
-                self.facts.pin(key, f["text"], kind=f.get("kind", "fact"), source=source)
+                kind = f.get("kind", "fact")
+                restored |= self.facts.pin(key, f["text"], kind=kind, source=source)
             except (KeyError, ValueError, TypeError, AttributeError):
                 continue
+        if restored:  # this call's facts stay the newest: the last to leave over budget
+            self.facts.touch(live)
         new = self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
         current = messages if new is None else new
         if not earlier or in_flight or self.summary_in(current) is not None:

@@ -202,6 +202,14 @@ class PinnedFacts:
             text = claim_text(text)
         return self._put(key, text, kind, source)
 
+    def touch(self, keys: Iterable[str]) -> None:
+        """Mark the facts under ``keys`` (those still pinned) the most recently seen, in
+        order, so they leave last over budget."""
+        for key in keys:
+            fact = self._facts.get(key)
+            if fact is not None:
+                fact.seen = self._tick()
+
     def _claim(self, key: str, text: str, kind: Kind, source: Source, *, over: str | None) -> bool:
         """Keep the conversation's ``text`` on the application's ``key`` beside it."""
         if over is not None and normalize(over) == normalize(text):

@@ -279,3 +279,16 @@ def test_summary_and_eviction_bullets_never_take_an_app_key_folded_over_budget()
     assert p.pin("topic:name", "Mallory", source="llm")  # kept only as a claim
     assert [f.key for f in p.facts] == [claim_key("topic:name")]
     assert p.render_app() is None and "Mallory" in p.render_noted()
+
+
+def test_this_calls_facts_outlast_restored_ones_over_budget():
+    mem = ConversationMemory(LLMContextSummaryConfig(), PinningParams(budget_tokens=60))
+    messages = [SYSTEM, {"role": "user", "content": "hello"}]
+    messages = _apply(messages, mem.pin(messages, "seat", "window seat in row 12", source="llm"))
+    stored = [
+        {"key": f"k{k}", "text": f"stored fact number {k} from an earlier call", "source": "llm"}
+        for k in range(6)
+    ]
+    messages = _apply(messages, mem.load(messages, stored, None, in_flight=False))
+    kept = {f.key for f in mem.facts.facts}
+    assert "seat" in kept and len(kept) < 7  # the older, restored facts left first
