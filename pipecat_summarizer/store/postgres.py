@@ -32,6 +32,8 @@ from pipecat_summarizer.store.records import (
     FactEvent,
     Record,
     SearchHit,
+    not_forgotten,
+    user_hash,
 )
 from pipecat_summarizer.store.rows import (
     CALL_COLS,
@@ -351,6 +353,33 @@ class PostgresMemoryStore(MemoryStore):
     async def write(self, records: Sequence[Record]) -> None:
         """Write ``records`` in one transaction."""
         self._refuse_write()
+        records = list(records)
+        for r in records:
+            if not isinstance(r, (ArchivedMessage, CompactionRecord, FactEvent, CallRecord)):
+                raise TypeError(f"not a store record: {type(r).__name__}")
+        if not records:
+            return
+        sql = {
+            "start": _START_CALL,
+            "message": _INSERT_MESSAGE,
+            "compaction": _INSERT_COMPACTION,
+            "fact": _INSERT_FACT,
+            "caller_fact": _CALLER_FACT,
+            "end": _END_CALL,
+        }
+        async with await self._acquire() as conn, conn.transaction():
+            records = await self._after_forget(conn, records)
+            if not records:
+                return
+            groups = self._groups(records)
+            # calls first, their end last; messages before compactions, in record order
+            for name in ("start", "message", "compaction", "fact", "caller_fact", "end"):
+                if groups[name]:
+                    await conn.executemany(sql[name], groups[name])
+
+    @staticmethod
+    def _groups(records: Sequence[Record]) -> dict[str, list[tuple]]:
+        """The batch's insert parameters, by statement."""
         groups: dict[str, list[tuple]] = {
             "start": [],
             "message": [],
@@ -377,21 +406,34 @@ class PostgresMemoryStore(MemoryStore):
                     groups["end"].append(call_row(r))
             else:
                 raise TypeError(f"not a store record: {type(r).__name__}")
-        if not records:
-            return
-        sql = {
-            "start": _START_CALL,
-            "message": _INSERT_MESSAGE,
-            "compaction": _INSERT_COMPACTION,
-            "fact": _INSERT_FACT,
-            "caller_fact": _CALLER_FACT,
-            "end": _END_CALL,
+        return groups
+
+    async def _after_forget(self, conn, records: list[Record]) -> list[Record]:
+        """The batch without the records of forgotten callers' sessions that started before
+        the forget. Each caller's advisory lock is taken shared (writers never wait for each
+        other; a forget takes it exclusively), so a forget cannot slip in between."""
+        users = sorted({r.user_id for r in records if r.user_id is not None})
+        if not users:
+            return records
+        hashes = {user_hash(u): u for u in users}
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock_shared(hashtextextended(h, 0)) FROM unnest($1::text[]) h",
+            sorted(hashes),
+        )
+        rows = await conn.fetch(
+            "SELECT user_hash, at FROM forgotten WHERE user_hash = ANY($1::text[])", list(hashes)
+        )
+        if not rows:
+            return records
+        tombstones = {hashes[r["user_hash"]]: r["at"] for r in rows}
+        sessions = list({r.call_id for r in records if r.user_id in tombstones})
+        started = {
+            r["call_id"]: r["started_at"]
+            for r in await conn.fetch(
+                "SELECT call_id, started_at FROM calls WHERE call_id = ANY($1::text[])", sessions
+            )
         }
-        async with await self._acquire() as conn, conn.transaction():
-            # calls first, their end last; messages before compactions, in record order
-            for name in ("start", "message", "compaction", "fact", "caller_fact", "end"):
-                if groups[name]:
-                    await conn.executemany(sql[name], groups[name])
+        return not_forgotten(records, tombstones, started)
 
     async def _fetch(self, query: str, *args) -> list:
         async with await self._acquire() as conn:
@@ -600,22 +642,39 @@ class PostgresMemoryStore(MemoryStore):
         return CallerMemory(user_id, facts, summaries, len(rows))
 
     async def forget(self, user_id: str) -> int:
-        """Delete every record of ``user_id`` in every table."""
+        """Delete every record of ``user_id`` in every table, and leave a tombstone (a hash
+        of the id, and the time) so that no session of theirs that started before now writes
+        anything again, in this process or another. Then ``VACUUM`` the tables it touched,
+        after the commit: deleted rows are dead tuples, holding the words, until a vacuum
+        reclaims them (PostgreSQL's WAL archive and backups keep them until they rotate)."""
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
+        self._forgotten_now(user_id)  # a live call of this process stops at once
         n = 0
-        async with await self._acquire() as conn, conn.transaction():
-            for table in ("messages", "compactions", "facts"):
-                status = await conn.execute(
-                    f"DELETE FROM {table} WHERE user_id = $1 OR call_id IN "
-                    "(SELECT call_id FROM calls WHERE user_id = $1)",
-                    user_id,
-                )
+        key = user_hash(user_id)
+        async with await self._acquire() as conn:
+            async with conn.transaction():
+                # exclusive: waits for the writes under way for this caller, holds new ones
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+                for table in ("messages", "compactions", "facts"):
+                    status = await conn.execute(
+                        f"DELETE FROM {table} WHERE user_id = $1 OR call_id IN "
+                        "(SELECT call_id FROM calls WHERE user_id = $1)",
+                        user_id,
+                    )
+                    n += int(status.split()[-1])
+                status = await conn.execute("DELETE FROM calls WHERE user_id = $1", user_id)
                 n += int(status.split()[-1])
-            status = await conn.execute("DELETE FROM calls WHERE user_id = $1", user_id)
-            n += int(status.split()[-1])
-            await conn.execute("DELETE FROM caller_facts WHERE user_id = $1", user_id)
+                await conn.execute("DELETE FROM caller_facts WHERE user_id = $1", user_id)
+                await conn.execute(
+                    "INSERT INTO forgotten VALUES ($1, $2) ON CONFLICT(user_hash) "
+                    "DO UPDATE SET at = excluded.at",
+                    key,
+                    time.time(),
+                )
+            # outside the transaction (VACUUM cannot run in one)
+            await conn.execute("VACUUM messages, compactions, facts, calls, caller_facts")
         return n
 
     async def purge_older_than(self, days: float) -> int:

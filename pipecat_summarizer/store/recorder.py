@@ -151,6 +151,8 @@ class CallRecorder:
         the memory), and start loading a returning caller's memory in the background."""
         self.started_at = time.time()
         self.writer.start()
+        if self._forgotten():  # forgotten since the processor was made: nothing is written
+            return
         self.writer.submit(self._call_row())
         if self.options.resume and self.user_id is not None and self._load is None:
             self._load_deadline = time.monotonic() + self.options.load_timeout_s
@@ -264,6 +266,8 @@ class CallRecorder:
         self, messages: Iterable[Any], removed_by: Removal, compaction: int | None = None
     ) -> None:
         """Messages that left the context (oldest first)."""
+        if self._forgotten():
+            return
         now = time.time()
         for message in messages:
             kept = self._pending_pos.pop(id(message), None)
@@ -301,6 +305,8 @@ class CallRecorder:
         model: str | None,
     ) -> None:
         """A compaction was applied: its messages, then its record."""
+        if self._forgotten():
+            return
         self.archive(summarized, "summarized", event.compaction)
         self._attempts += 1
         self.writer.submit(
@@ -326,6 +332,8 @@ class CallRecorder:
 
     def failed(self, reason: str, error: str, latency_s: float, model: str | None) -> None:
         """A summary attempt failed (the context was left untouched)."""
+        if self._forgotten():
+            return
         self._attempts += 1
         self.writer.submit(
             CompactionRecord(
@@ -346,7 +354,7 @@ class CallRecorder:
         """Record what changed in the pinned facts since the last call (cheap when nothing
         did: one version compare)."""
         version = pinned.version
-        if version == self._fact_version:
+        if version == self._fact_version or self._forgotten():
             return
         self._fact_version = version
         now = fact_snapshot(pinned.facts)
@@ -404,6 +412,11 @@ class CallRecorder:
         if self._load is not None:
             self._load.cancel()
             self._load = None
+        if self._forgotten():
+            # forgotten during the call: nothing of it is written back (what is queued goes)
+            self.writer.discard()
+            self._pending_pos.clear()
+            return await self.writer.close(self.options.flush_timeout_s)
         # only at the end: during the call these messages are in view, never in the archive
         self.archive(in_context, "in_context_at_end")
         self.writer.submit(

@@ -301,6 +301,44 @@ class CallerMemory:
     calls: int = 0
 
 
+def user_hash(user_id: str) -> str:
+    """The forget tombstone's key for a caller: a hash, so the tombstone keeps no id."""
+    return hashlib.sha256(("forgotten:" + user_id).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def not_forgotten(
+    records: Iterable[Any],
+    tombstones: Mapping[str, float],
+    started_at: Mapping[str, float],
+) -> list[Any]:
+    """The records a forget does not refuse: those of callers without a tombstone, and those
+    of sessions that started after their caller's tombstone (a new call after the forget).
+
+    Args:
+        records: A batch.
+        tombstones: ``{user_id: when forgotten}`` of the batch's forgotten callers.
+        started_at: ``{session key: start}`` of the sessions the database still holds (a
+            forget deleted the others' call rows); a call row in the batch counts too.
+    """
+    records = list(records)
+    if not tombstones:
+        return records
+    starts = dict(started_at)
+    for r in records:
+        if isinstance(r, CallRecord):
+            starts.setdefault(r.call_id, r.started_at)
+    kept = []
+    for r in records:
+        forgotten = tombstones.get(r.user_id) if r.user_id is not None else None
+        if forgotten is None:
+            kept.append(r)
+            continue
+        start = r.started_at if isinstance(r, CallRecord) else starts.get(r.call_id)
+        if start is not None and start > forgotten:
+            kept.append(r)
+    return kept
+
+
 def record_key(record: Any) -> str:
     """A record's kind and key, for log lines (never its text)."""
     call = repr(str(getattr(record, "call_id", "?"))[:64])

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loguru import logger
+
 from pipecat_summarizer.store.base import (
     SCHEMA_VERSION,
     MemoryStore,
@@ -36,6 +38,8 @@ from pipecat_summarizer.store.records import (
     FactEvent,
     Record,
     SearchHit,
+    not_forgotten,
+    user_hash,
 )
 from pipecat_summarizer.store.rows import (
     CALL_COLS,
@@ -324,6 +328,8 @@ class SQLiteMemoryStore(MemoryStore):
             # roll back the last transactions
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=OFF")
+            # deleted content is overwritten with zeros (forget: nothing stays in the file)
+            conn.execute("PRAGMA secure_delete=ON")
             # a search reads the full-text index, the document sizes and the hits' rows:
             # with the default 2 MB cache they are read from the OS again on every turn
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
@@ -428,6 +434,7 @@ class SQLiteMemoryStore(MemoryStore):
     def _write(conn: sqlite3.Connection, records: list[Record]) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            records = SQLiteMemoryStore._after_forget(conn, records)
             for r in records:
                 if isinstance(r, ArchivedMessage):
                     scope = scope_of(r.user_id, r.call_id)
@@ -452,6 +459,39 @@ class SQLiteMemoryStore(MemoryStore):
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    @staticmethod
+    def _after_forget(conn: sqlite3.Connection, records: list[Record]) -> list[Record]:
+        """The batch without the records of forgotten callers' sessions that started before
+        the forget (inside the write transaction: a forget cannot slip in between)."""
+        users = {r.user_id for r in records if r.user_id is not None}
+        if not users:
+            return records
+        hashes = {user_hash(u): u for u in users}
+        marks = ",".join("?" * len(hashes))
+        tombstones = {
+            hashes[h]: at
+            for h, at in conn.execute(
+                f"SELECT user_hash, at FROM forgotten WHERE user_hash IN ({marks})", list(hashes)
+            )
+        }
+        if not tombstones:
+            return records
+        sessions = list({r.call_id for r in records if r.user_id in tombstones})
+        started = dict(
+            conn.execute(
+                f"SELECT call_id, started_at FROM calls WHERE call_id IN "
+                f"({','.join('?' * len(sessions))})",
+                sessions,
+            ).fetchall()
+        )
+        kept = not_forgotten(records, tombstones, started)
+        if len(kept) < len(records):
+            logger.info(
+                f"memory store: {len(records) - len(kept)} records of a forgotten caller's "
+                "earlier session refused"
+            )
+        return kept
 
     async def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return await self._run(lambda conn: conn.execute(sql, tuple(params)).fetchall())
@@ -740,10 +780,17 @@ class SQLiteMemoryStore(MemoryStore):
         return await self._run(read)
 
     async def forget(self, user_id: str) -> int:
-        """Delete every record of ``user_id`` in every table."""
+        """Delete every record of ``user_id`` in every table, and leave a tombstone (a hash
+        of the id, and the time) so that no session of theirs that started before now writes
+        anything again, in this process or another. Nothing of their words stays in the
+        files: deleted content is zeroed (``secure_delete``), the full-text index is merged
+        without their tokens (FTS5 ``optimize``) and the WAL is checkpointed and truncated
+        (if another connection holds a read snapshot, the WAL is truncated at the next
+        checkpoint; a WARNING says so)."""
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
+        self._forgotten_now(user_id)  # a live call of this process stops at once
 
         def delete(conn: sqlite3.Connection) -> int:
             conn.execute("BEGIN IMMEDIATE")
@@ -757,10 +804,25 @@ class SQLiteMemoryStore(MemoryStore):
                     ).rowcount
                 n += conn.execute("DELETE FROM calls WHERE user_id = ?", (user_id,)).rowcount
                 conn.execute("DELETE FROM caller_facts WHERE user_id = ?", (user_id,))
+                conn.execute(
+                    "INSERT INTO forgotten VALUES (?, ?) ON CONFLICT(user_hash) "
+                    "DO UPDATE SET at = excluded.at",
+                    (user_hash(user_id), time.time()),
+                )
+                # the index's segments still hold the deleted tokens: merge them away
+                conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+            if self.path is not None:
+                busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if busy:
+                    logger.warning(
+                        "memory store: forget could not truncate the WAL now (another "
+                        "connection is reading); the forgotten text leaves it at the next "
+                        "checkpoint"
+                    )
             return n
 
         return await self._run(delete)

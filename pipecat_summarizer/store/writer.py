@@ -126,6 +126,15 @@ class StoreWriter:
                     "waiting); dropping the oldest until the store catches up"
                 )
 
+    def discard(self) -> int:
+        """Drop every queued record that is not being written now (the caller was forgotten:
+        nothing of theirs may be written back). Returns how many."""
+        inflight = self._inflight is not None and not self._inflight.done()
+        keep = {id(r) for r in self._inflight_batch} if inflight else set()
+        before = len(self._queue)
+        self._queue = deque(r for r in self._queue if id(r) in keep)
+        return before - len(self._queue)
+
     def start(self) -> None:
         """Start the background flush task (idempotent; needs a running loop)."""
         if self._task is None or self._task.done():
