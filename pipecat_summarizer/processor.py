@@ -639,11 +639,12 @@ class ContextSummarizer(FrameProcessor):
             and not frame.speculation
             and frame.context is self._context
         ):
+            arrived = _clock()  # the recall budget bounds the frame's whole time here
             if self._recall is not None:
                 self._recall_clear()
             await self._guarded(self._on_context_frame)
             if self._recall is not None:
-                await self._recall_turn()
+                await self._recall_turn(arrived)
         await self.push_frame(frame, direction)
 
     async def _guarded(self, work, *args) -> None:
@@ -693,8 +694,7 @@ class ContextSummarizer(FrameProcessor):
     # -- the per-turn hot path --------------------------------------------------------------
 
     async def _on_context_frame(self) -> None:
-        if self._recorder is not None:
-            await self._store_turn()
+        self._store_turn()
         self._plan_if_due(await self._prepare_request())
 
     async def _on_follow_up(self) -> None:
@@ -816,6 +816,8 @@ class ContextSummarizer(FrameProcessor):
         event = None
         self._step = "counting"
         self._check_replaced()  # before anything is written (see _set_messages)
+        if self._recall is not None and self._recall.forgotten():
+            self._recall_gives_way()  # it quotes what the caller's forget removed
         self._step = "pinning"
         self._render_memory()
         self._step = "counting"
@@ -1153,14 +1155,18 @@ class ContextSummarizer(FrameProcessor):
         recall.message = None
         return kept is not None
 
-    async def _recall_turn(self) -> None:
-        """Place this turn's recalled message, if the archive answers within the budget."""
+    async def _recall_turn(self, arrived: float | None = None) -> None:
+        """Place this turn's recalled message, if the archive answers within the budget
+        (counted from ``arrived``, when the frame reached the processor)."""
         recall = self._recall
         if recall is None or not recall.params.enabled or self._step_failures.disabled:
             return
         try:
             placed = await recall.prepare(
-                lambda: self._context.messages, self._memory.texts_in_view, room=self._recall_room
+                lambda: self._context.messages,
+                self._memory.texts_in_view,
+                room=self._recall_room,
+                started=arrived,
             )
             if placed is not None:
                 self._set_messages(placed)
@@ -1175,28 +1181,31 @@ class ContextSummarizer(FrameProcessor):
         """This call's id in the store (``None`` without a store)."""
         return self._recorder.call_id if self._recorder is not None else None
 
-    async def _store_turn(self) -> None:
-        """Count the turn; on the first one, give a returning caller their memory."""
+    def _store_turn(self) -> None:
+        """Count the turn; give a returning caller their memory once it has loaded.
+
+        Never waits for the store: a turn before the memory is there goes without it, and
+        it joins the context at the first context frame after it arrives.
+        """
         recorder = self._recorder
         if recorder is None:
             return
         recorder.turns += 1
-        if recorder.turns == 1:
-            memory = await recorder.memory_for_first_turn()
-            if memory is not None:
-                facts, earlier = memory
-                recorder.restoring(True)  # fact changes are recorded as "restored"
-                try:
-                    self._put(
-                        self._memory.load(
-                            self._context.messages,
-                            facts,
-                            earlier,
-                            in_flight=self.summary_in_flight,
-                        )
-                    )
-                finally:
-                    recorder.restoring(False)
+        if not recorder.memory_pending:
+            return
+        memory = recorder.take_memory()
+        if memory is None:
+            return
+        facts, earlier = memory
+        recorder.restoring(True)  # fact changes are recorded as "restored"
+        try:
+            self._put(
+                self._memory.load(
+                    self._context.messages, facts, earlier, in_flight=self.summary_in_flight
+                )
+            )
+        finally:
+            recorder.restoring(False)
 
     async def _store_end(self, ended_by: str) -> None:
         """Record the final state and flush the queue (bounded by ``flush_timeout_s``)."""

@@ -128,6 +128,9 @@ class RecallStep:
         self._inflight: asyncio.Task | None = None
         self._late_query: str | None = None
         self._failing = False
+        # the store's forget count for this caller: when it moves, nothing found before
+        # (a late answer, the placed message) is quoted again
+        self._forget_gen = self._generation()
         # counters (no conversation text): turns asked, recalled, missed the budget,
         # served by a late answer, failed
         self.turns = 0
@@ -135,6 +138,8 @@ class RecallStep:
         self.missed = 0
         self.late_served = 0
         self.errors = 0
+        # what ranking and rendering the hits took lately (seconds), kept out of the wait
+        self._after_search_s = 0.0
 
     # -- the archive ----------------------------------------------------------------------
 
@@ -148,6 +153,7 @@ class RecallStep:
         question, the rest of a story): one search, then one read per hit that can be
         recalled, all within the same budget."""
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
+        generation = self._generation()
         index = self.semantic
         hits = list(
             await self.archive.search(
@@ -186,6 +192,8 @@ class RecallStep:
         for h, m in zip(wanted, found, strict=True):
             if m is not None:
                 replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
+        if self._generation() != generation:
+            return [], {}  # the caller was forgotten while the archive answered
         return hits, replies
 
     def _result(self, task: asyncio.Task) -> _Found:
@@ -208,9 +216,10 @@ class RecallStep:
         return [], {}
 
     async def hits_for_turn(
-        self, query: str, terms: Sequence[str] | None = None
+        self, query: str, terms: Sequence[str] | None = None, *, wait_s: float | None = None
     ) -> tuple[_Found, str]:
-        """The hits for this turn's query, within the latency budget.
+        """The hits for this turn's query, within the latency budget (or ``wait_s``, what
+        is left of it for the search).
 
         Returns:
             ``((hits, replies), how)``: ``how`` is ``"on_time"``, ``"late"`` (a previous turn's late
@@ -219,6 +228,7 @@ class RecallStep:
             archive).
         """
         late: _Found = ([], {})
+        self.forgotten()  # a late answer from before a forget is dropped
         previous = self._inflight
         if previous is not None:
             if not previous.done():
@@ -227,8 +237,8 @@ class RecallStep:
             self._inflight = None
             late = self._result(previous)
         task = self._search(query, self.params.search_limit, terms)
-        budget = self.params.latency_budget_s
-        if not task.done():
+        budget = self.params.latency_budget_s if wait_s is None else wait_s
+        if not task.done() and budget > 0:
             await asyncio.wait({task}, timeout=budget)
         if task.done():
             return self._result(task), "on_time"
@@ -238,6 +248,30 @@ class RecallStep:
         if late[0]:
             return late, "late"
         return ([], {}), "missed"
+
+    def _after_search(self, seconds: float) -> None:
+        # a moving average that rises at once and falls slowly: one slow turn is remembered
+        previous = self._after_search_s
+        self._after_search_s = seconds if seconds > previous else 0.8 * previous + 0.2 * seconds
+
+    def _generation(self) -> int:
+        generation = getattr(self.archive, "forget_generation", None)
+        if self.user_id is None or not callable(generation):
+            return 0
+        return int(generation(self.user_id))
+
+    def forgotten(self) -> bool:
+        """True once after the caller was forgotten (``MemoryStore.forget``) since the last
+        check: the late answer still running is dropped, and the caller must take the placed
+        message out (it quotes the forgotten text)."""
+        now = self._generation()
+        if now == self._forget_gen:
+            return False
+        self._forget_gen = now
+        task, self._inflight = self._inflight, None
+        if task is not None and not task.done():
+            task.cancel()
+        return True
 
     # -- the turn -------------------------------------------------------------------------
 
@@ -264,6 +298,7 @@ class RecallStep:
         view_texts: Callable[[], Iterable[str]],
         *,
         room: Callable[[], int | None] = lambda: None,
+        started: float | None = None,
     ) -> list[Any] | None:
         """The context with this turn's recalled message placed, or ``None`` (nothing to
         recall, no room for it, or no answer within the budget).
@@ -276,8 +311,11 @@ class RecallStep:
             room: Returns the tokens the recalled text may take besides ``max_tokens``
                 (what the request ceiling leaves), or ``None`` for no limit; asked before
                 the search and again before rendering.
+            started: When the frame reached the processor (the running loop's ``time()``): the
+                latency budget counts from there. Defaults to now.
         """
         params = self.params
+        started = _now() if started is None else started
         before = messages()
         query = recall_query(before, params.max_question_words)
         if query is None or not fits(room()):
@@ -287,9 +325,13 @@ class RecallStep:
         asking = before[latest_user_index(before)]  # type: ignore[index]
         terms = focus(query, common_terms([message_text(m) for m in before]))
         self.turns += 1
-        (hits, replies), how = await self.hits_for_turn(query, terms)
+        # the budget bounds the frame's time here, not only the search: what ran before
+        # the search and what runs after it (ranking, rendering) come out of it too
+        wait = search_wait(params.latency_budget_s, _now() - started, self._after_search_s)
+        (hits, replies), how = await self.hits_for_turn(query, terms, wait_s=wait)
         if not hits:
             return None
+        found = _now()
         current = list(messages())
         at = latest_user_index(current)
         if at is None or current[at] is not asking:
@@ -320,6 +362,7 @@ class RecallStep:
             max_snippet_tokens=params.max_snippet_tokens,
             count=self.count,
         )
+        self._after_search(_now() - found)
         if text is None:
             return None
         message = recall_message(text)
@@ -391,6 +434,19 @@ class RecallStep:
             await self.semantic.close()
 
 
+def _now() -> float:
+    # the loop's clock, on which the budget is waited (a simulated-time loop governs both)
+    return asyncio.get_running_loop().time()
+
+
+def search_wait(budget_s: float, elapsed_s: float, after_s: float) -> float:
+    """How long a turn waits for the archive: the latency budget less what the frame has
+    spent already and what ranking and rendering the hits will take (``after_s``, at most
+    half the budget: a search always gets some of it). Never negative."""
+    reserve = min(max(0.0, after_s), budget_s / 2)
+    return max(0.0, budget_s - max(0.0, elapsed_s) - reserve)
+
+
 # The least room worth a recalled block: the header (~25 tokens) and one short quote.
 MIN_RECALL_TOKENS = 40
 
@@ -414,4 +470,12 @@ def _consume(task: asyncio.Task) -> None:
         task.exception()
 
 
-__all__ = ["RecallArchive", "RecallStep", "Snippet", "fits", "recall_budget", "search_words"]
+__all__ = [
+    "RecallArchive",
+    "RecallStep",
+    "Snippet",
+    "fits",
+    "recall_budget",
+    "search_wait",
+    "search_words",
+]

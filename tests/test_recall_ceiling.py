@@ -10,7 +10,7 @@ from pipecat.tests.utils import run_test
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer.options import CeilingParams, ContextSummarizerParams
 from pipecat_summarizer.recall import RECALL_HEADER, RecallParams
-from pipecat_summarizer.recall_shell import MIN_RECALL_TOKENS, fits, recall_budget
+from pipecat_summarizer.recall_shell import MIN_RECALL_TOKENS, fits, recall_budget, search_wait
 from pipecat_summarizer.store import SQLiteMemoryStore
 from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
@@ -72,3 +72,13 @@ async def test_a_request_with_recall_stays_under_the_ceiling(openai_server, tmp_
     assert max(sizes) <= CEILING, sizes
     recalled = [b for b in openai_server.chat_requests if RECALL_HEADER in str(b["messages"][-2:])]
     assert recalled  # recall still answered, within what the ceiling left
+
+
+def test_the_search_waits_only_what_the_budget_leaves():
+    # the budget counts from the frame's arrival: what ran before the search and what the
+    # ranking and rendering will take come out of the wait
+    assert search_wait(0.010, 0.0, 0.0) == 0.010
+    assert abs(search_wait(0.010, 0.002, 0.001) - 0.007) < 1e-12
+    assert search_wait(0.010, 0.012, 0.0) == 0.0  # already over: no wait at all
+    assert search_wait(0.010, 0.0, 0.050) == 0.005  # the reserve takes half at most
+    assert search_wait(5.0, -1.0, -1.0) == 5.0
