@@ -15,6 +15,7 @@ from pipecat_summarizer.store.records import (
     Record,
     SearchHit,
 )
+from pipecat_summarizer.validation import check_number
 
 #: The schema version this code writes; the ``schema_version`` table holds the database's.
 #: v2: the caller (or, for a call without one, the call) is part of the full-text index, so
@@ -39,6 +40,18 @@ def query_words(query: str, limit: int = 32) -> list[str]:
 
 class StoreError(Exception):
     """A store could not be opened or read (bad path or DSN, newer schema, closed store)."""
+
+
+def check_retention_days(value: object) -> None:
+    """``retention_days``: ``None`` or a positive, finite number of days (not a bool).
+
+    Raises:
+        TypeError: If it is a bool, a string or another non-number.
+        ValueError: If it is NaN, infinite, zero or negative.
+    """
+    check_number("retention_days", value, optional=True)
+    if value is not None and not value > 0:  # type: ignore[operator]
+        raise ValueError(f"retention_days must be positive (or None), got {value!r}")
 
 
 #: (what an error's text says, lower-cased) -> why, for the store's outage WARNINGs
@@ -78,6 +91,8 @@ def error_reason(error: BaseException) -> str:
     WARNINGs: ``locked``, ``not a database``, ``read-only``, ``disk full``, ``connection
     refused``, ``authentication failed``... Never the database's message itself (it may
     quote a value the caller said)."""
+    if isinstance(error, StoreError):
+        return str(error)[:300]  # our own words: no conversation text, no password
     name = type(error).__name__
     sqlstate = getattr(error, "sqlstate", None)
     if isinstance(sqlstate, str) and sqlstate:

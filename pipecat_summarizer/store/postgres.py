@@ -20,6 +20,7 @@ from pipecat_summarizer.store.base import (
     SCHEMA_VERSION,
     MemoryStore,
     StoreError,
+    check_retention_days,
     check_store_tables,
     check_store_version,
     query_words,
@@ -51,6 +52,7 @@ from pipecat_summarizer.store.rows import (
     to_fact,
     to_message,
 )
+from pipecat_summarizer.validation import check_number
 
 _LOCK_KEY = 0x5C_0A_11  # advisory lock for migrations
 
@@ -73,6 +75,24 @@ TSV_CHARS = 100_000
 #: A search ranks at most this many of the scope's matches, the latest (as on SQLite): the
 #: ranking reads every row it scores.
 RANK_MATCHES = 3000
+
+
+def masked_dsn(dsn: str) -> str:
+    """``dsn`` with its password (in the user part or a ``password=`` parameter) as
+    ``***``: a password may hold ``:``, ``@`` or ``/``."""
+    scheme, sep, rest = dsn.partition("://")
+    if not sep:
+        return "***"
+    # the user part ends at the last "@" before the path (a password may hold "@" or ":")
+    path_at = rest.find("/", rest.rfind("@") + 1)
+    authority, tail = (rest, "") if path_at < 0 else (rest[:path_at], rest[path_at:])
+    if "@" in authority:
+        user, _, host = authority.rpartition("@")
+        if ":" in user:
+            user = user.split(":", 1)[0] + ":***"
+        authority = f"{user}@{host}"
+    tail = re.sub(r"(?i)(password=)[^&]*", r"\1***", tail)
+    return f"{scheme}://{authority}{tail}"
 
 
 def _migrations(config: str) -> dict[int, list[str]]:
@@ -231,12 +251,16 @@ class PostgresMemoryStore(MemoryStore):
         """Configure the store; nothing connects until first use."""
         if not isinstance(dsn, str) or not dsn.startswith(("postgresql://", "postgres://")):
             raise ValueError("dsn must be a postgresql:// connection string")
-        if not _CONFIG.match(text_search_config or ""):
+        if not isinstance(text_search_config, str) or not _CONFIG.match(text_search_config):
             raise ValueError("text_search_config must be a configuration name like 'english'")
+        check_number("min_size", min_size, integer=True)
+        check_number("max_size", max_size, integer=True)
         if not 1 <= min_size <= max_size:
             raise ValueError("pool sizes must satisfy 1 <= min_size <= max_size")
-        if retention_days is not None and not retention_days > 0:
-            raise ValueError("retention_days must be positive (or None)")
+        check_number("connect_timeout_s", connect_timeout_s)
+        if not connect_timeout_s > 0:
+            raise ValueError(f"connect_timeout_s must be positive, got {connect_timeout_s!r}")
+        check_retention_days(retention_days)
         try:
             import asyncpg  # noqa: F401
         except ImportError as e:
@@ -256,7 +280,7 @@ class PostgresMemoryStore(MemoryStore):
 
     def __repr__(self) -> str:
         """The DSN without its password."""
-        return f"PostgresMemoryStore({re.sub(r':[^:@/]*@', ':***@', self.dsn)!r})"
+        return f"PostgresMemoryStore({masked_dsn(self.dsn)!r})"
 
     async def open(self) -> None:
         """Create the pool and migrate the schema (idempotent)."""

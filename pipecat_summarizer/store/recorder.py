@@ -74,6 +74,8 @@ class MemoryOptions:
 
     def __post_init__(self):
         """Validate the options."""
+        if not isinstance(self.resume, bool):
+            raise TypeError(f"resume must be True or False, got {type(self.resume).__name__}")
         validate_numeric_fields(self)
         if self.earlier_calls_tokens < 0 or self.max_earlier_calls < 0:
             raise ValueError("earlier_calls_tokens and max_earlier_calls must not be negative")

@@ -26,6 +26,7 @@ from pipecat_summarizer.store.base import (
     SCHEMA_VERSION,
     MemoryStore,
     StoreError,
+    check_retention_days,
     check_store_tables,
     check_store_version,
     query_words,
@@ -57,6 +58,7 @@ from pipecat_summarizer.store.rows import (
     to_fact,
     to_message,
 )
+from pipecat_summarizer.validation import check_number
 
 T = TypeVar("T")
 
@@ -67,6 +69,8 @@ RANK_MATCHES = 3000
 #: How long a common word's document count (at least ``DF_CACHE_MIN``) is reused.
 DF_TTL_S = 60.0
 DF_CACHE_MIN = 200
+#: The longest wait for another process's lock a store accepts (an hour).
+MAX_BUSY_TIMEOUT_S = 3600.0
 #: The page cache of the store's connection (KiB; SQLite's default is 2 MB).
 CACHE_KIB = 65536
 
@@ -276,10 +280,21 @@ class SQLiteMemoryStore(MemoryStore):
             raise TypeError(f"path must be a str, a Path or None, got {type(path).__name__}")
         if path is not None and not str(path).strip():
             raise ValueError("path must not be empty (None for an in-memory store)")
-        if isinstance(busy_timeout_s, bool) or not busy_timeout_s >= 0:
-            raise ValueError("busy_timeout_s must be a non-negative number")
-        if retention_days is not None and not retention_days > 0:
-            raise ValueError("retention_days must be positive (or None)")
+        if path is not None and "://" in str(path):
+            # never echo it: a DSN may hold a password
+            raise ValueError(
+                "path looks like a connection URL, not a SQLite file: use open_store(dsn) or "
+                "PostgresMemoryStore(dsn) for PostgreSQL"
+            )
+        if path is not None and Path(path).is_dir():
+            raise ValueError("path is a folder: give the database file's path inside it")
+        check_number("busy_timeout_s", busy_timeout_s)
+        if not 0 <= busy_timeout_s <= MAX_BUSY_TIMEOUT_S:
+            raise ValueError(
+                f"busy_timeout_s must be between 0 and {MAX_BUSY_TIMEOUT_S:g} seconds, "
+                f"got {busy_timeout_s!r}"
+            )
+        check_retention_days(retention_days)
         self.path = None if path is None else Path(path)
         self.busy_timeout_s = float(busy_timeout_s)
         self.retention_days = retention_days
