@@ -211,6 +211,9 @@ def check_store_version(where: str, version: object) -> None:
 class MemoryStore(ABC):
     """Where a call's records go, and where a returning caller's memory comes from.
 
+    A ``call_id`` argument of a read names a session's key (a record's ``call_id``) or else
+    an application's call id: the newest session recorded under it (its ``label``).
+
     Every method is a coroutine and none blocks the event loop. :meth:`open` is idempotent
     and creates or migrates the schema on first use; the other methods call it. A store may
     be shared by many calls (and processors) of one process; the application closes it.

@@ -108,7 +108,7 @@ class ArchivedMessage:
     """A message that left the context, verbatim.
 
     Parameters:
-        call_id: The call.
+        call_id: The call's key in the store (a recorder's session key: unique per session).
         position: Its place in the call's archive (0-based), which is its order in the
             conversation: the oldest messages always leave first.
         role: ``user``, ``assistant``, ``tool``, ``system``...
@@ -223,7 +223,7 @@ class CallRecord:
     """A call's row: written at start and again at its end with the final state.
 
     Parameters:
-        call_id: The call.
+        call_id: The call's key in the store (a recorder's session key: unique per session).
         user_id: The caller, if known.
         started_at: When the processor started.
         ended_at: When it ended (``None`` while running).
