@@ -224,7 +224,18 @@ def test_json_output_stays_exact_and_terminal_safe(tmp_path, capsys):
     out = capsys.readouterr().out
     for char in CONTROL:
         assert char not in out, repr(char)
-    assert json.loads(out)["content"] == HOSTILE  # the exact text, escaped the JSON way
+
+    async def stored() -> str:
+        async with open_store(target, read_only=True) as store:
+            message = await store.message("call-1", 0)
+        assert message is not None
+        return message.content
+
+    # the exact text the store holds (it may have made it storable: NUL removed), escaped
+    # the JSON way
+    content = asyncio.run(stored())
+    assert "\x1b[31mred" in content and "\u202e" in content
+    assert json.loads(out)["content"] == content
 
 
 def test_terminal_safe_keeps_ordinary_text():
