@@ -146,3 +146,28 @@ async def test_nothing_of_the_forgotten_words_stays_in_the_sqlite_files(tmp_path
         assert len(await store.search("figs", user_id="bob", limit=100)) == 50
     finally:
         await store.close()
+
+
+async def test_postgres_vacuums_the_tables_a_forget_touched(pg_server):
+    """PostgreSQL keeps deleted rows as dead tuples until a vacuum: forget runs one on the
+    tables it touched, after its commit."""
+    import asyncpg
+
+    dsn = pg_server.create_database("forget_vacuum")
+    store = open_store(dsn)
+    try:
+        await store.write(
+            [CallRecord("a1", "alice", started_at=1000.0)]
+            + [_m("a1", i, f"my {WORD} {i}", "alice") for i in range(20)]
+        )
+        await store.forget("alice")
+    finally:
+        await store.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        vacuumed = await conn.fetch(
+            "SELECT relname FROM pg_stat_user_tables WHERE vacuum_count > 0 ORDER BY relname"
+        )
+    finally:
+        await conn.close()
+    assert {r["relname"] for r in vacuumed} >= {"messages", "calls", "facts", "compactions"}
