@@ -4,6 +4,8 @@ Through real pipelines, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
+
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
@@ -166,3 +168,41 @@ async def test_a_v3_store_migrates_on_open(store_target, backend):
         assert memory.summaries and "Grand Budapest" in memory.summaries[0][1]
     finally:
         await store.close()
+
+
+async def test_two_sessions_under_one_id_at_once_on_two_workers(store_target):
+    """Two workers (two store objects) record two callers under one call id at the same
+    moment: no round trip decides anything, and neither session loses a message."""
+    from pipecat_summarizer.store.recorder import CallRecorder
+
+    stores = [open_store(store_target), open_store(store_target)]
+    try:
+        recorders = [
+            CallRecorder(s, "shared-room", user, MemoryOptions(resume=False, writer=FAST))
+            for s, user in zip(stores, ("alice", "bob"), strict=True)
+        ]
+        for r in recorders:
+            r.start()
+        for i in range(20):
+            for r in recorders:
+                r.archive([{"role": "user", "content": f"{r.user_id} says pelican {i}"}], "evicted")
+        ends = [
+            r.end(
+                ended_by="end",
+                summary=f"{r.user_id} summary",
+                facts=(),
+                messages_in_context=0,
+                compactions=0,
+            )
+            for r in recorders
+        ]
+        assert all(await asyncio.gather(*ends))
+        store = stores[0]
+        for user in ("alice", "bob"):
+            calls = await store.calls(user)
+            assert [(c.label, c.summary) for c in calls] == [("shared-room", f"{user} summary")]
+            said = [m.content for m in await store.messages(calls[0].call_id)]
+            assert said == [f"{user} says pelican {i}" for i in range(20)]
+    finally:
+        for s in stores:
+            await s.close()
