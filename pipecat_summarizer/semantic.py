@@ -57,6 +57,10 @@ EMBED_CHUNK = 512
 #: time, up to this): reads back to back delayed a frame by 30-60 ms.
 READ_PAUSE_S = 0.02
 
+#: Longest a turn's ranking waits for the first piece of the call's first refresh (see
+#: ``SemanticIndex._first_piece``).
+FIRST_PIECE_WAIT_S = 0.5
+
 #: Longest text embedded, in characters (a query or message beyond it is cut: the embedding
 #: is a mean of token vectors, and this bounds the work a turn does on the event loop).
 MAX_EMBED_CHARS = 2000
@@ -383,6 +387,7 @@ class SemanticIndex:
         self._closed = False  # the call is over: a late search's kick starts nothing
         self._failing = False
         self._refreshing = asyncio.Lock()
+        self._grew: asyncio.Event | None = None  # set when the index first grows
         #: Refreshes done, refreshes that failed, and times a forget emptied the index
         #: (counters, no text).
         self.refreshes = 0
@@ -419,33 +424,46 @@ class SemanticIndex:
         self._archive = archive
         self._check_forgotten()
         epoch, cursor = self._epoch, self._next
-        new: list[_Message] = []
+        done = 0
         if self._open is None:
-            # the first refresh lists the caller's calls: the ended ones are read once, the
-            # running ones (this call, one still on elsewhere) are read forward every refresh
+            # the first refresh lists the caller's calls: the ended ones are read once (the
+            # newest first, each embedded before the next is read, so a returning caller's
+            # last call is searchable soonest), the running ones (this call, one still on
+            # elsewhere) are read forward every refresh
             opened = [self.call_id] if self.call_id else []
             if self.user_id:
                 for c in await archive.calls(self.user_id, limit=self.semantic.max_calls):
                     if c.call_id == self.call_id or getattr(c, "user_id", None) != self.user_id:
                         continue
-                    if c.ended_at is not None:
-                        started = time.perf_counter()
-                        new += await self._read_all(archive, c.call_id, cursor)
-                        # a call's read keeps the store's thread (and the GIL) busy and
-                        # converts its rows on the loop: pause as long before the next, so
-                        # a turn's frame waits for one read at most, never for all 50
-                        await asyncio.sleep(min(time.perf_counter() - started, READ_PAUSE_S))
-                    else:
+                    if c.ended_at is None:
                         opened.append(c.call_id)
+                        continue
+                    started = time.perf_counter()
+                    found = await self._read_all(archive, c.call_id, cursor)
+                    read_s = time.perf_counter() - started
+                    added = await self._embed(found, epoch)
+                    if added is None:
+                        return done
+                    done += added
+                    # a call's read keeps the store's thread (and the GIL) busy and converts
+                    # its rows on the loop: pause as long before the next, so a turn's frame
+                    # waits for one read at most, never for all 50 back to back
+                    await asyncio.sleep(min(read_s, READ_PAUSE_S))
             if self._epoch != epoch:
-                return 0
+                return done
             self._open = opened
+        new: list[_Message] = []
         for call_id in list(self._open):
             new += await self._read_new(archive, call_id, cursor)
         self.refreshes += 1
+        return done + (await self._embed(new, epoch) or 0)
+
+    async def _embed(self, new: list[_Message], epoch: int) -> int | None:
+        """Embed ``new`` (the messages not embedded yet) and add them to the index; ``None``
+        if the caller was forgotten meanwhile (nothing more is added)."""
         self._check_forgotten()
-        if self._epoch != epoch:  # the caller was forgotten while the archive was read
-            return 0
+        if self._epoch != epoch:
+            return None
         # each message once: a session read both by the application's call id (the store
         # resolves it to the newest session under it) and by its own key is read twice
         embedded, kept, keys = self._state.rows, [], set()
@@ -478,7 +496,7 @@ class SemanticIndex:
             )
             self._check_forgotten()
             if self._epoch != epoch or self._state is not state:
-                return done  # forgotten meanwhile: these vectors are dropped with the rest
+                return None  # forgotten meanwhile: these vectors are dropped with the rest
             self._append(state, chunk, buffer)
             done += len(chunk)
         return done
@@ -496,6 +514,7 @@ class SemanticIndex:
         """:meth:`rank`, in a worker thread when the index is large (the turn's latency
         budget can only cut a wait, not a computation on the event loop)."""
         self._check_forgotten()
+        await self._first_piece()
         state, epoch = self._state, self._epoch
         if len(state.messages) <= INLINE_ROWS:
             return self._rank(state, query)
@@ -542,6 +561,25 @@ class SemanticIndex:
         hits = [SemanticHit(*state.messages[r], similarity=s) for r, s in top]
         return hits, _SimilarityView(state.rows, sims)
 
+    async def _first_piece(self) -> None:
+        """A question asked while the call's first refresh has embedded nothing yet (a
+        returning caller who asks at once) waits for its first piece (their newest earlier
+        call) or its end, at most ``FIRST_PIECE_WAIT_S``. The turn's latency budget still
+        bounds the frame's wait: a search that ends later serves the next turn. Not while
+        the model loads (turns go lexical only until then)."""
+        task = self._task
+        if self.size or self.refreshes or task is None or task.done():
+            return
+        if not getattr(self.embedder, "loaded", True):
+            return
+        if self._grew is None:
+            self._grew = asyncio.Event()
+        grew = asyncio.ensure_future(self._grew.wait())
+        try:
+            await asyncio.wait({grew, task}, timeout=FIRST_PIECE_WAIT_S)
+        finally:
+            grew.cancel()
+
     def _append(self, state: _State, messages: Sequence[_Message], buffer: np.ndarray) -> None:
         # on the loop: the messages and their rows first, then the vectors that rank reads
         n = len(state.messages)
@@ -550,6 +588,8 @@ class SemanticIndex:
         state.messages.extend(messages)
         state.buffer = buffer
         state.vectors = buffer[: n + len(messages)]
+        if self._grew is not None:
+            self._grew.set()
 
     def _check_forgotten(self) -> None:
         """Drop everything embedded when the store forgot the caller since the last look
