@@ -10,10 +10,13 @@ The embeddings come from WordLlama (the ``semantic`` extra: ``pip install
 'pipecat-summarizer[semantic]'``): static token embeddings shipped inside the wheel, numpy on
 the CPU, no network. The vectors are kept in memory, per call's recall step, for the
 messages of this caller (this call only without a ``user_id``): a background task reads
-what the store archived since the last turn and embeds it in a worker thread, so a turn only
-embeds its query and ranks with one matrix product (brute force over the caller's messages;
-no vector database). Any :class:`~pipecat_summarizer.store.MemoryStore` works (SQLite and
-PostgreSQL alike), since only its ``calls``, ``messages`` and ``message`` reads are used.
+what the store archived since the last turn and embeds it in a worker thread (one per
+process, off the event loop), so a turn only embeds its query and ranks with one matrix
+product (brute force over the caller's messages; no vector database). A message the store
+returns with another ``user_id`` is never indexed, and the store's ``forget`` of the caller
+empties the index before its next ranking. Any :class:`~pipecat_summarizer.store.MemoryStore`
+works (SQLite and PostgreSQL alike), since only its ``calls``, ``messages`` and ``message``
+reads are used (and ``forget_generation``, when it has one).
 
 The rules (:func:`top_matches`, :func:`fuse`) are pure functions; :class:`SemanticIndex` is
 the thin asyncio shell.
