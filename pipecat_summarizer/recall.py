@@ -251,6 +251,11 @@ def _topic_terms(text: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
+@lru_cache(maxsize=4096)  # the archive returns the same messages turn after turn
+def _stems(text: str) -> frozenset[str]:
+    return frozenset(stem(w) for w in words(text))
+
+
 @lru_cache(maxsize=4096)
 def normalize(text: str) -> str:
     """``text`` lower-cased with runs of whitespace as one space (for verbatim checks)."""
@@ -417,7 +422,7 @@ def relevance(
     """
     if not terms:
         return 0.0
-    present = {stem(w) for w in words(text)}
+    present = _stems(text)
     core = [t for t in terms if not is_when(t)] or list(terms)
     shared = [t for t in core if t in present]
     when = sum(1 for t in terms if t not in core and t in present)
