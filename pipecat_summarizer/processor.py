@@ -251,13 +251,17 @@ class ContextSummarizer(FrameProcessor):
             leaves the context, the pinned facts' history and the call's final state, off
             the hot path; and gives a returning caller's call their memory. ``None`` (the
             default): nothing is recorded, behaviour as without it.
-        call_id: This call's id in the store (a random one if not given).
-        user_id: The caller's id: their earlier calls' memory is loaded at the first turn.
+        call_id: This call's id in the store (a random one if not given). Needs ``store``.
+        user_id: The caller's id: their earlier calls' memory loads in the background from
+            the start and joins the context at the first turn after it has arrived (no
+            frame waits for it). Needs ``store``.
         memory: How the store is used (resume on/off, budgets, timeouts, queue).
         recall: Bring archived details back: on each user turn, the store's best matches
             for the latest user message that are not in view go in one bounded
             user-role "recalled from earlier" message before it (see
-            :class:`~pipecat_summarizer.recall.RecallParams`). Needs ``store``.
+            :class:`~pipecat_summarizer.recall.RecallParams`). Needs ``store``. The block
+            counts toward ``max_request_tokens``: it shrinks to the room the conversation
+            leaves and gives way before any conversation is evicted.
         **kwargs: Passed to ``FrameProcessor``.
 
     Raises:
