@@ -54,6 +54,7 @@ async def _call(
     user_id=None,
     recall=ON_TIME,
     memory=None,
+    gap=0.2,
 ):
     context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
@@ -70,7 +71,7 @@ async def _call(
     try:
         await run_test(
             build(context, processor, main_llm(server.base_url)),
-            frames_to_send=[*turns(texts, gap=0.2)],
+            frames_to_send=[*turns(texts, gap=gap)],
         )
     finally:
         await summarizer.aclose()  # the application's client: the test closes it
@@ -322,7 +323,7 @@ async def test_messages_still_in_the_context_at_hang_up_are_recalled_in_the_next
     store = open_store(store_target)
     try:
         first, _ = await _call(
-            openai_server, store, [FILLER[0], HOTEL], call_id="c1", user_id="alice"
+            openai_server, store, [FILLER[0], HOTEL], call_id="c1", user_id="alice", gap=0.6
         )
         archived = await store.messages("c1")
         openai_server.requests.clear()

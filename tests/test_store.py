@@ -282,7 +282,7 @@ def _summaries(body: dict) -> Reply:
     return Reply("Sure thing.")
 
 
-async def _call(server, target, *, user_id, call_id, texts, memory=None, pins=()):
+async def _call(server, target, *, user_id, call_id, texts, memory=None, pins=(), gap=0.15):
     store = open_store(target)
     context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
     processor = ContextSummarizer(
@@ -305,7 +305,7 @@ async def _call(server, target, *, user_id, call_id, texts, memory=None, pins=()
     try:
         await run_test(
             build(context, processor, main_llm(server.base_url)),
-            frames_to_send=[*turns(texts, gap=0.15)],
+            frames_to_send=[*turns(texts, gap=gap)],
         )
     finally:
         await store.close()
@@ -388,6 +388,7 @@ async def test_a_call_is_recorded_and_a_returning_caller_is_remembered(openai_se
         user_id="alice",
         call_id="call-2",
         texts=["hi, it's me", "is my booking still on?"],
+        gap=0.6,  # the memory loads while the first turn runs (no frame waits for it)
     )
     request = openai_server.chat_requests[-1]["messages"]
     assert request[0] == {"role": "system", "content": SYSTEM}

@@ -17,11 +17,11 @@ def handler(body: dict) -> Reply:
     return Reply(SUMMARY) if is_summary_request(body) else Reply("Sure.")
 
 
-async def _call(server, env, texts):
+async def _call(server, env, texts, gap=0.15):
     settings = vb.Settings.from_env(env)
     bot = vb.build_pipeline(settings, llm=vb.create_llm(settings))
     try:
-        await run_test(bot.pipeline, frames_to_send=turns(texts, gap=0.15))
+        await run_test(bot.pipeline, frames_to_send=turns(texts, gap=gap))
     finally:
         await bot.summary_backend.aclose()
         if bot.store is not None:
@@ -48,8 +48,9 @@ async def test_the_example_bot_remembers_a_caller_who_calls_back(openai_server, 
     assert bot.summarizer.summary_text  # the first call compacted
 
     openai_server.requests.clear()
-    await _call(openai_server, env, ["Hi, it's me again."])
-    request = openai_server.chat_requests[0]["messages"]
+    # no frame waits for the store: the memory joins at the first turn after it has loaded
+    await _call(openai_server, env, ["Hi, it's me again.", "Where was I going?"], gap=0.6)
+    request = openai_server.chat_requests[-1]["messages"]
     assert EARLIER_CALLS_HEADER in texts_of(request) and "Lisbon" in texts_of(request)
 
     store = open_store(db)
