@@ -14,7 +14,8 @@ import pytest
 from pipecat_summarizer.cli import main
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer.store.base import SCHEMA_VERSION
-from pipecat_summarizer.store.command import mask_dsn, terminal_safe
+from pipecat_summarizer.store.command import terminal_safe
+from pipecat_summarizer.store.dsn import mask_dsn
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallRecord,

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pipecat_summarizer.store.base import MemoryStore, StoreError
+from pipecat_summarizer.store.dsn import dsn_password, is_url, mask_dsn
 from pipecat_summarizer.store.opening import open_store
 from pipecat_summarizer.store.records import to_dict
 
@@ -63,46 +64,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 # -- secrets and terminal safety -----------------------------------------------------------
-
-_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>\S*)")
-_PASSWORD_PARAM = re.compile(r"(?i)\b(password|passwd|pwd)=[^&\s]*")
-
-
-def mask_dsn(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ``***``.
-
-    The user info runs to the last ``@`` of the URL, so a password holding ``:`` or
-    ``@`` is masked whole (over-masking a query is harmless; printing a secret is not);
-    a ``password=`` parameter is masked too. A SQLite path comes back unchanged.
-
-    Args:
-        text: A DSN, or a message that may quote one.
-
-    Returns:
-        The text, safe to print or log.
-    """
-
-    def one(match: re.Match[str]) -> str:
-        rest = match["rest"]
-        at = rest.rfind("@")
-        if at > 0 and ":" in rest[:at]:
-            user = rest[: rest.index(":")]
-            rest = f"{user}:***{rest[at:]}"
-        return match["scheme"] + _PASSWORD_PARAM.sub(r"\1=***", rest)
-
-    return _PASSWORD_PARAM.sub(r"\1=***", _URL.sub(one, text))
-
-
-def _password(target: str) -> str | None:
-    match = _URL.match(target)
-    if match is None:
-        return None
-    rest = match["rest"]
-    at = rest.rfind("@")
-    if at <= 0 or ":" not in rest[:at]:
-        return None
-    return rest[rest.index(":") + 1 : at] or None
-
 
 # C0 and C1 controls, DEL, and the Unicode format characters that reorder or hide text
 # (bidi embeddings, overrides and isolates, marks, zero-width characters, line and
@@ -167,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if args.limit < 1:
         return _usage("--limit must be at least 1")
     target = args.db
-    secret = _password(target)
+    secret = dsn_password(target)
 
     def fail(message: str) -> int:
         message = mask_dsn(message)
@@ -179,13 +140,8 @@ def run(args: argparse.Namespace) -> int:
                 message = message.replace(piece, "***")
         return _usage(message)
 
-    is_postgres = target.startswith(("postgresql://", "postgres://"))
-    if not is_postgres and _URL.match(target):
-        scheme = target.split("://", 1)[0]
-        return fail(
-            f"{target}: a {scheme}:// URL is not a store; give a postgresql:// DSN or a SQLite file"
-        )
-    if not is_postgres and not Path(target).is_file():
+    # a URL is open_store's to judge (PostgreSQL's forms, or refused); a path must exist
+    if not is_url(target) and not Path(target).is_file():
         # never create an empty database for a mistyped path
         return fail(f"no such SQLite file: {target}")
     try:

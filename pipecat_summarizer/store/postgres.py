@@ -25,6 +25,7 @@ from pipecat_summarizer.store.base import (
     check_store_version,
     query_words,
 )
+from pipecat_summarizer.store.dsn import mask_dsn
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallerMemory,
@@ -75,24 +76,6 @@ TSV_CHARS = 100_000
 #: A search ranks at most this many of the scope's matches, the latest (as on SQLite): the
 #: ranking reads every row it scores.
 RANK_MATCHES = 3000
-
-
-def masked_dsn(dsn: str) -> str:
-    """``dsn`` with its password (in the user part or a ``password=`` parameter) as
-    ``***``: a password may hold ``:``, ``@`` or ``/``."""
-    scheme, sep, rest = dsn.partition("://")
-    if not sep:
-        return "***"
-    # the user part ends at the last "@" before the path (a password may hold "@" or ":")
-    path_at = rest.find("/", rest.rfind("@") + 1)
-    authority, tail = (rest, "") if path_at < 0 else (rest[:path_at], rest[path_at:])
-    if "@" in authority:
-        user, _, host = authority.rpartition("@")
-        if ":" in user:
-            user = user.split(":", 1)[0] + ":***"
-        authority = f"{user}@{host}"
-    tail = re.sub(r"(?i)(password=)[^&]*", r"\1***", tail)
-    return f"{scheme}://{authority}{tail}"
 
 
 def _migrations(config: str) -> dict[int, list[str]]:
@@ -280,7 +263,7 @@ class PostgresMemoryStore(MemoryStore):
 
     def __repr__(self) -> str:
         """The DSN without its password."""
-        return f"PostgresMemoryStore({masked_dsn(self.dsn)!r})"
+        return f"PostgresMemoryStore({mask_dsn(self.dsn)!r})"
 
     async def open(self) -> None:
         """Create the pool and migrate the schema (idempotent)."""
