@@ -556,8 +556,14 @@ class SQLiteMemoryStore(MemoryStore):
         if compaction is not None:
             sql += " AND compaction = ?"
             params.append(compaction)
-        rows = await self._keyed(sql + " ORDER BY position", call_id, params)
-        return [to_message(r) for r in rows]
+        sql += " ORDER BY position"
+
+        def read(conn: sqlite3.Connection) -> list[ArchivedMessage]:
+            # converted on the store's thread: hundreds of rows cost the loop milliseconds
+            rows = conn.execute(sql, (session_key(conn, call_id), *params)).fetchall()
+            return [to_message(r) for r in rows]
+
+        return await self._run(read)
 
     async def message(self, call_id: str, position: int) -> ArchivedMessage | None:
         """One archived message, or ``None``."""
