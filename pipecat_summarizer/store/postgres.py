@@ -139,8 +139,11 @@ def _migrations(config: str) -> dict[int, list[str]]:
             """CREATE TABLE caller_facts(
                 user_id TEXT NOT NULL, key TEXT NOT NULL, action TEXT NOT NULL,
                 text TEXT NOT NULL, fact_kind TEXT NOT NULL, source TEXT NOT NULL,
-                at DOUBLE PRECISION NOT NULL, call_id TEXT NOT NULL, seq INTEGER NOT NULL,
-                PRIMARY KEY(user_id, key))""",
+                at DOUBLE PRECISION NOT NULL, call_id TEXT NOT NULL, seq INTEGER NOT NULL)""",
+            # a fact's key has no bound (a summary bullet without a topic is keyed by its
+            # text): a B-tree entry holds at most about 2.7 kB, so the key is indexed by its
+            # digest (a long key failed its insert, and the fact was set aside)
+            "CREATE UNIQUE INDEX caller_facts_key ON caller_facts(user_id, md5(key))",
             """INSERT INTO caller_facts SELECT DISTINCT ON (user_id, key) user_id, key, action,
                 text, fact_kind, source, at, call_id, seq FROM facts WHERE user_id IS NOT NULL
                 ORDER BY user_id, key, at DESC, seq DESC""",
@@ -170,7 +173,7 @@ _INSERT_COMPACTION = """INSERT INTO compactions VALUES
 _INSERT_FACT = """INSERT INTO facts VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)
     ON CONFLICT(call_id, seq) DO NOTHING"""
 _CALLER_FACT = """INSERT INTO caller_facts VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
-    ON CONFLICT(user_id, key) DO UPDATE SET action=excluded.action, text=excluded.text,
+    ON CONFLICT(user_id, md5(key)) DO UPDATE SET action=excluded.action, text=excluded.text,
     fact_kind=excluded.fact_kind, source=excluded.source, at=excluded.at,
     call_id=excluded.call_id, seq=excluded.seq
     WHERE (excluded.at, excluded.seq) >= (caller_facts.at, caller_facts.seq)"""
