@@ -7,9 +7,14 @@ thing (a FIFO, an empty file, a folder, a closed port)."""
 from __future__ import annotations
 
 import json
+import os
 import random
 
-from pipecat_summarizer.store import WriterOptions, open_store
+import pytest
+
+from pipecat_summarizer.cli import main
+from pipecat_summarizer.store import SQLiteMemoryStore, WriterOptions, open_store
+from pipecat_summarizer.store.recorder import CallRecorder, MemoryOptions
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord, FactEvent
 
 FAST = WriterOptions(flush_interval_s=0.02, max_backoff_s=0.1, write_timeout_s=5)
@@ -41,3 +46,52 @@ async def test_a_fact_whose_key_is_a_long_summary_bullet_is_kept(store_target):
         assert [f.get("text") for f in memory.facts] == ["the caller prefers mornings"]
     finally:
         await store.close()
+
+
+async def test_ids_with_like_wildcards_and_quotes_touch_only_their_own_rows(store_target):
+    ids = ["a%", "a_", "ab", "a'b", 'a"b', "a\\b", "a%b"]
+    store = open_store(store_target)
+    try:
+        await store.write(
+            [r for i, u in enumerate(ids) for r in (CallRecord(f"s{i}", u), _m(f"s{i}", 0, "x", u))]
+        )
+        assert await store.forget("a%") == 2  # its call row and its message, nothing else
+        assert await store.forget("a_") == 2
+        for i, u in enumerate(ids[2:], start=2):
+            assert [c.call_id for c in await store.calls(u)] == [f"s{i}"], u
+            assert len(await store.search("x", user_id=u)) == 1, u
+    finally:
+        await store.close()
+
+
+async def test_a_caller_forgotten_twice_or_never_seen_calls_again_at_once(store_target):
+    store = open_store(store_target)
+    try:
+        assert await store.forget("nobody") == 0
+        assert await store.forget("nobody") == 0
+        # the same caller calls again right after the forget: the new session is recorded
+        recorder = CallRecorder(
+            store, call_id="room", user_id="nobody", options=MemoryOptions(writer=FAST)
+        )
+        recorder.start()
+        recorder.archive([{"role": "user", "content": "hello again"}], "evicted")
+        await recorder.end(
+            ended_by="end", summary=None, facts=[], messages_in_context=0, compactions=0
+        )
+        calls = await store.calls("nobody")
+        assert [c.label for c in calls] == ["room"]
+        assert [m.content for m in await store.messages(calls[0].call_id)] == ["hello again"]
+    finally:
+        await store.close()
+
+
+def test_a_fifo_or_a_device_is_never_taken_for_a_database(tmp_path, capsys):
+    fifo = tmp_path / "memory.db"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/null"):
+        with pytest.raises(ValueError, match="path"):
+            SQLiteMemoryStore(path)
+        with pytest.raises(ValueError, match="path"):
+            open_store(str(path))
+        assert main(["inspect", str(path)]) == 2
+        assert "inspect:" in capsys.readouterr().err

@@ -288,6 +288,9 @@ class SQLiteMemoryStore(MemoryStore):
             )
         if path is not None and Path(path).is_dir():
             raise ValueError("path is a folder: give the database file's path inside it")
+        if path is not None and Path(path).exists() and not Path(path).is_file():
+            # a FIFO, a device or a socket: SQLite's reads fail (or block) on it
+            raise ValueError("path is not a regular file (a FIFO, a device or a socket?)")
         check_number("busy_timeout_s", busy_timeout_s)
         if not 0 <= busy_timeout_s <= MAX_BUSY_TIMEOUT_S:
             raise ValueError(
