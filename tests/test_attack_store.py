@@ -6,14 +6,16 @@ thing (a FIFO, an empty file, a folder, a closed port)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
+import sqlite3
 
 import pytest
 
 from pipecat_summarizer.cli import main
-from pipecat_summarizer.store import SQLiteMemoryStore, WriterOptions, open_store
+from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter, WriterOptions, open_store
 from pipecat_summarizer.store.recorder import CallRecorder, MemoryOptions
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord, FactEvent
 
@@ -95,3 +97,77 @@ def test_a_fifo_or_a_device_is_never_taken_for_a_database(tmp_path, capsys):
             open_store(str(path))
         assert main(["inspect", str(path)]) == 2
         assert "inspect:" in capsys.readouterr().err
+
+
+async def test_a_batch_the_database_refuses_whole_costs_only_its_records(store_target, logs):
+    store = open_store(store_target)
+    writer = StoreWriter(store, WriterOptions(flush_interval_s=0.02, batch_size=8), name="c1")
+    writer.start()
+    for i in range(8):  # every record of the first batch: a position no database holds
+        writer.submit(_m("c1", 2**70 + i, f"secret {i}"))
+    writer.submit(_m("c1", 0, "after the poison"))
+    try:
+        assert await writer.close(timeout=10)
+        assert [m.content for m in await store.messages("c1")] == ["after the poison"]
+    finally:
+        await store.close()
+    assert (writer.refused, writer.written, writer.dropped) == (8, 1, 0)
+    errors = [r["message"] for r in logs if r["level"].name == "ERROR"]
+    assert len(errors) == 8 and not any("secret" in e for e in errors)
+
+
+async def test_a_refused_record_during_an_outage_waits_for_the_database_then_goes_alone(
+    tmp_path, logs
+):
+    path = tmp_path / "memory.db"
+    store = SQLiteMemoryStore(path, busy_timeout_s=0.05)
+    await store.open()
+    lock = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    lock.execute("BEGIN EXCLUSIVE")  # another process holds the file
+    writer = StoreWriter(store, FAST, name="c1")
+    writer.start()
+    for record in (_m("c1", 0, "one"), _m("c1", 2**70, "poison"), _m("c1", 1, "two")):
+        writer.submit(record)
+    try:
+        for _ in range(100):
+            if writer.failures >= 2:
+                break
+            await asyncio.sleep(0.02)
+        # locked: nothing was set aside on a guess, all three wait
+        assert writer.outage and writer.refused == 0 and len(writer) == 3
+        lock.execute("ROLLBACK")
+        assert await writer.close(timeout=10)
+        assert [m.content for m in await store.messages("c1")] == ["one", "two"]
+    finally:
+        lock.close()
+        await store.close()
+    assert (writer.refused, writer.dropped) == (1, 0)
+    warnings = [r["message"] for r in logs if r["level"].name == "WARNING"]
+    assert any("locked" in w for w in warnings)
+
+
+async def test_a_new_file_locked_at_start_loses_nothing_once_released(tmp_path, logs):
+    path = tmp_path / "memory.db"
+    held = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    held.execute("PRAGMA locking_mode=EXCLUSIVE")
+    held.execute("BEGIN EXCLUSIVE")  # before the store ever created its tables
+    store = SQLiteMemoryStore(path, busy_timeout_s=0.05)
+    recorder = CallRecorder(store, call_id="room", user_id="u", options=MemoryOptions(writer=FAST))
+    try:
+        recorder.start()
+        for i in range(5):
+            recorder.archive([{"role": "user", "content": f"turn {i}"}], "evicted")
+            await asyncio.sleep(0.05)
+        assert recorder.writer.outage and recorder.take_memory() is None
+        held.execute("ROLLBACK")
+        held.close()  # the lock goes with the connection (exclusive locking mode)
+        assert await recorder.end(
+            ended_by="end", summary=None, facts=[], messages_in_context=0, compactions=0
+        )
+        calls = await store.calls("u")
+        assert [(c.label, c.ended_by) for c in calls] == [("room", "end")]
+        got = [m.content for m in await store.messages(calls[0].call_id)]
+        assert got == [f"turn {i}" for i in range(5)]
+    finally:
+        await store.close()
+    assert any("locked" in r["message"] for r in logs if r["level"].name == "WARNING")
