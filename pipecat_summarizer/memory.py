@@ -314,6 +314,26 @@ class ConversationMemory:
         self._adopt(message, text)
         return self.place(new)
 
+    def own_messages(self) -> list[dict]:
+        """The messages this record placed (the application's facts, the noted facts, the
+        summary), those that exist."""
+        own = (self.app_message, self.noted_message, self.summary_message)
+        return [m for m in own if m is not None]
+
+    def reclaim(self, old: dict, copy: dict) -> None:
+        """``copy`` (equal to ``old``, one of :meth:`own_messages`) is that message now: the
+        application put a copy of the context back (a deep-copied ``LLMMessagesUpdateFrame``,
+        a restored state). Without this the copy would stay as if it were conversation: an
+        unpinned application fact kept with authority, the noted facts twice."""
+        if old is self.app_message:
+            self.app_message = copy
+        elif old is self.noted_message:
+            self.noted_message = copy
+        elif old is self.summary_message:
+            self.summary_message = copy
+            if self._rendered_summary[0] is old:
+                self._rendered_summary = (copy, self._rendered_summary[1])
+
     # -- changes --------------------------------------------------------------------------
 
     def fold_over_budget(self) -> bool:

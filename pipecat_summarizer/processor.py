@@ -531,6 +531,7 @@ class ContextSummarizer(FrameProcessor):
         Raises:
             ValueError: If the key or text is empty, or the kind or source unknown.
         """
+        self._reclaim_own()
         self._put(
             self._memory.pin(
                 self._context.messages,
@@ -548,6 +549,7 @@ class ContextSummarizer(FrameProcessor):
         Returns:
             True if a fact was removed.
         """
+        self._reclaim_own()
         removed, new = self._memory.unpin(
             self._context.messages, key, in_flight=self.summary_in_flight
         )
@@ -698,6 +700,7 @@ class ContextSummarizer(FrameProcessor):
     # -- the per-turn hot path --------------------------------------------------------------
 
     async def _on_context_frame(self) -> None:
+        self._reclaim_own()
         self._store_turn()
         self._plan_if_due(await self._prepare_request())
 
@@ -768,6 +771,33 @@ class ContextSummarizer(FrameProcessor):
         if self._recorder is not None:
             self._recorder.archive(messages, "replaced")
 
+    def _reclaim_own(self) -> None:
+        """Take back this processor's own messages (facts, summary, recalled block) that the
+        application put back as copies (a deep-copied ``LLMMessagesUpdateFrame``, a restored
+        state): equal role and content where the original is gone. Recognised by identity
+        otherwise, a copy would stay as conversation (an unpinned application fact kept in
+        the head, the recalled block sent and archived as the caller's words every turn).
+        Cheap when nothing was copied: identity checks only."""
+        messages = self._context.messages
+        recall = self._recall
+        own = self._memory.own_messages()
+        if recall is not None and recall.message is not None:
+            own.append(recall.message)
+        present = {id(m) for m in messages}
+        missing = [x for x in own if id(x) not in present]
+        if not missing:
+            return
+        taken = {id(x) for x in own}
+        for old in missing:
+            copy = next((m for m in messages if id(m) not in taken and m == old), None)
+            if copy is None:
+                continue  # it left the context
+            taken.add(id(copy))
+            if recall is not None and old is recall.message:
+                recall.message = copy
+            else:
+                self._memory.reclaim(old, copy)
+
     def _check_replaced(self, m: Measurement | None = None) -> bool:
         """Archive what the application removed from the context (``"replaced"``), and
         drop the pending queue once it cut the conversation's start (a replacement, a Flows
@@ -778,6 +808,7 @@ class ContextSummarizer(FrameProcessor):
             True if the context was found replaced (once per replacement).
         """
         if m is None:
+            self._reclaim_own()  # before the meter takes a copy of ours for conversation
             self._meter.measure(self._context.messages, self._memory.summary_message)
         rewrite = self._meter.take_rewrite()
         if rewrite is None:
@@ -1130,6 +1161,7 @@ class ContextSummarizer(FrameProcessor):
         recall = self._recall
         assert recall is not None
         try:
+            self._reclaim_own()  # a copy of last turn's block is still last turn's block
             kept = recall.without_message(self._context.messages)
             if kept is not None:
                 # still known as ours while written: never taken for the application's removal
