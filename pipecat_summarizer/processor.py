@@ -778,7 +778,7 @@ class ContextSummarizer(FrameProcessor):
         otherwise, a copy would stay as conversation (an unpinned application fact kept in
         the head, the recalled block sent and archived as the caller's words every turn).
         Cheap when nothing was copied: identity checks only."""
-        messages = self._context.messages
+        messages: list[Any] = self._context.messages
         recall = self._recall
         own = self._memory.own_messages()
         if recall is not None and recall.message is not None:
