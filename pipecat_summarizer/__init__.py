@@ -5,59 +5,74 @@ background, and splices the summary into the shared context without delaying a r
 losing a message. Configured with Pipecat's own ``LLMAutoContextSummarizationConfig`` plus
 :class:`ContextSummarizerParams`.
 
+``__all__`` is the user API (pinned by ``tests/test_public_api.py``). The names are loaded on
+first use, so importing a submodule (the ``pipecat-summarizer`` command's parser, the errors)
+does not import Pipecat; ``from pipecat_summarizer import ContextSummarizer`` works as
+usual. Every error the library raises derives from :class:`PipecatSummarizerError`
+(the tree is drawn in :mod:`pipecat_summarizer.errors`).
+
 Names renamed in 0.2 (``SummarizerOptions``, ``SummaryAppliedEvent``) still import, with a
-``DeprecationWarning``, for one release: see the CHANGELOG's "Renamed" table.
+``DeprecationWarning``, for one release: see the CHANGELOG's "Renamed" table. So does
+``ExtractiveLLMService``, a helper of the replay that left the top level: import it from
+:mod:`pipecat_summarizer.summarizers`.
 """
 
+from __future__ import annotations
+
+import importlib
 import warnings
+from typing import TYPE_CHECKING
 
-from pipecat.utils.context.llm_context_summarization import (
-    LLMAutoContextSummarizationConfig,
-    LLMContextSummaryConfig,
-)
+if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time see _EXPORTS
+    from pipecat.utils.context.llm_context_summarization import (
+        LLMAutoContextSummarizationConfig,
+        LLMContextSummaryConfig,
+    )
 
-from pipecat_summarizer.events import (
-    ContextCompactedEvent,
-    ContextSummaryAppliedFrame,
-    MessagesEvictedEvent,
-    Reason,
-    SummaryFailedEvent,
-)
-from pipecat_summarizer.guard import LLMRequestGuard
-from pipecat_summarizer.memory import ConversationMemory
-from pipecat_summarizer.options import (
-    CeilingParams,
-    ContextSummarizerParams,
-    PinningParams,
-    RetryParams,
-    TriggerParams,
-)
-from pipecat_summarizer.pinned import Fact, Kind, Source
-from pipecat_summarizer.processor import ContextSummarizer, SummarizerOptions
-from pipecat_summarizer.prompt import DEFAULT_PROMPT, SummaryRequest
-from pipecat_summarizer.recall import RecallParams
-from pipecat_summarizer.semantic import SemanticRecall
-from pipecat_summarizer.store.recorder import MemoryOptions
-from pipecat_summarizer.summarizers import (
-    ExtractiveLLMService,
-    ExtractiveSummarizer,
-    OpenAISummarizer,
-    PipecatLLMSummarizer,
-    Summarizer,
-    SummarizerError,
-    SummaryResult,
-)
-from pipecat_summarizer.tokens import EstimateTokenCounter, TokenCounter, TokenizerCounter
-from pipecat_summarizer.tools import (
-    recall_memory_flows_function,
-    register_recall_memory,
-    register_remember_fact,
-    remember_fact_flows_function,
-)
+    from pipecat_summarizer.errors import PipecatSummarizerError
+    from pipecat_summarizer.events import (
+        ContextCompactedEvent,
+        ContextSummaryAppliedFrame,
+        MessagesEvictedEvent,
+        Reason,
+        SummaryFailedEvent,
+    )
+    from pipecat_summarizer.guard import LLMRequestGuard
+    from pipecat_summarizer.memory import ConversationMemory
+    from pipecat_summarizer.options import (
+        CeilingParams,
+        ContextSummarizerParams,
+        PinningParams,
+        RetryParams,
+        SummarizerOptions,
+        TriggerParams,
+    )
+    from pipecat_summarizer.pinned import Fact, Kind, Source
+    from pipecat_summarizer.processor import ContextSummarizer
+    from pipecat_summarizer.prompt import DEFAULT_PROMPT, SummaryRequest
+    from pipecat_summarizer.recall import RecallParams
+    from pipecat_summarizer.semantic import SemanticRecall
+    from pipecat_summarizer.store.base import StoreError
+    from pipecat_summarizer.store.recorder import MemoryOptions
+    from pipecat_summarizer.summarizers import (
+        ExtractiveSummarizer,
+        OpenAISummarizer,
+        PipecatLLMSummarizer,
+        Summarizer,
+        SummarizerError,
+        SummaryResult,
+    )
+    from pipecat_summarizer.tokens import EstimateTokenCounter, TokenCounter, TokenizerCounter
+    from pipecat_summarizer.tools import (
+        recall_memory_flows_function,
+        register_recall_memory,
+        register_remember_fact,
+        remember_fact_flows_function,
+    )
 
 __version__ = "0.1.0"
 
-# grouped by role; the imports above are sorted by module
+# grouped by role; the test pins the sorted list
 __all__ = [
     # the processor and its companion
     "ContextSummarizer",
@@ -74,16 +89,18 @@ __all__ = [
     "SemanticRecall",  # RecallParams(semantic=...): the optional 'semantic' extra
     "TriggerParams",
     "SummarizerOptions",  # deprecated: ContextSummarizerParams
-    # summarizer backends
+    # summarizer backends (and what a custom one implements)
     "DEFAULT_PROMPT",
-    "ExtractiveLLMService",
     "ExtractiveSummarizer",
     "OpenAISummarizer",
     "PipecatLLMSummarizer",
     "Summarizer",
-    "SummarizerError",
     "SummaryRequest",
     "SummaryResult",
+    # errors (the tree is in pipecat_summarizer.errors)
+    "PipecatSummarizerError",
+    "StoreError",
+    "SummarizerError",
     # token counting
     "EstimateTokenCounter",
     "TokenCounter",
@@ -106,13 +123,85 @@ __all__ = [
     "remember_fact_flows_function",
 ]
 
-_RENAMED = {"SummaryAppliedEvent": "ContextCompactedEvent"}
+_LLM_CONTEXT_SUMMARIZATION = "pipecat.utils.context.llm_context_summarization"
+
+# Where each public name lives: loaded on first access, so that importing the package (or
+# one of its light submodules, like the command line's parser) does not import Pipecat,
+# whose import takes about a second and logs a banner. Kept equal to the TYPE_CHECKING
+# imports above by tests/test_public_api.py.
+_EXPORTS: dict[str, str] = {
+    "CeilingParams": "pipecat_summarizer.options",
+    "ContextCompactedEvent": "pipecat_summarizer.events",
+    "ContextSummarizer": "pipecat_summarizer.processor",
+    "ContextSummarizerParams": "pipecat_summarizer.options",
+    "ContextSummaryAppliedFrame": "pipecat_summarizer.events",
+    "ConversationMemory": "pipecat_summarizer.memory",
+    "DEFAULT_PROMPT": "pipecat_summarizer.prompt",
+    "EstimateTokenCounter": "pipecat_summarizer.tokens",
+    "ExtractiveSummarizer": "pipecat_summarizer.summarizers",
+    "Fact": "pipecat_summarizer.pinned",
+    "Kind": "pipecat_summarizer.pinned",
+    "LLMAutoContextSummarizationConfig": _LLM_CONTEXT_SUMMARIZATION,
+    "LLMContextSummaryConfig": _LLM_CONTEXT_SUMMARIZATION,
+    "LLMRequestGuard": "pipecat_summarizer.guard",
+    "MemoryOptions": "pipecat_summarizer.store.recorder",
+    "MessagesEvictedEvent": "pipecat_summarizer.events",
+    "OpenAISummarizer": "pipecat_summarizer.summarizers",
+    "PinningParams": "pipecat_summarizer.options",
+    "PipecatLLMSummarizer": "pipecat_summarizer.summarizers",
+    "PipecatSummarizerError": "pipecat_summarizer.errors",
+    "Reason": "pipecat_summarizer.events",
+    "RecallParams": "pipecat_summarizer.recall",
+    "RetryParams": "pipecat_summarizer.options",
+    "SemanticRecall": "pipecat_summarizer.semantic",
+    "Source": "pipecat_summarizer.pinned",
+    "StoreError": "pipecat_summarizer.store.base",
+    "Summarizer": "pipecat_summarizer.summarizers",
+    "SummarizerError": "pipecat_summarizer.summarizers",
+    "SummarizerOptions": "pipecat_summarizer.options",
+    "SummaryFailedEvent": "pipecat_summarizer.events",
+    "SummaryRequest": "pipecat_summarizer.prompt",
+    "SummaryResult": "pipecat_summarizer.summarizers",
+    "TokenCounter": "pipecat_summarizer.tokens",
+    "TokenizerCounter": "pipecat_summarizer.tokens",
+    "TriggerParams": "pipecat_summarizer.options",
+    "recall_memory_flows_function": "pipecat_summarizer.tools",
+    "register_recall_memory": "pipecat_summarizer.tools",
+    "register_remember_fact": "pipecat_summarizer.tools",
+    "remember_fact_flows_function": "pipecat_summarizer.tools",
+}
+
+# Old top-level name -> (where it lives now, the message of its DeprecationWarning), one release.
+_DEPRECATED: dict[str, tuple[str, str, str]] = {
+    "SummaryAppliedEvent": (
+        "pipecat_summarizer.events",
+        "ContextCompactedEvent",
+        "SummaryAppliedEvent is deprecated: use ContextCompactedEvent",
+    ),
+    "ExtractiveLLMService": (
+        "pipecat_summarizer.summarizers",
+        "ExtractiveLLMService",
+        "pipecat_summarizer.ExtractiveLLMService is deprecated: import it from "
+        "pipecat_summarizer.summarizers (a helper of the replay, not of the public API)",
+    ),
+}
 
 
 def __getattr__(name: str) -> object:
-    """Names renamed in 0.2, for one release, with a ``DeprecationWarning``."""
-    new = _RENAMED.get(name)
-    if new is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"{name} is deprecated: use {new}", DeprecationWarning, stacklevel=2)
-    return globals()[new]
+    """A public name, imported on first use; a deprecated one with a ``DeprecationWarning``."""
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    old = _DEPRECATED.get(name)
+    if old is not None:
+        module, new, message = old
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(module), new)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazily loaded public ones included."""
+    return sorted(set(globals()) | set(__all__))

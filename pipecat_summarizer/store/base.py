@@ -6,6 +6,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from pipecat_summarizer.errors import PipecatSummarizerError
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallerMemory,
@@ -38,7 +39,7 @@ def query_words(query: str, limit: int = 32) -> list[str]:
     return _WORD.findall(query.lower())[:limit]
 
 
-class StoreError(Exception):
+class StoreError(PipecatSummarizerError):
     """A store could not be opened or read (bad path or DSN, newer schema, closed store)."""
 
 

@@ -12,10 +12,11 @@ from typing import Protocol, runtime_checkable
 
 from loguru import logger
 
+from pipecat_summarizer.errors import PipecatSummarizerError
 from pipecat_summarizer.prompt import SummaryRequest
 
 
-class SummarizerError(RuntimeError):
+class SummarizerError(PipecatSummarizerError, RuntimeError):
     """A summarizer backend failed to produce a usable summary."""
 
 
