@@ -171,3 +171,38 @@ async def test_a_new_file_locked_at_start_loses_nothing_once_released(tmp_path, 
     finally:
         await store.close()
     assert any("locked" in r["message"] for r in logs if r["level"].name == "WARNING")
+
+
+async def _reconnect(path) -> list[str]:
+    """Alice's call under "room-1" drops and reconnects under the same id: two sessions."""
+    store = SQLiteMemoryStore(path)
+    keys = []
+    try:
+        for n, words in enumerate(("before the drop", "after the reconnect")):
+            recorder = CallRecorder(
+                store, call_id="room-1", user_id="alice", options=MemoryOptions(writer=FAST)
+            )
+            recorder.start()
+            recorder.archive([{"role": "user", "content": words}], "evicted")
+            await recorder.end(
+                ended_by="end", summary=None, facts=[], messages_in_context=0, compactions=0
+            )
+            keys.append(recorder.session_id)
+    finally:
+        await store.close()
+    return keys
+
+
+def test_inspect_after_a_reconnect_leads_to_both_sessions(tmp_path, capsys):
+    path = tmp_path / "memory.db"
+    first, second = asyncio.run(_reconnect(path))
+    assert main(["inspect", str(path)]) == 0
+    listing = capsys.readouterr().out
+    # each session's line names the application's id it was recorded under
+    assert listing.count("room-1") == 2 and first in listing and second in listing
+    assert main(["inspect", str(path), "--call", "room-1"]) == 0
+    shown = capsys.readouterr().out
+    assert "after the reconnect" in shown and "before the drop" not in shown
+    assert first in shown  # the earlier session under the same id is named, to look at
+    assert main(["inspect", str(path), "--call", first]) == 0
+    assert "before the drop" in capsys.readouterr().out

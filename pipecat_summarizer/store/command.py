@@ -34,6 +34,9 @@ from pipecat_summarizer.store.opening import open_store
 from pipecat_summarizer.store.records import to_dict
 
 PREVIEW = 72
+#: ``--call ID``: the caller's (or, without one, the most recent) calls searched for other
+#: sessions recorded under the same application id (a reconnect, a reused room name)
+SESSIONS_LISTED = 200
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -203,6 +206,15 @@ async def _call(store: MemoryStore, call_id: str):
     call = await store.call(call_id)
     if call is None:
         return None
+    # an application's id names its newest session: resolved once, so every read below is of
+    # that session even if another starts meanwhile; the others under the id are named
+    call_id = call.call_id
+    label = call.label or call.call_id
+    others = [
+        {"call_id": c.call_id, "user_id": c.user_id, "started_at": c.started_at}
+        for c in await store.calls(call.user_id, limit=SESSIONS_LISTED)
+        if (c.label or c.call_id) == label and c.call_id != call_id
+    ]
     messages = await store.messages(call_id)
     by_compaction: dict[int | None, list[dict]] = {}
     for m in messages:
@@ -223,6 +235,7 @@ async def _call(store: MemoryStore, call_id: str):
         "compactions": compactions,
         "not_summarized": by_compaction.get(None, []),
         "facts": [to_dict(f) for f in await store.fact_history(call_id=call_id)],
+        "other_sessions": others,
     }
 
 
@@ -264,8 +277,10 @@ def _ranges(positions: list[int]) -> str:
 
 def _call_line(c: dict) -> str:
     end = f"ended {_when(c['ended_at'])} ({c['ended_by']})" if c["ended_at"] else "no end"
+    label = c.get("label")
+    named = f"  call id {label}" if label and label != c["call_id"] else ""
     return (
-        f"{c['call_id']}  caller {c['user_id'] or '-'}  started {_when(c['started_at'])}  "
+        f"{c['call_id']}{named}  caller {c['user_id'] or '-'}  started {_when(c['started_at'])}  "
         f"{end}  turns {c['turns']}  compactions {c['compactions']}  "
         f"archived {c['messages_archived']}" + ("  resumed" if c.get("resumed") else "")
     )
@@ -285,7 +300,13 @@ def _message_line(m: dict) -> str:
 def render_call(data: dict) -> str:
     """The plain-text timeline of one call."""
     c = data["call"]
-    lines = [f"call {_call_line(c)}", "", "compactions:"]
+    lines = [f"call {_call_line(c)}"]
+    for o in data.get("other_sessions", ()):
+        lines.append(
+            f"  another session under this call id: {o['call_id']}  caller "
+            f"{o['user_id'] or '-'}  started {_when(o['started_at'])}"
+        )
+    lines += ["", "compactions:"]
     if not data["compactions"]:
         lines.append("  none")
     for x in data["compactions"]:
