@@ -178,7 +178,7 @@ async def _reconnect(path) -> list[str]:
     store = SQLiteMemoryStore(path)
     keys = []
     try:
-        for n, words in enumerate(("before the drop", "after the reconnect")):
+        for words in ("before the drop", "after the reconnect"):
             recorder = CallRecorder(
                 store, call_id="room-1", user_id="alice", options=MemoryOptions(writer=FAST)
             )
