@@ -76,6 +76,12 @@ def with_facts(text: str | None, facts: Iterable[Fact]) -> str:
     return with_items(text or "", items, normalize)
 
 
+def joined_earlier(earlier: str, summary: str) -> str:
+    """A summary record that starts with the caller's earlier calls (older) and goes on with
+    this call's ``summary``: the next summary rolls both."""
+    return f"{earlier}\n\n{summary}" if summary.strip() else earlier
+
+
 @dataclass(frozen=True)
 class SummaryDraft:
     """A summary ready to be spliced: :meth:`ConversationMemory.absorb` makes it, the
@@ -122,6 +128,9 @@ class ConversationMemory:
         # normalized items the summary message states (its noted facts are not repeated)
         self._summary_items: frozenset[str] = frozenset()
         self.folded: list[Fact] = []  # left the block over budget, for the next summary
+        # a returning caller's earlier-calls text that arrived while a summary was in flight
+        # (it joins the summary message when that may change: it is never dropped)
+        self._earlier_waiting: str | None = None
         # keys the application pinned or unpinned in this call: newer than any stored fact
         self._app_here: set[str] = set()
         #: Called with the facts whenever :meth:`render` sees them changed (the store's hook).
@@ -212,6 +221,10 @@ class ConversationMemory:
             The new messages, or ``None`` when the fact messages are in place and current
             (the common case, cheap: identity checks and a version compare).
         """
+        joined = self._join_earlier(messages, in_flight=in_flight)
+        if joined is not None:
+            again = self.render(joined, in_flight=in_flight)
+            return joined if again is None else again
         new = self._render_blocks(messages)
         current = messages if new is None else new
         if in_flight or self.noted_message is None or self.summary_in(current) is None:
@@ -458,6 +471,8 @@ class ConversationMemory:
                 self.fold_over_budget()  # the summary message is rendered right below
         if self.folded:  # facts that left the pinned block belong in the record
             text, self.folded = with_facts(text, self.folded), []
+        if self._earlier_waiting is not None:  # arrived while this summary ran
+            text, self._earlier_waiting = joined_earlier(self._earlier_waiting, text), None
         return SummaryDraft(self.render_summary(text, config), text, config)
 
     def commit(self, draft: SummaryDraft) -> None:
@@ -507,12 +522,34 @@ class ConversationMemory:
             self.facts.touch(live)
         new = self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
         current = messages if new is None else new
-        if not earlier or in_flight or self.summary_in(current) is not None:
+        if not earlier:
             return new
-        message = self.render_summary(earlier, self.summary_config)
-        at = head_length(current)
-        self._adopt(message, earlier)
-        return self.place([*current[:at], message, *current[at:]])
+        # never dropped: while a summary is in flight it waits (the summary's record takes
+        # it in when it lands); after a summary it joins that summary's record
+        self._earlier_waiting = earlier
+        joined = self._join_earlier(current, in_flight=in_flight)
+        return new if joined is None else joined
+
+    def _join_earlier(self, messages: Messages, *, in_flight: bool) -> Messages | None:
+        """The earlier-calls text waiting, put where the summary goes: the summary message
+        (this call's summary kept after it) or, with no summary in the context, its own
+        summary message after the head. ``None``: nothing waits, or a summary is in flight
+        (its message must not change)."""
+        earlier = self._earlier_waiting
+        if earlier is None or in_flight:
+            return None
+        self._earlier_waiting = None
+        present = self.summary_in(messages)
+        if present is None:
+            message = self.render_summary(earlier, self.summary_config)
+            at = head_length(messages)
+            self._adopt(message, earlier)
+            return self.place([*messages[:at], message, *messages[at:]])
+        text = joined_earlier(earlier, self.summary_text or "")
+        message = self.render_summary(text, self.summary_config)
+        at = next(i for i, m in enumerate(messages) if m is present)
+        self._adopt(message, text)
+        return self.place([*messages[:at], message, *messages[at + 1 :]])
 
     def _restorable(self, key: str, source: str) -> bool:
         """Whether a stored fact under ``key`` from ``source`` may be restored (see

@@ -16,12 +16,15 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer.memory import ConversationMemory
+from pipecat_summarizer.options import PinningParams
 from pipecat_summarizer.pinned import NOTED_HEADER
 from pipecat_summarizer.recall import RECALL_HEADER, RecallParams
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.recorder import MemoryOptions
+from pipecat_summarizer.store.recorder import EARLIER_CALLS_HEADER, MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply
 from tests.pipeline_utils import cfg, main_llm, turns
@@ -125,3 +128,54 @@ async def test_an_update_of_copies_keeps_one_recalled_block_never_archived(opena
     for request in asked[4:]:
         assert sum(str(m["content"]).startswith(RECALL_HEADER) for m in request) <= 1
     assert not any(m.content.startswith(RECALL_HEADER) for m in archived)
+
+
+# -- the caller's earlier-calls memory arriving late (it never delays a frame) ---------------
+
+EARLIER = f"{EARLIER_CALLS_HEADER}\n- call 1: booked the Hotel Marquis, room 418"
+
+
+def _memory() -> ConversationMemory:
+    return ConversationMemory(LLMContextSummaryConfig(), PinningParams())
+
+
+def _turns(n: int = 4) -> list[dict]:
+    return [{"role": ("user", "assistant")[i % 2], "content": f"turn {i}"} for i in range(n)]
+
+
+def test_earlier_calls_arriving_while_a_summary_is_in_flight_join_when_it_lands():
+    mem = _memory()
+    system = {"role": "system", "content": SYSTEM}
+    messages = [system, *_turns()]
+    facts = [{"key": "pet", "text": "has a cat", "source": "llm"}]
+    new = mem.load(messages, facts, EARLIER, in_flight=True)
+    messages = messages if new is None else new
+    assert [f.key for f in mem.facts.facts] == ["pet"]
+    # the summary in flight lands: its record carries the earlier calls too
+    draft = mem.absorb("DECISIONS:\n- spa on Sunday", None, mem.summary_config)
+    mem.commit(draft)
+    assert "room 418" in draft.message["content"] and "spa on Sunday" in draft.message["content"]
+    assert "room 418" in (mem.summary_text or "")
+
+
+def test_earlier_calls_arriving_while_in_flight_join_when_the_summary_is_discarded():
+    mem = _memory()
+    messages = [{"role": "system", "content": SYSTEM}, *_turns()]
+    assert mem.load(messages, [], EARLIER, in_flight=True) is None  # nothing may move yet
+    placed = mem.render(messages, in_flight=False)  # the summary failed: the next turn
+    assert placed is not None
+    summary = mem.summary_in(placed)
+    assert summary is not None and "room 418" in summary["content"]
+
+
+def test_earlier_calls_arriving_after_a_summary_exists_join_its_record():
+    mem = _memory()
+    draft = mem.absorb("DECISIONS:\n- spa on Sunday", None, mem.summary_config)
+    messages = [{"role": "system", "content": SYSTEM}, draft.message, *_turns(2)]
+    mem.commit(draft)
+    new = mem.load(messages, [], EARLIER, in_flight=False)
+    assert new is not None
+    summary = mem.summary_in(new)
+    assert summary is not None and sum(m is summary for m in new) == 1
+    assert "room 418" in summary["content"] and "spa on Sunday" in summary["content"]
+    assert all(m is not draft.message for m in new)  # replaced, never two summaries
