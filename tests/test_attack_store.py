@@ -206,3 +206,33 @@ def test_inspect_after_a_reconnect_leads_to_both_sessions(tmp_path, capsys):
     assert first in shown  # the earlier session under the same id is named, to look at
     assert main(["inspect", str(path), "--call", first]) == 0
     assert "before the drop" in capsys.readouterr().out
+
+
+def test_a_writer_and_open_store_refuse_wrong_types_at_once_and_take_a_path(tmp_path):
+    store = SQLiteMemoryStore()
+    with pytest.raises(TypeError, match="store"):
+        StoreWriter(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="options"):
+        StoreWriter(store, {"max_queue": 1})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="record"):
+        # a non-record queued: before, the writer retried its batch forever (an "outage")
+        StoreWriter(store).submit({"role": "user", "content": "hi"})  # type: ignore[arg-type]
+    # a pathlib.Path is a SQLite path, as SQLiteMemoryStore takes it
+    assert open_store(tmp_path / "memory.db").path == tmp_path / "memory.db"  # type: ignore[attr-defined, arg-type]
+
+
+async def test_read_bounds_are_checked_by_name(store_target):
+    store = open_store(store_target)
+    try:
+        await store.write([CallRecord(f"s{i}", "u", started_at=1000.0 + i) for i in range(3)])
+        for bad in (-1, "5", 2.5, True):
+            with pytest.raises((TypeError, ValueError), match="limit"):
+                await store.calls("u", limit=bad)
+            with pytest.raises((TypeError, ValueError), match="max_calls"):
+                await store.caller_memory("u", max_calls=bad)
+        with pytest.raises(TypeError, match="user_id"):
+            await store.caller_memory(None)  # type: ignore[arg-type]
+        assert len(await store.calls("u", limit=2)) == 2
+        assert (await store.caller_memory("u", max_calls=1)).calls == 1
+    finally:
+        await store.close()

@@ -43,6 +43,31 @@ class StoreError(PipecatSummarizerError):
     """A store could not be opened or read (bad path or DSN, newer schema, closed store)."""
 
 
+def check_count(name: str, value: object) -> int:
+    """A read's ``limit`` / ``max_calls``: a non-negative integer (not a bool, a string or
+    a float; SQLite takes a negative ``LIMIT`` for no limit at all).
+
+    Raises:
+        TypeError: If it is not an integer.
+        ValueError: If it is negative.
+    """
+    check_number(name, value, integer=True)
+    if value < 0:  # type: ignore[operator]
+        raise ValueError(f"{name} must not be negative, got {value!r}")
+    return int(value)  # type: ignore[call-overload]
+
+
+def check_user_id(value: object) -> str:
+    """A read's ``user_id`` (required): a string.
+
+    Raises:
+        TypeError: If it is not a string.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"user_id must be a string, got {type(value).__name__}")
+    return value
+
+
 def check_retention_days(value: object) -> None:
     """``retention_days``: ``None`` or a positive, finite number of days (not a bool).
 

@@ -6,12 +6,15 @@ this function (lazily, so asyncpg stays optional) imports the backends.
 
 from __future__ import annotations
 
+import os
+
 from pipecat_summarizer.store.base import MemoryStore, StoreError
 
 
-def open_store(target: str, **kwargs) -> MemoryStore:
-    """A store for a SQLite path (``:memory:`` too) or a PostgreSQL DSN: ``postgresql://``,
-    ``postgres://`` or SQLAlchemy's ``postgresql+asyncpg://`` (the same server).
+def open_store(target: str | os.PathLike[str], **kwargs) -> MemoryStore:
+    """A store for a SQLite path (a ``pathlib.Path`` too; ``:memory:``) or a PostgreSQL
+    DSN: ``postgresql://``, ``postgres://`` or SQLAlchemy's ``postgresql+asyncpg://`` (the
+    same server).
 
     Keyword arguments go to the backend's constructor (``read_only=True`` for both).
 
@@ -19,6 +22,8 @@ def open_store(target: str, **kwargs) -> MemoryStore:
         StoreError: If ``target`` is empty, or a URL of another scheme (``mysql://``...),
             which is never taken for a file name.
     """
+    if isinstance(target, os.PathLike) and isinstance(os.fspath(target), str):
+        target = os.fspath(target)  # a pathlib.Path: a SQLite file
     if not isinstance(target, str) or not target.strip():
         raise StoreError("store target must be a SQLite path or a postgresql:// DSN")
     scheme, sep, rest = target.partition("://")

@@ -20,9 +20,11 @@ from pipecat_summarizer.store.base import (
     SCHEMA_VERSION,
     MemoryStore,
     StoreError,
+    check_count,
     check_retention_days,
     check_store_tables,
     check_store_version,
+    check_user_id,
     query_words,
 )
 from pipecat_summarizer.store.dsn import mask_dsn
@@ -451,6 +453,9 @@ class PostgresMemoryStore(MemoryStore):
 
     async def calls(self, user_id: str | None = None, *, limit: int = 50) -> list[CallRecord]:
         """Calls newest first: all of ``user_id``'s, or the most recent of any caller."""
+        limit = check_count("limit", limit)
+        if user_id is not None:
+            check_user_id(user_id)
         if user_id is None:
             rows = await self._fetch(
                 f"SELECT {CALL_COLS} FROM calls ORDER BY started_at DESC LIMIT $1", int(limit)
@@ -627,6 +632,8 @@ class PostgresMemoryStore(MemoryStore):
 
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
         """The caller's current pinned facts and their latest calls' summaries."""
+        check_user_id(user_id)
+        max_calls = check_count("max_calls", max_calls)
         async with await self._acquire() as conn:
             # the caller's current state of each key (kept by every write)
             fact_rows = await conn.fetch(

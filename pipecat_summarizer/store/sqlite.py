@@ -26,9 +26,11 @@ from pipecat_summarizer.store.base import (
     SCHEMA_VERSION,
     MemoryStore,
     StoreError,
+    check_count,
     check_retention_days,
     check_store_tables,
     check_store_version,
+    check_user_id,
     query_words,
 )
 from pipecat_summarizer.store.records import (
@@ -516,6 +518,9 @@ class SQLiteMemoryStore(MemoryStore):
 
     async def calls(self, user_id: str | None = None, *, limit: int = 50) -> list[CallRecord]:
         """Calls newest first: all of ``user_id``'s, or the most recent of any caller."""
+        limit = check_count("limit", limit)
+        if user_id is not None:
+            check_user_id(user_id)
         where, params = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
         rows = await self._query(
             f"SELECT {CALL_COLS} FROM calls {where} ORDER BY started_at DESC LIMIT ?",
@@ -779,6 +784,8 @@ class SQLiteMemoryStore(MemoryStore):
 
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
         """The caller's current pinned facts and their latest calls' summaries."""
+        check_user_id(user_id)
+        max_calls = check_count("max_calls", max_calls)
 
         def read(conn: sqlite3.Connection) -> CallerMemory:
             # the caller's current state of each key (kept by every write), oldest first

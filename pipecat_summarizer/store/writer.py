@@ -25,8 +25,18 @@ from dataclasses import dataclass
 from loguru import logger
 
 from pipecat_summarizer.store.base import MemoryStore, error_reason, is_outage
-from pipecat_summarizer.store.records import Record, record_key
+from pipecat_summarizer.store.records import (
+    ArchivedMessage,
+    CallRecord,
+    CompactionRecord,
+    FactEvent,
+    Record,
+    record_key,
+)
 from pipecat_summarizer.validation import validate_numeric_fields
+
+#: What :meth:`StoreWriter.submit` takes.
+RECORD_TYPES = (ArchivedMessage, CompactionRecord, FactEvent, CallRecord)
 
 #: The shortest flush interval (a smaller one would spin the event loop).
 MIN_FLUSH_INTERVAL_S = 0.01
@@ -86,6 +96,12 @@ class StoreWriter:
 
     def __init__(self, store: MemoryStore, options: WriterOptions | None = None, name: str = ""):
         """Create the writer; :meth:`start` starts its task."""
+        if not isinstance(store, MemoryStore):
+            raise TypeError(f"store must be a MemoryStore, got {type(store).__name__}")
+        if options is not None and not isinstance(options, WriterOptions):
+            raise TypeError(f"options must be a WriterOptions, got {type(options).__name__}")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string, got {type(name).__name__}")
         self.store = store
         self.options = options or WriterOptions()
         self.name = name
@@ -113,7 +129,14 @@ class StoreWriter:
         return self._down_since is not None
 
     def submit(self, record: Record) -> None:
-        """Queue ``record`` (O(1), never blocks). The oldest waiting record goes if full."""
+        """Queue ``record`` (O(1), never blocks). The oldest waiting record goes if full.
+
+        Raises:
+            TypeError: If ``record`` is not a store record (the database would never take
+                it: its batch would be retried forever).
+        """
+        if not isinstance(record, RECORD_TYPES):
+            raise TypeError(f"record must be a store record, got {type(record).__name__}")
         queue = self._queue
         queue.append(record)
         if len(queue) > self.options.max_queue:
