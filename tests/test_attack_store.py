@@ -10,7 +10,10 @@ import asyncio
 import json
 import os
 import random
+import re
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -236,3 +239,41 @@ async def test_read_bounds_are_checked_by_name(store_target):
         assert (await store.caller_memory("u", max_calls=1)).calls == 1
     finally:
         await store.close()
+
+
+# A process whose files may not grow past 200 kB (RLIMIT_FSIZE: a full disk, without root):
+# its writer's WARNING must say why, as it does for a lock.
+_FULL_DISK = """
+import asyncio, resource, signal, sys
+from loguru import logger
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+logger.remove()
+logger.add(sys.stdout, level="WARNING", format="{level} {message}")
+from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter, WriterOptions
+from pipecat_summarizer.store.records import ArchivedMessage
+
+async def main():
+    store = SQLiteMemoryStore(sys.argv[1])
+    writer = StoreWriter(store, WriterOptions(flush_interval_s=0.02), name="c1")
+    writer.start()
+    for i in range(300):
+        writer.submit(ArchivedMessage("c1", i, "user", "x" * 2000, "{}", user_id="u"))
+    await writer.close(timeout=0.3)
+    await store.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_disk_that_will_not_grow_is_named_in_the_outage_warning(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, str(tmp_path / "memory.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    warning = next(line for line in out.stdout.splitlines() if line.startswith("WARNING"))
+    # SQLite reports a file over the limit as an I/O error (a full tmpfs: "disk full"); before,
+    # its own rollback of the transaction hid the error and the WARNING named only the class
+    assert re.search(r"write failed \((disk full|disk I/O error) \(", warning), out.stdout

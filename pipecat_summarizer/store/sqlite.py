@@ -234,6 +234,14 @@ _END_CALL = """INSERT INTO calls(call_id, user_id, started_at, ended_at, ended_b
     turns=excluded.turns, resumed=MAX(excluded.resumed, calls.resumed)"""
 
 
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back the transaction if it is still open: SQLite rolls it back itself on some
+    errors (a full disk, an I/O error), and a ROLLBACK then would raise "no transaction is
+    active" in place of the error that says why."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
 def session_key(conn: sqlite3.Connection, call_id: str) -> str:
     """What a ``call_id`` argument names: a session's key, or else the newest session
     recorded under that application id (label), or else the key itself."""
@@ -417,7 +425,7 @@ class SQLiteMemoryStore(MemoryStore):
                     conn.execute("INSERT INTO schema_version VALUES (?)", (v,))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     # -- the interface --------------------------------------------------------------------
@@ -477,7 +485,7 @@ class SQLiteMemoryStore(MemoryStore):
                     raise TypeError(f"not a store record: {type(r).__name__}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     @staticmethod
@@ -844,7 +852,7 @@ class SQLiteMemoryStore(MemoryStore):
                 conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
             if self.path is not None:
                 busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -879,6 +887,6 @@ class SQLiteMemoryStore(MemoryStore):
             conn.execute("DELETE FROM caller_facts WHERE at < ?", (cutoff,))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
         return n
