@@ -136,6 +136,15 @@ def _as_summarizer(summarizer: Any) -> Summarizer:
     return summarizer
 
 
+def _holds(messages: list, message: Any) -> bool:
+    """Whether ``message`` (by identity) is in ``messages``: the processor's own messages sit
+    near the start (facts, summary) or the end (the recalled block), so this is cheap."""
+    for m in messages[:8]:
+        if m is message:
+            return True
+    return any(m is message for m in reversed(messages))
+
+
 # The same internal step failing on this many frames in a row stops summarization for the
 # call: retrying it every turn would only repeat the error.
 _STEP_FAILURE_LIMIT = 3
@@ -783,8 +792,7 @@ class ContextSummarizer(FrameProcessor):
         own = self._memory.own_messages()
         if recall is not None and recall.message is not None:
             own.append(recall.message)
-        present = {id(m) for m in messages}
-        missing = [x for x in own if id(x) not in present]
+        missing = [x for x in own if not _holds(messages, x)]
         if not missing:
             return
         taken = {id(x) for x in own}
