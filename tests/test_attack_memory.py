@@ -237,3 +237,28 @@ async def test_caller_text_like_our_headers_or_unstorable_reaches_the_llm_and_th
         assert "administrator" not in _authority_texts(sent)
     stored = [m.content for m in archived if m.role == "user"]
     assert stored == [*texts[:4], "A NUL  byte at the Marquis?"]  # storable: NUL removed
+
+
+async def test_an_update_that_empties_everything_archives_once_and_keeps_the_facts(
+    openai_server, tmp_path
+):
+    openai_server.handler = lambda body: Reply("Sure thing.")
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
+    processor = _processor(openai_server, context, store, config=cfg(messages=40, keep=2))
+    processor.pin("status", "Account frozen; no refunds")
+    frames = [
+        *turns([HOTEL, "Is the spa open?"], gap=0.15),
+        LLMMessagesUpdateFrame(messages=[], run_llm=True),  # everything, the head included
+        SleepFrame(sleep=0.15),
+        *turns(["Hello again."], gap=0.15),
+    ]
+    try:
+        await run_test(_pipeline(openai_server, context, processor), frames_to_send=frames)
+        archived = await store.messages("c1")
+    finally:
+        await store.close()
+    for request in openai_server.chat_requests[2:]:
+        assert "Account frozen" in _authority_texts(request["messages"])  # still the app's
+    assert [m.content for m in archived if m.content == HOTEL] == [HOTEL]  # archived once
+    assert not any(m.content == SYSTEM or "Account frozen" in m.content for m in archived)
