@@ -54,7 +54,8 @@ async def test_a_fact_whose_key_is_a_long_summary_bullet_is_kept(store_target):
 
 
 async def test_ids_with_like_wildcards_and_quotes_touch_only_their_own_rows(store_target):
-    ids = ["a%", "a_", "ab", "a'b", 'a"b', "a\\b", "a%b"]
+    # "\u0430lice" begins with a Cyrillic a: a confusable is another caller, never a match
+    ids = ["a%", "a_", "\u0430lice", "ab", "a'b", 'a"b', "a\\b", "a%b", "alice"]
     store = open_store(store_target)
     try:
         await store.write(
@@ -62,7 +63,8 @@ async def test_ids_with_like_wildcards_and_quotes_touch_only_their_own_rows(stor
         )
         assert await store.forget("a%") == 2  # its call row and its message, nothing else
         assert await store.forget("a_") == 2
-        for i, u in enumerate(ids[2:], start=2):
+        assert await store.forget("\u0430lice") == 2
+        for i, u in enumerate(ids[3:], start=3):
             assert [c.call_id for c in await store.calls(u)] == [f"s{i}"], u
             assert len(await store.search("x", user_id=u)) == 1, u
     finally:
