@@ -97,13 +97,20 @@ def _strategies(value: str) -> tuple[str, ...]:
     return tuple(s for s in STRATEGY_NAMES if s in names)
 
 
+MAIN_PRICES = (3.0, 15.0, 0.3)
+"""The main LLM's default prices (input, output, cached input), dollars per million tokens: a
+large model's (Claude Sonnet's published $3 / $15, cached reads at a tenth)."""
+
+SUMMARY_PRICES = (0.15, 0.60)
+"""The summarizer's default prices (input, output), dollars per million tokens: OpenAI's
+published prices for gpt-4o-mini, the small model this package's examples use."""
+
+
 # -- the parser ----------------------------------------------------------------------------
 
 
 def add_arguments(rp: argparse.ArgumentParser) -> None:
     """Add the replay's arguments to its parser."""
-    from pipecat_summarizer.replay.report import MAIN_PRICES, SUMMARY_PRICES
-
     src = rp.add_argument_group("input (exactly one)")
     src.add_argument(
         "transcript",

@@ -41,6 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipecat_summarizer.replay.arguments import MAIN_PRICES, SUMMARY_PRICES
 from pipecat_summarizer.tokens import EstimateTokenCounter, TokenCounter, message_texts
 
 STRATEGIES = ("full_buffer", "pipecat_builtin", "pipecat_summarizer")
@@ -66,15 +67,6 @@ REPORT_KEYS = (
     "hot_path_us_p50",
     "hot_path_us_p99",
 )
-
-
-MAIN_PRICES = (3.0, 15.0, 0.3)
-"""The main LLM's default prices (input, output, cached input), dollars per million tokens: a
-large model's (Claude Sonnet's published $3 / $15, cached reads at a tenth)."""
-
-SUMMARY_PRICES = (0.15, 0.60)
-"""The summarizer's default prices (input, output), dollars per million tokens: OpenAI's
-published prices for gpt-4o-mini, the small model this package's examples use."""
 
 
 @dataclass(frozen=True)
