@@ -33,7 +33,16 @@ class ContextCompactedEvent:
         messages_before: Context messages just before the splice.
         messages_after: Context messages just after the splice.
         messages_summarized: Conversation messages folded into the summary.
-        messages_kept: Messages after the summary that stayed verbatim.
+        messages_kept: Messages after the summary message at the moment of the splice
+            (pinned-facts and recalled blocks not counted): the planned tail plus every
+            message that arrived while the summary ran. The planned tail is
+            ``min_messages_after_summary``, the answer to the request that started the
+            compaction among them (more only to keep a tool call with its result). So, with
+            keep 4: 4 when the summary lands after that answer and before the next user turn;
+            3 when it lands while the answer is still on its way (the tail is 4 once it
+            arrives); 4 + 2 per exchange that completed while it ran (5, 7... when it lands
+            between a user turn and its answer). Pipecat's ``preserved_message_count`` counts
+            the same messages plus its leading system message.
         tokens_before: Estimated context tokens just before the splice.
         tokens_after: Estimated context tokens just after the splice.
         summary_tokens: Estimated tokens of the summary message.

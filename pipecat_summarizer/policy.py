@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from loguru import logger
 from pipecat.utils.context import llm_context_summarization as _pipecat_summarization
 from pipecat.utils.context.llm_context_summarization import (
     LLMAutoContextSummarizationConfig,
@@ -31,7 +32,12 @@ DEFAULT_SUMMARIZATION_TIMEOUT: float = _pipecat_summarization.DEFAULT_SUMMARIZAT
 
 
 def validate_config(config: LLMAutoContextSummarizationConfig) -> None:
-    """Reject configurations that are malformed or would summarize on every turn.
+    """Reject configurations that are malformed, or whose kept tail alone reaches the
+    message threshold (``min_messages_after_summary >= max_unsummarized_messages``).
+
+    Thresholds that leave room for one exchange only (limit 6, keep 4) compact on every user
+    turn; Pipecat's built-in accepts them, so they are accepted here too, and
+    :class:`CompactionTrigger` logs one WARNING at construction (:func:`every_turn_warning`).
 
     Every numeric field (``max_context_tokens``, ``max_unsummarized_messages`` and the
     summary config's) must be a finite number of its type; ``summarization_timeout=None``
@@ -73,6 +79,63 @@ def validate_config(config: LLMAutoContextSummarizationConfig) -> None:
             f"max_unsummarized_messages ({limit}): the kept messages alone would trigger "
             "a new summary on every turn"
         )
+
+
+def turns_per_compaction(config: LLMAutoContextSummarizationConfig) -> int | None:
+    """Turns from one message-threshold compaction to the next, in a plain conversation.
+
+    A plain conversation: each turn adds one user message and one answer (no tools), and each
+    summary lands before the next turn. After a compaction the summary is followed by the
+    kept tail (``min_messages_after_summary``, the answer among them; 1 more when it is 0 or
+    1: the user message and its answer stay together); the request whose answer brings the
+    count to ``max_unsummarized_messages`` starts the next one (:func:`trigger_reason`).
+    With Pipecat's defaults (20, keep 4): every 8 turns. Tool rounds add messages, so a
+    call with tools compacts at most this far apart.
+
+    Args:
+        config: Pipecat's auto-summarization config.
+
+    Returns:
+        The number of turns (at least 1), or ``None`` when the message threshold is off.
+    """
+    limit = config.max_unsummarized_messages
+    if limit is None:
+        return None
+    keep = config.summary_config.min_messages_after_summary
+    tail = keep if keep >= 2 else keep + 1
+    return max(1, -(-(limit - tail) // 2))
+
+
+def every_turn_warning(
+    config: LLMAutoContextSummarizationConfig, trigger: TriggerParams
+) -> str | None:
+    """The warning for thresholds that would compact on every user turn, or ``None``.
+
+    Pipecat's built-in accepts such a configuration (and compacts as often), so it is
+    accepted here too, with this one warning at construction. Not in manual-only mode (the
+    thresholds start nothing) nor with a ``cached_input_discount`` (message-threshold
+    compactions then wait until they pay).
+
+    Args:
+        config: Pipecat's auto-summarization config.
+        trigger: The trigger parameters.
+
+    Returns:
+        One line naming the fields and how often it will compact, without conversation text.
+    """
+    if not trigger.auto or trigger.cached_input_discount > 0:
+        return None
+    if turns_per_compaction(config) != 1:
+        return None
+    limit = config.max_unsummarized_messages
+    keep = config.summary_config.min_messages_after_summary
+    tail = keep if keep >= 2 else keep + 1
+    return (
+        f"max_unsummarized_messages ({limit}) leaves room for only one exchange after the "
+        f"kept tail (summary_config.min_messages_after_summary={keep}): the message "
+        "threshold will start a compaction on every user turn, as Pipecat's built-in "
+        f"would; use max_unsummarized_messages >= {tail + 3} for one every 2 turns or more"
+    )
 
 
 def validate_summary_config(summary: object, name: str = "summary_config") -> None:
@@ -316,6 +379,9 @@ class CompactionTrigger:
         """Initialize the gates (nothing remembered yet)."""
         self.config = config
         self.params = trigger or TriggerParams()
+        warning = every_turn_warning(config, self.params)
+        if warning is not None:
+            logger.warning(warning)  # once, at construction: accepted, as Pipecat accepts it
         retry = retry or RetryParams()
         self.failures = FailureTracker(
             backoff_s=retry.backoff_s,
