@@ -31,11 +31,12 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy  # the package, configured in pyproject.toml [tool.mypy]
 	$(VENV)/bin/hadolint Dockerfile
 
-# DEMO_ARGS=--instant for the replay without time (every summary lands before the next turn).
+# The same call twice, calm and busy (the summarizer writing 40 tokens/s, a barge-in on half
+# the answers), in one table, report and plot; offline. DEMO_ARGS adds flags (e.g. --seed 1).
 # nutrition_call is shipped in the package (pipecat_summarizer/replay/data/, probes included).
 DEMO_ARGS ?=
 demo: $(STAMP)
-	$(VENV)/bin/pipecat-summarizer replay nutrition_call \
+	$(VENV)/bin/pipecat-summarizer replay nutrition_call --compare-busy \
 		--report out/report.json --plot out/plot.png $(DEMO_ARGS)
 
 clean:

@@ -208,6 +208,13 @@ def add_arguments(rp: argparse.ArgumentParser) -> None:
         help="share of the bot's answers the user interrupts (default 0.2)",
     )
     tm.add_argument("--seed", type=_int, default=0, help="seed of the simulated call")
+    tm.add_argument(
+        "--compare-busy",
+        action="store_true",
+        help="replay the transcript twice, as set by the other flags (the calm call) and busy "
+        "(the summarizer writing 40 tokens/s, a barge-in on half the answers; the rest "
+        "alike), in one table, one report and one plot (what make demo runs)",
+    )
 
     th = rp.add_argument_group(
         "thresholds",

@@ -64,9 +64,25 @@ def _run(args: argparse.Namespace) -> int:
     if not importable("tqdm"):
         raise UsageError(f"the replay needs its extra (tqdm, matplotlib): {INSTALL_HINT}")
     _configure_logging(args.verbose)
+    if args.compare_busy:
+        others = [
+            flag
+            for flag, given in (
+                ("--instant", args.instant),
+                ("--synthetic", args.synthetic is not None),
+                ("--locomo", args.locomo is not None),
+            )
+            if given
+        ]
+        if others:
+            raise UsageError(
+                f"--compare-busy replays one transcript in simulated time: not with {others[0]}"
+            )
     job = build_job(args)
     backend = backend_for(job)
-    if args.synthetic is not None:
+    if args.compare_busy:
+        report, plots = output.conditions(job, backend)
+    elif args.synthetic is not None:
         report, plots = output.synthetic(job, backend)
     elif args.locomo is not None:
         report, plots = output.locomo(job, backend)

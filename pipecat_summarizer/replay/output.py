@@ -13,7 +13,12 @@ from typing import Any
 
 from pipecat_summarizer.replay.job import ReplayJob, UsageError, replay_transcript
 from pipecat_summarizer.replay.report import StrategyResult, build_report
-from pipecat_summarizer.replay.tables import format_table, merge_reports
+from pipecat_summarizer.replay.tables import (
+    conditions_table,
+    format_table,
+    merge_reports,
+    takeaway,
+)
 
 Plot = Callable[[], None]
 
@@ -111,6 +116,16 @@ def timing_line(job: ReplayJob, results: Sequence[StrategyResult]) -> str:
     )
 
 
+def turn_minutes(job: ReplayJob, transcript: Any) -> list[float] | None:
+    """The minute each user turn starts, then the call's end (``None`` when instant): the
+    replay's own schedule, planned from the call model."""
+    from pipecat_summarizer.replay.timing import plan_call, turn_starts
+
+    if job.model is None or not transcript.turns:
+        return None
+    return [s / 60 for s in turn_starts(plan_call(transcript, job.model), job.model)]
+
+
 def _plot(job: ReplayJob, results: list[StrategyResult], transcript: Any, path: str) -> Plot:
     def draw() -> None:
         from pipecat_summarizer.replay.plot import plot_results
@@ -126,6 +141,7 @@ def _plot(job: ReplayJob, results: list[StrategyResult], transcript: Any, path: 
             outage=(job.outage.start, job.outage.end) if job.outage else None,
             probes=job.probes,
             prices=job.prices,
+            minutes=turn_minutes(job, transcript),
         )
         print(f"plot written to {path}")
 
@@ -181,16 +197,102 @@ def _print_report(job: ReplayJob, transcript: Any, report: dict[str, Any], resul
 
 def single(job: ReplayJob, backend: Any) -> tuple[dict[str, Any], list[Plot]]:
     """Replay the transcript file of ``job``."""
-    from pipecat_summarizer.replay.transcript import TranscriptError, load_transcript
-
-    try:
-        transcript = load_transcript(job.args.transcript)
-    except TranscriptError as e:
-        raise UsageError(str(e)) from None
+    transcript = _load(job)
     report, results = _single(job, backend, transcript)
     _print_report(job, transcript, report, results)
     plots = [_plot(job, results, transcript, job.args.plot)] if job.args.plot else []
     return report, plots
+
+
+def _load(job: ReplayJob) -> Any:
+    from pipecat_summarizer.replay.transcript import TranscriptError, load_transcript
+
+    try:
+        return load_transcript(job.args.transcript)
+    except TranscriptError as e:
+        raise UsageError(str(e)) from None
+
+
+def conditions(job: ReplayJob, backend: Any) -> tuple[dict[str, Any], list[Plot]]:
+    """Replay the transcript of ``job`` as a calm call (as configured) and a busy one
+    (:func:`~pipecat_summarizer.replay.timing.busy`): both tables, then the two side by side
+    and what they show; one report (``{"conditions": {"calm": report, "busy": report}}``)
+    and one plot with a column per condition."""
+    from pipecat_summarizer.replay.timing import busy
+
+    if job.model is None:
+        raise UsageError("--compare-busy needs simulated time: not with --instant")
+    transcript = _load(job)
+    jobs = {"calm": job, "busy": replace(job, model=busy(job.model))}
+    reports: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[StrategyResult]] = {}
+    for name, each in jobs.items():
+        reports[name], runs[name] = _single(each, backend, transcript, {"condition": name})
+        print(f"\n== the {name} call ==")
+        _print_report(each, transcript, reports[name], runs[name])
+    print("\nCalm against busy: the summarizing strategies\n")
+    print(conditions_table(reports))
+    words = takeaway(reports)
+    if words:
+        print("\n" + "\n".join(words))
+    report: dict[str, Any] = {
+        "transcript": transcript.name,
+        "turns": len(transcript.turns),
+        "conditions": reports,
+        "takeaway": words,
+    }
+    plots = []
+    if job.args.plot:
+        plots.append(_conditions_plot(jobs, runs, transcript, words, job.args.plot))
+    return report, plots
+
+
+def _conditions_plot(
+    jobs: dict[str, ReplayJob],
+    runs: dict[str, list[StrategyResult]],
+    transcript: Any,
+    words: Sequence[str],
+    path: str,
+) -> Plot:
+    def draw() -> None:
+        from pipecat_summarizer.replay.plot import Condition, plot_conditions
+
+        job = jobs["calm"]
+        compared = " vs ".join(
+            label
+            for name, label in (
+                ("pipecat_builtin", "Pipecat's built-in summarization"),
+                ("pipecat_summarizer", "pipecat-summarizer"),
+            )
+            if name in job.strategies
+        )
+        if "full_buffer" in job.strategies:
+            compared += " (and the full buffer, no summarization)"
+        heading = f"{compared}: the same call replayed calm and busy. {title(job, transcript)}"
+        if words:
+            heading += "\n" + words[0]
+        plot_conditions(
+            [
+                Condition(
+                    f"{name} call",
+                    timing_line(each, runs[name]).removeprefix("timing: simulated real time, "),
+                    runs[name],
+                    turn_minutes(each, transcript),
+                    (each.outage.start, each.outage.end) if each.outage else None,
+                )
+                for name, each in jobs.items()
+            ],
+            path,
+            title=heading,
+            threshold=job.thresholds.max_context_tokens,
+            turns=len(transcript.turns),
+            ceiling=job.args.max_request_tokens,
+            probes=job.probes,
+            prices=job.prices,
+        )
+        print(f"plot written to {path}")
+
+    return draw
 
 
 def synthetic(job: ReplayJob, backend: Any) -> tuple[dict[str, Any], list[Plot]]:

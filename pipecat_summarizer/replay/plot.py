@@ -1,46 +1,97 @@
-"""The PNG: what each strategy costs, sends and remembers over the call, turn by turn.
+"""The PNG: what each strategy costs, sends, summarizes and remembers over the call.
 
-Needs matplotlib (the ``replay`` extra). Three panels share the turn axis:
+Needs matplotlib (the ``replay`` extra). One column per condition (one for a plain replay;
+the calm and the busy call side by side for ``--compare-busy``), rows sharing the turn axis,
+with the minutes into the call on top when time was simulated:
 
-1. **Cost so far**: the cumulative dollars billed (main LLM input at its price, summarizer
-   input and output at the summarizer's), with each strategy's total at the end of its line:
-   the full buffer's cost grows with the square of the call, the summarizing ones' linearly.
-2. **Request size**: the largest request of each turn for the summarizing strategies (the
-   full buffer is off the scale and named in the panel), the ``max_context_tokens`` threshold,
-   and under the lines one row of marks per strategy: a tick for each summary requested and a
-   triangle for each one applied, so requests without a triangle are the discarded ones. With a
-   ceiling, it is a solid line; a summarizer outage is a shaded span.
-3. **Facts kept**: for each turn, how many of the probes stated so far its request still
-   carries (only with probes).
+1. **Cost so far**: the cumulative dollars billed, bold with a prompt cache (the prefix shared
+   with the previous request at the cached price), thin without one; summarizer input and
+   output at the summarizer's prices. A line that leaves the scale is named in the panel.
+2. **Ours against the built-in** (with both): what ours has saved so far, with and without a
+   prompt cache (below zero: ours has cost more), so a gap the cost lines hide still shows.
+3. **Request size**: the largest request of each turn for the summarizing strategies, with
+   the ``max_context_tokens`` threshold (and the ceiling, when set).
+4. **Summaries**: on an axis of their own, one row per summarizing strategy: a tick for each
+   summary requested and a triangle for each one applied, so ticks without a triangle are the
+   discarded ones.
+5. **Probes kept** (only with probes): for each turn, how many of the planted facts stated so
+   far its request still carries.
 
-Each legend entry carries the strategy's figures (summaries requested / applied /
-discarded, largest request), so the plot reads without the table.
+Each strategy keeps one colour and one line style everywhere (the built-in dashed, ours solid,
+the full buffer dotted), so lines that overlap stay apart. :func:`build_figure` returns the
+matplotlib figure (what the tests inspect); :func:`plot_results` and :func:`plot_conditions`
+write it.
 """
 
 from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pipecat_summarizer.replay.report import (
     Prices,
     StrategyResult,
+    cached_tokens,
     per_turn_tokens,
     probes_per_turn,
     request_probes,
 )
 
-STYLE: dict[str, dict[str, str | None]] = {
-    "full_buffer": {"color": "#8c8c8c", "label": "full buffer (no summarization)"},
-    "pipecat_builtin": {"color": "#e6730f", "label": "Pipecat built-in"},
-    "pipecat_summarizer": {"color": "#1f5fb4", "label": "pipecat-summarizer (ours)"},
+STYLE: dict[str, dict[str, Any]] = {
+    "full_buffer": {
+        "color": "#8c8c8c",
+        "label": "full buffer (no summarization)",
+        "short": "full buffer",
+        "linestyle": ":",
+    },
+    "pipecat_builtin": {
+        "color": "#e6730f",
+        "label": "Pipecat built-in",
+        "short": "built-in",
+        "linestyle": "--",
+    },
+    "pipecat_summarizer": {
+        "color": "#1f5fb4",
+        "label": "pipecat-summarizer (ours)",
+        "short": "ours",
+        "linestyle": "-",
+    },
 }
 PLOT_INSTALL_HINT = 'pip install "pipecat-summarizer[replay]"'
 
+PROBES_EXPLAINED = (
+    "Probes kept: a probe is a fact planted in the call ({examples}) and looked for in every "
+    "request from the turn it is stated; a line under the dotted one is a fact lost"
+)
 
-def _style(strategy: str) -> dict[str, str | None]:
-    return STYLE.get(strategy, {"color": None, "label": strategy})
+
+@dataclass(frozen=True)
+class Condition:
+    """One column of the plot: the strategies' results under one way the call unfolds.
+
+    Parameters:
+        name: The column's heading (e.g. ``"calm call"``; empty for a plain replay).
+        description: How time was modelled (call length, barge-ins, summarizer speed).
+        results: The strategies' results.
+        minutes: The minute each user turn starts, then the call's end (``turns + 1``
+            values; ``None``: no minute axis).
+        outage: ``(first turn, first turn after)`` of a summarizer outage, shaded.
+    """
+
+    name: str
+    description: str
+    results: Sequence[StrategyResult]
+    minutes: Sequence[float] | None = None
+    outage: tuple[int, int] | None = None
+
+
+def _style(strategy: str) -> dict[str, Any]:
+    return STYLE.get(
+        strategy, {"color": None, "label": strategy, "short": strategy, "linestyle": "-"}
+    )
 
 
 def _short(n: float) -> str:
@@ -51,12 +102,31 @@ def _short(n: float) -> str:
     return f"{n:.0f}"
 
 
-def cumulative_cost(result: StrategyResult, prices: Prices, turns: int) -> list[float]:
-    """Dollars billed by the end of each turn 1..``turns`` (no prompt cache)."""
+def _dollars(value: float, digits: int) -> str:
+    """``-$0.02`` rather than ``$-0.02``."""
+    return f"{'-' if value < 0 else ''}${abs(value):.{digits}f}"
+
+
+def cumulative_cost(
+    result: StrategyResult, prices: Prices, turns: int, *, cache: bool = False
+) -> list[float]:
+    """Dollars billed by the end of each turn 1..``turns``.
+
+    Args:
+        result: One strategy's results.
+        prices: Prices per million tokens.
+        turns: Number of turns.
+        cache: Bill each request's prefix shared with the previous request at the cached
+            price (as ``cost_usd_with_cache``); otherwise every input token at the full price
+            (as ``cost_usd``).
+    """
     per_turn = [0.0] * turns
-    for r in result.requests:
+    cached = cached_tokens(result.requests) if cache else [0] * len(result.requests)
+    for r, hit in zip(result.requests, cached, strict=True):
         if 1 <= r.turn <= turns:
-            per_turn[r.turn - 1] += r.total * prices.input / 1e6
+            per_turn[r.turn - 1] += (
+                (r.total - hit) * prices.input + hit * prices.cached_input
+            ) / 1e6
     for (sent, got), turn in zip(result.summary_calls, result.requested_turns, strict=False):
         i = min(max(turn, 1), turns) - 1
         per_turn[i] += (sent * prices.summary_input + got * prices.summary_output) / 1e6
@@ -79,8 +149,9 @@ def plot_results(
     outage: tuple[int, int] | None = None,
     probes: Sequence[str] = (),
     prices: Prices | None = None,
+    minutes: Sequence[float] | None = None,
 ) -> Path:
-    """Write the PNG and return its path.
+    """Write the PNG of one replay and return its path.
 
     Args:
         results: The strategies' results.
@@ -91,8 +162,90 @@ def plot_results(
         turns: Number of turns (defaults to the largest turn seen).
         ceiling: ``max_request_tokens``, drawn as a solid line.
         outage: ``(first turn, first turn after)`` of a summarizer outage, shaded.
-        probes: The facts that must stay known (the third panel).
+        probes: The facts that must stay known (the last panel).
         prices: Prices for the cost panel (the defaults if ``None``).
+        minutes: The minute each turn starts, then the call's end (the top axis).
+
+    Raises:
+        RuntimeError: If matplotlib is not installed.
+    """
+    fig = build_figure(
+        [Condition("", subtitle, results, minutes, outage)],
+        title=title,
+        threshold=threshold,
+        turns=turns,
+        ceiling=ceiling,
+        probes=probes,
+        prices=prices,
+    )
+    return _save(fig, path)
+
+
+def plot_conditions(
+    conditions: Sequence[Condition],
+    path: str | Path,
+    *,
+    title: str,
+    threshold: int | None = None,
+    turns: int | None = None,
+    ceiling: int | None = None,
+    probes: Sequence[str] = (),
+    prices: Prices | None = None,
+) -> Path:
+    """Write the PNG of several conditions side by side (same scales) and return its path.
+
+    Args:
+        conditions: The columns, left to right.
+        path: Where to write the PNG (parent folders are created).
+        title: The figure title: what is compared and what it shows.
+        threshold: ``max_context_tokens``, drawn as a dashed line.
+        turns: Number of turns (defaults to the largest turn seen).
+        ceiling: ``max_request_tokens``, drawn as a solid line.
+        probes: The facts that must stay known (the last panel).
+        prices: Prices for the cost panel (the defaults if ``None``).
+
+    Raises:
+        RuntimeError: If matplotlib is not installed.
+    """
+    fig = build_figure(
+        conditions,
+        title=title,
+        threshold=threshold,
+        turns=turns,
+        ceiling=ceiling,
+        probes=probes,
+        prices=prices,
+    )
+    return _save(fig, path)
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fig.savefig(out)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def build_figure(
+    conditions: Sequence[Condition],
+    *,
+    title: str,
+    threshold: int | None = None,
+    turns: int | None = None,
+    ceiling: int | None = None,
+    probes: Sequence[str] = (),
+    prices: Prices | None = None,
+) -> Any:
+    """The matplotlib figure (not saved; close it with ``matplotlib.pyplot.close``).
+
+    Its axes are ``fig.axes``; each has a ``gid`` naming its panel (``"cost"``,
+    ``"requests"``, ``"summaries"``, ``"probes"``, ``"minutes"``), so callers and tests find
+    them. Arguments as :func:`plot_conditions`.
 
     Raises:
         RuntimeError: If matplotlib is not installed.
@@ -102,35 +255,126 @@ def plot_results(
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise RuntimeError(f"plotting needs matplotlib: {PLOT_INSTALL_HINT}") from e
 
     prices = prices or Prices()
-    n_turns = turns or max((r.turn for res in results for r in res.requests), default=0)
-    x = list(range(1, n_turns + 1))
-    summarizing = [r for r in results if r.strategy != "full_buffer"] or list(results)
-    has_probes = bool(probes)
-    heights = [1.0, 1.35] + ([0.7] if has_probes else [])
-    fig, axes = plt.subplots(
-        len(heights),
-        1,
-        figsize=(11, 3.0 * sum(heights) + 1.0),
-        sharex=True,
-        gridspec_kw={"height_ratios": heights},
-        dpi=110,
+    n_turns = turns or max(
+        (r.turn for c in conditions for res in c.results for r in res.requests), default=0
     )
-    ax_cost, ax_size = axes[0], axes[1]
+    names = {r.strategy for c in conditions for r in c.results}
+    summarizing_rows = max(
+        (sum(1 for r in c.results if r.strategy != "full_buffer") for c in conditions), default=0
+    )
+    savings = {"pipecat_builtin", "pipecat_summarizer"} <= names
+    panels = ["cost", *(["savings"] if savings else []), "requests", "summaries"]
+    panels += ["probes"] if probes else []
+    height = {"cost": 1.0, "savings": 0.55, "requests": 1.1, "probes": 0.6}
+    height["summaries"] = 0.25 + 0.22 * max(summarizing_rows, 1)
+    heights = [height[p] for p in panels]
+    columns = len(conditions)
+    with plt.rc_context({"text.parse_math": False}):  # dollar signs are dollars
+        fig, grid = plt.subplots(
+            len(heights),
+            columns,
+            figsize=(9.5 * columns + 1.0, 2.9 * sum(heights) + 1.8),
+            sharex="col",
+            gridspec_kw={"height_ratios": heights},
+            dpi=100,
+            squeeze=False,
+        )
+        for col, condition in enumerate(conditions):
+            axes = {panel: grid[row][col] for row, panel in enumerate(panels)}
+            _draw_column(
+                axes,
+                condition,
+                n_turns=n_turns,
+                threshold=threshold,
+                ceiling=ceiling,
+                probes=probes,
+                prices=prices,
+                first=col == 0,
+            )
+        for row in grid:  # one scale per row, so the columns compare at a glance
+            _same_scale(list(row))
+        heading = "\n".join(
+            "\n".join(textwrap.wrap(line, 80 * columns + 40)) for line in title.splitlines()
+        )
+        fig.suptitle(heading, fontsize=11.5, x=0.01, ha="left")
+        fig.tight_layout()
+    return fig
 
-    # 1. cost so far, each total written at the end of its line (pushed apart if close)
+
+def _same_scale(axes: list[Any]) -> None:
+    """Give every axis of a row the union of their y ranges."""
+    low = min(ax.get_ylim()[0] for ax in axes)
+    high = max(ax.get_ylim()[1] for ax in axes)
+    for ax in axes:
+        ax.set_ylim(low, high)
+
+
+def _draw_column(
+    axes: dict[str, Any],
+    condition: Condition,
+    *,
+    n_turns: int,
+    threshold: int | None,
+    ceiling: int | None,
+    probes: Sequence[str],
+    prices: Prices,
+    first: bool,
+) -> None:
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    results = condition.results
+    x = list(range(1, n_turns + 1))
+    summarizing = [r for r in results if r.strategy != "full_buffer"]
+    for panel, ax in axes.items():
+        ax.set_gid(panel)
+    ax_cost, ax_size, ax_sum = axes["cost"], axes["requests"], axes["summaries"]
+
+    # 1. cost so far: bold with a prompt cache, thin without; the scale fits the bold lines
+    # and the summarizing strategies' thin ones (the full buffer's uncached bill is named)
     finals = []
+    scale = 0.0
+    off_scale = []
     for res in results:
         st = _style(res.strategy)
-        y = cumulative_cost(res, prices, n_turns)
-        ax_cost.plot(x, y, color=st["color"], linewidth=2.2, label=st["label"])
-        if y:
-            finals.append((y[-1], st["color"]))
-    gap = 0.07 * max((v for v, _ in finals), default=0.0)
+        cached = cumulative_cost(res, prices, n_turns, cache=True)
+        plain = cumulative_cost(res, prices, n_turns)
+        ax_cost.plot(
+            x,
+            cached,
+            color=st["color"],
+            linestyle=st["linestyle"],
+            linewidth=2.4,
+            label=f"{st['short']}: ${cached[-1]:.2f} with a prompt cache (${plain[-1]:.2f} without)"
+            if cached
+            else st["short"],
+        )
+        ax_cost.plot(x, plain, color=st["color"], linestyle=st["linestyle"], linewidth=1, alpha=0.5)
+        if cached:
+            finals.append((cached[-1], st["color"]))
+            scale = max(scale, cached[-1])
+            if res.strategy != "full_buffer" or not summarizing:
+                scale = max(scale, plain[-1])
+            else:
+                off_scale.append((st["short"], plain[-1]))
+    top = scale * 1.18 or 1.0
+    for name, value in off_scale:
+        if value > top:
+            ax_cost.text(
+                0.99,
+                0.04,
+                f"{name} without a prompt cache: off the scale, ${value:.2f}",
+                transform=ax_cost.transAxes,
+                ha="right",
+                va="bottom",
+                fontsize=8.5,
+                color=_style("full_buffer")["color"],
+            )
+    ax_cost.set_ylim(0, top)
+    gap = 0.06 * top
     placed: list[float] = []
     for value, color in sorted(finals):
         at = max([value, *(p + gap for p in placed[-1:])])
@@ -141,65 +385,71 @@ def plot_results(
             xytext=(x[-1] + max(1, n_turns // 100), at),
             textcoords="data",
             va="center",
-            fontsize=10,
+            fontsize=9.5,
             fontweight="bold",
             color=color,
         )
-    ax_cost.set_ylabel("cost so far ($)")
     ax_cost.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v:.2f}"))
+    if first:
+        ax_cost.set_ylabel("cost so far ($)")
+    heading = f"{condition.name}: " if condition.name else ""
     ax_cost.set_title(
-        "What the call costs: main LLM input + summarizer "
-        f"(main ${prices.input:g}/M in; summarizer ${prices.summary_input:g}/M in, "
-        f"${prices.summary_output:g}/M out)",
-        fontsize=10,
+        "\n".join(textwrap.wrap(heading + condition.description, 95))
+        + "\nCost so far, bold with a prompt cache (cached input "
+        f"${prices.cached_input:g}/M, new ${prices.input:g}/M), thin without; summarizer "
+        f"${prices.summary_input:g}/M in, ${prices.summary_output:g}/M out",
+        fontsize=9.5,
         loc="left",
     )
-    ax_cost.legend(loc="upper left", fontsize=9, framealpha=0.9)
+    ax_cost.legend(loc="upper left", fontsize=8.5, framealpha=0.9)
 
-    # 2. request size, with requested / applied summaries as marks under the lines
-    top = 0.0
+    # 2. what ours saves against the built-in, so far
+    if "savings" in axes:
+        ax_save = axes["savings"]
+        by_name = {r.strategy: r for r in results}
+        builtin, ours = by_name["pipecat_builtin"], by_name["pipecat_summarizer"]
+        for cache, width, alpha, label in (
+            (True, 2.4, 1.0, "with a prompt cache"),
+            (False, 1.0, 0.6, "without"),
+        ):
+            theirs = cumulative_cost(builtin, prices, n_turns, cache=cache)
+            mine = cumulative_cost(ours, prices, n_turns, cache=cache)
+            saved = [b - o for b, o in zip(theirs, mine, strict=True)]
+            ax_save.plot(
+                x,
+                saved,
+                color="#2a8c4a",
+                linewidth=width,
+                alpha=alpha,
+                label=f"{label}: {_dollars(saved[-1], 3)} by the end" if saved else label,
+            )
+        ax_save.axhline(0, color="black", linewidth=0.8)
+        ax_save.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _dollars(v, 2)))
+        if first:
+            ax_save.set_ylabel("saved so far ($)")
+        ax_save.set_title(
+            "What ours has saved against the built-in so far (below zero: ours cost more)",
+            fontsize=9.5,
+            loc="left",
+        )
+        ax_save.legend(loc="upper left", fontsize=8.5, framealpha=0.9)
+
+    # 3. request size (never below zero: the summaries have their own axis)
+    top_size = 0.0
     for res in summarizing:
-        top = max(top, max(per_turn_tokens(res.requests, n_turns), default=0))
-    top = max(top, threshold or 0, ceiling or 0) * 1.12 or 1.0
-    rows = len(summarizing)
-    row_h = top * 0.07
-    for k, res in enumerate(summarizing):
+        top_size = max(top_size, max(per_turn_tokens(res.requests, n_turns), default=0))
+    top_size = max(top_size, threshold or 0, ceiling or 0) * 1.15 or 1.0
+    for res in summarizing:
         st = _style(res.strategy)
         sizes = per_turn_tokens(res.requests, n_turns)
-        requested = len(res.summary_calls)
-        largest = max(sizes, default=0)
         ax_size.plot(
             x,
             sizes,
             color=st["color"],
-            linewidth=1.5,
-            label=(
-                f"{st['label']}: summaries {requested} requested, {res.summaries_applied} "
-                f"applied, {res.summaries_discarded} discarded; largest request "
-                f"{largest:,} tokens"
-            ),
+            linestyle=st["linestyle"],
+            linewidth=1.6,
+            label=f"{st['short']}: largest request {max(sizes, default=0):,} tokens",
         )
-        base = -row_h * (k + 1)
-        if res.requested_turns:
-            ax_size.plot(
-                res.requested_turns,
-                [base] * len(res.requested_turns),
-                linestyle="none",
-                marker="|",
-                markersize=9,
-                color=st["color"],
-            )
-        if res.applied_turns:
-            ax_size.plot(
-                res.applied_turns,
-                [base + row_h * 0.45] * len(res.applied_turns),
-                linestyle="none",
-                marker="v",
-                markersize=6,
-                color=st["color"],
-                markeredgecolor="black",
-                markeredgewidth=0.4,
-            )
         evictions = sorted(set(res.eviction_turns))
         if evictions:
             ax_size.plot(
@@ -209,10 +459,10 @@ def plot_results(
                 marker="x",
                 markersize=5,
                 color="black",
-                label=f"  ceiling evictions ({len(evictions)} turns)",
+                label=f"ceiling evictions ({len(evictions)} turns)",
             )
     full = next((r for r in results if r.strategy == "full_buffer"), None)
-    if full is not None and full is not summarizing[0]:
+    if full is not None and summarizing:
         peak = max(per_turn_tokens(full.requests, n_turns), default=0)
         ax_size.text(
             0.99,
@@ -221,13 +471,17 @@ def plot_results(
             transform=ax_size.transAxes,
             ha="right",
             va="top",
-            fontsize=9,
+            fontsize=8.5,
             color=_style("full_buffer")["color"],
         )
+    elif full is not None:
+        sizes = per_turn_tokens(full.requests, n_turns)
+        top_size = max(top_size, max(sizes, default=0) * 1.15)
+        ax_size.plot(x, sizes, color=_style("full_buffer")["color"], linestyle=":", linewidth=1.6)
     if threshold:
         ax_size.axhline(
             threshold,
-            linestyle="--",
+            linestyle="-.",
             color="#c0392b",
             linewidth=1.1,
             label=f"max_context_tokens = {threshold:,}",
@@ -239,9 +493,88 @@ def plot_results(
             linewidth=1.3,
             label=f"ceiling: max_request_tokens = {ceiling:,}",
         )
-    for ax in axes:
-        if outage:
-            start, end = outage
+    ax_size.set_ylim(0, top_size)
+    ax_size.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _short(v)))
+    if first:
+        ax_size.set_ylabel("tokens sent\n(largest request of the turn)")
+    ax_size.set_title("Request size", fontsize=9.5, loc="left")
+
+    # 4. summaries requested and applied, one row per summarizing strategy
+    labels = []
+    for k, res in enumerate(summarizing):
+        st = _style(res.strategy)
+        y = len(summarizing) - 1 - k  # the first strategy on top
+        if res.requested_turns:
+            ax_sum.plot(
+                res.requested_turns,
+                [y + 0.15] * len(res.requested_turns),
+                linestyle="none",
+                marker="|",
+                markersize=11,
+                markeredgewidth=1.6,
+                color=st["color"],
+            )
+        if res.applied_turns:
+            ax_sum.plot(
+                res.applied_turns,
+                [y - 0.2] * len(res.applied_turns),
+                linestyle="none",
+                marker="v",
+                markersize=6.5,
+                color=st["color"],
+                markeredgecolor="black",
+                markeredgewidth=0.4,
+            )
+        labels.append(
+            (
+                y,
+                f"{st['short']}: {len(res.summary_calls)} requested,\n"
+                f"{res.summaries_applied} applied, {res.summaries_discarded} discarded",
+            )
+        )
+    ax_sum.set_ylim(-0.6, max(len(summarizing), 1) - 0.4)
+    ax_sum.set_yticks([y for y, _ in labels], [text for _, text in labels], fontsize=8)
+    ax_sum.set_title(
+        "Summaries: | requested, \u25bc applied (a | with no \u25bc after it was discarded "
+        "or failed)",
+        fontsize=9.5,
+        loc="left",
+    )
+
+    # 5. probes kept
+    if probes:
+        ax_facts = axes["probes"]
+        for k, res in enumerate(results):
+            st = _style(res.strategy)
+            presence = request_probes(res.requests, probes)
+            kept = probes_per_turn(res.requests, presence, n_turns)
+            shift = 0.08 * (k - (len(results) - 1) / 2)  # equal lines side by side
+            ax_facts.step(
+                x,
+                [v + shift for v in kept],
+                where="mid",
+                color=st["color"],
+                linestyle=st["linestyle"],
+                linewidth=1.6,
+            )
+        stated = _stated_per_turn(results, probes, n_turns)
+        ax_facts.step(x, stated, where="mid", color="black", linewidth=1, linestyle=":")
+        ax_facts.set_ylim(-0.3, len(probes) + 0.5)
+        ax_facts.yaxis.set_major_locator(MaxNLocator(integer=True))
+        if first:
+            ax_facts.set_ylabel(f"probes kept\n(of {len(probes)})")
+        examples = ", ".join(f"'{p}'" for p in probes[:3])
+        if len(probes) > 3:
+            examples += f"... {len(probes)} here"
+        ax_facts.set_title(
+            "\n".join(textwrap.wrap(PROBES_EXPLAINED.format(examples=examples), 110)),
+            fontsize=9.5,
+            loc="left",
+        )
+
+    for ax in axes.values():
+        if condition.outage:
+            start, end = condition.outage
             ax.axvspan(
                 start - 0.5,
                 min(end, n_turns + 1) - 0.5,
@@ -251,53 +584,45 @@ def plot_results(
                 label=f"summarizer down (turns {start}-{end - 1})" if ax is ax_size else None,
             )
         ax.grid(True, alpha=0.3)
-    ax_size.set_ylim(-row_h * (rows + 0.8), top)
-    ax_size.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _short(v) if v >= 0 else ""))
-    ax_size.set_ylabel("tokens sent (largest request of the turn)")
-    ax_size.set_title(
-        "Request size; under the lines: | a summary requested, \u25bc a summary applied "
-        "(a | without \u25bc was discarded or failed)",
-        fontsize=10,
-        loc="left",
-    )
-    ax_size.legend(loc="upper left", fontsize=8.5, framealpha=0.92)
+    ax_size.legend(loc="upper left", fontsize=8.5, framealpha=0.92)  # the outage's label too
+    bottom = list(axes.values())[-1]
+    bottom.set_xlabel("user turn" + (" (top: minutes into the call)" if condition.minutes else ""))
+    bottom.set_xlim(1, max(n_turns, 2) + max(2, n_turns // 10))
+    if condition.minutes and len(condition.minutes) == n_turns + 1:
+        _minute_axis(ax_cost, condition.minutes)
 
-    # 3. facts kept
-    if has_probes:
-        ax_facts = axes[2]
-        for k, res in enumerate(results):
-            st = _style(res.strategy)
-            presence = request_probes(res.requests, probes)
-            kept = probes_per_turn(res.requests, presence, n_turns)
-            # a small offset per strategy, so equal lines stay visible side by side
-            shift = 0.08 * (k - (len(results) - 1) / 2)
-            ax_facts.step(
-                x, [v + shift for v in kept], where="mid", color=st["color"], linewidth=1.6
-            )
-        stated = _stated_per_turn(results, probes, n_turns)
-        ax_facts.step(
-            x, stated, where="mid", color="black", linewidth=1, linestyle=":", label="stated"
+
+def _minute_axis(ax: Any, minutes: Sequence[float]) -> None:
+    """A top axis reading the turn axis in minutes (turn t starts at ``minutes[t - 1]``)."""
+    import numpy as np
+
+    turns = np.arange(1, len(minutes) + 1, dtype=float)
+    at = np.asarray(minutes, dtype=float)
+    # past either end, the call's average pace (the axis runs a little beyond the call)
+    pace = (at[-1] - at[0]) / (turns[-1] - turns[0]) if len(at) > 1 and at[-1] > at[0] else 1.0
+
+    def forward(t: Any) -> Any:
+        t = np.asarray(t, dtype=float)
+        inside = np.interp(t, turns, at)
+        return np.where(
+            t > turns[-1],
+            at[-1] + (t - turns[-1]) * pace,
+            np.where(t < turns[0], at[0] + (t - turns[0]) * pace, inside),
         )
-        ax_facts.set_ylim(-0.3, len(probes) + 0.5)
-        ax_facts.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax_facts.set_ylabel(f"facts kept (of {len(probes)})")
-        ax_facts.set_title(
-            "Facts the request still carries (dotted: facts stated so far)",
-            fontsize=10,
-            loc="left",
+
+    def inverse(m: Any) -> Any:
+        m = np.asarray(m, dtype=float)
+        inside = np.interp(m, at, turns)
+        return np.where(
+            m > at[-1],
+            turns[-1] + (m - at[-1]) / pace,
+            np.where(m < at[0], turns[0] + (m - at[0]) / pace, inside),
         )
-    axes[-1].set_xlabel("user turn")
-    axes[-1].set_xlim(1, max(n_turns, 2) + max(2, n_turns // 12))
-    heading = "\n".join(textwrap.wrap(title, 110))
-    if subtitle:
-        heading += "\n" + subtitle
-    fig.suptitle(heading, fontsize=11)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+
+    top = ax.secondary_xaxis("top", functions=(forward, inverse))
+    top.set_gid("minutes")
+    top.set_xlabel("minutes into the call", fontsize=9)
+    top.tick_params(labelsize=8.5)
 
 
 def _stated_per_turn(

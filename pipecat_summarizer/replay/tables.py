@@ -1,8 +1,10 @@
-"""The comparison table and the merge of several reports (pure functions over reports).
+"""The comparison tables and the merge of several reports (pure functions over reports).
 
-:func:`format_table` prints one column per strategy; :func:`merge_reports` combines the
-reports of several conversations (LoCoMo) into one. The metrics themselves are defined in
-:mod:`pipecat_summarizer.replay.report`.
+:func:`format_table` prints one column per strategy; :func:`conditions_table` compares the
+summarizing strategies across the conditions of ``replay --compare-busy`` (the calm and the
+busy call) and :func:`takeaway` says in words what that comparison shows; :func:`merge_reports`
+combines the reports of several conversations (LoCoMo) into one. The metrics themselves are
+defined in :mod:`pipecat_summarizer.replay.report`.
 """
 
 from __future__ import annotations
@@ -90,6 +92,10 @@ def format_table(report: dict[str, Any]) -> str:
         ),
     )
 
+    return _layout(names, rows)
+
+
+def _layout(names: Sequence[str], rows: Sequence[tuple[str, Sequence[str]]]) -> str:
     label_w = max(len(label) for label, _ in rows)
     col_w = [max(len(n), *(len(vals[i]) for _, vals in rows)) for i, n in enumerate(names)]
     lines = [
@@ -103,6 +109,122 @@ def format_table(report: dict[str, Any]) -> str:
             + "  ".join(v.rjust(w) for v, w in zip(vals, col_w, strict=True))
         )
     return "\n".join(lines)
+
+
+SHORT_NAMES = {
+    "full_buffer": "full buffer",
+    "pipecat_builtin": "built-in",
+    "pipecat_summarizer": "ours",
+}
+"""The strategies' names in the condition table and the takeaway."""
+
+
+def _short_name(strategy: str) -> str:
+    return SHORT_NAMES.get(strategy, strategy)
+
+
+def conditions_table(reports: dict[str, dict[str, Any]]) -> str:
+    """The summarizing strategies side by side across conditions (``{name: report}``, in
+    order): one column per condition and strategy, the figures that differ between them."""
+    cols = [
+        (cond, name)
+        for cond, rep in reports.items()
+        for name in rep["strategies"]
+        if name != "full_buffer"
+    ]
+    names = [f"{cond}: {_short_name(name)}" for cond, name in cols]
+    rows: list[tuple[str, list[str]]] = []
+
+    def row(label: str, fn) -> None:
+        rows.append(
+            (label, [fn(reports[cond], reports[cond]["strategies"][n]) for cond, n in cols])
+        )
+
+    row("barge-ins in the call", lambda _r, s: str(s.get("barge_ins", "-")))
+    row(
+        "summaries requested / applied / discarded",
+        lambda _r, s: (
+            f"{s['summaries_requested']} / {s['summaries_applied']} / {s['summaries_discarded']}"
+        ),
+    )
+
+    def billed(rep: dict[str, Any], s: dict[str, Any]) -> str:
+        base = rep["strategies"].get("full_buffer")
+        if not base or not base["input_tokens"]:
+            return "-"
+        total = base["input_tokens"] + base["summary_input_tokens"]
+        return f"{100 * (s['input_tokens'] + s['summary_input_tokens']) / total:.1f}%"
+
+    row("billed input vs full buffer", billed)
+    row("largest request (tokens)", lambda _r, s: _fmt_int(s["max_request_tokens"]))
+    row("cost (no cache)", lambda _r, s: f"${s['cost_usd']:.4f}")
+    row("cost (prompt cache)", lambda _r, s: f"${s['cost_usd_with_cache']:.4f}")
+    if any(s["probes_total"] for rep in reports.values() for s in rep["strategies"].values()):
+        row(
+            "probes retained every turn",
+            lambda _r, s: f"{s.get('probes_retained_every_turn', 0)}/{s['probes_total']}",
+        )
+    return _layout(names, rows)
+
+
+def _applied(s: dict[str, Any]) -> str:
+    text = f"applies {s['summaries_applied']} of {s['summaries_requested']} summaries"
+    return text + (f" ({s['summaries_discarded']} discarded)" if s["summaries_discarded"] else "")
+
+
+def takeaway(reports: dict[str, dict[str, Any]]) -> list[str]:
+    """What the conditions show, in words, from the figures alone: the conclusion first, then
+    one line per condition (built-in against ours). Empty without both summarizing
+    strategies."""
+    pairs = [
+        (cond, rep["strategies"]["pipecat_builtin"], rep["strategies"]["pipecat_summarizer"])
+        for cond, rep in reports.items()
+        if {"pipecat_builtin", "pipecat_summarizer"} <= set(rep["strategies"])
+    ]
+    if not pairs:
+        return []
+    lines = []
+    for cond, b, o in pairs:
+        lines.append(
+            f"{cond}: built-in {_applied(b)}, ours {_applied(o)}; largest request "
+            f"{_fmt_int(b['max_request_tokens'])} vs {_fmt_int(o['max_request_tokens'])} tokens; "
+            f"with a prompt cache ${b['cost_usd_with_cache']:.2f} vs "
+            f"${o['cost_usd_with_cache']:.2f}"
+        )
+    return [_conclusion(pairs), *lines]
+
+
+def _conclusion(pairs: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> str:
+    def cheaper(b: dict[str, Any], o: dict[str, Any]) -> str:
+        bc, oc = b["cost_usd_with_cache"], o["cost_usd_with_cache"]
+        pct = 100 * (bc - oc) / bc if bc else 0.0
+        if abs(pct) < 1:
+            return "costs the same with a prompt cache (within 1%)"
+        return f"costs {abs(pct):.0f}% {'less' if pct > 0 else 'more'} with a prompt cache"
+
+    alike = [(c, b, o) for c, b, o in pairs if b["summaries_discarded"] == o["summaries_discarded"]]
+    apart = [(c, b, o) for c, b, o in pairs if b["summaries_discarded"] > o["summaries_discarded"]]
+    parts = []
+    for cond, b, o in alike:
+        discarded = b["summaries_discarded"]
+        parts.append(
+            f"on the {cond} call both summarizers "
+            + (f"discard {discarded} summaries" if discarded else "apply every summary")
+            + f" and ours {cheaper(b, o)}"
+        )
+    for cond, b, o in apart:
+        parts.append(
+            f"on the {cond} call the built-in discards {b['summaries_discarded']} of its "
+            f"{b['summaries_requested']} summaries and its requests grow to "
+            f"{_fmt_int(b['max_request_tokens'])} tokens; ours discards "
+            f"{o['summaries_discarded'] or 'none'}, sends at most "
+            f"{_fmt_int(o['max_request_tokens'])} and {cheaper(b, o)}"
+        )
+    others = [c for c, b, o in pairs if b["summaries_discarded"] < o["summaries_discarded"]]
+    if others:
+        parts.append(f"on the {' and '.join(others)} call ours discards more than the built-in")
+    text = "; ".join(parts) + "."
+    return text[0].upper() + text[1:]
 
 
 def merge_reports(

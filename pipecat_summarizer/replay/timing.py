@@ -20,6 +20,10 @@ user answers, a barge-in on 20% of the bot's answers
 after 20-70% of the answer was spoken, and a summarizer that starts answering after 0.5-3 s
 and then writes 100 tokens a second (an assumption in the range small hosted models serve;
 ``--summary-tokens-per-second 0`` drops it, for the 0.5-3 s alone).
+
+:func:`busy` makes the busy call of ``replay --compare-busy`` (and ``make demo``) from a calm
+one: the same call with a summarizer writing 40 tokens a second and a barge-in on half the
+bot's answers (:data:`BUSY_SUMMARY_TOKENS_PER_SECOND`, :data:`BUSY_BARGE_IN_SHARE` say why).
 """
 
 from __future__ import annotations
@@ -162,6 +166,33 @@ class CallModel:
         return latency
 
 
+BUSY_SUMMARY_TOKENS_PER_SECOND = 40.0
+"""The busy call's summarizer output rate. Within what hosted models serve: a community test on
+OpenAI's forum (2025) measured gpt-4o-mini at 59 tokens/s on average, 46 at its slowest, and
+gpt-4o at 32; a small model on a laptop CPU writes less. At 40 tokens/s the bundled
+nutrition call's ~970-token summaries take about 25 s, close to the ~30 s a turn of that call
+lasts, so the next user turn can overtake a summary."""
+
+BUSY_BARGE_IN_SHARE = 0.5
+"""The busy call's share of answers the user interrupts. An assumption, not a published figure
+(no measured barge-in rate of voice agents was found to cite): a caller who cuts one long
+answer in two short. The calm call's 20% is the default of :class:`CallModel`."""
+
+
+def busy(model: CallModel) -> CallModel:
+    """The same call made busy: the summarizer writes at :data:`BUSY_SUMMARY_TOKENS_PER_SECOND`
+    (or slower, if ``model`` already is) and the user interrupts :data:`BUSY_BARGE_IN_SHARE` of
+    the answers (or more); everything else, the seed included, stays ``model``'s."""
+    rate = model.summary_tokens_per_second
+    return replace(
+        model,
+        summary_tokens_per_second=(
+            min(rate, BUSY_SUMMARY_TOKENS_PER_SECOND) if rate else BUSY_SUMMARY_TOKENS_PER_SECOND
+        ),
+        barge_in_share=max(model.barge_in_share, BUSY_BARGE_IN_SHARE),
+    )
+
+
 @dataclass(frozen=True)
 class TurnTiming:
     """The timing of one user turn and of the bot's answer to it.
@@ -263,3 +294,28 @@ def next_turn_start(
     if timing.barge_in_after is not None and timing.bot_speech_s > 0:
         return answered_at + timing.barge_in_after * timing.bot_speech_s, True
     return bot_done + timing.pause_s, False
+
+
+def turn_starts(timings: list[TurnTiming], model: CallModel) -> list[float]:
+    """Seconds from the call's start to each user turn's start, then the call's end.
+
+    The replay's own schedule (:func:`next_turn_start` after each answer), computed from the
+    plan alone: each answer starts after the user's speech, the end-of-turn detection, every
+    request's response delay and the streaming of every request but the last (the bot speaks
+    from the final answer's first word).
+
+    Args:
+        timings: The plan (:func:`plan_call`).
+        model: The call model it was planned with.
+
+    Returns:
+        ``len(timings) + 1`` instants: turn 1 starts at 0, the last one is the call's end.
+    """
+    out = [0.0]
+    for i, timing in enumerate(timings):
+        start = out[-1]
+        answered = start + timing.user_speech_s + model.end_of_turn_s + sum(timing.response_s)
+        answered += sum(timing.generation_s[:-1])
+        following = timings[i + 1] if i + 1 < len(timings) else None
+        out.append(next_turn_start(timing, answered, following)[0])
+    return out
