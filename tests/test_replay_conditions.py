@@ -202,7 +202,7 @@ def test_the_figure_tells_the_strategies_apart_and_explains_itself():
             assert "a probe is a fact planted in the call" in panels["probes"][col].get_title(
                 "left"
             )
-        assert "busy call" in panels["cost"][1].get_title("left")
+        assert panels["cost"][1].get_title("left").startswith("BUSY CALL: ")
         saved = panels["savings"][1].lines[0].get_ydata()[-1]
         busy_costs = {r.strategy: r for r in conditions[1].results}
         assert saved == pytest.approx(

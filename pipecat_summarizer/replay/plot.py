@@ -392,7 +392,7 @@ def _draw_column(
     ax_cost.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v:.2f}"))
     if first:
         ax_cost.set_ylabel("cost so far ($)")
-    heading = f"{condition.name}: " if condition.name else ""
+    heading = f"{condition.name.upper()}: " if condition.name else ""  # the column's name
     ax_cost.set_title(
         "\n".join(textwrap.wrap(heading + condition.description, 95))
         + "\nCost so far, bold with a prompt cache (cached input "
