@@ -3,6 +3,7 @@ table, one report and one plot; the plot's panels (inspected through matplotlib'
 the busy call's settings and the turn schedule behind the minute axis."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -258,3 +259,81 @@ def test_the_takeaway_says_what_the_figures_show():
     table = conditions_table(reports)
     assert "43 / 18 / 25" in table and "busy: ours" in table.splitlines()[0]
     assert takeaway({"calm": {"strategies": {"full_buffer": {}}}}) == []
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_demo_table() -> dict[str, list[str]]:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    head = lines.index(
+        "| | full buffer | built-in, calm | ours, calm | built-in, busy | ours, busy |"
+    )
+    rows = {}
+    for line in lines[head + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_the_readme_shows_what_make_demo_prints(tmp_path):
+    """The README's demo table and figures are the demo's (make demo's command, no plot)."""
+    report_path = tmp_path / "report.json"
+    argv = ["replay", "nutrition_call", "--compare-busy", "--no-progress"]
+    assert main([*argv, "--report", str(report_path)]) == 0
+    conditions = json.loads(report_path.read_text())["conditions"]
+    calm, hurried = conditions["calm"]["strategies"], conditions["busy"]["strategies"]
+    keys = ("input_tokens", "summary_input_tokens", "cost_usd", "cost_usd_with_cache")
+    assert [calm["full_buffer"][k] for k in keys] == [hurried["full_buffer"][k] for k in keys]
+    columns = [
+        (calm, "full_buffer"),
+        (calm, "pipecat_builtin"),
+        (calm, "pipecat_summarizer"),
+        (hurried, "pipecat_builtin"),
+        (hurried, "pipecat_summarizer"),
+    ]
+
+    def billed(st, name):
+        base = st["full_buffer"]["input_tokens"] + st["full_buffer"]["summary_input_tokens"]
+        return f"{100 * (st[name]['input_tokens'] + st[name]['summary_input_tokens']) / base:.1f}%"
+
+    cells = {
+        "summaries requested / applied / discarded": lambda st, n: (
+            f"{st[n]['summaries_requested']} / {st[n]['summaries_applied']} / "
+            f"{st[n]['summaries_discarded']}"
+        ),
+        "billed input vs the full buffer (both LLMs)": billed,
+        "largest request (tokens)": lambda st, n: f"{st[n]['max_request_tokens']:,}",
+        "cost, no cache": lambda st, n: f"${st[n]['cost_usd']:.4f}",
+        "cost, prompt cache": lambda st, n: f"${st[n]['cost_usd_with_cache']:.4f}",
+        "probes kept in every request": lambda st, n: (
+            f"{st[n]['probes_retained_every_turn']}/{st[n]['probes_total']}"
+        ),
+    }
+    assert _readme_demo_table() == {
+        row: [fn(st, name) for st, name in columns] for row, fn in cells.items()
+    }
+    # the prose around the table
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    b, o = hurried["pipecat_builtin"], hurried["pipecat_summarizer"]
+    for cond, phrase in (
+        (calm, "({barge} barge-ins in a {minutes}-minute call)"),
+        (hurried, "({barge} in {minutes} minutes)"),
+    ):
+        ours = cond["pipecat_summarizer"]
+        minutes = round(ours["call_seconds"] / 60)
+        assert phrase.format(barge=ours["barge_ins"], minutes=minutes) in text
+
+    def less(st):
+        b, o = st["pipecat_builtin"]["cost_usd_with_cache"], st["pipecat_summarizer"]
+        return round(100 * (b - o["cost_usd_with_cache"]) / b)
+
+    assert f"ours costs {less(calm)}% less with a prompt cache" in text
+    assert (
+        f"it discards {b['summaries_discarded']} of its {b['summaries_requested']} (and pays "
+        f"for each) and its requests grow to {b['max_request_tokens']:,} tokens, while ours "
+        f"applies all {o['summaries_applied']}"
+    ) in text
+    assert f"and costs {less(hurried)}% less. The full buffer is the same in both." in text
