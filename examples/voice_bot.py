@@ -11,7 +11,7 @@ Run it with Pipecat's development runner and talk to it in the browser::
     pip install -e ".[example]"       # or: pip install "pipecat-summarizer[example]"
     cp .env.example .env              # then set OPENAI_API_KEY
     python examples/voice_bot.py -t webrtc
-    # open http://localhost:7860/client
+    # open http://localhost:7860 (the bot's own page, examples/client/: nothing from outside)
 
 Modes (``BOT_MODE``):
 
@@ -33,6 +33,8 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from loguru import logger
 from pipecat.frames.frames import LLMRunFrame
@@ -62,6 +64,7 @@ from pipecat_summarizer import (
     ContextSummarizerParams,
     LLMAutoContextSummarizationConfig,
     LLMContextSummaryConfig,
+    LLMRequestGuard,
     OpenAISummarizer,
 )
 from pipecat_summarizer.store import MemoryStore, open_store
@@ -73,6 +76,12 @@ SYSTEM_PROMPT = (
     "appear as a 'Conversation summary'; treat it as what was said before."
 )
 GREETING_INSTRUCTION = "Start by briefly introducing yourself."
+# The bot's own browser page (plain HTML and JavaScript, nothing loaded from another host),
+# served at CLIENT_ROUTE; http://localhost:7860/ redirects there.
+CLIENT_DIR = Path(__file__).resolve().parent / "client"
+CLIENT_ROUTE = "/bot"
+# How much of the summary text the compaction message carries to the page.
+SUMMARY_PREVIEW_CHARS = 2000
 
 MODES = ("openai", "local")
 # Placeholder key for servers that need none (Ollama, a local vLLM). A custom base URL
@@ -337,9 +346,15 @@ def create_summary_backend(settings: Settings) -> OpenAISummarizer:
 # -- compaction notice --------------------------------------------------------------------
 
 
-def compaction_message(event: ContextCompactedEvent) -> dict:
-    """The RTVI server message sent to the client after a compaction."""
-    return {
+def compaction_message(event: ContextCompactedEvent, summary: str | None = None) -> dict:
+    """The RTVI server message sent to the client after a compaction.
+
+    Args:
+        event: The compaction.
+        summary: The summary now in the context (shown by the page as what was summarized);
+            cut to ``SUMMARY_PREVIEW_CHARS``. Omitted when ``None``.
+    """
+    message: dict[str, Any] = {
         "type": "context-compacted",
         "text": (
             f"context compacted: {event.tokens_before:,} -> {event.tokens_after:,} tokens "
@@ -354,6 +369,9 @@ def compaction_message(event: ContextCompactedEvent) -> dict:
         "messages_summarized": event.messages_summarized,
         "latency_s": round(event.latency_s, 3),
     }
+    if summary is not None:
+        message["summary"] = summary[:SUMMARY_PREVIEW_CHARS]
+    return message
 
 
 def create_summarizer(
@@ -375,7 +393,7 @@ def create_summarizer(
 
     @summarizer.event_handler("on_summary_applied")
     async def on_summary_applied(processor: ContextSummarizer, event: ContextCompactedEvent):
-        message = compaction_message(event)
+        message = compaction_message(event, processor.summary_text)
         logger.info(
             f"{message['text']}, compaction #{event.compaction} ({event.reason}), "
             f"{event.latency_s:.1f}s"
@@ -400,6 +418,7 @@ class BotComponents:
     summary_backend: OpenAISummarizer
     user_aggregator: LLMUserAggregator
     assistant_aggregator: LLMAssistantAggregator
+    guard: LLMRequestGuard
     store: MemoryStore | None = None
 
 
@@ -416,9 +435,9 @@ def build_pipeline(
 ) -> BotComponents:
     """Build the bot's pipeline; the parts left as ``None`` are simply not in it.
 
-    ``transport_input, stt, user_aggregator, summarizer, llm, tts, transport_output,
-    assistant_aggregator``. A test passes only ``llm`` and feeds text into the user
-    aggregator (``LLMMessagesAppendFrame``) instead of audio.
+    ``transport_input, stt, user_aggregator, summarizer, llm, summarizer.after_llm(), tts,
+    transport_output, assistant_aggregator``. A test passes only ``llm`` and feeds text into
+    the user aggregator (``LLMMessagesAppendFrame``) instead of audio.
 
     Args:
         settings: The settings (thresholds, summarizer endpoint).
@@ -439,12 +458,16 @@ def build_pipeline(
     backend = summary_backend or create_summary_backend(settings)
     store = open_store(settings.memory_store) if settings.memory_store else None
     summarizer = create_summarizer(settings, context, backend, store)
+    # The companion right after the LLM: tool-call follow-ups held to the ceiling, manual
+    # summaries on the secondary LLM, the LLM's system instruction counted.
+    guard = summarizer.after_llm()
     stages = [
         transport_input,
         stt,
         user_aggregator,
         summarizer,  # between the user aggregator and the LLM
         llm,
+        guard,
         tts,
         transport_output,
         assistant_aggregator,
@@ -457,6 +480,7 @@ def build_pipeline(
         summary_backend=backend,
         user_aggregator=user_aggregator,
         assistant_aggregator=assistant_aggregator,
+        guard=guard,
         store=store,
     )
 
@@ -565,15 +589,38 @@ def environment_kept(*runner_owned: str) -> Iterator[None]:
         os.environ.update(kept)
 
 
+def add_client_routes(app: Any) -> None:
+    """Serve the bot's own page (``examples/client/``) at ``CLIENT_ROUTE``; ``/`` redirects there.
+
+    Registered before the runner adds its routes, so this ``/`` wins over the runner's
+    redirect to its prebuilt client (still at ``/client``). The page connects to the
+    runner's ``/api/offer`` on the same host and loads nothing from anywhere else.
+
+    Args:
+        app: The runner's FastAPI application (``pipecat.runner.run.app``).
+    """
+    from fastapi.responses import RedirectResponse
+    from fastapi.staticfiles import StaticFiles
+
+    app.mount(CLIENT_ROUTE, StaticFiles(directory=CLIENT_DIR, html=True), name="bot-client")
+
+    @app.get("/", include_in_schema=False)
+    async def root_redirect() -> RedirectResponse:
+        return RedirectResponse(url=f"{CLIENT_ROUTE}/")
+
+
 def import_runner() -> Callable[[], None]:
     """Import Pipecat's development runner, keeping the environment as it was; return its main.
 
     Every session then reads the environment :func:`main` checked, not the runner's
     ``.env`` load. The runner's own ``ENV=local`` stays (Pipecat bots read it to tell a
-    local run from a deployed one).
+    local run from a deployed one). The bot's own page is added to the runner's app
+    (:func:`add_client_routes`).
     """
     with environment_kept("ENV"):
+        from pipecat.runner.run import app
         from pipecat.runner.run import main as run_development_runner
+    add_client_routes(app)
     return run_development_runner
 
 

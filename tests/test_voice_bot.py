@@ -323,3 +323,39 @@ def test_exported_variables_win_over_dotenv(tmp_path):
     result = _run_bot_args(tmp_path, dotenv, {"BOT_MODE": "local"}, "-t", "nope")
     assert "OPENAI_API_KEY is not set" not in result.stderr
     assert "local" in result.stderr
+
+
+async def test_the_pipeline_places_the_companion_right_after_the_llm(openai_server):
+    """The README's wiring: ``summarizer.after_llm()`` right after the LLM, so the summarizer
+    knows its LLM (the system instruction counts under the ceiling) and sees each answer."""
+    openai_server.handler = bot_handler
+    settings = vb.Settings.from_env(bot_env(openai_server))
+    llm = vb.create_llm(settings)
+    bot = vb.build_pipeline(settings, llm=llm)
+    replies: asyncio.Queue[str] = asyncio.Queue()
+
+    @bot.assistant_aggregator.event_handler("on_assistant_turn_stopped")
+    async def on_assistant_turn_stopped(aggregator, message):
+        await replies.put(message.content.strip())
+
+    worker = PipelineWorker(bot.pipeline, cancel_on_idle_timeout=False)
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    run = asyncio.create_task(runner.run())
+    try:
+        await worker.queue_frame(
+            LLMMessagesAppendFrame([{"role": "user", "content": user_text(1)}], True)
+        )
+        assert await asyncio.wait_for(replies.get(), timeout=5) == "Answer 1."
+        await worker.queue_frame(EndFrame())
+        await asyncio.wait_for(run, timeout=10)
+    finally:
+        if not run.done():
+            await runner.cancel()
+            await run
+        await bot.summary_backend.aclose()
+
+    # The companion told the summarizer which LLM it sits after: the example's system
+    # prompt is counted in every request's size.
+    assert bot.summarizer.llm is llm
+    assert bot.summarizer.request_overhead_tokens() >= len(vb.SYSTEM_PROMPT.split())
