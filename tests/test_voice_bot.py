@@ -13,6 +13,7 @@ import asyncio
 import importlib.util
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -359,3 +360,52 @@ async def test_the_pipeline_places_the_companion_right_after_the_llm(openai_serv
     # prompt is counted in every request's size.
     assert bot.summarizer.llm is llm
     assert bot.summarizer.request_overhead_tokens() >= len(vb.SYSTEM_PROMPT.split())
+
+
+def test_openai_mode_needs_no_key_when_every_service_has_its_own_server():
+    servers = {
+        f"{name}_BASE_URL": f"http://127.0.0.1:900{n}/v1"
+        for n, name in enumerate(("LLM", "SUMMARY", "STT", "TTS"))
+    }
+    s = vb.Settings.from_env(servers)
+    assert s.openai_api_key is None
+    assert {s.llm_api_key, s.summary_api_key, s.stt_api_key, s.tts_api_key} == {vb.NO_KEY}
+    # one service left on OpenAI still needs the key, and the line names that service
+    with pytest.raises(vb.ConfigError, match="OPENAI_API_KEY is not set \\(speech-to-text"):
+        vb.Settings.from_env({k: v for k, v in servers.items() if k != "STT_BASE_URL"})
+
+
+def test_local_mode_uses_the_bundled_models_without_a_download(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a download would fail, not hang
+    pytest.importorskip("faster_whisper", reason="local mode's packages: the [local] extra")
+    pytest.importorskip("piper", reason="local mode's packages: the [local] extra")
+    s = vb.Settings.from_env({"BOT_MODE": "local"})
+    assert "speech-to-text Whisper tiny.en (bundled) on this machine" in s.describe()
+    assert "text-to-speech Piper en_US-joe-medium (bundled) on this machine" in s.describe()
+    stt, tts = vb.create_stt(s), vb.create_tts(s)
+    assert type(stt).__name__ == "WhisperSTTService"
+    assert type(tts).__name__ == "PiperTTSService"
+
+
+def test_local_mode_refuses_to_start_with_one_line_naming_what_is_missing(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"  # nothing listens there
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOCAL_", "SUMMARY_"))}
+    env.update(
+        {"BOT_MODE": "local", "LOCAL_LLM_BASE_URL": closed, "PIPER_VOICE_ID": "xx_XX-none-low"}
+    )
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLE), "-t", "webrtc"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("voice_bot:")]
+    assert len(lines) == 1 and "BOT_MODE=local cannot start" in lines[0], result.stderr
+    assert "PIPER_VOICE_ID 'xx_XX-none-low'" in lines[0]
+    assert f"no LLM server answers at {closed}" in lines[0]
+    assert "Traceback" not in result.stderr
