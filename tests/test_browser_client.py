@@ -285,10 +285,18 @@ async def test_the_page_talks_to_the_bot_offline_and_shows_each_compaction(tmp_p
                 """() => {
                     const audio = document.getElementById('bot-audio');
                     const tracks = audio.srcObject ? audio.srcObject.getAudioTracks() : [];
-                    const ok = tracks.length === 1 && !audio.paused && audio.currentTime > 0;
+                    const live = tracks.length === 1 && tracks[0].readyState === 'live';
+                    const ok = live && !audio.paused && audio.currentTime > 0;
                     return ok || {n: tracks.length, paused: audio.paused, t: audio.currentTime};
                 }"""
             )
+            # Disconnect ends the bot's session (so the runner can stop at once)
+            await page.click("#connect")
+            await shown("document.querySelector('#status').dataset.state === 'idle'")
+            for _ in range(50):
+                if "Client disconnected" in log.read_text():
+                    break
+                await asyncio.sleep(0.1)
             await browser.close()
     finally:
         if bot.poll() is None:
