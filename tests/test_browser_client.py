@@ -72,7 +72,8 @@ def _missing() -> str | None:
 
 MISSING = _missing()
 pytestmark = pytest.mark.skipif(
-    MISSING is not None and not IN_CI, reason=f"browser test needs {MISSING}"
+    MISSING is not None and not IN_CI,
+    reason=f"browser test skipped (with CI=true it fails instead): {MISSING}",
 )
 
 
