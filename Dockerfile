@@ -1,7 +1,7 @@
 # The example voice bot (examples/voice_bot.py) on Pipecat's development runner, OpenAI mode.
 #   docker build -t pipecat-summarizer-bot .
 #   docker run --rm -p 7860:7860 --env-file .env pipecat-summarizer-bot
-# then open http://localhost:7860/client (see examples/README.md for WebRTC networking).
+# then open http://localhost:7860 (the bot's own page; see examples/README.md for WebRTC networking).
 #
 # Local mode (BOT_MODE=local: Whisper, Piper and a local LLM server) is NOT in this image: it
 # installs the [example] extra only, not [local], and ships no speech or language model. Run

@@ -10,7 +10,8 @@ One transport (SmallWebRTC), OpenAI for speech-to-text, the LLM, text-to-speech 
     pip install -e ".[example]"
     export OPENAI_API_KEY=...
     python examples/foundational.py      # Pipecat's development runner
-    # open http://localhost:7860/client
+    # open http://localhost:7860/client (Pipecat's prebuilt page: it loads a bundle from a
+    # CDN, so it needs the internet; examples/voice_bot.py serves an offline page of its own)
 
 No key? ``python examples/text_chat.py`` runs in a terminal with a local stand-in model.
 """
