@@ -9,11 +9,29 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
+
+
+async def serve_on_loopback(app: web.Application) -> tuple[web.AppRunner, str]:
+    """Serve ``app`` on a free 127.0.0.1 port; returns its runner and its ``/v1`` base URL."""
+    runner = web.AppRunner(app, shutdown_timeout=0.2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}/v1"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (just now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @dataclass
@@ -76,12 +94,7 @@ class FakeOpenAIServer:
         """Start listening on a free loopback port; returns the ``/v1`` base URL."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.2)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self._runner, self.base_url = await serve_on_loopback(app)
         return self.base_url
 
     @property

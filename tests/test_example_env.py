@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,8 @@ import aiohttp
 import pipecat
 import pytest
 from aiohttp import web
+
+from tests.openai_server import free_port, serve_on_loopback
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "voice_bot.py"
 PIPECAT_DIR = Path(str(pipecat.__file__)).resolve().parent
@@ -69,12 +70,7 @@ class RecordingServer:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.2)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self._runner, self.base_url = await serve_on_loopback(app)
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -169,12 +165,6 @@ def bot_environment(site: Path, exported: dict[str, str]) -> dict[str, str]:
     env["HF_HUB_OFFLINE"] = "1"  # no model download, whatever mode the bot ends up in
     env.update(exported)
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def run_session(cwd: Path, env: dict[str, str], servers: tuple) -> str:

@@ -34,6 +34,8 @@ from pipecat.frames.frames import (
 )
 from pipecat.tests.utils import run_test
 
+from tests.openai_server import serve_on_loopback
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "local_services.py"
 SENTENCE = "I would like to book a table for two people tomorrow evening."
 SAMPLE_RATE = 16000  # run_test's pipeline input rate, what the STT reads
@@ -143,12 +145,7 @@ class ModelsServer:
     async def __aenter__(self) -> ModelsServer:
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.2)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self._runner, self.base_url = await serve_on_loopback(app)
         return self
 
     async def __aexit__(self, *exc) -> None:
