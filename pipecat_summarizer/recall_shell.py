@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -131,6 +132,9 @@ class RecallStep:
         # the store's forget count for this caller: when it moves, nothing found before
         # (a late answer, the placed message) is quoted again
         self._forget_gen = self._generation()
+        # when this call started (wall clock, as the forget tombstones): a forget by another
+        # process after it counts here too (see _search_with_replies)
+        self._since = time.time()
         # counters (no conversation text): turns asked, recalled, missed the budget,
         # served by a late answer, failed
         self.turns = 0
@@ -155,12 +159,17 @@ class RecallStep:
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
         generation = self._generation()
         index = self.semantic
-        hits = list(
-            await self.archive.search(
-                search_words(query, terms), limit=limit, any_word=True, **scope
-            )
-            or []
+        search = self.archive.search(
+            search_words(query, terms), limit=limit, any_word=True, **scope
         )
+        noticed = getattr(self.archive, "noticed_forget", None)
+        if self.user_id is not None and callable(noticed):
+            # a forget run by another process: its tombstone is read beside the search (the
+            # rows are gone already; what this call holds in memory must go too)
+            _, found = await asyncio.gather(noticed(self.user_id, self._since), search)
+        else:
+            found = await search
+        hits = list(found or [])
         replies: dict[tuple[str, int], tuple[str, str]] = {}
         if index is not None:
             from pipecat_summarizer.semantic import fuse
@@ -278,6 +287,7 @@ class RecallStep:
     def start(self) -> None:
         """The call starts: index the caller's earlier calls for semantic recall now, so a
         returning caller's first question already finds them by meaning."""
+        self._since = time.time()
         if self.semantic is not None:
             self.semantic.kick(self.archive)
 

@@ -171,3 +171,22 @@ async def test_postgres_vacuums_the_tables_a_forget_touched(pg_server):
     finally:
         await conn.close()
     assert {r["relname"] for r in vacuumed} >= {"messages", "calls", "facts", "compactions"}
+
+
+async def test_a_forget_by_another_store_is_noticed_once_from_its_tombstone(store_target):
+    live, admin = open_store(store_target), open_store(store_target)
+    try:
+        await live.write([CallRecord("s1", "alice", started_at=time.time())])
+        since = time.time()
+        assert await live.forgotten_at("alice") is None
+        assert not await live.noticed_forget("alice", since)
+        await admin.forget("alice")
+        assert await live.forgotten_at("alice") >= since
+        assert await live.noticed_forget("alice", since)  # counted here, once
+        assert not await live.noticed_forget("alice", since)
+        assert live.forget_generation("alice") == 1
+        # a forget before this call started is not this call's business
+        assert not await live.noticed_forget("alice", time.time() + 60)
+    finally:
+        await live.close()
+        await admin.close()

@@ -341,6 +341,26 @@ class MemoryStore(ABC):
         generations: dict[str, int] = self.__dict__.get("_forget_generations", {})
         return generations.get(user_id, 0)
 
+    async def forgotten_at(self, user_id: str) -> float | None:
+        """When ``user_id`` was last forgotten, by any process (the tombstone's time), or
+        ``None``. A store without tombstones answers ``None``."""
+        return None
+
+    async def noticed_forget(self, user_id: str, since: float) -> bool:
+        """Whether ``user_id`` was forgotten after ``since`` (a wall-clock time) by any
+        process; a forget seen here for the first time counts as one in this process (see
+        :meth:`forget_generation`), so a live call drops what it holds of the caller even
+        when another process ran the forget."""
+        at = await self.forgotten_at(user_id)
+        if at is None or at < since:
+            return False
+        seen: dict[str, float] = self.__dict__.setdefault("_tombstones_seen", {})
+        if seen.get(user_id) == at:
+            return False
+        seen[user_id] = at
+        self._forgotten_now(user_id)
+        return True
+
     def _forgotten_now(self, user_id: str) -> None:
         """Count a forget of ``user_id`` (every backend's :meth:`forget` calls this first)."""
         generations = self.__dict__.setdefault("_forget_generations", {})

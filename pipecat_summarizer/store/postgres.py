@@ -630,6 +630,14 @@ class PostgresMemoryStore(MemoryStore):
             ORDER BY r.score DESC, m.at DESC, m.id DESC"""
         return (sql, *args)
 
+    async def forgotten_at(self, user_id: str) -> float | None:
+        """When ``user_id`` was last forgotten (the tombstone's time), or ``None``."""
+        check_user_id(user_id)
+        rows = await self._fetch(
+            "SELECT at FROM forgotten WHERE user_hash = $1", user_hash(user_id)
+        )
+        return float(rows[0]["at"]) if rows else None
+
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
         """The caller's current pinned facts and their latest calls' summaries."""
         check_user_id(user_id)
