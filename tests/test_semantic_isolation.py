@@ -247,55 +247,18 @@ async def test_forget_empties_the_live_index_at_once(tmp_path, semantic):
         await store.close()
 
 
-async def test_forget_during_a_call_stops_semantic_recall_quoting_it(openai_server, tmp_path):
+@pytest.mark.parametrize("by", ["the call's store", "another process"])
+async def test_forget_during_a_call_stops_semantic_recall_quoting_it(openai_server, tmp_path, by):
     """Alice's earlier call told of Rex; in her next call the application forgets her (she
     asked to be forgotten) before she asks about her pet: the question goes out without the
-    detail, though her index had embedded it."""
+    detail, though her index had embedded it. Forgotten through another store object (another
+    process, an admin tool), the live call's store never counted it: the recall step reads the
+    tombstone beside its search and the index drops the caller before it ranks."""
     semantic = SemanticRecall()
     semantic.load()
     recall = replace(RecallParams(latency_budget_s=5.0), semantic=semantic)
     store = SQLiteMemoryStore(tmp_path / "m.db")
-    forgotten: list[int] = []
-
-    async def handler(body: dict) -> Reply:
-        if not is_summary_request(body) and body["messages"][-1].get("content") == FILLER[0]:
-            forgotten.append(await store.forget("al"))
-        return _summaries(body)
-
-    try:
-        await _call(openai_server, store, [PET, *FILLER], recall=recall, call_id="c1", user_id="al")
-        openai_server.requests.clear()
-        openai_server.handler = handler
-        processor = await _call(
-            openai_server,
-            store,
-            [FILLER[0], ASK],
-            recall=recall,
-            call_id="c2",
-            user_id="al",
-            lead=0.5,  # the earlier call is embedded before the first turn
-        )
-    finally:
-        await store.close()
-    assert forgotten and forgotten[0] > 0
-    last = openai_server.chat_requests[-1]
-    assert last["messages"][-1]["content"] == ASK
-    # nothing of Rex anywhere in the request: not recalled, not in the earlier-calls memory
-    assert not any("Rex" in str(m["content"]) for m in last["messages"])
-    assert processor.recall_step.semantic.forgets == 1
-
-
-async def test_a_forget_by_another_process_stops_semantic_recall_quoting_it(
-    openai_server, tmp_path
-):
-    """The same, but the forget runs on another store object (another process, an admin
-    tool): the live call's store never counted it, so the recall step reads the tombstone
-    beside its search and the index drops the caller before it ranks."""
-    semantic = SemanticRecall()
-    semantic.load()
-    recall = replace(RecallParams(latency_budget_s=5.0), semantic=semantic)
-    store = SQLiteMemoryStore(tmp_path / "m.db")
-    admin = SQLiteMemoryStore(tmp_path / "m.db")
+    admin = store if by == "the call's store" else SQLiteMemoryStore(tmp_path / "m.db")
     forgotten: list[int] = []
 
     async def handler(body: dict) -> Reply:
@@ -314,14 +277,15 @@ async def test_a_forget_by_another_process_stops_semantic_recall_quoting_it(
             recall=recall,
             call_id="c2",
             user_id="al",
-            lead=0.5,
+            lead=0.5,  # the earlier call is embedded before the first turn
         )
     finally:
         await store.close()
         await admin.close()
     assert forgotten and forgotten[0] > 0
-    assert store.forget_generation("al") == 1  # counted here when the tombstone was read
+    assert store.forget_generation("al") >= 1  # counted by the forget, or from the tombstone
     last = openai_server.chat_requests[-1]
     assert last["messages"][-1]["content"] == ASK
+    # nothing of Rex anywhere in the request: not recalled, not in the earlier-calls memory
     assert not any("Rex" in str(m["content"]) for m in last["messages"])
     assert processor.recall_step.semantic.forgets == 1
