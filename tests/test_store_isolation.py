@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
-
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
-from tests.pipeline_utils import build, cfg, main_llm, texts_of, turns
+from tests.pipeline_utils import texts_of
+from tests.test_store import _call as _store_call
 
 FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful voice assistant."
@@ -29,27 +26,9 @@ def _summaries(body: dict) -> Reply:
     return Reply("Sure thing.")
 
 
-async def _call(server, target, *, user_id, call_id, texts, pins=()):
-    store = open_store(target)
-    context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
-        store=store,
-        call_id=call_id,
-        user_id=user_id,
-        memory=MemoryOptions(writer=FAST),
-    )
-    for key, text in pins:
-        processor.pin(key, text)
-    try:
-        await run_test(
-            build(context, processor, main_llm(server.base_url)),
-            frames_to_send=[*turns(texts, gap=0.15)],
-        )
-    finally:
-        await store.close()
+async def _call(server, target, **kwargs):
+    """One call through a real pipeline (test_store's), returning its processor."""
+    processor, _ = await _store_call(server, target, **kwargs)
     return processor
 
 

@@ -169,8 +169,9 @@ def plot_results(
     Raises:
         RuntimeError: If matplotlib is not installed.
     """
-    fig = build_figure(
+    return plot_conditions(
         [Condition("", subtitle, results, minutes, outage)],
+        path,
         title=title,
         threshold=threshold,
         turns=turns,
@@ -178,7 +179,6 @@ def plot_results(
         probes=probes,
         prices=prices,
     )
-    return _save(fig, path)
 
 
 def plot_conditions(
