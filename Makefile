@@ -26,14 +26,14 @@ fuzz: $(STAMP)  # the schedule fuzzer: SEEDS seeds from START (prints a replay c
 	$(PY) -m tests.fuzz --seeds $(SEEDS) --start $(or $(START),0) --jobs $(JOBS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check pipecat_summarizer tests examples benchmarks
-	$(VENV)/bin/ruff format --check pipecat_summarizer tests examples benchmarks
+	$(VENV)/bin/ruff check pipecat_summarizer pipecat_summarizer_cli tests examples benchmarks
+	$(VENV)/bin/ruff format --check pipecat_summarizer pipecat_summarizer_cli tests examples benchmarks
 	$(VENV)/bin/mypy  # the package, configured in pyproject.toml [tool.mypy]
 	$(VENV)/bin/hadolint Dockerfile
 
 # The same call twice, calm and busy (the summarizer writing 40 tokens/s, a barge-in on half
 # the answers), in one table, report and plot; offline. DEMO_ARGS adds flags (e.g. --seed 1).
-# nutrition_call is shipped in the package (pipecat_summarizer/replay/data/, probes included).
+# nutrition_call is shipped in the package (pipecat_summarizer_cli/replay/data/, probes included).
 DEMO_ARGS ?=
 demo: $(STAMP)
 	$(VENV)/bin/pipecat-summarizer replay nutrition_call --compare-busy \

@@ -4,9 +4,9 @@ Replays each conversation (simulated real time, the replay's defaults) with the 
 Pipecat's built-in summarization and ours, all with Pipecat's default thresholds (8,000
 tokens / 20 messages / keep 4) and the same offline extractive summarizer, and adds a
 fourth run, ours with ``cached_input_discount`` set from the prices (1 - cached / input:
-0.9 at $3 / $0.30), the cache-aware cadence of :mod:`pipecat_summarizer.cadence`.
+0.9 at $3 / $0.30), the cache-aware cadence of :mod:`pipecat_summarizer._compaction.cadence`.
 
-Conversations: the bundled calls (``pipecat_summarizer/replay/data/*.jsonl``, with probes),
+Conversations: the bundled calls (``pipecat_summarizer_cli/replay/data/*.jsonl``, with probes),
 ``--synthetic 200`` with Pipecat's defaults, a held-out synthetic call generated with another
 seed, length and message sizes (never used to tune anything), and, with ``--locomo PATH``,
 every LoCoMo conversation.
@@ -34,14 +34,14 @@ sys.path.insert(0, str(ROOT))
 
 from loguru import logger  # noqa: E402
 
-from pipecat_summarizer.replay import clock  # noqa: E402
-from pipecat_summarizer.replay.backends import extractive_backend  # noqa: E402
-from pipecat_summarizer.replay.report import Prices, TokenTable, strategy_metrics  # noqa: E402
-from pipecat_summarizer.replay.runner import replay_options, run_strategy  # noqa: E402
-from pipecat_summarizer.replay.strategies import Thresholds  # noqa: E402
-from pipecat_summarizer.replay.synthetic import PROBES, synthetic_transcript  # noqa: E402
-from pipecat_summarizer.replay.timing import CallModel  # noqa: E402
-from pipecat_summarizer.replay.transcript import load_probes, load_transcript  # noqa: E402
+from pipecat_summarizer_cli.replay import clock  # noqa: E402
+from pipecat_summarizer_cli.replay.backends import extractive_backend  # noqa: E402
+from pipecat_summarizer_cli.replay.report import Prices, TokenTable, strategy_metrics  # noqa: E402
+from pipecat_summarizer_cli.replay.runner import replay_options, run_strategy  # noqa: E402
+from pipecat_summarizer_cli.replay.strategies import Thresholds  # noqa: E402
+from pipecat_summarizer_cli.replay.synthetic import PROBES, synthetic_transcript  # noqa: E402
+from pipecat_summarizer_cli.replay.timing import CallModel  # noqa: E402
+from pipecat_summarizer_cli.replay.transcript import load_probes, load_transcript  # noqa: E402
 
 RUNS = ("full_buffer", "pipecat_builtin", "pipecat_summarizer", "ours_cache_aware")
 HELD_OUT = {"exchanges": 130, "seed": 2027, "prefix_tokens": 1200, "user_tokens": 70,
@@ -60,7 +60,7 @@ def conversations(locomo: str | None) -> list[tuple[str, Any, list[str], Any]]:
     out.append(("synthetic_200", synthetic_transcript(200), list(PROBES), None))
     out.append(("held_out_130", synthetic_transcript(**HELD_OUT), list(PROBES), None))
     if locomo:
-        from pipecat_summarizer.replay.locomo import convert, load_samples
+        from pipecat_summarizer_cli.replay.locomo import convert, load_samples
 
         for sample_id, sample in load_samples(locomo):
             conv = convert(sample, sample_id)
@@ -72,7 +72,7 @@ def cache_aware_options(discount: float) -> Any:
     """Ours' replay options with the prompt-cache discount (grouped params, or the flat
     options of earlier versions)."""
     try:
-        from pipecat_summarizer.options import ContextSummarizerParams, TriggerParams
+        from pipecat_summarizer.params import ContextSummarizerParams, TriggerParams
     except ImportError:
         return replay_options(cached_input_discount=discount)
     options = replay_options()
@@ -119,7 +119,7 @@ def measure(
     for run, result in results.items():
         entry = strategy_metrics(result, prices=prices, probes=probes)
         if qa:
-            from pipecat_summarizer.replay.locomo import answer_recall
+            from pipecat_summarizer_cli.replay.locomo import answer_recall
 
             entry["answer_recall"], _ = answer_recall(result.final_text, qa)
         out[run] = entry

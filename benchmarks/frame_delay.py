@@ -47,9 +47,9 @@ from pipecat.tests.utils import SleepFrame, run_test  # noqa: E402
 from recall import WORDS, fill, sentence  # noqa: E402
 
 from pipecat_summarizer import ContextSummarizer  # noqa: E402
-from pipecat_summarizer.recall import RecallParams  # noqa: E402
+from pipecat_summarizer._recall.rules import RecallParams  # noqa: E402
+from pipecat_summarizer._session.recorder import MemoryOptions  # noqa: E402
 from pipecat_summarizer.store import SQLiteMemoryStore  # noqa: E402
-from pipecat_summarizer.store.recorder import MemoryOptions  # noqa: E402
 
 SETUPS = ("no store", "store, no recall", "store + recall", "store + recall (broad)")
 

@@ -24,11 +24,11 @@ from loguru import logger
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipecat_summarizer.replay import clock  # noqa: E402
-from pipecat_summarizer.replay.backends import extractive_backend  # noqa: E402
-from pipecat_summarizer.replay.runner import run_all  # noqa: E402
-from pipecat_summarizer.replay.timing import CallModel, Span  # noqa: E402
-from pipecat_summarizer.replay.transcript import (  # noqa: E402
+from pipecat_summarizer_cli.replay import clock  # noqa: E402
+from pipecat_summarizer_cli.replay.backends import extractive_backend  # noqa: E402
+from pipecat_summarizer_cli.replay.runner import run_all  # noqa: E402
+from pipecat_summarizer_cli.replay.timing import CallModel, Span  # noqa: E402
+from pipecat_summarizer_cli.replay.transcript import (  # noqa: E402
     load_transcript,
     transcript_from_messages,
 )
@@ -55,7 +55,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     logger.remove()
-    full = load_transcript(ROOT / "pipecat_summarizer/replay/data/nutrition_call.jsonl")
+    full = load_transcript(ROOT / "pipecat_summarizer_cli/replay/data/nutrition_call.jsonl")
     last = full.turns[args.turns - 1] if args.turns < len(full.turns) else None
     messages = full.messages
     if last is not None:  # the messages up to the end of the chosen turn

@@ -37,8 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipecat_summarizer.recall import RecallParams  # noqa: E402
-from pipecat_summarizer.recall_shell import RecallStep  # noqa: E402
+from pipecat_summarizer._recall.rules import RecallParams  # noqa: E402
+from pipecat_summarizer._recall.step import RecallStep  # noqa: E402
 from pipecat_summarizer.store import open_store  # noqa: E402
 from pipecat_summarizer.store.records import ArchivedMessage  # noqa: E402
 
@@ -66,7 +66,7 @@ def sentence(rng: random.Random) -> str:
 
 def locomo_corpus(path: str) -> tuple[list[str], list[str]]:
     """LoCoMo's dialog lines and questions."""
-    from pipecat_summarizer.replay.locomo import load_samples
+    from pipecat_summarizer_cli.replay.locomo import load_samples
 
     lines, questions = [], []
     for _sid, sample in load_samples(path):

@@ -1,5 +1,5 @@
 """Semantic indexing and the event loop: how late a periodic tick runs while a call's
-:class:`~pipecat_summarizer.semantic.SemanticIndex` embeds a returning caller's archive.
+:class:`~pipecat_summarizer._recall.semantic.SemanticIndex` embeds a returning caller's archive.
 
 A real SQLite file holds ``--messages`` archived messages (default 20,000) of one caller, spread
 over ``--calls`` ended calls (default 50, the default ``SemanticRecall.max_calls``). The real
@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipecat_summarizer.semantic import SemanticIndex, SemanticRecall  # noqa: E402
+from pipecat_summarizer._recall.semantic import SemanticIndex, SemanticRecall  # noqa: E402
 from pipecat_summarizer.store import SQLiteMemoryStore  # noqa: E402
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord  # noqa: E402
 

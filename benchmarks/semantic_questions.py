@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from pipecat_summarizer.cli import main as cli_main
+from pipecat_summarizer_cli.main import main as cli_main
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipecat_summarizer import ContextSummarizer  # noqa: E402
+from pipecat_summarizer._session.recorder import CallRecorder, MemoryOptions  # noqa: E402
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store  # noqa: E402
-from pipecat_summarizer.store.recorder import CallRecorder, MemoryOptions  # noqa: E402
 from pipecat_summarizer.store.records import ArchivedMessage  # noqa: E402
 from pipecat_summarizer.store.writer import StoreWriter, WriterOptions  # noqa: E402
 

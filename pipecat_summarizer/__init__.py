@@ -29,6 +29,13 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
         LLMContextSummaryConfig,
     )
 
+    from pipecat_summarizer._compaction.prompt import DEFAULT_PROMPT, SummaryRequest
+    from pipecat_summarizer._recall.rules import RecallParams
+    from pipecat_summarizer._recall.semantic import SemanticRecall
+    from pipecat_summarizer._record.pinned import Fact, Kind, Source
+    from pipecat_summarizer._record.record import ConversationMemory
+    from pipecat_summarizer._session.recorder import MemoryOptions
+    from pipecat_summarizer._text.tokens import EstimateTokenCounter, TokenCounter, TokenizerCounter
     from pipecat_summarizer.errors import PipecatSummarizerError
     from pipecat_summarizer.events import (
         ContextCompactedEvent,
@@ -38,8 +45,7 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
         SummaryFailedEvent,
     )
     from pipecat_summarizer.guard import LLMRequestGuard
-    from pipecat_summarizer.memory import ConversationMemory
-    from pipecat_summarizer.options import (
+    from pipecat_summarizer.params import (
         CeilingParams,
         ContextSummarizerParams,
         PinningParams,
@@ -47,13 +53,8 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
         SummarizerOptions,
         TriggerParams,
     )
-    from pipecat_summarizer.pinned import Fact, Kind, Source
     from pipecat_summarizer.processor import ContextSummarizer
-    from pipecat_summarizer.prompt import DEFAULT_PROMPT, SummaryRequest
-    from pipecat_summarizer.recall import RecallParams
-    from pipecat_summarizer.semantic import SemanticRecall
     from pipecat_summarizer.store.base import StoreError
-    from pipecat_summarizer.store.recorder import MemoryOptions
     from pipecat_summarizer.summarizers import (
         ExtractiveSummarizer,
         OpenAISummarizer,
@@ -62,7 +63,6 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
         SummarizerError,
         SummaryResult,
     )
-    from pipecat_summarizer.tokens import EstimateTokenCounter, TokenCounter, TokenizerCounter
     from pipecat_summarizer.tools import (
         recall_memory_flows_function,
         register_recall_memory,
@@ -130,41 +130,41 @@ _LLM_CONTEXT_SUMMARIZATION = "pipecat.utils.context.llm_context_summarization"
 # whose import takes about a second and logs a banner. Kept equal to the TYPE_CHECKING
 # imports above by tests/test_public_api.py.
 _EXPORTS: dict[str, str] = {
-    "CeilingParams": "pipecat_summarizer.options",
+    "CeilingParams": "pipecat_summarizer.params",
     "ContextCompactedEvent": "pipecat_summarizer.events",
     "ContextSummarizer": "pipecat_summarizer.processor",
-    "ContextSummarizerParams": "pipecat_summarizer.options",
+    "ContextSummarizerParams": "pipecat_summarizer.params",
     "ContextSummaryAppliedFrame": "pipecat_summarizer.events",
-    "ConversationMemory": "pipecat_summarizer.memory",
-    "DEFAULT_PROMPT": "pipecat_summarizer.prompt",
-    "EstimateTokenCounter": "pipecat_summarizer.tokens",
+    "ConversationMemory": "pipecat_summarizer._record.record",
+    "DEFAULT_PROMPT": "pipecat_summarizer._compaction.prompt",
+    "EstimateTokenCounter": "pipecat_summarizer._text.tokens",
     "ExtractiveSummarizer": "pipecat_summarizer.summarizers",
-    "Fact": "pipecat_summarizer.pinned",
-    "Kind": "pipecat_summarizer.pinned",
+    "Fact": "pipecat_summarizer._record.pinned",
+    "Kind": "pipecat_summarizer._record.pinned",
     "LLMAutoContextSummarizationConfig": _LLM_CONTEXT_SUMMARIZATION,
     "LLMContextSummaryConfig": _LLM_CONTEXT_SUMMARIZATION,
     "LLMRequestGuard": "pipecat_summarizer.guard",
-    "MemoryOptions": "pipecat_summarizer.store.recorder",
+    "MemoryOptions": "pipecat_summarizer._session.recorder",
     "MessagesEvictedEvent": "pipecat_summarizer.events",
     "OpenAISummarizer": "pipecat_summarizer.summarizers",
-    "PinningParams": "pipecat_summarizer.options",
+    "PinningParams": "pipecat_summarizer.params",
     "PipecatLLMSummarizer": "pipecat_summarizer.summarizers",
     "PipecatSummarizerError": "pipecat_summarizer.errors",
     "Reason": "pipecat_summarizer.events",
-    "RecallParams": "pipecat_summarizer.recall",
-    "RetryParams": "pipecat_summarizer.options",
-    "SemanticRecall": "pipecat_summarizer.semantic",
-    "Source": "pipecat_summarizer.pinned",
+    "RecallParams": "pipecat_summarizer._recall.rules",
+    "RetryParams": "pipecat_summarizer.params",
+    "SemanticRecall": "pipecat_summarizer._recall.semantic",
+    "Source": "pipecat_summarizer._record.pinned",
     "StoreError": "pipecat_summarizer.store.base",
     "Summarizer": "pipecat_summarizer.summarizers",
     "SummarizerError": "pipecat_summarizer.summarizers",
-    "SummarizerOptions": "pipecat_summarizer.options",
+    "SummarizerOptions": "pipecat_summarizer.params",
     "SummaryFailedEvent": "pipecat_summarizer.events",
-    "SummaryRequest": "pipecat_summarizer.prompt",
+    "SummaryRequest": "pipecat_summarizer._compaction.prompt",
     "SummaryResult": "pipecat_summarizer.summarizers",
-    "TokenCounter": "pipecat_summarizer.tokens",
-    "TokenizerCounter": "pipecat_summarizer.tokens",
-    "TriggerParams": "pipecat_summarizer.options",
+    "TokenCounter": "pipecat_summarizer._text.tokens",
+    "TokenizerCounter": "pipecat_summarizer._text.tokens",
+    "TriggerParams": "pipecat_summarizer.params",
     "recall_memory_flows_function": "pipecat_summarizer.tools",
     "register_recall_memory": "pipecat_summarizer.tools",
     "register_remember_fact": "pipecat_summarizer.tools",

@@ -39,7 +39,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import LLMService
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
-from pipecat_summarizer.cadence import ResponseEvent
+from pipecat_summarizer._compaction.cadence import ResponseEvent
 
 
 @runtime_checkable

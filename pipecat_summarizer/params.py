@@ -3,7 +3,7 @@
 ``ContextSummarizerParams`` holds what every call needs, with one nested params object per
 feature (``trigger``, ``retry``, ``pinning``, and the optional ``ceiling``). Every field has
 a safe default and is validated at construction (numbers by annotation, see
-:mod:`pipecat_summarizer.validation`), so a bad value fails here, named, not mid-call. The
+:mod:`pipecat_summarizer._validation`), so a bad value fails here, named, not mid-call. The
 store and recall have their owners' params (``MemoryOptions``, ``RecallParams``).
 
 ``SummarizerOptions``, the flat form of 0.1, still works for one release: it warns
@@ -16,8 +16,8 @@ import warnings
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from pipecat_summarizer.tokens import TokenCounter, as_token_counter
-from pipecat_summarizer.validation import validate_numeric_fields
+from pipecat_summarizer._text.tokens import TokenCounter, as_token_counter
+from pipecat_summarizer._validation import validate_numeric_fields
 
 SummaryRole = Literal["user", "assistant"]
 AppFactsRole = Literal["developer", "system"]
@@ -42,7 +42,7 @@ class TriggerParams:
             the input price (0.9 when a cached input token costs a tenth). Above 0, a
             compaction the message threshold calls for waits until carrying the unsummarized
             messages at the cached price has cost as much as rewriting the cached prefix
-            would (:class:`~pipecat_summarizer.cadence.CacheCadence`); the token threshold
+            would (``cadence.CacheCadence``); the token threshold
             is never deferred. 0 (the default) compacts on Pipecat's thresholds alone.
     """
 

@@ -46,28 +46,16 @@ from pipecat.utils.context.llm_context_summarization import (
     LLMContextSummaryConfig,
 )
 
-from pipecat_summarizer.cadence import (
+from pipecat_summarizer._compaction.cadence import (
     ANSWERED_REASONS,
     AnswerWait,
     ResponseEvent,
     kept_messages,
     offers_tools,
 )
-from pipecat_summarizer.ceiling import RequestCeiling, hook_request_reads
-from pipecat_summarizer.events import (
-    ContextCompactedEvent,
-    ContextSummaryAppliedFrame,
-    MessagesEvictedEvent,
-    Reason,
-    SummaryFailedEvent,
-    short_sha256,
-)
-from pipecat_summarizer.guard import LLMRequestGuard
-from pipecat_summarizer.memory import ConversationMemory
-from pipecat_summarizer.options import ContextSummarizerParams, as_params
-from pipecat_summarizer.options import SummarizerOptions as SummarizerOptions  # 0.1 import
-from pipecat_summarizer.pinned import Fact
-from pipecat_summarizer.plan import (
+from pipecat_summarizer._compaction.ceiling import RequestCeiling, hook_request_reads
+from pipecat_summarizer._compaction.measure import ContextMeter, Measurement
+from pipecat_summarizer._compaction.plan import (
     Plan,
     blocked_reason,
     head_length,
@@ -79,18 +67,37 @@ from pipecat_summarizer.plan import (
     split_pending,
     with_pending,
 )
-from pipecat_summarizer.policy import (
+from pipecat_summarizer._compaction.prompt import SummaryRequest, build_request
+from pipecat_summarizer._compaction.trigger import (
     CompactionTrigger,
     StepFailures,
     effective_timeout,
     validate_config,
     validate_summary_config,
 )
-from pipecat_summarizer.prompt import SummaryRequest, build_request
-from pipecat_summarizer.recall import RecallParams
-from pipecat_summarizer.recall_shell import RecallStep
+from pipecat_summarizer._recall.rules import RecallParams
+from pipecat_summarizer._recall.step import RecallStep
+from pipecat_summarizer._record.pinned import Fact
+from pipecat_summarizer._record.record import ConversationMemory
+from pipecat_summarizer._session.recorder import CallRecorder, MemoryOptions
+from pipecat_summarizer._text.tokens import (
+    EstimateTokenCounter,
+    TokenCounter,
+    as_token_counter,
+    count_text,
+)
+from pipecat_summarizer.events import (
+    ContextCompactedEvent,
+    ContextSummaryAppliedFrame,
+    MessagesEvictedEvent,
+    Reason,
+    SummaryFailedEvent,
+    short_sha256,
+)
+from pipecat_summarizer.guard import LLMRequestGuard
+from pipecat_summarizer.params import ContextSummarizerParams, as_params
+from pipecat_summarizer.params import SummarizerOptions as SummarizerOptions  # 0.1 import
 from pipecat_summarizer.store.base import MemoryStore
-from pipecat_summarizer.store.recorder import CallRecorder, MemoryOptions
 from pipecat_summarizer.summarizers.base import (
     Summarizer,
     SummaryResult,
@@ -101,14 +108,6 @@ from pipecat_summarizer.summarizers.base import (
     is_async_summarizer,
 )
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
-from pipecat_summarizer.tokens import (
-    ContextMeter,
-    EstimateTokenCounter,
-    Measurement,
-    TokenCounter,
-    as_token_counter,
-    count_text,
-)
 
 
 def _as_auto_config(config: Any) -> LLMAutoContextSummarizationConfig:
@@ -268,7 +267,7 @@ class ContextSummarizer(FrameProcessor):
         recall: Bring archived details back: on each user turn, the store's best matches
             for the latest user message that are not in view go in one bounded
             user-role "recalled from earlier" message before it (see
-            :class:`~pipecat_summarizer.recall.RecallParams`). Needs ``store``. The block
+            :class:`~pipecat_summarizer._recall.rules.RecallParams`). Needs ``store``. The block
             counts toward ``max_request_tokens``: it shrinks to the room the conversation
             leaves and gives way before any conversation is evicted.
         **kwargs: Passed to ``FrameProcessor``.
@@ -480,7 +479,7 @@ class ContextSummarizer(FrameProcessor):
         answer as one kept message; when the answer is a tool round (a call, its result,
         then the answer), the call and the result would stay on top of the tail it counted.
         Waiting for the response's end, the follow-up request after tool calls decides again
-        with both in the context (:class:`~pipecat_summarizer.cadence.AnswerWait`). Only
+        with both in the context (:class:`~pipecat_summarizer._compaction.cadence.AnswerWait`). Only
         when the answer may be a tool round: the context offers tools, or the LLM has called
         one in this call.
         """
@@ -882,7 +881,7 @@ class ContextSummarizer(FrameProcessor):
 
     def _prepare_at_serialization(self) -> None:
         """Hold the ceiling where the request is built (see
-        :func:`~pipecat_summarizer.ceiling.hook_request_reads`): messages the aggregators
+        ``ceiling.hook_request_reads``): messages the aggregators
         appended after the frame passed this processor are counted too."""
         if self._params.ceiling is None or self._step_failures.disabled or self._serializing:
             return

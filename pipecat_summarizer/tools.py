@@ -12,8 +12,8 @@ from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
 
+from pipecat_summarizer._text.vocabulary import normalize
 from pipecat_summarizer.events import short_sha256
-from pipecat_summarizer.vocabulary import normalize
 
 if TYPE_CHECKING:
     from pipecat.services.llm_service import FunctionCallParams, LLMService

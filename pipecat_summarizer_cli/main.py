@@ -5,13 +5,13 @@ function that sets a ``run(args) -> int`` default; ``run`` reports its own usage
 status 2). This module only parses and dispatches.
 
 * ``replay``: replays a recorded conversation through real Pipecat pipelines with three
-  strategies and compares them (:mod:`pipecat_summarizer.replay.command`; needs the
+  strategies and compares them (:mod:`pipecat_summarizer_cli.replay.command`; needs the
   ``replay`` extra).
 * ``questions``: LoCoMo answer recall at question time and across calls, with and without
-  recall (:mod:`pipecat_summarizer.replay.questions`).
+  recall (:mod:`pipecat_summarizer_cli.replay.questions`).
 * ``inspect``: shows what a memory store holds: a caller's calls, a call's compactions and
   dropped messages, the pinned facts' history, a search of dropped messages
-  (:mod:`pipecat_summarizer.store.command`).
+  (:mod:`pipecat_summarizer_cli.inspect`).
 
 The tool answers at once: importing Pipecat takes about a second and logs its banner, so only
 the module of the command being run is imported (the others appear in ``--help`` by their
@@ -40,17 +40,17 @@ class Command:
 COMMANDS: tuple[Command, ...] = (
     Command(
         "replay",
-        "pipecat_summarizer.replay.command",
+        "pipecat_summarizer_cli.replay.command",
         "replay a conversation through three context strategies and compare them",
     ),
     Command(
         "questions",
-        "pipecat_summarizer.replay.questions",
+        "pipecat_summarizer_cli.replay.questions",
         "LoCoMo answer recall at question time (and across calls), with and without recall",
     ),
     Command(
         "inspect",
-        "pipecat_summarizer.store.command",
+        "pipecat_summarizer_cli.inspect",
         "show what a memory store holds: calls, compactions, dropped messages, facts",
     ),
 )

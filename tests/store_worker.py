@@ -44,7 +44,7 @@ async def call(target: str, user: str, call_id: str) -> None:
     from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 
     from pipecat_summarizer import ContextSummarizer, ExtractiveSummarizer
-    from pipecat_summarizer.store.recorder import MemoryOptions
+    from pipecat_summarizer._session.recorder import MemoryOptions
     from tests.pipeline_utils import cfg
 
     store = open_store(target)

@@ -12,11 +12,11 @@ from pipecat.tests.utils import run_test
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.memory import ConversationMemory
-from pipecat_summarizer.options import PinningParams
-from pipecat_summarizer.pinned import CLAIM_PREFIX, PinnedFacts, claim_key
+from pipecat_summarizer._record.pinned import CLAIM_PREFIX, PinnedFacts, claim_key
+from pipecat_summarizer._record.record import ConversationMemory
+from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer.params import PinningParams
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 from pipecat_summarizer.tools import REMEMBER_FACT, register_remember_fact
 from tests.openai_server import Reply, is_summary_request

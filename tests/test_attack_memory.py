@@ -19,12 +19,12 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.memory import ConversationMemory
-from pipecat_summarizer.options import PinningParams
-from pipecat_summarizer.pinned import HEADER, NOTED_HEADER
-from pipecat_summarizer.recall import RECALL_HEADER, RecallParams
+from pipecat_summarizer._recall.rules import RECALL_HEADER, RecallParams
+from pipecat_summarizer._record.pinned import HEADER, NOTED_HEADER
+from pipecat_summarizer._record.record import ConversationMemory
+from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER, MemoryOptions
+from pipecat_summarizer.params import PinningParams
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.recorder import EARLIER_CALLS_HEADER, MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply
 from tests.pipeline_utils import cfg, main_llm, turns

@@ -17,10 +17,10 @@ import sys
 
 import pytest
 
-from pipecat_summarizer.cli import main
+from pipecat_summarizer._session.recorder import CallRecorder, MemoryOptions
 from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter, WriterOptions, open_store
-from pipecat_summarizer.store.recorder import CallRecorder, MemoryOptions
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord, FactEvent
+from pipecat_summarizer_cli.main import main
 
 FAST = WriterOptions(flush_interval_s=0.02, max_backoff_s=0.1, write_timeout_s=5)
 

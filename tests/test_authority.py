@@ -3,8 +3,8 @@ constraints, preferences and facts stay pinnable."""
 
 import pytest
 
-from pipecat_summarizer.authority import is_instruction_like
-from pipecat_summarizer.pinned import PinnedFacts
+from pipecat_summarizer._record.authority import is_instruction_like
+from pipecat_summarizer._record.pinned import PinnedFacts
 
 INSTRUCTIONS = [
     # overriding the rules

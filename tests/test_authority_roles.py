@@ -16,8 +16,8 @@ import re
 import pytest
 
 from pipecat_summarizer import ExtractiveSummarizer, SummarizerOptions
-from pipecat_summarizer.pinned import NOTED_HEADER, PinnedFacts
-from pipecat_summarizer.tokens import EstimateTokenCounter
+from pipecat_summarizer._record.pinned import NOTED_HEADER, PinnedFacts
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
 from pipecat_summarizer.tools import REMEMBER_FACT, register_remember_fact
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import Run, cfg, scripted, texts_of, turns

@@ -10,16 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.cadence import (
+from pipecat_summarizer._compaction.cadence import (
     AnswerWait,
     CacheCadence,
     kept_messages,
     offers_tools,
     over_context_limit,
 )
-from pipecat_summarizer.options import ContextSummarizerParams, TriggerParams
-from pipecat_summarizer.policy import CompactionTrigger, trigger_reason
-from pipecat_summarizer.tokens import Measurement
+from pipecat_summarizer._compaction.measure import Measurement
+from pipecat_summarizer._compaction.trigger import CompactionTrigger, trigger_reason
+from pipecat_summarizer.params import ContextSummarizerParams, TriggerParams
 from tests.pipeline_utils import USER_LINE, Run, cfg, scripted, texts_of, turns
 
 

@@ -9,9 +9,13 @@ from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
 
-from pipecat_summarizer.ceiling import RequestCeiling, hook_request_reads, request_overhead
-from pipecat_summarizer.options import CeilingParams
-from pipecat_summarizer.tokens import CachedCounter, EstimateTokenCounter
+from pipecat_summarizer._compaction.ceiling import (
+    RequestCeiling,
+    hook_request_reads,
+    request_overhead,
+)
+from pipecat_summarizer._text.tokens import CachedCounter, EstimateTokenCounter
+from pipecat_summarizer.params import CeilingParams
 from tests.pipeline_utils import main_llm
 
 COUNTER = EstimateTokenCounter()

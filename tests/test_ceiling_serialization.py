@@ -14,8 +14,8 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, ContextSummarizerParams, OpenAISummarizer
-from pipecat_summarizer.options import CeilingParams
-from pipecat_summarizer.tokens import EstimateTokenCounter
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
+from pipecat_summarizer.params import CeilingParams
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, user_turn
 

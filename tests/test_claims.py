@@ -37,8 +37,8 @@ from pipecat_summarizer import (
     SummaryRequest,
     TriggerParams,
 )
-from pipecat_summarizer.cli import main
-from pipecat_summarizer.policy import every_turn_warning, turns_per_compaction
+from pipecat_summarizer._compaction.trigger import every_turn_warning, turns_per_compaction
+from pipecat_summarizer_cli.main import main
 from tests.pipeline_utils import Run, cfg, turns
 
 ROOT = Path(__file__).resolve().parents[1]

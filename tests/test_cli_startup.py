@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipecat_summarizer.cli import COMMANDS, build_parser, command_in, main
+from pipecat_summarizer_cli.main import COMMANDS, build_parser, command_in, main
 
 SCRIPT = Path(sys.executable).parent / "pipecat-summarizer"
 BANNER = "ᓚᘏᗢ"  # Pipecat logs "ᓚᘏᗢ Pipecat 1.x ... ᓚᘏᗢ" when it is imported
@@ -45,7 +45,7 @@ def _help(*args: str) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_building_the_parser_does_not_import_pipecat(command):
-    code = f"from pipecat_summarizer.cli import build_parser\nbuild_parser({command!r})"
+    code = f"from pipecat_summarizer_cli.main import build_parser\nbuild_parser({command!r})"
     assert _pipecat_modules_after(code) == []
 
 

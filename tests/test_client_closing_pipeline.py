@@ -10,7 +10,7 @@ import pytest
 from pipecat.tests.utils import SleepFrame
 
 from pipecat_summarizer import OpenAISummarizer
-from pipecat_summarizer.prompt import build_request
+from pipecat_summarizer._compaction.prompt import build_request
 from tests.openai_server import FakeOpenAIServer, Reply
 from tests.pipeline_utils import Run, cfg, turns
 

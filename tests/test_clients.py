@@ -18,7 +18,7 @@ from pipecat_summarizer import (
     PipecatLLMSummarizer,
     SummarizerError,
 )
-from pipecat_summarizer.prompt import build_request
+from pipecat_summarizer._compaction.prompt import build_request
 from pipecat_summarizer.summarizers.base import describe_error
 from pipecat_summarizer.summarizers.extractive import offline_llm_settings
 from pipecat_summarizer.summarizers.pipecat_llm import truncation_reason

@@ -15,9 +15,14 @@ from pipecat.utils.context.llm_context_summarization import (
     LLMContextSummaryConfig,
 )
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, SummarizerOptions, policy
-from pipecat_summarizer.policy import FailureTracker, effective_timeout, validate_config
-from pipecat_summarizer.validation import _numeric_kind, check_number
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, SummarizerOptions
+from pipecat_summarizer._compaction import trigger as policy
+from pipecat_summarizer._compaction.trigger import (
+    FailureTracker,
+    effective_timeout,
+    validate_config,
+)
+from pipecat_summarizer._validation import _numeric_kind, check_number
 from tests.pipeline_utils import Run, cfg, turns
 
 NAN, INF = float("nan"), float("inf")

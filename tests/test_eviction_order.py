@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipecat_summarizer.plan import (
+from pipecat_summarizer._compaction.plan import (
     evict_for_ceiling,
     group_units,
     head_length,
@@ -18,7 +18,7 @@ from pipecat_summarizer.plan import (
     split_pending,
     with_pending,
 )
-from pipecat_summarizer.tokens import EstimateTokenCounter
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
 
 C = EstimateTokenCounter()
 

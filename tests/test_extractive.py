@@ -7,9 +7,10 @@ from pipecat.frames.frames import LLMContextSummaryRequestFrame
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.utils.context.llm_context_summarization import LLMContextSummarizationUtil
 
-from pipecat_summarizer.pinned import PinnedFacts
-from pipecat_summarizer.prompt import SECTIONS, build_request
-from pipecat_summarizer.sections import parse_sections, render_sections
+from pipecat_summarizer._compaction.prompt import SECTIONS, build_request
+from pipecat_summarizer._record.pinned import PinnedFacts
+from pipecat_summarizer._record.sections import parse_sections, render_sections
+from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult
 from pipecat_summarizer.summarizers.extractive import (
     ExtractiveLLMService,
@@ -20,7 +21,6 @@ from pipecat_summarizer.summarizers.extractive import (
 )
 from pipecat_summarizer.summarizers.extractive.classify import split_sentences
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
-from pipecat_summarizer.tokens import estimate_text_tokens
 
 ALLERGY = "I'm vegetarian, and I'm allergic to peanuts."
 

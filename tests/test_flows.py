@@ -32,8 +32,8 @@ from pipecat.processors.aggregators.llm_response_universal import LLMContextAggr
 from pipecat.workers.runner import WorkerRunner
 
 from pipecat_summarizer import ContextSummarizer, ContextSummarizerParams, OpenAISummarizer
-from pipecat_summarizer.plan import is_system_like
-from pipecat_summarizer.tokens import EstimateTokenCounter
+from pipecat_summarizer._compaction.plan import is_system_like
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
 from pipecat_summarizer.tools import (
     REMEMBER_FACT,
     register_remember_fact,

@@ -19,12 +19,13 @@ from pipecat.processors.aggregators import async_tool_messages
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 from pipecat.tests.utils import SleepFrame
 
-import pipecat_summarizer.ceiling as ceiling_module
-import pipecat_summarizer.plan as plan_module
-import pipecat_summarizer.policy as policy_module
+import pipecat_summarizer._compaction.ceiling as ceiling_module
+import pipecat_summarizer._compaction.plan as plan_module
+import pipecat_summarizer._compaction.trigger as policy_module
 import pipecat_summarizer.processor as processor_module
 from pipecat_summarizer import ContextSummarizer, SummarizerOptions
-from pipecat_summarizer.tokens import ContextMeter, EstimateTokenCounter
+from pipecat_summarizer._compaction.measure import ContextMeter
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import Run, cfg, echo_summary, scripted, texts_of, turns, user_turn
 

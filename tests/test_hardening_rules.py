@@ -10,25 +10,23 @@ from hypothesis import strategies as st
 from pipecat.processors.aggregators import async_tool_messages
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
-from pipecat_summarizer.plan import (
+from pipecat_summarizer._compaction.measure import ContextMeter, content_fingerprint, is_placeholder
+from pipecat_summarizer._compaction.plan import (
     blocked_reason,
     group_units,
     is_system_like,
     select,
 )
-from pipecat_summarizer.policy import StepFailures, chain_backlog
-from pipecat_summarizer.prompt import build_request
-from pipecat_summarizer.tokens import (
+from pipecat_summarizer._compaction.prompt import build_request
+from pipecat_summarizer._compaction.trigger import StepFailures, chain_backlog
+from pipecat_summarizer._text.tokens import (
     AUDIO_BYTES_PER_SECOND,
     AUDIO_TOKENS_PER_SECOND,
     IMAGE_TOKEN_ESTIMATE,
     CachedCounter,
-    ContextMeter,
     EstimateTokenCounter,
     TokenizerCounter,
     as_token_counter,
-    content_fingerprint,
-    is_placeholder,
     media_tokens,
 )
 

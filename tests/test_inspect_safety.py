@@ -11,10 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipecat_summarizer.cli import main
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer.store.base import SCHEMA_VERSION
-from pipecat_summarizer.store.command import terminal_safe
 from pipecat_summarizer.store.dsn import mask_dsn
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -23,6 +21,8 @@ from pipecat_summarizer.store.records import (
     FactEvent,
     sha256_hex,
 )
+from pipecat_summarizer_cli.inspect import terminal_safe
+from pipecat_summarizer_cli.main import main
 
 # what a hostile caller can put in a transcript: colour and cursor moves (CSI), a window
 # title and a clickable link (OSC), a bell, the one-byte C1 CSI, a bidi override, a

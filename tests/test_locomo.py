@@ -5,7 +5,7 @@ import zipfile
 
 import pytest
 
-from pipecat_summarizer.replay.locomo import (
+from pipecat_summarizer_cli.replay.locomo import (
     answer_recall,
     content_words,
     convert,
@@ -132,7 +132,7 @@ def test_convert_rejects_samples_without_speakers_or_sessions():
 
 
 async def test_replay_of_a_converted_sample_reports_recall():
-    from pipecat_summarizer.replay.runner import run_strategy
+    from pipecat_summarizer_cli.replay.runner import run_strategy
 
     conv = convert(SAMPLE, "30")
     result = await run_strategy(conv.transcript, "full_buffer")

@@ -6,7 +6,7 @@ import json
 import re
 
 from pipecat_summarizer import SummarizerOptions
-from pipecat_summarizer.tokens import EstimateTokenCounter
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
 from pipecat_summarizer.tools import REMEMBER_FACT, register_remember_fact
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import Run, cfg, echo_summary, scripted, texts_of, turns

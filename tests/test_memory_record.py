@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
-from pipecat_summarizer.memory import ConversationMemory, render_template, with_facts
-from pipecat_summarizer.options import PinningParams
-from pipecat_summarizer.pinned import NOTED_HEADER, Fact
+from pipecat_summarizer._record.pinned import NOTED_HEADER, Fact
+from pipecat_summarizer._record.record import ConversationMemory, render_template, with_facts
+from pipecat_summarizer.params import PinningParams
 
 SYSTEM = {"role": "system", "content": "You are a nutrition assistant."}
 

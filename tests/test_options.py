@@ -19,7 +19,7 @@ from pipecat_summarizer import (
     SummarizerOptions,
     TriggerParams,
 )
-from pipecat_summarizer.options import as_params
+from pipecat_summarizer.params import as_params
 from tests.pipeline_utils import cfg
 
 

@@ -80,8 +80,8 @@ def _check_sdist(built: dict[str, Path]) -> None:
         "tests/pipeline_utils.py",
         "tests/test_packaging.py",
         "examples/voice_bot.py",
-        *(f"pipecat_summarizer/replay/data/{n}.jsonl" for n in BUNDLED),
-        *(f"pipecat_summarizer/replay/data/{n}.probes.txt" for n in BUNDLED),
+        *(f"pipecat_summarizer_cli/replay/data/{n}.jsonl" for n in BUNDLED),
+        *(f"pipecat_summarizer_cli/replay/data/{n}.probes.txt" for n in BUNDLED),
     ):
         assert needed in names, f"{needed} missing from the sdist"
 
@@ -94,10 +94,10 @@ def _check_wheel(built: dict[str, Path]) -> None:
         (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
         meta = whl.read(metadata).decode()
     for n in BUNDLED:
-        assert f"pipecat_summarizer/replay/data/{n}.jsonl" in names
-        assert f"pipecat_summarizer/replay/data/{n}.probes.txt" in names
+        assert f"pipecat_summarizer_cli/replay/data/{n}.jsonl" in names
+        assert f"pipecat_summarizer_cli/replay/data/{n}.probes.txt" in names
     assert "pipecat_summarizer/py.typed" in names
-    assert "pipecat-summarizer = pipecat_summarizer.cli:main" in scripts
+    assert "pipecat-summarizer = pipecat_summarizer_cli.main:main" in scripts
     assert not any(n.startswith(("tests/", "examples/", "benchmarks/")) for n in names)
     assert "License-Expression: BSD-2-Clause" in meta
 
@@ -135,8 +135,8 @@ def _check_installed_cli(built: dict[str, Path]) -> None:
 
 
 def test_replay_takes_a_bundled_name_and_rejects_an_unknown_one(capsys):
-    from pipecat_summarizer.cli import main
-    from pipecat_summarizer.replay.bundled import bundled_conversations
+    from pipecat_summarizer_cli.main import main
+    from pipecat_summarizer_cli.replay.bundled import bundled_conversations
 
     assert set(BUNDLED) <= set(bundled_conversations())
     assert main(["replay", "no_such_call", "--instant"]) == 2

@@ -32,10 +32,10 @@ from pipecat_summarizer import (
     OpenAISummarizer,
     SummarizerOptions,
 )
-from pipecat_summarizer.ceiling import request_overhead
+from pipecat_summarizer._compaction.ceiling import request_overhead
+from pipecat_summarizer._compaction.trigger import summary_budget
+from pipecat_summarizer._text.tokens import EstimateTokenCounter, count_text
 from pipecat_summarizer.guard import LLMRequestGuard
-from pipecat_summarizer.policy import summary_budget
-from pipecat_summarizer.tokens import EstimateTokenCounter, count_text
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import cfg, main_llm, texts_of, turns
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from pipecat_summarizer.pinned import PinnedFacts, bullet_key
-from pipecat_summarizer.plan import evict_for_ceiling, split_pending, with_pending
-from pipecat_summarizer.tokens import EstimateTokenCounter
+from pipecat_summarizer._compaction.plan import evict_for_ceiling, split_pending, with_pending
+from pipecat_summarizer._record.pinned import PinnedFacts, bullet_key
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
 
 C = EstimateTokenCounter()
 
@@ -116,8 +116,8 @@ def test_eviction_goes_down_to_the_target_in_one_step():
 
 
 def test_pinned_items_are_left_out_of_the_summary_message_whatever_the_speaker_prefix():
-    from pipecat_summarizer.pinned import normalize
-    from pipecat_summarizer.sections import without_items
+    from pipecat_summarizer._record.pinned import normalize
+    from pipecat_summarizer._record.sections import without_items
 
     record = "FACTS:\n- User: My name is Priya Raman.\n- User: I cycle to work.\nDECISIONS:\n- x"
     out = without_items(record, ["My name is Priya Raman."], normalize)
@@ -125,8 +125,8 @@ def test_pinned_items_are_left_out_of_the_summary_message_whatever_the_speaker_p
 
 
 def test_prose_summaries_survive_pinning_and_folding():
-    from pipecat_summarizer.pinned import normalize
-    from pipecat_summarizer.sections import parse_sections, with_items, without_items
+    from pipecat_summarizer._record.pinned import normalize
+    from pipecat_summarizer._record.sections import parse_sections, with_items, without_items
 
     prose = "The user, Alice, booked a table for Friday, ref ZX-991.\n- allergic to nuts"
     out = without_items(prose, ["allergic to nuts"], normalize)
@@ -151,7 +151,7 @@ def test_summary_role_must_not_look_like_a_system_prompt():
 
 
 def test_conversation_facts_render_as_quoted_data_and_app_facts_as_instructions():
-    from pipecat_summarizer.pinned import HEADER, NOTED_HEADER
+    from pipecat_summarizer._record.pinned import HEADER, NOTED_HEADER
 
     p = PinnedFacts()
     p.pin("tier", "Account tier: gold")  # the application's: source="app" by default

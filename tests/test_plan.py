@@ -5,8 +5,14 @@ import random
 
 import pytest
 
-from pipecat_summarizer.plan import group_units, head_length, is_system_like, select, splice
-from pipecat_summarizer.tokens import EstimateTokenCounter
+from pipecat_summarizer._compaction.plan import (
+    group_units,
+    head_length,
+    is_system_like,
+    select,
+    splice,
+)
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
 
 C = EstimateTokenCounter()
 

@@ -3,8 +3,8 @@
 import pytest
 
 from pipecat_summarizer import LLMAutoContextSummarizationConfig, LLMContextSummaryConfig
-from pipecat_summarizer.policy import FailureTracker, trigger_reason, validate_config
-from pipecat_summarizer.tokens import Measurement
+from pipecat_summarizer._compaction.measure import Measurement
+from pipecat_summarizer._compaction.trigger import FailureTracker, trigger_reason, validate_config
 
 
 def cfg(tokens=8000, messages=20, keep=4):
@@ -55,7 +55,7 @@ def test_failure_backoff_escalates_once_and_resets():
 
 
 def test_summary_budget_is_capped_so_a_summary_cannot_refill_the_context():
-    from pipecat_summarizer.policy import summary_budget
+    from pipecat_summarizer._compaction.trigger import summary_budget
 
     assert summary_budget(cfg()) == 2000  # Pipecat's 6000 of 8000 would re-trigger
     assert summary_budget(cfg(tokens=None)) == 6000

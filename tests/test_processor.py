@@ -25,7 +25,7 @@ from pipecat_summarizer import (
     PipecatLLMSummarizer,
     SummarizerOptions,
 )
-from pipecat_summarizer.prompt import parse_request
+from pipecat_summarizer._compaction.prompt import parse_request
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import (
     Run,

@@ -12,7 +12,7 @@ import json
 
 from pipecat.tests.utils import SleepFrame, run_test
 
-from pipecat_summarizer.prompt import parse_request
+from pipecat_summarizer._compaction.prompt import parse_request
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import cfg, lookup_tool_pipeline, turns, user_turn
 

@@ -12,7 +12,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer import ContextSummarizer
-from pipecat_summarizer.prompt import SummaryRequest
+from pipecat_summarizer._compaction.prompt import SummaryRequest
 from tests.pipeline_utils import build, cfg, main_llm, turns
 
 

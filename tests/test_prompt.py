@@ -2,7 +2,7 @@
 
 import re
 
-from pipecat_summarizer.prompt import (
+from pipecat_summarizer._compaction.prompt import (
     DATA_NOT_INSTRUCTIONS,
     DEFAULT_PROMPT,
     SECTIONS,

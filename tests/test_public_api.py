@@ -98,7 +98,7 @@ def test_every_public_name_resolves_to_what_type_checkers_see():
 def test_no_public_name_comes_from_the_replay():
     for name in PUBLIC_API:
         module = getattr(getattr(pipecat_summarizer, name), "__module__", "") or ""
-        assert not module.startswith("pipecat_summarizer.replay"), (name, module)
+        assert not module.startswith("pipecat_summarizer_cli.replay"), (name, module)
 
 
 def test_the_replay_only_helper_left_the_face_but_still_imports_with_a_warning():
@@ -140,7 +140,7 @@ def test_one_exception_base_with_the_tree_drawn_in_its_docstring():
 async def test_a_failed_summary_and_a_refused_store_are_caught_by_the_base(openai_server, tmp_path):
     openai_server.handler = lambda body: Reply("FACTS:\n- name: Pri", finish_reason="length")
     summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="tiny")
-    from pipecat_summarizer.prompt import build_request
+    from pipecat_summarizer._compaction.prompt import build_request
 
     request = build_request(
         [{"role": "user", "content": "I'm allergic to peanuts."}],

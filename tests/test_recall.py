@@ -11,9 +11,9 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.recall import RECALL_HEADER, RecallParams, is_recall_message
+from pipecat_summarizer._recall.rules import RECALL_HEADER, RecallParams, is_recall_message
+from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns

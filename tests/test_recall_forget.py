@@ -14,9 +14,9 @@ from pipecat.processors.aggregators.llm_response_universal import LLMContextAggr
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.recall import RECALL_HEADER, RecallParams
+from pipecat_summarizer._recall.rules import RECALL_HEADER, RecallParams
+from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import cfg, main_llm, turns

@@ -1,4 +1,4 @@
-"""The question-time measurement (pipecat_summarizer/replay/questions.py) on a tiny synthetic
+"""The question-time measurement (pipecat_summarizer_cli/replay/questions.py) on a tiny synthetic
 LoCoMo-like conversation: real pipelines, the offline summarizer, an in-memory SQLite store.
 The full LoCoMo run is a command (benchmarks/README.md), not a test."""
 
@@ -8,16 +8,16 @@ import json
 
 import pytest
 
-from pipecat_summarizer.recall import RecallParams
-from pipecat_summarizer.replay.locomo import convert
-from pipecat_summarizer.replay.questions import (
+from pipecat_summarizer._recall.rules import RecallParams
+from pipecat_summarizer_cli.replay.locomo import convert
+from pipecat_summarizer_cli.replay.questions import (
     Plan,
     across_calls,
     question_time,
     sessions,
     table,
 )
-from pipecat_summarizer.replay.strategies import Thresholds
+from pipecat_summarizer_cli.replay.strategies import Thresholds
 
 # plain details the offline summarizer does not keep (it keeps names and numbers)
 DETAILS = [
@@ -127,7 +127,7 @@ def _paraphrase_sample() -> dict:
 
 
 def _questions(tmp_path, capsys, *options: str) -> tuple[int, dict, str]:
-    from pipecat_summarizer.cli import main
+    from pipecat_summarizer_cli.main import main
 
     data = tmp_path / "locomo.json"
     data.write_text(json.dumps([_paraphrase_sample()]), encoding="utf-8")
@@ -178,7 +178,7 @@ def test_questions_command_without_the_semantic_extra_exits_2_with_the_hint(
 def test_questions_command_recall_preset_and_overrides():
     import argparse
 
-    from pipecat_summarizer.replay.questions import recall_params, register
+    from pipecat_summarizer_cli.replay.questions import recall_params, register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

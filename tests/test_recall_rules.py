@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipecat_summarizer.recall import (
+from pipecat_summarizer._recall.rules import (
     RECALL_HEADER,
     RecallParams,
     Snippet,
@@ -258,7 +258,7 @@ def test_params_name_the_bad_field():
 
 
 def test_one_specific_new_word_is_a_strong_match_an_everyday_one_is_not():
-    from pipecat_summarizer.recall import rare_terms
+    from pipecat_summarizer._recall.rules import rare_terms
 
     view = ["What time does the breakfast buffet open?", "Sure."]
     q = "Which classical musicians does she enjoy?"

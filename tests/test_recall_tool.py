@@ -10,9 +10,9 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.recall import RecallParams
+from pipecat_summarizer._recall.rules import RecallParams
+from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.tools import (
     RECALL_MEMORY,
     recall_memory_flows_function,

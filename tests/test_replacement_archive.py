@@ -10,15 +10,15 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.options import (
+from pipecat_summarizer._recall.rules import RECALL_HEADER, RecallParams
+from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer.params import (
     CeilingParams,
     ContextSummarizerParams,
     PinningParams,
     RetryParams,
 )
-from pipecat_summarizer.recall import RECALL_HEADER, RecallParams
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from pipecat_summarizer.cli import main
-from pipecat_summarizer.replay.report import (
+from pipecat_summarizer_cli.main import main
+from pipecat_summarizer_cli.replay.report import (
     REPORT_KEYS,
     Prices,
     RequestTokens,
@@ -17,15 +17,15 @@ from pipecat_summarizer.replay.report import (
     probes_retained_every_turn,
     request_probes,
 )
-from pipecat_summarizer.replay.runner import (
+from pipecat_summarizer_cli.replay.runner import (
     Backend,
     Outage,
     Thresholds,
     replay_options,
     run_all,
 )
-from pipecat_summarizer.replay.tables import format_table, merge_reports
-from pipecat_summarizer.replay.transcript import transcript_from_messages
+from pipecat_summarizer_cli.replay.tables import format_table, merge_reports
+from pipecat_summarizer_cli.replay.transcript import transcript_from_messages
 from tests.replay_fakes import StandInLLM, StandInSummarizer, conversation
 
 NEW_KEYS = (

@@ -5,16 +5,16 @@ from itertools import accumulate
 
 import pytest
 
-from pipecat_summarizer.cli import main
-from pipecat_summarizer.replay.report import REPORT_KEYS
-from pipecat_summarizer.replay.synthetic import (
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
+from pipecat_summarizer_cli.main import main
+from pipecat_summarizer_cli.replay.report import REPORT_KEYS
+from pipecat_summarizer_cli.replay.synthetic import (
     ALLERGY,
     article_full_buffer_tokens,
     replay_full_buffer_tokens,
     synthetic_messages,
     synthetic_transcript,
 )
-from pipecat_summarizer.tokens import EstimateTokenCounter
 
 
 def test_synthetic_sizes_are_exact():
@@ -143,8 +143,8 @@ def test_synthetic_three_way_with_plot(tmp_path, capsys):
 
 
 async def test_openai_backend_against_a_local_server(openai_server):
-    from pipecat_summarizer.replay.runner import Thresholds, openai_backend, run_all
-    from pipecat_summarizer.replay.transcript import transcript_from_messages
+    from pipecat_summarizer_cli.replay.runner import Thresholds, openai_backend, run_all
+    from pipecat_summarizer_cli.replay.transcript import transcript_from_messages
 
     lines = [{"role": "system", "content": "You are Sage."}]
     for k in range(1, 11):
@@ -172,7 +172,7 @@ BLOCKING_MAIN = (
     "import sys\n"
     "for name in sys.argv[1].split(','):\n"
     "    sys.modules[name] = None  # import name now raises ImportError\n"
-    "from pipecat_summarizer.cli import main\n"
+    "from pipecat_summarizer_cli.main import main\n"
     "sys.exit(main(sys.argv[2:]))\n"
 )
 
@@ -222,7 +222,7 @@ def test_importing_the_package_does_not_import_the_replay():
 
     code = (
         "import sys, pipecat_summarizer\n"
-        "loaded = [m for m in sys.modules if m.startswith('pipecat_summarizer.replay')\n"
+        "loaded = [m for m in sys.modules if m.startswith('pipecat_summarizer_cli.replay')\n"
         "          or m.split('.')[0] in ('tqdm', 'matplotlib')]\n"
         "print(loaded)\n"
     )

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from pipecat_summarizer.cli import main
-from pipecat_summarizer.replay.report import (
+from pipecat_summarizer_cli.main import main
+from pipecat_summarizer_cli.replay.report import (
     Prices,
     RequestTokens,
     StrategyResult,
     strategy_metrics,
 )
-from pipecat_summarizer.replay.tables import conditions_table, takeaway
-from pipecat_summarizer.replay.timing import (
+from pipecat_summarizer_cli.replay.tables import conditions_table, takeaway
+from pipecat_summarizer_cli.replay.timing import (
     BUSY_BARGE_IN_SHARE,
     BUSY_SUMMARY_TOKENS_PER_SECOND,
     CallModel,
@@ -23,7 +23,7 @@ from pipecat_summarizer.replay.timing import (
     plan_call,
     turn_starts,
 )
-from pipecat_summarizer.replay.transcript import load_transcript
+from pipecat_summarizer_cli.replay.transcript import load_transcript
 
 
 def write_transcript(tmp_path, turns=14):
@@ -116,7 +116,7 @@ def _result(strategy, turns, *, requested, applied, discarded=0, grow=100):
 
 
 def _conditions():
-    from pipecat_summarizer.replay.plot import Condition
+    from pipecat_summarizer_cli.replay.plot import Condition
 
     full = _result("full_buffer", 20, requested=[], applied=[])
     calm = [
@@ -140,7 +140,7 @@ def test_the_figure_tells_the_strategies_apart_and_explains_itself():
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from pipecat_summarizer.replay.plot import build_figure
+    from pipecat_summarizer_cli.replay.plot import build_figure
 
     prices = Prices()
     conditions = _conditions()

@@ -3,8 +3,8 @@ with the recorded messages, tool calls and results included."""
 
 import json
 
-from pipecat_summarizer.replay.runner import run_strategy
-from pipecat_summarizer.replay.transcript import transcript_from_messages
+from pipecat_summarizer_cli.replay.runner import run_strategy
+from pipecat_summarizer_cli.replay.transcript import transcript_from_messages
 
 MESSAGES = [
     {"role": "system", "content": "You are a coach."},
@@ -73,7 +73,7 @@ async def test_records_each_request_and_replays_tool_calls():
 
 
 async def test_request_tokens_use_the_package_estimate():
-    from pipecat_summarizer.tokens import EstimateTokenCounter
+    from pipecat_summarizer._text.tokens import EstimateTokenCounter
 
     transcript = transcript_from_messages(MESSAGES[:3])
     result = await run_strategy(transcript, "full_buffer")

@@ -6,17 +6,17 @@ import threading
 
 import pytest
 
-from pipecat_summarizer.replay import clock
-from pipecat_summarizer.replay.report import Prices, build_report
-from pipecat_summarizer.replay.runner import Backend, Thresholds, run_all
-from pipecat_summarizer.replay.timing import (
+from pipecat_summarizer_cli.replay import clock
+from pipecat_summarizer_cli.replay.report import Prices, build_report
+from pipecat_summarizer_cli.replay.runner import Backend, Thresholds, run_all
+from pipecat_summarizer_cli.replay.timing import (
     CallModel,
     Span,
     TurnTiming,
     next_turn_start,
     plan_call,
 )
-from pipecat_summarizer.replay.transcript import (
+from pipecat_summarizer_cli.replay.transcript import (
     TranscriptError,
     load_transcript,
     transcript_from_messages,

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipecat_summarizer.replay.report import (
+from pipecat_summarizer_cli.replay.report import (
     REPORT_KEYS,
     Prices,
     RequestTokens,
@@ -17,9 +17,9 @@ from pipecat_summarizer.replay.report import (
     prefix_stable_fraction,
     probes_found,
 )
-from pipecat_summarizer.replay.runner import Backend, Thresholds, run_all
-from pipecat_summarizer.replay.tables import format_table, merge_reports
-from pipecat_summarizer.replay.transcript import transcript_from_messages
+from pipecat_summarizer_cli.replay.runner import Backend, Thresholds, run_all
+from pipecat_summarizer_cli.replay.tables import format_table, merge_reports
+from pipecat_summarizer_cli.replay.transcript import transcript_from_messages
 from tests.replay_fakes import StandInLLM, StandInSummarizer, conversation
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipecat_summarizer.cli import main
+from pipecat_summarizer_cli.main import main
 
-CALL = Path(__file__).resolve().parents[1] / "pipecat_summarizer/replay/data/support_call.jsonl"
+CALL = Path(__file__).resolve().parents[1] / "pipecat_summarizer_cli/replay/data/support_call.jsonl"
 
 
 def _texts(path: Path) -> set[str]:

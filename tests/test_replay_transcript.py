@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipecat_summarizer.replay.transcript import (
+from pipecat_summarizer_cli.replay.transcript import (
     TranscriptError,
     build_steps,
     load_probes,

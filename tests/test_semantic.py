@@ -17,11 +17,11 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer import semantic as semantic_module
-from pipecat_summarizer.recall import RecallParams, is_recall_message
-from pipecat_summarizer.semantic import SemanticRecall, WordLlamaEmbedder
+from pipecat_summarizer._recall import semantic as semantic_module
+from pipecat_summarizer._recall.rules import RecallParams, is_recall_message
+from pipecat_summarizer._recall.semantic import SemanticRecall, WordLlamaEmbedder
+from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns
@@ -295,7 +295,7 @@ def test_semantic_options_are_validated_by_field():
 
 
 def test_semantic_recall_needs_a_store_archive(semantic):
-    from pipecat_summarizer.recall_shell import RecallStep
+    from pipecat_summarizer._recall.step import RecallStep
 
     class SearchOnly:
         async def search(self, query, **kwargs):
@@ -316,7 +316,7 @@ def refuse(*a, **k):
 socket.socket.connect = refuse
 socket.create_connection = refuse
 before = (list(logging.getLogger().handlers), logging.getLogger().level)
-from pipecat_summarizer.semantic import WordLlamaEmbedder
+from pipecat_summarizer._recall.semantic import WordLlamaEmbedder
 e = WordLlamaEmbedder()
 v = e.embed(["Our dog Rex is a golden retriever.", "What kind of animal is my pet?"])
 assert v.shape == (2, 256) and abs(float((v * v).sum(axis=1)[0]) - 1) < 1e-4, v.shape
@@ -330,8 +330,8 @@ print(round(float(v[0] @ v[1]), 3))
 
 def test_importing_the_package_does_not_load_the_model():
     code = (
-        "import sys, pipecat_summarizer, pipecat_summarizer.recall_shell; "
-        "from pipecat_summarizer.recall import RecallParams; RecallParams(); "
+        "import sys, pipecat_summarizer, pipecat_summarizer._recall.step; "
+        "from pipecat_summarizer._recall.rules import RecallParams; RecallParams(); "
         "print('wordllama' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

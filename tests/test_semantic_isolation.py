@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import pytest
 
-from pipecat_summarizer.recall import RecallParams
-from pipecat_summarizer.semantic import SemanticIndex, SemanticRecall, WordLlamaEmbedder
+from pipecat_summarizer._recall.rules import RecallParams
+from pipecat_summarizer._recall.semantic import SemanticIndex, SemanticRecall, WordLlamaEmbedder
 from pipecat_summarizer.store import MemoryStore, SQLiteMemoryStore
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 from tests.openai_server import Reply, is_summary_request

@@ -15,8 +15,8 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER, MemoryOptions
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.store.recorder import EARLIER_CALLS_HEADER, MemoryOptions
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallRecord,

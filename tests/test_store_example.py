@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pipecat.tests.utils import run_test
 
+from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.store.recorder import EARLIER_CALLS_HEADER
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import texts_of, turns
 from tests.test_voice_bot import bot_env, vb

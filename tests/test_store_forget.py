@@ -12,8 +12,8 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord, FactEvent
 from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pipecat_summarizer.cli import main
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -14,6 +13,7 @@ from pipecat_summarizer.store.records import (
     FactEvent,
     sha256_hex,
 )
+from pipecat_summarizer_cli.main import main
 
 SUMMARY = "FACTS:\n- hotel: Grand Budapest"
 HOTEL = "My hotel is the Grand Budapest, booking HB-4471, and I arrive on Friday."

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import texts_of
@@ -152,7 +152,7 @@ async def test_a_v3_store_migrates_on_open(store_target, backend):
 async def test_two_sessions_under_one_id_at_once_on_two_workers(store_target):
     """Two workers (two store objects) record two callers under one call id at the same
     moment: no round trip decides anything, and neither session loses a message."""
-    from pipecat_summarizer.store.recorder import CallRecorder
+    from pipecat_summarizer._session.recorder import CallRecorder
 
     stores = [open_store(store_target), open_store(store_target)]
     try:

@@ -9,8 +9,8 @@ import socket
 
 import asyncpg
 
+from pipecat_summarizer._session.recorder import CallRecorder, MemoryOptions
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.store.recorder import CallRecorder, MemoryOptions
 from pipecat_summarizer.store.records import CallRecord, FactEvent
 from pipecat_summarizer.store.writer import WriterOptions
 

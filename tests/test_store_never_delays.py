@@ -11,8 +11,8 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER, MemoryOptions
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.recorder import EARLIER_CALLS_HEADER, MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns

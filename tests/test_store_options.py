@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 
+from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer.store import (
     SQLiteMemoryStore,
     StoreError,
@@ -17,7 +18,6 @@ from pipecat_summarizer.store import (
     WriterOptions,
     open_store,
 )
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.records import ArchivedMessage
 
 SECRET = "hun:ter2"

@@ -13,8 +13,8 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter, WriterOptions, open_store
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallRecord,

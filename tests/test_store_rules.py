@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipecat_summarizer.pinned import PinnedFacts
+from pipecat_summarizer._record.pinned import PinnedFacts
+from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer.store import SQLiteMemoryStore
 from pipecat_summarizer.store.base import query_words
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     earlier_calls_text,

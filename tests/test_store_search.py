@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from pipecat_summarizer.recall import RecallParams
-from pipecat_summarizer.recall_shell import RecallStep
+from pipecat_summarizer._recall.rules import RecallParams
+from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer.store import MemoryStore, SQLiteMemoryStore, open_store
 from pipecat_summarizer.store import sqlite as sqlite_backend
 from pipecat_summarizer.store.base import SCHEMA_VERSION

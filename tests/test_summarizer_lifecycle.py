@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from pipecat_summarizer import OpenAISummarizer, SummarizerError
-from pipecat_summarizer.prompt import build_request
+from pipecat_summarizer._compaction.prompt import build_request
 from pipecat_summarizer.summarizers.base import attach_summarizer, detach_summarizer
 from tests.openai_server import FakeOpenAIServer, Reply
 

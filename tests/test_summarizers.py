@@ -6,7 +6,7 @@ import openai
 import pytest
 
 from pipecat_summarizer import OpenAISummarizer, PipecatLLMSummarizer, SummarizerError
-from pipecat_summarizer.prompt import build_request
+from pipecat_summarizer._compaction.prompt import build_request
 from pipecat_summarizer.summarizers.base import as_result
 from tests.openai_server import Reply
 from tests.pipeline_utils import main_llm

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from pipecat_summarizer import OpenAISummarizer, PipecatLLMSummarizer, SummarizerError
-from pipecat_summarizer.prompt import build_request
+from pipecat_summarizer._compaction.prompt import build_request
 from pipecat_summarizer.summarizers.base import SummaryResult, as_result, clean_summary
 from pipecat_summarizer.summarizers.openai import parse_json_record
 from tests.openai_server import Reply

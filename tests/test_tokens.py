@@ -3,10 +3,10 @@
 from pipecat.processors.aggregators.llm_context import LLMContext, LLMSpecificMessage
 from pipecat.utils.context.llm_context_summarization import LLMContextSummarizationUtil
 
-from pipecat_summarizer.plan import make_protection
-from pipecat_summarizer.tokens import (
+from pipecat_summarizer._compaction.measure import ContextMeter
+from pipecat_summarizer._compaction.plan import make_protection
+from pipecat_summarizer._text.tokens import (
     CachedCounter,
-    ContextMeter,
     EstimateTokenCounter,
     TokenizerCounter,
     count_text,

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
-from pipecat_summarizer.prompt import (
+from pipecat_summarizer._compaction.prompt import (
     SHORTENED_MARK,
     build_request,
     format_transcript,

@@ -10,9 +10,9 @@ from pipecat.utils.context.llm_context_summarization import (
     LLMContextSummaryConfig,
 )
 
-from pipecat_summarizer.options import RetryParams, TriggerParams
-from pipecat_summarizer.policy import CompactionTrigger
-from pipecat_summarizer.tokens import Measurement
+from pipecat_summarizer._compaction.measure import Measurement
+from pipecat_summarizer._compaction.trigger import CompactionTrigger
+from pipecat_summarizer.params import RetryParams, TriggerParams
 
 
 def config(tokens=8000, messages=20, keep=4, target=6000):

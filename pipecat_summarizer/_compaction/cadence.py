@@ -39,8 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pipecat_summarizer._validation import validate_numeric_fields
 from pipecat_summarizer.events import Reason
-from pipecat_summarizer.validation import validate_numeric_fields
 
 # The reasons a compaction is due on a request the main LLM is about to answer.
 ANSWERED_REASONS: frozenset[str] = frozenset({"tokens", "messages"})

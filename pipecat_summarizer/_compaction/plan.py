@@ -31,7 +31,7 @@ from pipecat.processors.aggregators.async_tool_messages import (
 )
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
-from pipecat_summarizer.tokens import TokenCounter
+from pipecat_summarizer._text.tokens import TokenCounter
 
 SYSTEM_ROLES = ("system", "developer")
 # Pipecat writes the payload type first; a generous window also allows other key orders.

@@ -1,6 +1,6 @@
 """The summarizer prompt, the request built around the transcript, and its parser.
 
-The previous record and the transcript (:mod:`pipecat_summarizer.transcript_format`: one
+The previous record and the transcript (:mod:`pipecat_summarizer._compaction.transcript`: one
 line per message, so no text can forge another message) are each wrapped in a delimiter
 named for what it holds (``<record-…>``, ``<transcript-…>``) whose tag carries a digest of
 both, so no text can contain (and therefore close) either: the summarizer is told, whatever
@@ -19,7 +19,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipecat_summarizer.transcript_format import (
+from pipecat_summarizer._compaction.transcript import (
     SHORTENED_MARK,
     ParsedTranscript,
     content_text,
@@ -30,7 +30,7 @@ from pipecat_summarizer.transcript_format import (
     provider_message,
     shorten,
 )
-from pipecat_summarizer.vocabulary import SECTIONS
+from pipecat_summarizer._text.vocabulary import SECTIONS
 
 # The transcript's names are re-exported: this module is where backends look for them.
 __all__ = [

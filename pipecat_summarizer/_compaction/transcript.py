@@ -9,7 +9,7 @@ never start a line of its own and pass for another message, a role, a tool call 
 result; it costs about what Pipecat's ``USER: text`` does. Media parts become placeholders
 (``[image]``, ``[audio, 31 KB]``) and provider-specific messages keep their text, so nothing
 summarized vanishes. :func:`parse_transcript` is the exact inverse of
-:func:`format_transcript`; :mod:`pipecat_summarizer.prompt` wraps the transcript in the
+:func:`format_transcript`; :mod:`pipecat_summarizer._compaction.prompt` wraps the transcript in the
 request and parses the request back.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
-from pipecat_summarizer.tokens import _json_text
+from pipecat_summarizer._text.tokens import _json_text
 
 SHORTENED_MARK = "[... shortened for the summary: {omitted} characters omitted ...]"
 

@@ -20,12 +20,12 @@ from pipecat.utils.context.llm_context_summarization import (
     LLMContextSummaryConfig,
 )
 
-from pipecat_summarizer.cadence import CacheCadence, kept_messages, over_context_limit
+from pipecat_summarizer._compaction.cadence import CacheCadence, kept_messages, over_context_limit
+from pipecat_summarizer._compaction.measure import Measurement
+from pipecat_summarizer._validation import validate_numeric_fields
 from pipecat_summarizer.events import Reason
-from pipecat_summarizer.options import RetryParams, TriggerParams
+from pipecat_summarizer.params import RetryParams, TriggerParams
 from pipecat_summarizer.summarizers.pipecat_llm import check_inference
-from pipecat_summarizer.tokens import Measurement
-from pipecat_summarizer.validation import validate_numeric_fields
 
 # Pipecat's fallback when summarization_timeout is None (120 s in 1.14).
 DEFAULT_SUMMARIZATION_TIMEOUT: float = _pipecat_summarization.DEFAULT_SUMMARIZATION_TIMEOUT
@@ -192,11 +192,11 @@ def trigger_reason(
     and other protected messages are excluded), and the message threshold counts messages
     since the last summary, so neither can fire again right after a compaction. Pipecat's
     own threshold on the whole context applies too, unless the protected messages take more
-    than half of it (:func:`~pipecat_summarizer.cadence.over_context_limit`): a compaction
+    than half of it (``cadence.over_context_limit``): a compaction
     never starts later than Pipecat's.
 
     On a request (``answer_pending``) the message threshold counts the answer on its way,
-    as the kept tail does (:func:`~pipecat_summarizer.cadence.kept_messages`): the
+    as the kept tail does (:func:`~pipecat_summarizer._compaction.cadence.kept_messages`): the
     compaction starts on the first request whose answer brings the count to the threshold,
     and that request carries at most ``max_unsummarized_messages`` since the summary.
     Counted without it, a tail of exactly ``min_messages_after_summary`` (4) plus whole

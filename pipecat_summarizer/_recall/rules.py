@@ -8,7 +8,7 @@ bounded user-role message, "recalled from earlier", placed just before the lates
 message. The next turn replaces it (it is never accumulated), it is never summarized or
 archived, and it is quoted data: never a system or developer message.
 
-Everything here is a pure function of its arguments; :mod:`pipecat_summarizer.recall_shell`
+Everything here is a pure function of its arguments; :mod:`pipecat_summarizer._recall.step`
 is the asyncio step that asks the archive within the turn's latency budget.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from pipecat_summarizer.validation import validate_numeric_fields
+from pipecat_summarizer._validation import validate_numeric_fields
 
 #: The recalled message's first line; also how a recalled message is recognised.
 RECALL_HEADER = (
@@ -93,7 +93,7 @@ class RecallParams:
             share at least one of the query's topic words (in the archive's ranking), when
             there is a strong match. ``False``: strong matches only.
         semantic: Semantic recall as well (``SemanticRecall()`` from
-            :mod:`pipecat_summarizer.semantic`, the ``semantic`` extra): archived messages
+            :mod:`pipecat_summarizer._recall.semantic`, the ``semantic`` extra): archived messages
             that say the same in other words, fused with the lexical hits. ``None``: lexical
             only.
     """
@@ -138,7 +138,7 @@ class RecallParams:
         """Validate the fields (each error names its field)."""
         validate_numeric_fields(self, "recall.")
         if self.semantic is not None:
-            from pipecat_summarizer.semantic import SemanticRecall
+            from pipecat_summarizer._recall.semantic import SemanticRecall
 
             if not isinstance(self.semantic, SemanticRecall):
                 raise TypeError(
@@ -523,7 +523,7 @@ def select_hits(
             them alone is a strong enough match.
         exclude_roles: Roles never recalled (instructions are not conversation).
         min_similarity: With semantic recall: a hit whose ``similarity`` (cosine with the
-            query, see :mod:`pipecat_summarizer.semantic`) is at least this is relevant
+            query, see :mod:`pipecat_summarizer._recall.semantic`) is at least this is relevant
             enough without sharing the query's words (a paraphrase).
 
     Returns:

@@ -1,6 +1,6 @@
 """Semantic recall: archived messages that say the same thing in other words.
 
-Lexical recall (:mod:`pipecat_summarizer.recall`) finds an archived message when it shares
+Lexical recall (:mod:`pipecat_summarizer._recall.rules`) finds an archived message when it shares
 the query's words; it misses a paraphrase ("my pet" / "Rex the dog", "why did she start
 running?" / "to de-stress and clear my mind"). With ``RecallParams(semantic=SemanticRecall())``
 each turn also ranks the caller's archived messages by the cosine similarity of their
@@ -37,7 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from loguru import logger
 
-from pipecat_summarizer.validation import validate_numeric_fields
+from pipecat_summarizer._validation import validate_numeric_fields
 
 #: How to install what semantic recall needs.
 EXTRA_HINT = (

@@ -1,7 +1,7 @@
 """The per-turn recall step: asks the archive within the turn's latency budget.
 
 :class:`RecallStep` is the thin asyncio shell around the rules of
-:mod:`pipecat_summarizer.recall`. ``ContextSummarizer`` owns one when it has a store and
+:mod:`pipecat_summarizer._recall.rules`. ``ContextSummarizer`` owns one when it has a store and
 ``recall=RecallParams(...)``; the ``recall_memory`` tool uses the same step.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from loguru import logger
 
-from pipecat_summarizer.recall import (
+from pipecat_summarizer._recall.rules import (
     STOPWORDS,
     RecallParams,
     Snippet,
@@ -115,7 +115,7 @@ class RecallStep:
         #: Semantic recall's embedded archive (``None`` unless ``params.semantic``).
         self.semantic: Any = None
         if params.semantic is not None:
-            from pipecat_summarizer.semantic import SemanticIndex
+            from pipecat_summarizer._recall.semantic import SemanticIndex
 
             for name in ("calls", "messages", "message"):
                 if not callable(getattr(archive, name, None)):
@@ -172,7 +172,7 @@ class RecallStep:
         hits = list(found or [])
         replies: dict[tuple[str, int], tuple[str, str]] = {}
         if index is not None:
-            from pipecat_summarizer.semantic import fuse
+            from pipecat_summarizer._recall.semantic import fuse
 
             # the query is embedded on the loop (a mean of token vectors, ~0.1 ms)
             close, similarity = await index.rank_soon(query)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from pipecat_summarizer.vocabulary import fold
+from pipecat_summarizer._text.vocabulary import fold
 
 # Cheap substrings, one of which every pattern below needs; most sentences stop here.
 _KEYS = (

@@ -29,11 +29,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from pipecat_summarizer.authority import is_instruction_like
-from pipecat_summarizer.tokens import estimate_text_tokens
-from pipecat_summarizer.vocabulary import CORRECTED_RE as _CORRECTED
-from pipecat_summarizer.vocabulary import SPEAKER_RE as _SPEAKER
-from pipecat_summarizer.vocabulary import content_words, normalize
+from pipecat_summarizer._record.authority import is_instruction_like
+from pipecat_summarizer._text.tokens import estimate_text_tokens
+from pipecat_summarizer._text.vocabulary import CORRECTED_RE as _CORRECTED
+from pipecat_summarizer._text.vocabulary import SPEAKER_RE as _SPEAKER
+from pipecat_summarizer._text.vocabulary import content_words, normalize
 
 Kind = Literal["fact", "constraint"]
 Source = Literal["app", "summary", "llm", "evicted"]

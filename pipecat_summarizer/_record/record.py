@@ -39,9 +39,8 @@ from typing import Any
 from loguru import logger
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
-from pipecat_summarizer.events import short_sha256
-from pipecat_summarizer.options import PinningParams
-from pipecat_summarizer.pinned import (
+from pipecat_summarizer._compaction.plan import head_length
+from pipecat_summarizer._record.pinned import (
     AUTHORITATIVE,
     CLAIM_SUFFIX,
     NOTED_HEADER,
@@ -50,11 +49,17 @@ from pipecat_summarizer.pinned import (
     key_id,
     normalize,
 )
-from pipecat_summarizer.pinned import _quote as quote_fact
-from pipecat_summarizer.plan import head_length
-from pipecat_summarizer.sections import parse_sections, record_items, with_items, without_items
+from pipecat_summarizer._record.pinned import _quote as quote_fact
+from pipecat_summarizer._record.sections import (
+    parse_sections,
+    record_items,
+    with_items,
+    without_items,
+)
+from pipecat_summarizer._text.tokens import estimate_text_tokens
+from pipecat_summarizer.events import short_sha256
+from pipecat_summarizer.params import PinningParams
 from pipecat_summarizer.summarizers.extractive import pinnable_facts
-from pipecat_summarizer.tokens import estimate_text_tokens
 
 Messages = list[Any]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from pipecat_summarizer.vocabulary import SECTIONS
+from pipecat_summarizer._text.vocabulary import SECTIONS
 
 FACTS, CONSTRAINTS, DECISIONS, OPEN_QUESTIONS = SECTIONS
 

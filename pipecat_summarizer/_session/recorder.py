@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from pipecat_summarizer._validation import validate_numeric_fields
 from pipecat_summarizer.store.base import MemoryStore, error_reason
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -41,7 +42,6 @@ from pipecat_summarizer.store.records import (
     tool_call_ids,
 )
 from pipecat_summarizer.store.writer import StoreWriter, WriterOptions
-from pipecat_summarizer.validation import validate_numeric_fields
 
 if TYPE_CHECKING:
     from pipecat_summarizer.events import ContextCompactedEvent

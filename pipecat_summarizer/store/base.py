@@ -6,6 +6,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.errors import PipecatSummarizerError
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -16,7 +17,6 @@ from pipecat_summarizer.store.records import (
     Record,
     SearchHit,
 )
-from pipecat_summarizer.validation import check_number
 
 #: The schema version this code writes; the ``schema_version`` table holds the database's.
 #: v2: the caller (or, for a call without one, the call) is part of the full-text index, so

@@ -16,6 +16,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
+from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.store.base import (
     SCHEMA_VERSION,
     MemoryStore,
@@ -55,7 +56,6 @@ from pipecat_summarizer.store.rows import (
     to_fact,
     to_message,
 )
-from pipecat_summarizer.validation import check_number
 
 _LOCK_KEY = 0x5C_0A_11  # advisory lock for migrations
 

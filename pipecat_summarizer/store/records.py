@@ -237,7 +237,7 @@ class CallRecord:
         resumed: Whether it started with an earlier call's summary (its own summaries then
             cover the earlier calls too).
         label: The application's call id (``None``: the same as ``call_id``). A
-            :class:`~pipecat_summarizer.store.recorder.CallRecorder` records each session
+            :class:`~pipecat_summarizer._session.recorder.CallRecorder` records each session
             under its own key (``call_id``, unique) and the application's id here, so a
             reused id (a room name, a reconnect) never merges two sessions.
     """

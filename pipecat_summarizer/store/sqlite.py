@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from loguru import logger
 
+from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.store.base import (
     SCHEMA_VERSION,
     MemoryStore,
@@ -60,7 +61,6 @@ from pipecat_summarizer.store.rows import (
     to_fact,
     to_message,
 )
-from pipecat_summarizer.validation import check_number
 
 T = TypeVar("T")
 

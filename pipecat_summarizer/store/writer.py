@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from loguru import logger
 
+from pipecat_summarizer._validation import validate_numeric_fields
 from pipecat_summarizer.store.base import MemoryStore, error_reason, is_outage
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -33,7 +34,6 @@ from pipecat_summarizer.store.records import (
     Record,
     record_key,
 )
-from pipecat_summarizer.validation import validate_numeric_fields
 
 #: What :meth:`StoreWriter.submit` takes.
 RECORD_TYPES = (ArchivedMessage, CompactionRecord, FactEvent, CallRecord)

@@ -12,8 +12,8 @@ from typing import Protocol, runtime_checkable
 
 from loguru import logger
 
+from pipecat_summarizer._compaction.prompt import SummaryRequest
 from pipecat_summarizer.errors import PipecatSummarizerError
-from pipecat_summarizer.prompt import SummaryRequest
 
 
 class SummarizerError(PipecatSummarizerError, RuntimeError):
@@ -36,7 +36,7 @@ class SummaryResult:
 
 @runtime_checkable
 class Summarizer(Protocol):
-    """Turns a :class:`~pipecat_summarizer.prompt.SummaryRequest` into summary text.
+    """Turns a :class:`~pipecat_summarizer._compaction.prompt.SummaryRequest` into summary text.
 
     Implementations raise on failure; the processor treats an empty or whitespace-only
     answer as a failure too. Timeouts are enforced by the caller. ``summarize`` must be a

@@ -10,15 +10,15 @@ from urllib.parse import urlsplit
 from loguru import logger
 from openai import AsyncOpenAI
 
-from pipecat_summarizer.prompt import SECTIONS, SummaryRequest
-from pipecat_summarizer.sections import render_sections
+from pipecat_summarizer._compaction.prompt import SECTIONS, SummaryRequest
+from pipecat_summarizer._record.sections import render_sections
+from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.summarizers.base import (
     SummarizerError,
     SummaryResult,
     require_text,
     unfence,
 )
-from pipecat_summarizer.validation import check_number
 
 # A key from the environment is sent only to these hosts (or when base_url is not given).
 OPENAI_HOSTS = ("api.openai.com",)

@@ -21,9 +21,9 @@ from loguru import logger
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.llm_service import LLMService
 
-from pipecat_summarizer.prompt import SummaryRequest
+from pipecat_summarizer._compaction.prompt import SummaryRequest
+from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer.summarizers.base import SummarizerError, require_text
-from pipecat_summarizer.tokens import estimate_text_tokens
 
 # The provider responses seen by the current summary call (None outside one).
 _responses: contextvars.ContextVar[list | None] = contextvars.ContextVar(

@@ -1,7 +1,7 @@
 """The command line of ``pipecat-summarizer replay``: its argument types and arguments.
 
 Each type checks one value and names what is wrong (argparse then exits with status 2);
-combinations are checked when the job is built (:mod:`pipecat_summarizer.replay.command`).
+combinations are checked when the job is built (:mod:`pipecat_summarizer_cli.replay.command`).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _share(value: str) -> float:
 
 
 def _span(value: str):
-    from pipecat_summarizer.replay.timing import Span
+    from pipecat_summarizer_cli.replay.timing import Span
 
     try:
         return Span.parse(value)

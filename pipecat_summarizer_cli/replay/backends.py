@@ -4,7 +4,7 @@ A :class:`Backend` builds the same summarizer in the two shapes the strategies n
 ``Summarizer`` for ``ContextSummarizer`` and a Pipecat ``LLMService`` for the built-in's
 dedicated ``summary_config.llm``. The strategies never get it bare: :class:`Meter` wraps it
 (:class:`MeteredSummarizer`, :class:`MeteredLLM`), counts what each call sends and returns
-into the strategy's :class:`~pipecat_summarizer.replay.recorder.Recorder`, refuses calls
+into the strategy's :class:`~pipecat_summarizer_cli.replay.recorder.Recorder`, refuses calls
 during a simulated :class:`Outage`, and, in a replay in simulated real time, delivers the
 answer after the modelled summarizer latency. ``MeteredLLM`` is an ``LLMService`` that
 delegates ``run_inference`` (the call Pipecat's built-in makes through
@@ -21,12 +21,12 @@ from typing import Any
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.llm_service import LLMService
 
-from pipecat_summarizer.prompt import SummaryRequest
-from pipecat_summarizer.replay.clock import real_time
-from pipecat_summarizer.replay.recorder import Recorder
-from pipecat_summarizer.replay.report import TokenTable
+from pipecat_summarizer._compaction.prompt import SummaryRequest
 from pipecat_summarizer.summarizers import Summarizer, SummarizerError
 from pipecat_summarizer.summarizers.extractive import offline_llm_settings
+from pipecat_summarizer_cli.replay.clock import real_time
+from pipecat_summarizer_cli.replay.recorder import Recorder
+from pipecat_summarizer_cli.replay.report import TokenTable
 
 OUTAGE_ERROR = "summarizer down (simulated outage)"
 

@@ -1,6 +1,6 @@
 """The conversations shipped inside the package, so ``replay NAME`` works from an installed wheel.
 
-The bundled calls live in ``pipecat_summarizer/replay/data/`` (``NAME.jsonl`` with an optional
+The bundled calls live in ``pipecat_summarizer_cli/replay/data/`` (``NAME.jsonl`` with an optional
 ``NAME.probes.txt``) and are read through :mod:`importlib.resources`, so they are found wherever
 the package is installed. The checkout has no second copy: ``make demo`` replays them by name.
 """
@@ -34,7 +34,7 @@ class BundledConversation:
 def _data_dir() -> Path:
     # A wheel or an editable install puts the package on the file system; a zipped import
     # (not something pip produces) would need resources.as_file, which nothing here needs.
-    return Path(str(resources.files("pipecat_summarizer.replay") / "data"))
+    return Path(str(resources.files("pipecat_summarizer_cli.replay") / "data"))
 
 
 def bundled_conversations() -> dict[str, BundledConversation]:

@@ -1,9 +1,9 @@
 """``pipecat-summarizer replay``: parse the command line, run the replay, print the results.
 
 Needs the ``replay`` extra (``pip install "pipecat-summarizer[replay]"``: tqdm, matplotlib).
-The arguments are in :mod:`~pipecat_summarizer.replay.arguments`, their resolution and the
-replay of one transcript in :mod:`~pipecat_summarizer.replay.job`, what is printed per kind
-of input in :mod:`~pipecat_summarizer.replay.output`. The JSON report is written before the
+The arguments are in :mod:`~pipecat_summarizer_cli.replay.arguments`, their resolution and the
+replay of one transcript in :mod:`~pipecat_summarizer_cli.replay.job`, what is printed per kind
+of input in :mod:`~pipecat_summarizer_cli.replay.output`. The JSON report is written before the
 plot, so a failing later step never loses it.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 from loguru import logger
 
-from pipecat_summarizer.replay.arguments import INSTALL_HINT, add_arguments
-from pipecat_summarizer.replay.job import UsageError, backend_for, build_job, importable
+from pipecat_summarizer_cli.replay.arguments import INSTALL_HINT, add_arguments
+from pipecat_summarizer_cli.replay.job import UsageError, backend_for, build_job, importable
 
 # -- the parser ----------------------------------------------------------------------------
 
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipecat_summarizer.replay import output
+    from pipecat_summarizer_cli.replay import output
 
     if not importable("tqdm"):
         raise UsageError(f"the replay needs its extra (tqdm, matplotlib): {INSTALL_HINT}")

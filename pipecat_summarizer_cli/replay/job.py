@@ -16,14 +16,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pipecat_summarizer.replay.arguments import INSTALL_HINT, PIPECAT_THRESHOLDS
+from pipecat_summarizer_cli.replay.arguments import INSTALL_HINT, PIPECAT_THRESHOLDS
 
 if TYPE_CHECKING:
-    from pipecat_summarizer.replay.backends import Backend, Outage
-    from pipecat_summarizer.replay.report import Prices, StrategyResult
-    from pipecat_summarizer.replay.strategies import Thresholds
-    from pipecat_summarizer.replay.timing import CallModel
-    from pipecat_summarizer.replay.transcript import Transcript
+    from pipecat_summarizer_cli.replay.backends import Backend, Outage
+    from pipecat_summarizer_cli.replay.report import Prices, StrategyResult
+    from pipecat_summarizer_cli.replay.strategies import Thresholds
+    from pipecat_summarizer_cli.replay.timing import CallModel
+    from pipecat_summarizer_cli.replay.transcript import Transcript
 
 
 class UsageError(Exception):
@@ -68,7 +68,7 @@ def resolve_thresholds(given: dict[str, Any], synthetic: bool) -> tuple[dict[str
     Returns:
         ``(values, source)``: every threshold, and where they came from.
     """
-    from pipecat_summarizer.replay.synthetic import HYBRID_THRESHOLDS
+    from pipecat_summarizer_cli.replay.synthetic import HYBRID_THRESHOLDS
 
     if synthetic and not given:
         return dict(HYBRID_THRESHOLDS), (
@@ -105,11 +105,11 @@ def build_job(args: argparse.Namespace) -> ReplayJob:
     Raises:
         UsageError: On a bad combination or value.
     """
-    from pipecat_summarizer.replay.backends import Outage
-    from pipecat_summarizer.replay.bundled import resolve_transcript_argument
-    from pipecat_summarizer.replay.report import Prices
-    from pipecat_summarizer.replay.strategies import Thresholds
-    from pipecat_summarizer.replay.timing import CallModel
+    from pipecat_summarizer_cli.replay.backends import Outage
+    from pipecat_summarizer_cli.replay.bundled import resolve_transcript_argument
+    from pipecat_summarizer_cli.replay.report import Prices
+    from pipecat_summarizer_cli.replay.strategies import Thresholds
+    from pipecat_summarizer_cli.replay.timing import CallModel
 
     sources = [args.transcript is not None, args.synthetic is not None, args.locomo is not None]
     if sum(sources) != 1:
@@ -177,7 +177,7 @@ def build_job(args: argparse.Namespace) -> ReplayJob:
 
 
 def _probes(args: argparse.Namespace) -> list[str]:
-    from pipecat_summarizer.replay.transcript import load_probes
+    from pipecat_summarizer_cli.replay.transcript import load_probes
 
     probes = list(args.probe)
     if args.probes_file:
@@ -196,7 +196,7 @@ def backend_for(job: ReplayJob) -> Backend | None:
     Raises:
         UsageError: If the OpenAI backend has neither a key nor a base URL.
     """
-    from pipecat_summarizer.replay.backends import extractive_backend, openai_backend
+    from pipecat_summarizer_cli.replay.backends import extractive_backend, openai_backend
 
     args = job.args
     if "pipecat_builtin" not in job.strategies and "pipecat_summarizer" not in job.strategies:
@@ -251,8 +251,8 @@ def replay_transcript(
     job: ReplayJob, transcript: Transcript, backend: Backend | None
 ) -> list[StrategyResult]:
     """Replay one transcript with every strategy of ``job`` (with a progress display)."""
-    from pipecat_summarizer.replay import clock
-    from pipecat_summarizer.replay.runner import replay_options, run_all
+    from pipecat_summarizer_cli.replay import clock
+    from pipecat_summarizer_cli.replay.runner import replay_options, run_all
 
     for warning in transcript.warnings:
         print(f"warning: {warning}", file=sys.stderr)

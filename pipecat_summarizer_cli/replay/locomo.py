@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipecat_summarizer.replay.transcript import Transcript, transcript_from_messages
+from pipecat_summarizer_cli.replay.transcript import Transcript, transcript_from_messages
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before

@@ -11,9 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipecat_summarizer.replay.job import ReplayJob, UsageError, replay_transcript
-from pipecat_summarizer.replay.report import StrategyResult, build_report
-from pipecat_summarizer.replay.tables import (
+from pipecat_summarizer_cli.replay.job import ReplayJob, UsageError, replay_transcript
+from pipecat_summarizer_cli.replay.report import StrategyResult, build_report
+from pipecat_summarizer_cli.replay.tables import (
     conditions_table,
     format_table,
     merge_reports,
@@ -24,7 +24,7 @@ Plot = Callable[[], None]
 
 
 def _meta(job: ReplayJob, backend: Any, transcript: Any) -> dict[str, Any]:
-    from pipecat_summarizer.replay.runner import replay_options
+    from pipecat_summarizer_cli.replay.runner import replay_options
 
     options = replay_options(job.args.max_request_tokens)
     th, outage, prices, model = job.thresholds, job.outage, job.prices, job.model
@@ -119,7 +119,7 @@ def timing_line(job: ReplayJob, results: Sequence[StrategyResult]) -> str:
 def turn_minutes(job: ReplayJob, transcript: Any) -> list[float] | None:
     """The minute each user turn starts, then the call's end (``None`` when instant): the
     replay's own schedule, planned from the call model."""
-    from pipecat_summarizer.replay.timing import plan_call, turn_starts
+    from pipecat_summarizer_cli.replay.timing import plan_call, turn_starts
 
     if job.model is None or not transcript.turns:
         return None
@@ -128,7 +128,7 @@ def turn_minutes(job: ReplayJob, transcript: Any) -> list[float] | None:
 
 def _plot(job: ReplayJob, results: list[StrategyResult], transcript: Any, path: str) -> Plot:
     def draw() -> None:
-        from pipecat_summarizer.replay.plot import plot_results
+        from pipecat_summarizer_cli.replay.plot import plot_results
 
         plot_results(
             results,
@@ -205,7 +205,7 @@ def single(job: ReplayJob, backend: Any) -> tuple[dict[str, Any], list[Plot]]:
 
 
 def _load(job: ReplayJob) -> Any:
-    from pipecat_summarizer.replay.transcript import TranscriptError, load_transcript
+    from pipecat_summarizer_cli.replay.transcript import TranscriptError, load_transcript
 
     try:
         return load_transcript(job.args.transcript)
@@ -215,10 +215,10 @@ def _load(job: ReplayJob) -> Any:
 
 def conditions(job: ReplayJob, backend: Any) -> tuple[dict[str, Any], list[Plot]]:
     """Replay the transcript of ``job`` as a calm call (as configured) and a busy one
-    (:func:`~pipecat_summarizer.replay.timing.busy`): both tables, then the two side by side
+    (:func:`~pipecat_summarizer_cli.replay.timing.busy`): both tables, then the two side by side
     and what they show; one report (``{"conditions": {"calm": report, "busy": report}}``)
     and one plot with a column per condition."""
-    from pipecat_summarizer.replay.timing import busy
+    from pipecat_summarizer_cli.replay.timing import busy
 
     if job.model is None:
         raise UsageError("--compare-busy needs simulated time: not with --instant")
@@ -255,7 +255,7 @@ def _conditions_plot(
     path: str,
 ) -> Plot:
     def draw() -> None:
-        from pipecat_summarizer.replay.plot import Condition, plot_conditions
+        from pipecat_summarizer_cli.replay.plot import Condition, plot_conditions
 
         job = jobs["calm"]
         compared = " vs ".join(
@@ -297,7 +297,7 @@ def _conditions_plot(
 
 def synthetic(job: ReplayJob, backend: Any) -> tuple[dict[str, Any], list[Plot]]:
     """Replay the article's synthetic scenario."""
-    from pipecat_summarizer.replay import synthetic as synth
+    from pipecat_summarizer_cli.replay import synthetic as synth
 
     n = job.args.synthetic
     transcript = synth.synthetic_transcript(n)
@@ -326,7 +326,7 @@ def synthetic(job: ReplayJob, backend: Any) -> tuple[dict[str, Any], list[Plot]]
 
 def locomo(job: ReplayJob, backend: Any) -> tuple[dict[str, Any], list[Plot]]:
     """Replay LoCoMo conversations (one report, or a merged one with each inside)."""
-    from pipecat_summarizer.replay import locomo as lm
+    from pipecat_summarizer_cli.replay import locomo as lm
 
     args = job.args
     try:

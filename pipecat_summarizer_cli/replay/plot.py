@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipecat_summarizer.replay.report import (
+from pipecat_summarizer_cli.replay.report import (
     Prices,
     StrategyResult,
     cached_tokens,

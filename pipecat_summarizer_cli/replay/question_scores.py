@@ -1,4 +1,4 @@
-"""Scoring for the question-time measurement (:mod:`~pipecat_summarizer.replay.questions`).
+"""Scoring for the question-time measurement (:mod:`~pipecat_summarizer_cli.replay.questions`).
 
 Answer recall is the share of an answer's content words found in the request the main LLM
 receives for its question; :class:`Scores` collects one strategy's shares by LoCoMo
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipecat_summarizer.replay.locomo import content_words, words
+from pipecat_summarizer_cli.replay.locomo import content_words, words
 
 STRATEGIES = ("full_buffer", "pipecat_builtin", "ours", "ours_recall")
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

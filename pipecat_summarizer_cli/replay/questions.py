@@ -21,10 +21,10 @@ the replay LLM recording what it is sent, the offline extractive summarizer):
 Strategies: ``full_buffer``, ``pipecat_builtin``, ``ours`` (``ContextSummarizer`` without
 recall), ``ours_recall`` (lexical recall; with ``--semantic``, semantic recall fused with it:
 the ``semantic`` extra). Answer recall is the share of an answer's content words found in
-the request (:func:`~pipecat_summarizer.replay.locomo.answer_recall`), by LoCoMo category and
+the request (:func:`~pipecat_summarizer_cli.replay.locomo.answer_recall`), by LoCoMo category and
 overall (item-weighted); ``input`` is the questions' requests' tokens against the full
 buffer's. The scoring (shares, per-strategy scores, the table) is in
-:mod:`~pipecat_summarizer.replay.question_scores`; this module runs the calls and the CLI.
+:mod:`~pipecat_summarizer_cli.replay.question_scores`; this module runs the calls and the CLI.
 """
 
 from __future__ import annotations
@@ -52,11 +52,19 @@ from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 from pipecat.workers.runner import WorkerRunner
 
-from pipecat_summarizer.options import ContextSummarizerParams
+from pipecat_summarizer._recall.rules import RecallParams, is_recall_message
+from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer.params import ContextSummarizerParams
 from pipecat_summarizer.processor import ContextSummarizer
-from pipecat_summarizer.recall import RecallParams, is_recall_message
-from pipecat_summarizer.replay.backends import Backend, Meter, MeteredSummarizer, extractive_backend
-from pipecat_summarizer.replay.locomo import (
+from pipecat_summarizer.store.base import MemoryStore
+from pipecat_summarizer.store.writer import WriterOptions
+from pipecat_summarizer_cli.replay.backends import (
+    Backend,
+    Meter,
+    MeteredSummarizer,
+    extractive_backend,
+)
+from pipecat_summarizer_cli.replay.locomo import (
     LocomoConversation,
     QAItem,
     content_words,
@@ -64,15 +72,12 @@ from pipecat_summarizer.replay.locomo import (
     load_samples,
     select_samples,
 )
-from pipecat_summarizer.replay.question_scores import STRATEGIES, Scores, answer_share, table
-from pipecat_summarizer.replay.recorder import Recorder
-from pipecat_summarizer.replay.replay_llm import ReplayLLM
-from pipecat_summarizer.replay.report import TokenTable, request_text
-from pipecat_summarizer.replay.strategies import PipecatBuiltin, Setup, Thresholds
-from pipecat_summarizer.replay.transcript import Step, Turn, context_messages
-from pipecat_summarizer.store.base import MemoryStore
-from pipecat_summarizer.store.recorder import MemoryOptions
-from pipecat_summarizer.store.writer import WriterOptions
+from pipecat_summarizer_cli.replay.question_scores import STRATEGIES, Scores, answer_share, table
+from pipecat_summarizer_cli.replay.recorder import Recorder
+from pipecat_summarizer_cli.replay.replay_llm import ReplayLLM
+from pipecat_summarizer_cli.replay.report import TokenTable, request_text
+from pipecat_summarizer_cli.replay.strategies import PipecatBuiltin, Setup, Thresholds
+from pipecat_summarizer_cli.replay.transcript import Step, Turn, context_messages
 
 GREETING = "Hello, it's me again."
 _SESSION = re.compile(r"^\[Session (\d+)\b")
@@ -533,7 +538,7 @@ def recall_params(args: argparse.Namespace) -> RecallParams:
     semantic = None
     if args.semantic:
         # numpy comes with pipecat; SemanticRecall() raises the install hint without wordllama
-        from pipecat_summarizer.semantic import SemanticRecall
+        from pipecat_summarizer._recall.semantic import SemanticRecall
 
         options: dict[str, Any] = {}
         if args.min_similarity is not None:

@@ -2,7 +2,7 @@
 
 ``ReplayLLM`` sits where the main LLM sits. For each ``LLMContextFrame`` it records exactly
 what it was sent (each message serialized to JSON, plus the service's system instruction),
-then answers with the next recorded :class:`~pipecat_summarizer.replay.transcript.Step` of
+then answers with the next recorded :class:`~pipecat_summarizer_cli.replay.transcript.Step` of
 the current turn: ``LLMFullResponseStartFrame``, the assistant text as an ``LLMTextFrame``,
 the step's tool calls through Pipecat's own function-calling path (``run_function_calls``
 with a catch-all handler that returns the recorded result), then
@@ -34,8 +34,8 @@ from pipecat.processors.aggregators.llm_context import LLMContext, LLMSpecificMe
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.llm_service import FunctionCallParams, LLMService
 
-from pipecat_summarizer.replay.transcript import Step
 from pipecat_summarizer.summarizers.extractive import offline_llm_settings
+from pipecat_summarizer_cli.replay.transcript import Step
 
 
 def message_json(message: Any) -> str:

@@ -30,7 +30,7 @@ Definitions (all token figures use the package's ``EstimateTokenCounter``):
 * ``probes_per_turn``: for each turn, the probes already stated that its largest request
   carries (the plot's facts panel).
 
-The table and the merge of several reports are in :mod:`pipecat_summarizer.replay.tables`.
+The table and the merge of several reports are in :mod:`pipecat_summarizer_cli.replay.tables`.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipecat_summarizer.replay.arguments import MAIN_PRICES, SUMMARY_PRICES
-from pipecat_summarizer.tokens import EstimateTokenCounter, TokenCounter, message_texts
+from pipecat_summarizer._text.tokens import EstimateTokenCounter, TokenCounter, message_texts
+from pipecat_summarizer_cli.replay.arguments import MAIN_PRICES, SUMMARY_PRICES
 
 STRATEGIES = ("full_buffer", "pipecat_builtin", "pipecat_summarizer")
 

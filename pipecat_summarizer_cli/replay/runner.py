@@ -1,7 +1,7 @@
 """The replay runner: one real Pipecat pipeline per strategy, fed turn by turn on a clock.
 
-Each strategy (:mod:`pipecat_summarizer.replay.strategies`) runs on its own copy of the
-transcript. Every run happens on a :class:`~pipecat_summarizer.replay.clock.SimulatedClockLoop`
+Each strategy (:mod:`pipecat_summarizer_cli.replay.strategies`) runs on its own copy of the
+transcript. Every run happens on a :class:`~pipecat_summarizer_cli.replay.clock.SimulatedClockLoop`
 (a worker thread gets one when the caller's loop is a standard one), so time is simulated and
 the outcome does not depend on the machine's speed.
 
@@ -12,7 +12,7 @@ Two modes:
   simulated minutes pass before the next turn, so any summary started has landed (the
   summarizer answers at once) and ours' retry backoff has expired. Both summarizers get the
   best case: a summary that lands before the user speaks again, and no interruptions.
-* **real time** (a :class:`~pipecat_summarizer.replay.timing.CallModel`): each user turn
+* **real time** (a :class:`~pipecat_summarizer_cli.replay.timing.CallModel`): each user turn
   starts with an ``InterruptionFrame``, as Pipecat's user aggregator broadcasts one at every
   user turn start (``enable_interruptions``, the default); the user speaks, the end of the
   turn is detected, the context frame goes down, the replay LLM answers after the modelled
@@ -45,27 +45,27 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.workers.runner import WorkerRunner
 
-from pipecat_summarizer.options import CeilingParams, ContextSummarizerParams
-from pipecat_summarizer.replay import clock
-from pipecat_summarizer.replay.backends import (
+from pipecat_summarizer.params import CeilingParams, ContextSummarizerParams
+from pipecat_summarizer_cli.replay import clock
+from pipecat_summarizer_cli.replay.backends import (
     OUTAGE_ERROR,
     Backend,
     Outage,
     extractive_backend,
     openai_backend,
 )
-from pipecat_summarizer.replay.recorder import Recorder
-from pipecat_summarizer.replay.replay_llm import RecordedRequest, ReplayLLM
-from pipecat_summarizer.replay.report import (
+from pipecat_summarizer_cli.replay.recorder import Recorder
+from pipecat_summarizer_cli.replay.replay_llm import RecordedRequest, ReplayLLM
+from pipecat_summarizer_cli.replay.report import (
     STRATEGIES,
     RequestTokens,
     StrategyResult,
     TokenTable,
     request_text,
 )
-from pipecat_summarizer.replay.strategies import STRATEGY_CLASSES, Setup, Strategy, Thresholds
-from pipecat_summarizer.replay.timing import CallModel, TurnTiming, next_turn_start, plan_call
-from pipecat_summarizer.replay.transcript import Transcript, context_messages
+from pipecat_summarizer_cli.replay.strategies import STRATEGY_CLASSES, Setup, Strategy, Thresholds
+from pipecat_summarizer_cli.replay.timing import CallModel, TurnTiming, next_turn_start, plan_call
+from pipecat_summarizer_cli.replay.transcript import Transcript, context_messages
 
 __all__ = [
     "OUTAGE_ERROR",

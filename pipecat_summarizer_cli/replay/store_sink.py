@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from pipecat_summarizer.replay.clock import real_time
+from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer.store.base import MemoryStore
 from pipecat_summarizer.store.opening import open_store
-from pipecat_summarizer.store.recorder import MemoryOptions
 from pipecat_summarizer.store.writer import WriterOptions
+from pipecat_summarizer_cli.replay.clock import real_time
 
 
 def _held(name: str) -> Callable[..., Coroutine[Any, Any, Any]]:

@@ -2,7 +2,7 @@
 
 Every strategy runs ``Pipeline([user_agg, *strategy.before_llm(), ReplayLLM, assistant_agg])``
 with a real ``LLMContextAggregatorPair`` and reports into its
-:class:`~pipecat_summarizer.replay.recorder.Recorder` through public hooks only:
+:class:`~pipecat_summarizer_cli.replay.recorder.Recorder` through public hooks only:
 
 * :class:`FullBuffer`: no summarization.
 * :class:`PipecatBuiltin`: ``LLMAssistantAggregatorParams(enable_auto_context_summarization=
@@ -44,16 +44,16 @@ from pipecat_summarizer import (
     ContextSummarizerParams,
     MessagesEvictedEvent,
 )
-from pipecat_summarizer.replay.backends import (
+from pipecat_summarizer.store.base import MemoryStore
+from pipecat_summarizer_cli.replay.backends import (
     Backend,
     Meter,
     MeteredLLM,
     MeteredSummarizer,
     Outage,
 )
-from pipecat_summarizer.replay.recorder import Recorder
-from pipecat_summarizer.replay.report import TokenTable
-from pipecat_summarizer.store.base import MemoryStore
+from pipecat_summarizer_cli.replay.recorder import Recorder
+from pipecat_summarizer_cli.replay.report import TokenTable
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ class Ours(Strategy):
         rec = self.recorder
         store_args: dict[str, Any] = {}
         if self.setup.store is not None:
-            from pipecat_summarizer.replay.store_sink import REPLAY_MEMORY, replay_store
+            from pipecat_summarizer_cli.replay.store_sink import REPLAY_MEMORY, replay_store
 
             self._store = replay_store(self.setup.store)
             store_args = {

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import random
 
-from pipecat_summarizer.replay.transcript import Transcript, transcript_from_messages
-from pipecat_summarizer.tokens import CHARS_PER_TOKEN, TOKEN_OVERHEAD_PER_MESSAGE
+from pipecat_summarizer._text.tokens import CHARS_PER_TOKEN, TOKEN_OVERHEAD_PER_MESSAGE
+from pipecat_summarizer_cli.replay.transcript import Transcript, transcript_from_messages
 
 PREFIX_TOKENS = 3000
 EXCHANGE_TOKENS = 480

@@ -4,7 +4,7 @@
 summarizing strategies across the conditions of ``replay --compare-busy`` (the calm and the
 busy call) and :func:`takeaway` says in words what that comparison shows; :func:`merge_reports`
 combines the reports of several conversations (LoCoMo) into one. The metrics themselves are
-defined in :mod:`pipecat_summarizer.replay.report`.
+defined in :mod:`pipecat_summarizer_cli.replay.report`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pipecat_summarizer.replay.report import REPORT_KEYS, percentile
+from pipecat_summarizer_cli.replay.report import REPORT_KEYS, percentile
 
 
 def _fmt_int(n: float) -> str:

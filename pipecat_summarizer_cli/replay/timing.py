@@ -34,7 +34,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from pipecat_summarizer.replay.transcript import Step, Transcript, message_words
+from pipecat_summarizer_cli.replay.transcript import Step, Transcript, message_words
 
 
 @dataclass(frozen=True)

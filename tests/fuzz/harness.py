@@ -71,7 +71,7 @@ from pipecat.utils.context.llm_context_summarization import (
 from pipecat.workers.runner import WorkerRunner
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.tokens import EstimateTokenCounter, count_text
+from pipecat_summarizer._text.tokens import EstimateTokenCounter, count_text
 from tests.fuzz.fault_server import FAILING, FAULTS, MARKER, FaultServer
 from tests.openai_server import FakeOpenAIServer, Reply
 
@@ -566,7 +566,7 @@ def _processor_params(p: Params) -> dict[str, Any]:
     if "params" in inspect.signature(ContextSummarizer.__init__).parameters and hasattr(
         pkg, "ContextSummarizerParams"
     ):
-        from pipecat_summarizer.options import CeilingParams, RetryParams, TriggerParams
+        from pipecat_summarizer.params import CeilingParams, RetryParams, TriggerParams
 
         return {
             "params": pkg.ContextSummarizerParams(

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from pipecat_summarizer import OpenAISummarizer
-from pipecat_summarizer.prompt import build_request
+from pipecat_summarizer._compaction.prompt import build_request
 from pipecat_summarizer.summarizers.base import SummarizerError
 from tests.fuzz.fault_server import FaultServer, covered_markers
 from tests.fuzz.harness import SCALE

@@ -6,6 +6,17 @@ from __future__ import annotations
 
 import re
 
+from pipecat_summarizer._text.vocabulary import (
+    CONSTRAINTS,
+    CORRECTED_MARK,
+    DECISIONS,
+    FACTS,
+    ITEM_SPEAKER_RE,
+    OPEN_QUESTIONS,
+    fold,
+    topic_words,
+    words,
+)
 from pipecat_summarizer.summarizers.extractive.lexicon import (
     ABBREV_RE,
     ANNOUNCEMENT_WORDS,
@@ -49,17 +60,6 @@ from pipecat_summarizer.summarizers.extractive.lexicon import (
     USER_DECISION_RE,
     WEEKDAY_RE,
     WEIGHT_RE,
-)
-from pipecat_summarizer.vocabulary import (
-    CONSTRAINTS,
-    CORRECTED_MARK,
-    DECISIONS,
-    FACTS,
-    ITEM_SPEAKER_RE,
-    OPEN_QUESTIONS,
-    fold,
-    topic_words,
-    words,
 )
 
 # Budget trimming drops whole bullets in this order: questions go first, constraints last.

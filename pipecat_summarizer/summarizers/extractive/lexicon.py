@@ -1,5 +1,5 @@
 """The extractive summarizer's word lists and patterns, matched on folded text (lower case,
-straight apostrophes; see :func:`pipecat_summarizer.vocabulary.fold`) unless noted.
+straight apostrophes; see :func:`pipecat_summarizer._text.vocabulary.fold`) unless noted.
 
 Data only: the rules that use them are in :mod:`.classify`.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from pipecat_summarizer.transcript_format import SHORTENED_MARK
+from pipecat_summarizer._compaction.transcript import SHORTENED_MARK
 
 # The mark of a message sent shortened: not part of anything said.
 SHORTENED_RE = re.compile(re.escape(SHORTENED_MARK).replace(re.escape("{omitted}"), r"\d+"))

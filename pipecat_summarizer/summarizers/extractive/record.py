@@ -13,17 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipecat_summarizer.authority import is_instruction_like
-from pipecat_summarizer.sections import _heading_of, render_sections
-from pipecat_summarizer.summarizers.extractive.classify import (
-    DROP_RANK,
-    salience,
-    strip_role,
-    topic_keys,
-)
-from pipecat_summarizer.summarizers.extractive.lexicon import NUMBER_RE
-from pipecat_summarizer.tokens import CHARS_PER_TOKEN, _is_wide, estimate_text_tokens
-from pipecat_summarizer.vocabulary import (
+from pipecat_summarizer._record.authority import is_instruction_like
+from pipecat_summarizer._record.sections import _heading_of, render_sections
+from pipecat_summarizer._text.tokens import CHARS_PER_TOKEN, _is_wide, estimate_text_tokens
+from pipecat_summarizer._text.vocabulary import (
     CONSTRAINTS,
     CORRECTED_MARK,
     DECISIONS,
@@ -34,6 +27,13 @@ from pipecat_summarizer.vocabulary import (
     fold,
     topic_words,
 )
+from pipecat_summarizer.summarizers.extractive.classify import (
+    DROP_RANK,
+    salience,
+    strip_role,
+    topic_keys,
+)
+from pipecat_summarizer.summarizers.extractive.lexicon import NUMBER_RE
 
 # An instruction-like sentence is kept as what its speaker said, never as a fact or a rule.
 INSTRUCTION_NOTE = "{speaker} said (instruction-like; recorded as said, not a rule): {quote}"

@@ -15,15 +15,15 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.llm_service import LLMService
 from pipecat.services.settings import LLMSettings
 
-from pipecat_summarizer.prompt import parse_request
+from pipecat_summarizer._compaction.prompt import parse_request
+from pipecat_summarizer._compaction.transcript import ParsedTranscript
 from pipecat_summarizer.summarizers.extractive.record import text_of
 from pipecat_summarizer.summarizers.extractive.summarizer import ExtractiveSummarizer
-from pipecat_summarizer.transcript_format import ParsedTranscript
 
 # Pipecat's built-in summarization sends "Conversation history:" and a plain transcript:
 # "USER: ...", "TOOL_CALL: name(args)", "TOOL_RESULT[id]: ...". It is not forgery-proof
 # (that is Pipecat's format); this package's own request (one escaped line per message) is parsed by
-# :func:`pipecat_summarizer.prompt.parse_request`.
+# :func:`pipecat_summarizer._compaction.prompt.parse_request`.
 _ROLES = "USER|ASSISTANT|SYSTEM|DEVELOPER|TOOL|UNKNOWN"
 _PIPECAT_CALL_RE = re.compile(r"^TOOL_CALL: ?(?P<rest>.*)$")
 _PIPECAT_RESULT_RE = re.compile(r"^TOOL_RESULT\[(?P<id>[^\]\n]*)\]: ?(?P<rest>.*)$")
@@ -97,7 +97,7 @@ def pipecat_transcript_to_messages(text: str) -> list[dict[str, Any]]:
 def parse_summary_request(text: str) -> tuple[ParsedTranscript, str | None] | None:
     """Recover the transcript and previous record from a summarization prompt.
 
-    Understands this package's request (:func:`~pipecat_summarizer.prompt.parse_request`)
+    Understands this package's request (``prompt.parse_request``)
     and Pipecat's ``"Conversation history:\\n"`` + transcript message.
 
     Args:

@@ -13,9 +13,18 @@ from typing import Any
 
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
-from pipecat_summarizer.authority import is_instruction_like
-from pipecat_summarizer.prompt import SummaryRequest
-from pipecat_summarizer.sections import parse_sections
+from pipecat_summarizer._compaction.prompt import SummaryRequest
+from pipecat_summarizer._compaction.transcript import provider_message
+from pipecat_summarizer._record.authority import is_instruction_like
+from pipecat_summarizer._record.sections import parse_sections
+from pipecat_summarizer._text.vocabulary import (
+    CORRECTED_MARK,
+    DECISIONS,
+    FACTS,
+    OPEN_QUESTIONS,
+    fold,
+    topic_words,
+)
 from pipecat_summarizer.summarizers.base import SummaryResult
 from pipecat_summarizer.summarizers.extractive.classify import (
     classify_user,
@@ -43,15 +52,6 @@ from pipecat_summarizer.summarizers.extractive.record import (
     pin_worthy,
     text_of,
 )
-from pipecat_summarizer.transcript_format import provider_message
-from pipecat_summarizer.vocabulary import (
-    CORRECTED_MARK,
-    DECISIONS,
-    FACTS,
-    OPEN_QUESTIONS,
-    fold,
-    topic_words,
-)
 
 # Larger inputs are summarized in a worker thread (about 0.2 ms per message).
 INLINE_MESSAGES = 300
@@ -78,7 +78,7 @@ class ExtractiveSummarizer:
     constraints as the last tie-breaker.
 
     The result is deterministic and always within ``request.max_tokens`` as counted by
-    :func:`~pipecat_summarizer.tokens.estimate_text_tokens`. :meth:`summarize` also returns
+    :func:`~pipecat_summarizer._text.tokens.estimate_text_tokens`. :meth:`summarize` also returns
     the bullets worth pinning (:attr:`SummaryResult.sections`), so a processor that pins
     facts takes only those rather than every FACTS and CONSTRAINTS bullet.
 
@@ -163,7 +163,7 @@ class ExtractiveSummarizer:
     ) -> SummaryResult:
         """Synchronous core of :meth:`summarize`.
 
-        Instruction-like sentences (:func:`~pipecat_summarizer.authority.is_instruction_like`)
+        Instruction-like sentences (``authority.is_instruction_like``)
         never become FACTS, CONSTRAINTS or DECISIONS: they are kept under OPEN QUESTIONS as
         what their speaker said, and never pinned.
 
