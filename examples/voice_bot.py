@@ -420,7 +420,7 @@ def create_summarizer(
             f"{message['text']}, compaction #{event.compaction} ({event.reason}), "
             f"{event.latency_s:.1f}s"
         )
-        # Upstream, like the processor's own ContextSummaryAppliedFrame: the RTVI observer
+        # Upstream, like the processor's own ContextCompactedFrame: the RTVI observer
         # sends it to the client as a "server-message".
         await processor.push_frame(RTVIServerMessageFrame(data=message), FrameDirection.UPSTREAM)
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
     from pipecat_summarizer.errors import PipecatSummarizerError
     from pipecat_summarizer.events import (
         ContextCompactedEvent,
-        ContextSummaryAppliedFrame,
+        ContextCompactedFrame,
         MessagesEvictedEvent,
         Reason,
         SummaryFailedEvent,
@@ -107,7 +107,7 @@ __all__ = [
     "TokenizerCounter",
     # events
     "ContextCompactedEvent",
-    "ContextSummaryAppliedFrame",
+    "ContextCompactedFrame",
     "MessagesEvictedEvent",
     "Reason",
     "SummaryFailedEvent",
@@ -134,7 +134,7 @@ _EXPORTS: dict[str, str] = {
     "ContextCompactedEvent": "pipecat_summarizer.events",
     "ContextSummarizer": "pipecat_summarizer.processor",
     "ContextSummarizerParams": "pipecat_summarizer.params",
-    "ContextSummaryAppliedFrame": "pipecat_summarizer.events",
+    "ContextCompactedFrame": "pipecat_summarizer.events",
     "ConversationMemory": "pipecat_summarizer._record.record",
     "DEFAULT_PROMPT": "pipecat_summarizer._compaction.prompt",
     "EstimateTokenCounter": "pipecat_summarizer._text.tokens",
@@ -177,6 +177,11 @@ _DEPRECATED: dict[str, tuple[str, str, str]] = {
         "pipecat_summarizer.events",
         "ContextCompactedEvent",
         "SummaryAppliedEvent is deprecated: use ContextCompactedEvent",
+    ),
+    "ContextSummaryAppliedFrame": (
+        "pipecat_summarizer.events",
+        "ContextCompactedFrame",
+        "ContextSummaryAppliedFrame is deprecated: use ContextCompactedFrame",
     ),
     "ExtractiveLLMService": (
         "pipecat_summarizer.summarizers",

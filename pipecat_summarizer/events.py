@@ -1,8 +1,9 @@
 """Event payloads, the upstream notification frame, and the one-line compaction log.
 
-``SummaryAppliedEvent`` was renamed :class:`ContextCompactedEvent` (Pipecat has its own
-``SummaryAppliedEvent`` with other fields); the old name works for one release, with a
-``DeprecationWarning``.
+A compaction has one name: the ``on_context_compacted`` handler receives a
+:class:`ContextCompactedEvent` and the processor pushes a :class:`ContextCompactedFrame`.
+The 0.2 names (``SummaryAppliedEvent``, which Pipecat also has with other fields, and
+``ContextSummaryAppliedFrame``) work for one release, with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class SummaryFailedEvent:
 
 
 @dataclass
-class ContextSummaryAppliedFrame(SystemFrame):
+class ContextCompactedFrame(SystemFrame):
     """Pushed upstream after a summary was spliced into the shared context.
 
     A system frame, so an interruption does not drop it. It is informational: the splice
@@ -137,16 +138,20 @@ class ContextSummaryAppliedFrame(SystemFrame):
     event: ContextCompactedEvent | None = None
 
 
-_RENAMED = {"SummaryAppliedEvent": "ContextCompactedEvent"}
+_RENAMED = {
+    "SummaryAppliedEvent": ("ContextCompactedEvent", " (Pipecat has its own SummaryAppliedEvent)"),
+    "ContextSummaryAppliedFrame": ("ContextCompactedFrame", ""),
+}
 
 
 def __getattr__(name: str) -> object:
     """The names renamed in 0.2, for one release, with a ``DeprecationWarning``."""
-    new = _RENAMED.get(name)
-    if new is None:
+    renamed = _RENAMED.get(name)
+    if renamed is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    new, why = renamed
     warnings.warn(
-        f"{name} is deprecated: use {new} (Pipecat has its own {name})",
+        f"{name} is deprecated: use {new}{why}",
         DeprecationWarning,
         stacklevel=2,
     )

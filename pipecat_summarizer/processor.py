@@ -88,7 +88,7 @@ from pipecat_summarizer._text.tokens import (
 )
 from pipecat_summarizer.events import (
     ContextCompactedEvent,
-    ContextSummaryAppliedFrame,
+    ContextCompactedFrame,
     MessagesEvictedEvent,
     Reason,
     SummaryFailedEvent,
@@ -1146,7 +1146,7 @@ class ContextSummarizer(FrameProcessor):
             model = getattr(job.summarizer, "model", None)
             self._recorder.applied(event, job.plan.summarized, draft.text, model)
         await self.push_frame(
-            ContextSummaryAppliedFrame(message=draft.message, event=event),
+            ContextCompactedFrame(message=draft.message, event=event),
             FrameDirection.UPSTREAM,
         )
         await self._call_event_handler("on_summary_applied", event)

@@ -18,8 +18,8 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import (
+    ContextCompactedFrame,
     ContextSummarizer,
-    ContextSummaryAppliedFrame,
     LLMContextSummaryConfig,
     OpenAISummarizer,
     PipecatLLMSummarizer,
@@ -419,7 +419,7 @@ async def test_manual_frame_is_consumed_not_passed_downstream(openai_server):
         frames_to_send=[LLMSummarizeContextFrame(), SleepFrame(sleep=0.3)],
         expected_down_frames=[],
     )
-    assert [type(f) for f in up] == [ContextSummaryAppliedFrame]
+    assert [type(f) for f in up] == [ContextCompactedFrame]
     assert up[0].message["content"].startswith("Conversation summary: ")
     assert [f.text for f in processor.pinned_facts] == ["manual"]
     assert up[0].event.messages_summarized == 6
@@ -446,7 +446,7 @@ async def test_applied_event_carries_the_figures_and_one_log_line(openai_server,
     assert len(lines) == 1
     for key in ("reason=messages", "messages_summarized=", "tokens_before=", "summary_sha256="):
         assert key in lines[0]
-    assert [type(f) for f in r.up if isinstance(f, ContextSummaryAppliedFrame)]
+    assert [type(f) for f in r.up if isinstance(f, ContextCompactedFrame)]
 
 
 async def test_speculative_context_frames_are_ignored(openai_server):

@@ -20,9 +20,9 @@ from tests.openai_server import Reply
 PUBLIC_API = [
     "CeilingParams",
     "ContextCompactedEvent",
+    "ContextCompactedFrame",
     "ContextSummarizer",
     "ContextSummarizerParams",
-    "ContextSummaryAppliedFrame",
     "ConversationMemory",
     "DEFAULT_PROMPT",
     "EstimateTokenCounter",
