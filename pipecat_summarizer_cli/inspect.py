@@ -25,13 +25,11 @@ import json
 import re
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pipecat_summarizer.store.base import MemoryStore, StoreError
-from pipecat_summarizer.store.dsn import dsn_password, is_url, mask_dsn
-from pipecat_summarizer.store.opening import open_store
-from pipecat_summarizer.store.records import to_dict
+from pipecat_summarizer.store import MemoryStore, StoreError, dsn_password, mask_dsn, open_store
 
 PREVIEW = 72
 #: ``--call ID``: the caller's (or, without one, the most recent) calls searched for other
@@ -122,6 +120,17 @@ def json_safe(document: str) -> str:
 
 # -- running -------------------------------------------------------------------------------
 
+# a target that starts with a scheme is a URL, for open_store to judge; anything else is a path
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def to_dict(record: Any) -> dict[str, Any]:
+    """A store record (a dataclass) as a JSON-ready dict, for ``--json``."""
+    data = asdict(record)
+    if isinstance(data.get("facts"), tuple):
+        data["facts"] = list(data["facts"])
+    return data
+
 
 def run(args: argparse.Namespace) -> int:
     """Run the command; 0 on success, 1 if nothing was found, 2 on a usage error or a
@@ -144,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         return _usage(message)
 
     # a URL is open_store's to judge (PostgreSQL's forms, or refused); a path must exist
-    if not is_url(target) and not Path(target).is_file():
+    if not _URL_SCHEME.match(target) and not Path(target).is_file():
         # never create an empty database for a mistyped path
         return fail(f"no such SQLite file: {target}")
     try:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipecat_summarizer.store import open_store
+from pipecat_summarizer.store import mask_dsn, open_store
 from pipecat_summarizer.store.base import SCHEMA_VERSION
-from pipecat_summarizer.store.dsn import mask_dsn
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallRecord,

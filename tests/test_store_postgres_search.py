@@ -16,9 +16,9 @@ import random
 
 import pytest
 
+from pipecat_summarizer.store._rows import message_row
 from pipecat_summarizer.store.base import SCHEMA_VERSION
 from pipecat_summarizer.store.records import ArchivedMessage
-from pipecat_summarizer.store.rows import message_row
 
 asyncpg = pytest.importorskip("asyncpg")
 

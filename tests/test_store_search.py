@@ -19,9 +19,9 @@ from pipecat_summarizer._recall.rules import RecallParams
 from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer.store import MemoryStore, SQLiteMemoryStore, open_store
 from pipecat_summarizer.store import sqlite as sqlite_backend
+from pipecat_summarizer.store._rows import message_row
 from pipecat_summarizer.store.base import SCHEMA_VERSION
 from pipecat_summarizer.store.records import ArchivedMessage
-from pipecat_summarizer.store.rows import message_row
 
 T0 = 1_700_000_000.0
 

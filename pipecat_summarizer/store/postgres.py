@@ -17,30 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipecat_summarizer._validation import check_number
-from pipecat_summarizer.store.base import (
-    SCHEMA_VERSION,
-    MemoryStore,
-    StoreError,
-    check_count,
-    check_retention_days,
-    check_store_tables,
-    check_store_version,
-    check_user_id,
-    query_words,
-)
-from pipecat_summarizer.store.dsn import mask_dsn
-from pipecat_summarizer.store.records import (
-    ArchivedMessage,
-    CallerMemory,
-    CallRecord,
-    CompactionRecord,
-    FactEvent,
-    Record,
-    SearchHit,
-    not_forgotten,
-    user_hash,
-)
-from pipecat_summarizer.store.rows import (
+from pipecat_summarizer.store._dsn import mask_dsn
+from pipecat_summarizer.store._rows import (
     CALL_COLS,
     COMPACTION_COLS,
     FACT_COLS,
@@ -55,6 +33,28 @@ from pipecat_summarizer.store.rows import (
     to_compaction,
     to_fact,
     to_message,
+)
+from pipecat_summarizer.store.base import (
+    SCHEMA_VERSION,
+    MemoryStore,
+    StoreError,
+    check_count,
+    check_retention_days,
+    check_store_tables,
+    check_store_version,
+    check_user_id,
+    query_words,
+)
+from pipecat_summarizer.store.records import (
+    ArchivedMessage,
+    CallerMemory,
+    CallRecord,
+    CompactionRecord,
+    FactEvent,
+    Record,
+    SearchHit,
+    not_forgotten,
+    user_hash,
 )
 
 _LOCK_KEY = 0x5C_0A_11  # advisory lock for migrations

@@ -23,6 +23,22 @@ from typing import Any, TypeVar
 from loguru import logger
 
 from pipecat_summarizer._validation import check_number
+from pipecat_summarizer.store._rows import (
+    CALL_COLS,
+    COMPACTION_COLS,
+    FACT_COLS,
+    MESSAGE_COLS,
+    call_label,
+    call_row,
+    caller_fact_row,
+    compaction_row,
+    fact_row,
+    message_row,
+    to_call,
+    to_compaction,
+    to_fact,
+    to_message,
+)
 from pipecat_summarizer.store.base import (
     SCHEMA_VERSION,
     MemoryStore,
@@ -44,22 +60,6 @@ from pipecat_summarizer.store.records import (
     SearchHit,
     not_forgotten,
     user_hash,
-)
-from pipecat_summarizer.store.rows import (
-    CALL_COLS,
-    COMPACTION_COLS,
-    FACT_COLS,
-    MESSAGE_COLS,
-    call_label,
-    call_row,
-    caller_fact_row,
-    compaction_row,
-    fact_row,
-    message_row,
-    to_call,
-    to_compaction,
-    to_fact,
-    to_message,
 )
 
 T = TypeVar("T")

@@ -580,7 +580,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     factory = None
     if args.store:
-        from pipecat_summarizer.store.opening import open_store
+        from pipecat_summarizer.store import open_store
 
         def factory() -> MemoryStore:
             # one database for the run: each conversation's caller id (tagged with the

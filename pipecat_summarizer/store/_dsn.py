@@ -11,11 +11,6 @@ _URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>\S*)")
 _PASSWORD_PARAM = re.compile(r"(?i)\b(password|passwd|pwd)=[^&\s]*")
 
 
-def is_url(text: str) -> bool:
-    """True if ``text`` starts with a URL scheme (``scheme://``)."""
-    return _URL.match(text) is not None
-
-
 def mask_dsn(text: str) -> str:
     """``text`` with the password of every URL in it replaced by ``***``.
 
