@@ -1,7 +1,16 @@
-"""Summarizer backends behind one small protocol."""
+"""Summarizer backends behind one small protocol.
+
+Also the offline stand-ins: :class:`ExtractiveLLMService` (the extractive summarizer as a
+Pipecat ``LLMService``) and :func:`offline_llm_settings`, the settings an ``LLMService`` that
+calls no provider is built with (the replay's stand-in LLMs, examples/text_chat.py).
+"""
 
 from pipecat_summarizer.summarizers.base import Summarizer, SummarizerError, SummaryResult
-from pipecat_summarizer.summarizers.extractive import ExtractiveLLMService, ExtractiveSummarizer
+from pipecat_summarizer.summarizers.extractive import (
+    ExtractiveLLMService,
+    ExtractiveSummarizer,
+    offline_llm_settings,
+)
 from pipecat_summarizer.summarizers.openai import OpenAISummarizer
 from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
 
@@ -13,4 +22,5 @@ __all__ = [
     "Summarizer",
     "SummarizerError",
     "SummaryResult",
+    "offline_llm_settings",
 ]

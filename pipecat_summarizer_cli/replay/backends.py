@@ -21,9 +21,8 @@ from typing import Any
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.llm_service import LLMService
 
-from pipecat_summarizer._compaction.prompt import SummaryRequest
-from pipecat_summarizer.summarizers import Summarizer, SummarizerError
-from pipecat_summarizer.summarizers.extractive import offline_llm_settings
+from pipecat_summarizer import SummaryRequest
+from pipecat_summarizer.summarizers import Summarizer, SummarizerError, offline_llm_settings
 from pipecat_summarizer_cli.replay.clock import real_time
 from pipecat_summarizer_cli.replay.recorder import Recorder
 from pipecat_summarizer_cli.replay.report import TokenTable

@@ -34,7 +34,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext, LLMSpecificMe
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.llm_service import FunctionCallParams, LLMService
 
-from pipecat_summarizer.summarizers.extractive import offline_llm_settings
+from pipecat_summarizer.summarizers import offline_llm_settings
 from pipecat_summarizer_cli.replay.transcript import Step
 
 

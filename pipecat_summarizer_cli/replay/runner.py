@@ -45,7 +45,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.workers.runner import WorkerRunner
 
-from pipecat_summarizer.params import CeilingParams, ContextSummarizerParams
+from pipecat_summarizer import CeilingParams, ContextSummarizerParams
 from pipecat_summarizer_cli.replay import clock
 from pipecat_summarizer_cli.replay.backends import (
     OUTAGE_ERROR,

@@ -44,7 +44,7 @@ from pipecat_summarizer import (
     ContextSummarizerParams,
     MessagesEvictedEvent,
 )
-from pipecat_summarizer.store.base import MemoryStore
+from pipecat_summarizer.store import MemoryStore
 from pipecat_summarizer_cli.replay.backends import (
     Backend,
     Meter,

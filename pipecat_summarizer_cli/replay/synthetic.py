@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import random
 
-from pipecat_summarizer._text.tokens import CHARS_PER_TOKEN, TOKEN_OVERHEAD_PER_MESSAGE
+# Pipecat's estimate, which the package's agrees with on plain ASCII chat
+from pipecat.utils.context.llm_context_summarization import (
+    CHARS_PER_TOKEN,
+    TOKEN_OVERHEAD_PER_MESSAGE,
+)
+
 from pipecat_summarizer_cli.replay.transcript import Transcript, transcript_from_messages
 
 PREFIX_TOKENS = 3000
