@@ -43,6 +43,7 @@ from tests.pipeline_utils import Run, cfg, turns
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"  # the topic pages the README links to
 NOWHERE = "http://127.0.0.1:9/v1"
 
 
@@ -102,10 +103,18 @@ async def test_limit_6_keep_4_compacts_on_every_turn_after_the_first_two(openai_
     assert len(run.applied) == 10
 
 
+def _all_pages() -> str:
+    """The README and the docs pages, as one text with whitespace collapsed."""
+    pages = [README, *sorted(DOCS.glob("*.md"))]
+    return " ".join(" ".join(p.read_text(encoding="utf-8").split()) for p in pages)
+
+
 def test_readme_says_what_the_code_does_for_every_turn_thresholds():
-    text = " ".join(README.read_text(encoding="utf-8").split())
+    text = _all_pages()
+    assert "one WARNING at construction" in " ".join(
+        (DOCS / "configuration.md").read_text(encoding="utf-8").split()
+    )
     assert "configs that would fire every turn are rejected" not in text
-    assert "one WARNING at construction" in text
 
 
 # -- messages_kept: the tail at the moment of the splice -----------------------------------
@@ -168,8 +177,9 @@ def test_messages_kept_definition_is_in_the_docs():
     from pipecat_summarizer.events import ContextCompactedEvent
 
     doc = " ".join((ContextCompactedEvent.__doc__ or "").split())
-    text = " ".join(README.read_text(encoding="utf-8").split())
-    for where in (doc, text):
+    events = " ".join((DOCS / "events.md").read_text(encoding="utf-8").split())
+    text = _all_pages()
+    for where in (doc, events):
         assert "at the moment of the splice" in where
         assert "arrived while the summary ran" in where
     assert "the kept tail is exactly `min_messages_after_summary`" not in text
@@ -200,7 +210,7 @@ VERIFIED_BUILTIN_COLUMN = [
 
 
 def _comparison_rows() -> list[tuple[str, str]]:
-    text = README.read_text(encoding="utf-8")
+    text = (DOCS / "switching.md").read_text(encoding="utf-8")
     header = "| Pipecat 1.14 built-in | pipecat-summarizer |"
     block = text.split(header, 1)[1].split("\n\n", 1)[0]
     rows = [line for line in block.strip().splitlines()[1:]]  # after the |---| line
@@ -254,7 +264,7 @@ def test_the_builtin_facts_the_table_rests_on():
 
 
 def test_readme_inspect_search_example_finds_on_the_bundled_call(tmp_path, capsys):
-    text = README.read_text(encoding="utf-8")
+    text = (DOCS / "memory.md").read_text(encoding="utf-8")
     (replay,) = re.findall(r"`(pipecat-summarizer replay nutrition_call --store \S+)`", text)
     (search,) = re.findall(r"^(pipecat-summarizer inspect \S+ --search \"[^\"]+\")", text, re.M)
     replay_argv, search_argv = shlex.split(replay)[1:], shlex.split(search)[1:]
@@ -273,9 +283,12 @@ def test_readme_inspect_search_example_finds_on_the_bundled_call(tmp_path, capsy
 
 
 def test_locomo_origin_is_named_where_it_is_used():
-    text = " ".join(README.read_text(encoding="utf-8").split())
-    assert "--locomo" in text
-    assert "snap-research/locomo" in text and "data/locomo10.json" in text
+    pages = [README, *sorted(DOCS.glob("*.md"))]
+    using = [p for p in pages if "--locomo" in p.read_text(encoding="utf-8")]
+    assert using
+    for page in using:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        assert "snap-research/locomo" in text and "data/locomo10.json" in text, page.name
 
 
 def _docs() -> list[Path]:

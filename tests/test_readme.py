@@ -1,5 +1,6 @@
-"""The README's Python snippets run as written (with stand-ins for what they leave out: the
-transport, STT/TTS, the main LLM, a backend), and its parameter table names real fields."""
+"""The README's and the docs pages' Python snippets run as written (with stand-ins for what
+they leave out: the transport, STT/TTS, the main LLM, a backend), the parameter table names
+real fields, and the pages use the current names."""
 
 from __future__ import annotations
 
@@ -27,13 +28,20 @@ from pipecat_summarizer import (
 )
 from tests.pipeline_utils import main_llm
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
 NOWHERE = "http://127.0.0.1:9/v1"  # never contacted: the snippets only build things
 
 
-def snippets() -> list[str]:
-    """The README's ```python blocks, dedented (one sits in a list item)."""
-    blocks = re.findall(r"^( *)```python\n(.*?)^\1```", README.read_text(), re.M | re.S)
+def _name(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+def snippets(page: Path) -> list[str]:
+    """A page's ```python blocks, dedented (some sit in a list item)."""
+    blocks = re.findall(r"^( *)```python\n(.*?)^\1```", page.read_text(), re.M | re.S)
     return ["\n".join(line[len(indent) :] for line in body.splitlines()) for indent, body in blocks]
 
 
@@ -46,18 +54,24 @@ class _Transport:
 
 
 def _stand_ins() -> dict:
+    """What a page's snippets take from the bot around them (each page runs on its own)."""
     llm = main_llm(NOWHERE)
+    context = LLMContext()
+    config = LLMAutoContextSummarizationConfig()
+    backend = OpenAISummarizer(base_url=NOWHERE, model="cheap")
     return {
-        "context": LLMContext(),
-        "config": LLMAutoContextSummarizationConfig(),
+        "context": context,
+        "config": config,
         "transport": _Transport(),
         "stt": FrameProcessor(),
         "tts": FrameProcessor(),
         "llm": llm,
-        "backend": OpenAISummarizer(base_url=NOWHERE, model="cheap"),
+        "backend": backend,
         "call_id": "call-1",
         "caller_id": "caller-42",
         "task": PipelineWorker(Pipeline([FrameProcessor()])),
+        "aggregators": LLMContextAggregatorPair(context),
+        "summarizer": ContextSummarizer(context=context, config=config, summarizer=backend),
         # the "before" snippet's Pipecat names, imported above it in a real bot
         "LLMContextAggregatorPair": LLMContextAggregatorPair,
         "LLMAssistantAggregatorParams": LLMAssistantAggregatorParams,
@@ -66,31 +80,67 @@ def _stand_ins() -> dict:
     }
 
 
-async def test_every_python_snippet_of_the_readme_runs(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the store snippet opens memory.db
-    blocks = snippets()
-    assert len(blocks) >= 8
+# Names a page must not make its reader use (each still works one release with a warning).
+OLD_NAMES = (
+    "SummarizerOptions",
+    "SummaryAppliedEvent",
+    "on_summary_applied",
+    "ContextSummaryAppliedFrame",
+    "MemoryOptions",
+    "WriterOptions",
+    "SemanticRecall(",
+    "ConversationMemory",
+)
+
+
+def test_the_pages_have_snippets_to_run():
+    per_page = {_name(page): len(snippets(page)) for page in PAGES}
+    assert sum(per_page.values()) >= 12, per_page
+    for page in ("README.md", "docs/configuration.md", "docs/memory.md", "docs/recall.md"):
+        assert per_page[page] >= 1, page
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if snippets(p)], ids=_name)
+async def test_every_python_snippet_of_the_page_runs(page, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the store snippets open memory.db
     namespace = _stand_ins()
+    stand_in = namespace["summarizer"]
+    blocks = snippets(page)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for i, code in enumerate(blocks):
             compiled = compile(
-                code, f"README.md[python block {i}]", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+                code, f"{_name(page)}[python block {i}]", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
             )
             result = eval(compiled, namespace)
             if result is not None:  # a block with a top-level await
                 await result
-    renamed = ("SummarizerOptions", "SummaryAppliedEvent")
-    assert not [str(w.message) for w in caught if any(n in str(w.message) for n in renamed)]
-    assert isinstance(namespace["summarizer"], ContextSummarizer)
-    assert "flow_manager" in namespace
+    old = [str(w.message) for w in caught if any(n.strip("(") in str(w.message) for n in OLD_NAMES)]
+    assert not old
+    if any(re.search(r"^summarizer = ContextSummarizer\(", code, re.M) for code in blocks):
+        assert isinstance(namespace["summarizer"], ContextSummarizer)
+        assert namespace["summarizer"] is not stand_in
+    if page.name == "flows.md":
+        assert "flow_manager" in namespace
+
+
+async def test_the_readme_builds_the_pipeline_it_shows():
+    (block,) = snippets(README)
+    namespace = _stand_ins()
+    stand_in = namespace["summarizer"]
+    exec(compile(block, "README.md[pipeline]", "exec"), namespace)
+    summarizer = namespace["summarizer"]
+    assert isinstance(summarizer, ContextSummarizer) and summarizer is not stand_in
+    processors = namespace["pipeline"].processors
+    assert summarizer in processors
 
 
 async def test_the_params_snippet_sets_what_it_says(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    block = next(b for b in snippets() if "params=ContextSummarizerParams(" in b)
+    page = DOCS / "configuration.md"
+    block = next(b for b in snippets(page) if "params=ContextSummarizerParams(" in b)
     namespace = _stand_ins()
-    exec(compile(block, "README.md[params]", "exec"), namespace)
+    exec(compile(block, "docs/configuration.md[params]", "exec"), namespace)
     params = namespace["summarizer"]._params
     assert params.ceiling is not None and params.ceiling.max_request_tokens == 6000
     assert params.pinning.budget_tokens == 400
@@ -98,7 +148,7 @@ async def test_the_params_snippet_sets_what_it_says(tmp_path, monkeypatch):
 
 
 def test_the_params_table_names_real_fields_with_their_defaults():
-    text = README.read_text()
+    text = (DOCS / "configuration.md").read_text()
     table = text[text.index("| parameter | default | meaning |") :]
     table = table[: table.index("\n\n")]
     rows = re.findall(r"^\| `([^`]+)`(?: / `([^`]+)`)? \| ([^|]+) \|", table, re.M)
@@ -115,21 +165,32 @@ def test_the_params_table_names_real_fields_with_their_defaults():
                 if owner is None:  # ceiling: off by default, the class has the field
                     owner = CeilingParams(max_request_tokens=1000)
                 name = field
-            assert hasattr(owner, name), f"README names {first!r}, not a field"
+            assert hasattr(owner, name), f"docs/configuration.md names {first!r}, not a field"
             try:
                 expected = ast.literal_eval(shown)
             except (ValueError, SyntaxError):
                 continue  # prose ("estimate")
-            assert getattr(owner, name) == expected, f"README default of {first!r}: {shown}"
+            assert getattr(owner, name) == expected, f"default of {first!r}: {shown}"
             checked += 1
     assert checked >= 14
 
 
+def _uses_outside_the_deprecation_note(text: str, old: str) -> list[int]:
+    uses = [m.start() for m in re.finditer(re.escape(old), text)]
+    # the sentence that points 0.1 users at the CHANGELOG may name the old form
+    note = re.compile(r"still works? for this release")
+    return [u for u in uses if not note.search(text[u : u + 120])]
+
+
 @pytest.mark.parametrize("old", ["SummarizerOptions(", "SummaryAppliedEvent"])
 def test_the_readmes_use_the_new_names(old):
-    for path in (README, README.parent / "benchmarks" / "README.md"):
+    for path in (README, ROOT / "benchmarks" / "README.md", *DOCS.glob("*.md")):
         text = path.read_text()
-        uses = [m.start() for m in re.finditer(re.escape(old), text)]
-        # the one sentence that points 0.1 users at the CHANGELOG may name the old form
-        allowed = [u for u in uses if "still works for this release" in text[u : u + 120]]
-        assert uses == allowed, f"{path.name} still uses {old}"
+        assert _uses_outside_the_deprecation_note(text, old) == [], f"{path.name} uses {old}"
+
+
+@pytest.mark.parametrize("old", OLD_NAMES)
+def test_the_docs_use_the_new_names(old):
+    for path in (README, ROOT / "ARCHITECTURE.md", *DOCS.glob("*.md")):
+        text = path.read_text()
+        assert _uses_outside_the_deprecation_note(text, old) == [], f"{path.name} uses {old}"

@@ -261,7 +261,7 @@ def test_the_takeaway_says_what_the_figures_show():
     assert takeaway({"calm": {"strategies": {"full_buffer": {}}}}) == []
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "replay.md"  # the demo's page
 
 
 def _readme_demo_table() -> dict[str, list[str]]:
