@@ -97,6 +97,11 @@ def _check_wheel(built: dict[str, Path]) -> None:
         assert f"pipecat_summarizer_cli/replay/data/{n}.jsonl" in names
         assert f"pipecat_summarizer_cli/replay/data/{n}.probes.txt" in names
     assert "pipecat_summarizer/py.typed" in names
+    # both packages whole: the library (its private modules too) and the command line beside it
+    for package in ("pipecat_summarizer", "pipecat_summarizer_cli"):
+        sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / package).rglob("*.py")}
+        assert f"{package}/__init__.py" in sources
+        assert sources <= names, f"missing from the wheel: {sorted(sources - names)}"
     assert "pipecat-summarizer = pipecat_summarizer_cli.main:main" in scripts
     assert not any(n.startswith(("tests/", "examples/", "benchmarks/")) for n in names)
     assert "License-Expression: BSD-2-Clause" in meta
@@ -106,16 +111,13 @@ def _check_installed_cli(built: dict[str, Path]) -> None:
     env_bin = built["env"] / "bin"
     cwd = built["cwd"]  # not the checkout: '' on sys.path must not find the source tree
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    where = _run(
-        [
-            str(env_bin / "python"),
-            "-c",
-            "import pipecat_summarizer; print(pipecat_summarizer.__file__)",
-        ],
-        cwd,
-        env,
-    ).stdout.strip()
-    assert Path(where).resolve().is_relative_to(built["site"].resolve()), where
+    for package in ("pipecat_summarizer", "pipecat_summarizer_cli"):
+        where = _run(
+            [str(env_bin / "python"), "-c", f"import {package}; print({package}.__file__)"],
+            cwd,
+            env,
+        ).stdout.strip()
+        assert Path(where).resolve().is_relative_to(built["site"].resolve()), where
 
     help_text = _run([str(env_bin / "pipecat-summarizer"), "--help"], cwd, env).stdout
     assert "replay" in help_text and "inspect" in help_text
