@@ -1,6 +1,6 @@
 """The docs stay true to the tree: ARCHITECTURE.md names every module of both packages and
-none that does not exist, every link between the pages reaches a file, and the index lists
-every page."""
+none that does not exist, every link between the pages reaches a file, every script, example
+or test a page names exists, and the index lists every page."""
 
 from __future__ import annotations
 
@@ -90,3 +90,20 @@ def test_the_index_lists_every_page_and_the_readme_links_the_index():
     readme = ROOT / "README.md"
     assert f"{GITHUB}docs/README.md" in _links(readme)
     assert len(readme.read_text(encoding="utf-8").splitlines()) <= 250
+
+
+def test_every_file_and_command_module_the_pages_name_exists():
+    named = []
+    for page in _pages():
+        text = page.read_text(encoding="utf-8")
+        for path in re.findall(r"(?<![\w/.])((?:benchmarks|tests|examples)/[\w/.-]+\.\w+)", text):
+            named.append((page, ROOT / path))
+        for module in re.findall(r"-m (tests(?:\.\w+)+)", text):
+            named.append((page, ROOT / (module.replace(".", "/") + ".py")))
+    assert len(named) >= 10
+    missing = [
+        f"{page.relative_to(ROOT)}: {path.relative_to(ROOT)}"
+        for page, path in named
+        if not path.exists()
+    ]
+    assert missing == []
