@@ -22,9 +22,11 @@ from pipecat.tests.utils import SleepFrame
 import pipecat_summarizer._compaction.ceiling as ceiling_module
 import pipecat_summarizer._compaction.plan as plan_module
 import pipecat_summarizer._compaction.trigger as policy_module
+import pipecat_summarizer._session.schedule as schedule_module
 import pipecat_summarizer.processor as processor_module
-from pipecat_summarizer import ContextSummarizer, SummarizerOptions
+from pipecat_summarizer import SummarizerOptions
 from pipecat_summarizer._compaction.measure import ContextMeter
+from pipecat_summarizer._session.owner import ContextSession
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import Run, cfg, echo_summary, scripted, texts_of, turns, user_turn
@@ -89,12 +91,12 @@ def _boom(*args, **kwargs):
 # (step named in the ERROR, what to patch): every internal step the processor runs per frame.
 STEPS = {
     "counting": lambda mp: mp.setattr(ContextMeter, "measure", _boom),
-    "pinning": lambda mp: mp.setattr(ContextSummarizer, "_render_memory", _boom),
+    "pinning": lambda mp: mp.setattr(ContextSession, "render_record", _boom),
     "planning-trigger": lambda mp: mp.setattr(policy_module, "trigger_reason", _boom),
-    "planning-select": lambda mp: mp.setattr(processor_module, "select", _boom),
+    "planning-select": lambda mp: mp.setattr(schedule_module, "select", _boom),
     "parsing tool messages": lambda mp: mp.setattr(plan_module, "parse_async_tool_message", _boom),
     "eviction": lambda mp: mp.setattr(ceiling_module, "evict_for_ceiling", _boom),
-    "rendering": lambda mp: mp.setattr(processor_module, "build_request", _boom),
+    "rendering": lambda mp: mp.setattr(schedule_module, "build_request", _boom),
 }
 
 
@@ -127,7 +129,7 @@ async def test_each_internal_step_failing_still_lets_every_turn_through(
 async def test_a_step_failing_every_turn_stops_summarization_once(openai_server, logs, monkeypatch):
     openai_server.handler = scripted()
     r = Run(openai_server, cfg(messages=6, keep=2))
-    monkeypatch.setattr(processor_module, "select", _boom)
+    monkeypatch.setattr(schedule_module, "select", _boom)
     await r.run(turns(_said(12), 0.1))
 
     assert len(openai_server.chat_requests) == 12
@@ -145,7 +147,7 @@ async def test_a_step_that_fails_once_is_tried_again_on_the_next_turn(
 ):
     openai_server.handler = scripted()
     r = Run(openai_server, cfg(messages=6, keep=2))
-    real, calls = processor_module.select, []
+    real, calls = schedule_module.select, []
 
     def flaky(*args, **kwargs):
         calls.append(1)
@@ -153,7 +155,7 @@ async def test_a_step_that_fails_once_is_tried_again_on_the_next_turn(
             raise RuntimeError(SECRET)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(processor_module, "select", flaky)
+    monkeypatch.setattr(schedule_module, "select", flaky)
     await r.run(turns(_said(10), 0.1))
 
     assert len(openai_server.chat_requests) == 10

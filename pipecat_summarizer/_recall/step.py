@@ -433,7 +433,8 @@ class RecallStep:
         return out
 
     def _min_similarity(self) -> float | None:
-        return None if self.semantic is None else self.params.semantic.min_similarity
+        semantic = self.params.semantic
+        return None if self.semantic is None or semantic is None else semantic.min_similarity
 
     async def close(self) -> None:
         """Cancel a search (and a semantic indexing) still running (the call is over)."""
