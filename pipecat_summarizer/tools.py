@@ -12,7 +12,7 @@ from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
 
-from pipecat_summarizer._text.vocabulary import normalize
+from pipecat_summarizer._text.vocabulary import normalize_fact as normalize
 from pipecat_summarizer.events import short_sha256
 
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ from pipecat_summarizer._recall.rules import (
     RecallParams,
     Snippet,
     common_terms,
-    estimate_tokens,
     in_view,
     is_when,
     latest_user_index,
@@ -27,14 +26,14 @@ from pipecat_summarizer._recall.rules import (
     relevance,
     render_recall,
     select_hits,
-    stem,
     still_relevant,
     topic_terms,
     window,
     without_names,
     without_recall,
-    words,
 )
+from pipecat_summarizer._text.tokens import estimate_text_tokens
+from pipecat_summarizer._text.vocabulary import search_stem, words
 from pipecat_summarizer.store.records import SearchHit
 
 HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418."
@@ -184,7 +183,7 @@ def test_render_stays_within_budget_quotes_every_snippet_and_is_user_role(
     )
     if rendered is None:
         return
-    assert estimate_tokens(rendered) <= budget
+    assert estimate_text_tokens(rendered) <= budget
     lines = rendered.split("\n")
     assert lines[0] == RECALL_HEADER and len(lines) - 1 <= len(items)
     for line in lines[1:]:
@@ -208,9 +207,9 @@ def test_render_labels_turn_speaker_and_earlier_calls():
 
 def test_window_cuts_around_the_query_words():
     long = " ".join(["filler"] * 200) + " the Marquis hotel " + " ".join(["more"] * 200)
-    cut = window(long, topic_terms("marquis"), 20, estimate_tokens)
+    cut = window(long, topic_terms("marquis"), 20, estimate_text_tokens)
     assert "Marquis" in cut and cut.startswith("…") and cut.endswith("…")
-    assert estimate_tokens(cut) <= 20
+    assert estimate_text_tokens(cut) <= 20
 
 
 # -- placement -----------------------------------------------------------------------------
@@ -295,16 +294,16 @@ regular = (
 def test_stem_maps_the_inflections_of_a_word_together(base):
     last = base[-1]
     forms = [base, base + "s", base + "ed", base + "ing", base + last + "ing", base + last + "ed"]
-    assert {stem(f) for f in forms} == {stem(base)}, forms
+    assert {search_stem(f) for f in forms} == {search_stem(base)}, forms
     # a word in -e (hike, hikes, hiked, hiking) and in -y (carry, carries, carried, carrying)
     e_forms = [base + "e", base + "es", base + "ed", base + "ing"]
-    assert len({stem(f) for f in e_forms}) == 1, e_forms
+    assert len({search_stem(f) for f in e_forms}) == 1, e_forms
     y_forms = [base + "y", base + "ies", base + "ied", base + "ying"]
     if not y_forms[0].endswith("ity"):  # a derivation (activity, activities -> activ)
-        assert len({stem(f) for f in y_forms}) == 1, y_forms
+        assert len({search_stem(f) for f in y_forms}) == 1, y_forms
     # an inflected derivation like its plain form (questioned, vacationing)
     d_forms = [base + "ation", base + "ations", base + "ationed", base + "ationing"]
-    assert len({stem(f) for f in d_forms}) == 1, d_forms
+    assert len({search_stem(f) for f in d_forms}) == 1, d_forms
 
 
 def test_stem_examples_inflections_together_unrelated_words_apart():
@@ -321,7 +320,7 @@ def test_stem_examples_inflections_together_unrelated_words_apart():
         ("glass", "glasses"),
     ]
     for forms in together:
-        assert len({stem(w) for w in forms}) == 1, forms
+        assert len({search_stem(w) for w in forms}) == 1, forms
     apart = [
         ("pain", "paint"),
         ("hit", "hint"),
@@ -332,9 +331,9 @@ def test_stem_examples_inflections_together_unrelated_words_apart():
         ("glass", "glas"),
     ]
     for words_ in apart:
-        assert len({stem(w) for w in words_}) == len(words_), words_
+        assert len({search_stem(w) for w in words_}) == len(words_), words_
     # numbers and short words are kept as they are
-    assert [stem(w) for w in ("2023", "418", "gas", "bed", "x1s")] == [
+    assert [search_stem(w) for w in ("2023", "418", "gas", "bed", "x1s")] == [
         "2023",
         "418",
         "gas",
@@ -345,7 +344,7 @@ def test_stem_examples_inflections_together_unrelated_words_apart():
 
 @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=14))
 def test_stem_only_shortens_a_word_and_never_below_three_letters(word):
-    s = stem(word)
+    s = search_stem(word)
     if len(word) <= 3 or not word.isalpha():
         assert s == word
         return
@@ -402,7 +401,7 @@ def test_question_meta_words_are_stop_words():
 
 
 def test_date_words_count_when_present_and_are_not_missed_when_absent():
-    assert is_when("march") and is_when("weekend") and is_when(stem("weekends"))
+    assert is_when("march") and is_when("weekend") and is_when(search_stem("weekends"))
     assert is_when("2023") and is_when("7") and not is_when("418") and not is_when("1850")
     assert not is_when("concert")
     terms = topic_terms("the concert in March")

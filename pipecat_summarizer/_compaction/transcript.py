@@ -23,7 +23,7 @@ from typing import Any
 
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
-from pipecat_summarizer._text.tokens import _json_text
+from pipecat_summarizer._text.messages import TEXT_PART_TYPES, json_text
 
 SHORTENED_MARK = "[... shortened for the summary: {omitted} characters omitted ...]"
 
@@ -46,7 +46,6 @@ def shorten(text: str, max_chars: int) -> str:
 
 
 # Media parts become placeholders in the transcript, so the summary can say one was there.
-_TEXT_PARTS = ("text", "input_text", "output_text")
 _MEDIA_LABELS = {
     "image_url": "image",
     "image": "image",
@@ -125,7 +124,7 @@ def content_text(content: Any) -> str:
         if isinstance(part, str):
             texts.append(part)
         elif isinstance(part, dict):
-            if part.get("type") in _TEXT_PARTS:
+            if part.get("type") in TEXT_PART_TYPES:
                 texts.append(str(part.get("text", "")))
             else:
                 texts.append(part_placeholder(part))
@@ -188,7 +187,7 @@ def _json_safe(value: Any) -> Any:
         return value
     except (TypeError, ValueError, RecursionError):
         try:
-            return _json_text(value)
+            return json_text(value)
         except RecursionError:
             return "[too deeply nested to show]"
 
@@ -201,7 +200,7 @@ def _dumps(entry: dict[str, Any]) -> str:
         # that recurses too deep (repr of a deeply nested list does).
         for call in entry.get("tool_calls", ()):
             try:
-                call["arguments"] = _json_text(call.get("arguments"))
+                call["arguments"] = json_text(call.get("arguments"))
             except RecursionError:
                 call["arguments"] = "[arguments too deeply nested to show]"
         entry = {k: v if k in _PLAIN_KEYS else _json_safe(v) for k, v in entry.items()}
@@ -312,7 +311,7 @@ def encode_message(
             func = func if isinstance(func, dict) else {}
             args = func.get("arguments", "")
             if max_chars is not None:
-                args = _cut(_json_text(args))
+                args = _cut(json_text(args))
             encoded = {"id": call.get("id"), "name": func.get("name"), "arguments": args}
             if isinstance(call.get("id"), str) and call["id"] in unresolved:
                 encoded["no_result"] = True

@@ -37,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from loguru import logger
 
+from pipecat_summarizer._text.messages import ArchivedText
 from pipecat_summarizer._validation import validate_numeric_fields
 
 #: How to install what semantic recall needs.
@@ -217,21 +218,15 @@ class SemanticRecall:
 
 
 @dataclass(frozen=True)
-class SemanticHit:
+class SemanticHit(ArchivedText):
     """An archived message in the fused ranking (the fields recall reads of a hit).
 
     Parameters:
-        call_id / position / turn / at / role / content: The message.
+        call_id / position / turn / at / role / content: The message (``ArchivedText``'s).
         similarity: Cosine similarity with the query (``None``: not embedded yet).
         lexical_rank: Its place in the lexical hits (``None``: found by meaning only).
     """
 
-    call_id: str
-    position: int
-    turn: int
-    at: float
-    role: str
-    content: str
     similarity: float | None = None
     lexical_rank: int | None = None
 
@@ -302,7 +297,8 @@ def fuse(
 # -- the shell -------------------------------------------------------------------------
 
 
-#: An embedded message: ``(call_id, position, turn, at, role, content)``. A plain tuple of
+#: An embedded message: ``ArchivedText``'s fields as a tuple, in its order (``SemanticHit(*m)``
+#: builds a hit of it). A plain tuple of
 #: strings and numbers, which the garbage collector stops tracking: 20,000 objects kept per
 #: call made the collector's full passes (50-130 ms with the GIL held) come sooner.
 _Message = tuple[str, int, int, float, str, str]

@@ -15,32 +15,30 @@ from typing import Any, Protocol, runtime_checkable
 
 from loguru import logger
 
-from pipecat_summarizer._recall.rules import (
-    STOPWORDS,
-    RecallParams,
-    Snippet,
-    View,
+from pipecat_summarizer._recall.query import (
     common_terms,
-    estimate_tokens,
     focus,
     latest_user_index,
-    make_view,
-    message_text,
-    place_recall,
     rare_terms,
-    recall_message,
     recall_query,
+    topic_terms,
+)
+from pipecat_summarizer._recall.render import (
+    place_recall,
+    recall_message,
     render_recall,
-    select_hits,
     snippet_when,
     speaker,
-    stem,
-    still_relevant,
-    topic_terms,
     window,
     without_recall,
-    words,
 )
+from pipecat_summarizer._recall.rules import RecallParams
+from pipecat_summarizer._recall.select import Snippet, View, make_view, select_hits, still_relevant
+from pipecat_summarizer._text.messages import spoken_text as message_text
+from pipecat_summarizer._text.tokens import estimate_text_tokens as estimate_tokens
+from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS as STOPWORDS
+from pipecat_summarizer._text.vocabulary import search_stem as stem
+from pipecat_summarizer._text.vocabulary import words
 
 _Found = tuple[list[Any], dict[tuple[str, int], tuple[str, str]]]
 

@@ -33,7 +33,8 @@ from pipecat_summarizer._record.authority import is_instruction_like
 from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer._text.vocabulary import CORRECTED_RE as _CORRECTED
 from pipecat_summarizer._text.vocabulary import SPEAKER_RE as _SPEAKER
-from pipecat_summarizer._text.vocabulary import content_words, normalize
+from pipecat_summarizer._text.vocabulary import content_words
+from pipecat_summarizer._text.vocabulary import normalize_fact as normalize
 
 Kind = Literal["fact", "constraint"]
 Source = Literal["app", "summary", "llm", "evicted"]

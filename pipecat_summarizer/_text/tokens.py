@@ -1,4 +1,7 @@
-"""Token counting: a Pipecat-compatible estimate, exact tokenizers, and an incremental meter.
+"""Token counting: the one token estimate, and exact tokenizers.
+
+:func:`estimate_text_tokens` is the estimate of a string everywhere (the memory record's
+budgets, recall's block, the extractive summarizer, the default counter's text).
 
 The estimate agrees with Pipecat's ``LLMContextSummarizationUtil`` (characters / 4 plus a
 per-message overhead) on plain ASCII chat, but also counts ``input_text`` parts, dict-valued
@@ -9,12 +12,13 @@ one token each instead of a quarter, and counts audio and file parts by their si
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
+
+from pipecat_summarizer._text.messages import TEXT_PART_TYPES, content_texts, json_text
 
 # Pipecat's constants, kept equal so thresholds mean the same thing in both.
 CHARS_PER_TOKEN = 4
@@ -32,7 +36,6 @@ FILE_BYTES_PER_TOKEN = 8
 # A part whose size cannot be known (a file or audio by id or URL) counts like an image.
 UNKNOWN_MEDIA_TOKEN_ESTIMATE = IMAGE_TOKEN_ESTIMATE
 
-_TEXT_PART_TYPES = ("text", "input_text", "output_text")
 _IMAGE_PART_TYPES = ("image_url", "image", "input_image")
 _AUDIO_PART_TYPES = ("input_audio", "audio")
 _FILE_PART_TYPES = ("file", "file_base64", "file_url", "input_file")
@@ -45,12 +48,20 @@ _WIDE = re.compile(
 )
 
 
-def _is_wide(ch: str) -> bool:
-    return _WIDE.match(ch) is not None
+def wide_chars(text: str) -> int:
+    """How many characters of ``text`` count as a token each (CJK, kana, hangul)."""
+    return 0 if text.isascii() else len(_WIDE.findall(text))
+
+
+def tokens_for(chars: int, wide: int) -> int:
+    """The estimate of a text of ``chars`` characters, ``wide`` of them wide (see
+    :func:`estimate_text_tokens`; for a size kept up to date without the text)."""
+    return wide + (chars - wide) // CHARS_PER_TOKEN
 
 
 def estimate_text_tokens(text: str) -> int:
-    """Estimate the tokens of a string: ASCII-like text at 4 characters a token, CJK at 1.
+    """Estimate the tokens of a string: ASCII-like text at 4 characters a token (rounded
+    down, as Pipecat's estimate), CJK at 1.
 
     Args:
         text: The text to estimate.
@@ -60,19 +71,7 @@ def estimate_text_tokens(text: str) -> int:
     """
     if not text:
         return 0
-    if text.isascii():
-        return len(text) // CHARS_PER_TOKEN
-    wide = len(_WIDE.findall(text))
-    return wide + (len(text) - wide) // CHARS_PER_TOKEN
-
-
-def _json_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError, RecursionError):  # deeply nested values too
-        return str(value)
+    return tokens_for(len(text), wide_chars(text))
 
 
 def message_texts(message: Any) -> list[str]:
@@ -85,22 +84,15 @@ def message_texts(message: Any) -> list[str]:
         The texts, in order; images are not included.
     """
     if isinstance(message, LLMSpecificMessage):
-        return [_json_text(message.message)]
+        return [json_text(message.message)]
     if not isinstance(message, dict):
         return [str(message)]
-    texts: list[str] = []
-    content = message.get("content")
-    if isinstance(content, str):
-        texts.append(content)
-    elif isinstance(content, list):
-        for part in content:
-            if isinstance(part, dict) and part.get("type") in _TEXT_PART_TYPES:
-                texts.append(str(part.get("text", "")))
+    texts = content_texts(message.get("content"), typed=True)
     for call in message.get("tool_calls") or []:
         if isinstance(call, dict):
             func = call.get("function") or {}
             if isinstance(func, dict):
-                texts.append(str(func.get("name", "")) + _json_text(func.get("arguments", "")))
+                texts.append(str(func.get("name", "")) + json_text(func.get("arguments", "")))
     return texts
 
 
@@ -131,7 +123,7 @@ def file_tokens(size_bytes: int) -> int:
 
 def _part_tokens(part: Any) -> int:
     kind = part.get("type")
-    if kind in _TEXT_PART_TYPES:
+    if kind in TEXT_PART_TYPES:
         return 0  # counted as text
     if kind in _IMAGE_PART_TYPES:
         return IMAGE_TOKEN_ESTIMATE
@@ -145,7 +137,7 @@ def _part_tokens(part: Any) -> int:
         size = _base64_bytes(inner.get("file_data") or inner.get("data"))
         return UNKNOWN_MEDIA_TOKEN_ESTIMATE if size is None else file_tokens(size)
     # An unknown part type: its serialized size, like text.
-    return estimate_text_tokens(_json_text(part))
+    return estimate_text_tokens(json_text(part))
 
 
 def media_tokens(message: Any) -> int:

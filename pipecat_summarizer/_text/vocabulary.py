@@ -1,24 +1,36 @@
-"""The memory record's shared vocabulary: its sections, marks, and how its words are compared.
+"""The one text vocabulary: how words are split, stemmed, normalised and dropped.
 
-One home for what the request builder, the record parser, the pinned facts and the
-extractive summarizer must agree on: the four section names, the correction mark, the
-speaker prefixes a bullet may carry, and the two ways text is reduced for comparison:
+Every module that compares text reads it through the functions here. Where two purposes need
+different rules, both functions sit here side by side, named for the purpose, with the reason:
 
-- :func:`normalize` and :func:`content_words` identify a *fact* (is this bullet the one
-  already pinned? how much does a correction overlap it?);
-- :func:`fold`, :func:`words` and :func:`topic_words` read a *sentence* (what is it about,
-  does a reply repeat a question?), with light stemming and the words that only announce a
-  correction removed.
+- splitting: :func:`words` (letters and digits; what recall and the store's search send to
+  the archive, whose full-text tokenizers split the same way) and :func:`sentence_words`
+  (contractions, hyphenated words and times kept whole; the extractive summarizer's sentence
+  patterns match ``"it's"``, ``"10:30"``, ``"e-mail"`` as units);
+- stemming: :func:`search_stem` (a light Porter-like stem, so recall's query compares with the
+  archive's Porter/FTS stemmer: ``painting`` -> ``paint``) and :func:`sentence_stem` (only a
+  possessive and a plural ``s``: a fact's and a sentence's identity, where ``painting`` and
+  ``paint`` are different things said);
+- normalising: :func:`normalize_fact` (a fact's identity: no speaker prefix, correction mark
+  or punctuation) and :func:`normalize_verbatim` (case and spacing only: is this text in view
+  word for word?);
+- stop words: one list of English function words, :data:`STOPWORDS`, extended for each
+  reading: :data:`RECALL_STOPWORDS` (the words of asking about the past, and the pieces a
+  split contraction leaves) and :data:`SENTENCE_STOPWORDS` (contractions kept whole, speaker
+  names); :data:`FACT_STOPWORDS` adds third persons and correction words for fact overlap.
 
-Both drop the same :data:`STOPWORDS`. Pure; no Pipecat imports.
+The replay's LoCoMo answer-recall metric (``pipecat_summarizer_cli.replay.locomo``) keeps its
+own word list on purpose: an evaluation metric must not move when the system under test
+changes its vocabulary, and the CLI imports only the library's public names.
 
-The replay's LoCoMo recall metric keeps its own word list on purpose: an evaluation metric
-must not move when the system under test changes its vocabulary.
+Also the memory record's marks: its four section names, the correction mark, the speaker
+prefixes a bullet may carry. Pure; no Pipecat imports.
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 SECTIONS = ("FACTS", "CONSTRAINTS", "DECISIONS", "OPEN QUESTIONS")
 FACTS, CONSTRAINTS, DECISIONS, OPEN_QUESTIONS = SECTIONS
@@ -32,16 +44,38 @@ SPEAKER_RE = re.compile(r"^(?:user|assistant|caller|customer|agent)\s*:\s*", re.
 #: The speaker prefix the extractive summarizer writes on its items ("User: ", "Tool: ").
 ITEM_SPEAKER_RE = re.compile(r"^(?:user|assistant|tool)\s*:\s*", re.IGNORECASE)
 
+# -- stop words --------------------------------------------------------------------------
+
+#: English function words: every reading of text drops these.
 STOPWORDS = frozenset(
-    """a an the and or but so to of in on at for with by from about as into is are was were be
-    been being am i i'm im me my mine you your yours we our us it it's its this that these those
-    there here do does did done have has had will would can could should shall may might just
-    also too very really please then than if when what which who whom how why where user
-    assistant tool not no yes oh um uh well okay ok i'll i'd i've let let's s t some any all
-    get got one""".split()
+    """a about all also am an and any are as at be been being but by can could did do does
+    done for from get got had has have here how i if in into is it its just let me my no not
+    of oh ok okay on one or our please really s should so some t than that the then there
+    these this those to too us very was we well were what when where which who whom why will
+    with would yes you your yours""".split()
 )
-# The pinned store's comparison also ignores third persons: "her allergy" is "allergy".
-_FACT_STOPWORDS = STOPWORDS | frozenset(
+#: Recall's: plus more function words, the words people use to ask about the past ("do you
+#: remember the hotel I mentioned?", which would match everything) and the pieces
+#: :func:`words` leaves of a contraction ("didn", "ll").
+RECALL_STOPWORDS = STOPWORDS | frozenset(
+    """above after again against ago anything aren because before below between both couldn
+    d describe described didn doesn doing don down during each earlier ever few further go
+    going happen happened having he hello her hers herself hey hi him himself his isn itself
+    kind kinds know last like likely ll lot m many mention mentioned more most much myself
+    name named nor now off often once only other ours ourselves out over own previous
+    previously re reason reasons recall remember remembered said same say says she shouldn
+    since something sort such tell thank thanks their theirs them themselves they thing things
+    think thought through time times told type types under until up ve wasn way went weren
+    while won wouldn yeah yourself yourselves""".split()
+)
+#: Sentences' (the memory record, the extractive summarizer): plus the contractions
+#: :func:`sentence_words` keeps whole, hesitations, modals and the speaker names.
+SENTENCE_STOPWORDS = STOPWORDS | frozenset(
+    "assistant i'd i'll i'm i've im it's let's may might mine shall tool uh um user".split()
+)
+#: A fact's comparison also ignores third persons ("her allergy" is "allergy") and the words
+#: that announce a correction.
+FACT_STOPWORDS = SENTENCE_STOPWORDS | frozenset(
     "they them their he she his her actually correction corrected sorry meant".split()
 )
 #: Words that only say "this is a correction"; they carry no topic.
@@ -50,11 +84,116 @@ CORRECTION_WORDS = frozenset(
     "scratch earlier said".split()
 )
 
-_WORD_RE = re.compile(r"\w+(?:['\-.:/]\w+)*")
+# -- splitting ---------------------------------------------------------------------------
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_SENTENCE_WORD = re.compile(r"\w+(?:['\-.:/]\w+)*")
+_SPACE = re.compile(r"\s+")
 
 
-def normalize(text: str) -> str:
-    """Lower-case, drop a speaker prefix, the correction mark and punctuation, fold spaces.
+def fold(text: str) -> str:
+    """Lower-case with straight apostrophes, the form the sentence patterns match on."""
+    return text.replace("’", "'").replace("‘", "'").lower()
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased words of ``text``: runs of letters and digits of any script.
+
+    The one splitter of recall and of the store's search: an apostrophe, a hyphen, an
+    underscore or a colon ends a word (``"it's 10:30, e-mail"`` -> ``it s 10 30 e mail``), as
+    the archive's full-text tokenizers (SQLite's unicode61, PostgreSQL's parser) split it.
+    """
+    return _WORD.findall(text.lower().replace("’", "'"))
+
+
+def sentence_words(text: str) -> list[str]:
+    """The words of a sentence, folded (:func:`fold`), with contractions, hyphenated words
+    and times kept whole (``"it's 10:30, e-mail"`` -> ``it's 10:30 e-mail``).
+
+    Not :func:`words`: the extractive summarizer's sentence patterns and word counts treat
+    ``"don't"`` or ``"10:30"`` as one word.
+    """
+    return _SENTENCE_WORD.findall(fold(text))
+
+
+# -- stemming ----------------------------------------------------------------------------
+
+# longest first; a derivation is tried before the inflections
+_DERIVATIONS = ("ations", "ation", "ities", "ity", "ments", "ment", "ness", "ions", "ion")
+_INFLECTIONS = (
+    ("ingly", ""),
+    ("edly", ""),
+    ("ings", ""),
+    ("ing", ""),
+    ("sses", "ss"),
+    ("ies", "i"),
+    ("ied", "i"),
+    ("ed", ""),
+    ("es", "e"),
+    ("ly", ""),
+    ("s", ""),
+)
+
+
+@lru_cache(maxsize=65536)
+def search_stem(word: str) -> str:
+    """A light English stem, enough to compare a query with a hit the archive matched with
+    its own (Porter) stemmer: inflections (``painting``, ``painted``, ``paints`` -> ``paint``;
+    ``families``, ``family`` -> ``famili``; ``hiking``, ``hikes`` -> ``hik``) and a few
+    derivations (``distraction`` -> ``distract``, ``activities`` -> ``activ``). Words with
+    digits and words of three letters or fewer are kept as they are.
+
+    Not :func:`sentence_stem`: recall must find what the archive found, so it stems as
+    aggressively; a fact's identity must not merge "painting" with "paint"."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    w = _derived(word)
+    if w == word:
+        for suffix, keep in _INFLECTIONS:
+            if w.endswith(suffix) and len(w) - len(suffix) >= (5 if suffix == "ly" else 3):
+                if suffix == "s" and w[-2] in "sui" or suffix == "ly" and w[-3] == "i":
+                    break  # glass, bus, tennis; family (-> famili below)
+                w = w[: -len(suffix)] + keep
+                break
+        # an inflected derivation like its plain form: questioned, vacationing
+        w = _derived(w)
+        if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
+            w = w[:-1]  # running -> runn -> run; stuffed and stuff -> stuf
+    if len(w) > 3 and w[-1] == "e":
+        w = w[:-1]
+    elif len(w) > 3 and w[-1] == "y":
+        w = w[:-1] + "i"
+    return w
+
+
+def _derived(word: str) -> str:
+    for suffix in _DERIVATIONS:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[: -len(suffix)]
+    return word
+
+
+def sentence_stem(word: str) -> str:
+    """Strip a possessive and a plain plural ``s`` ("orders" -> "order", not "class").
+
+    Not :func:`search_stem`: a sentence's topic words identify what was said ("painting" is
+    not "paint"), and the extractive summarizer's thresholds were set with this stem."""
+    if word.endswith("'s"):
+        word = word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss") and not word[0].isdigit():
+        word = word[:-1]
+    return word
+
+
+# -- normalising -------------------------------------------------------------------------
+
+
+def normalize_fact(text: str) -> str:
+    """A fact's identity: lower-cased, without a speaker prefix, the correction mark or
+    punctuation, spaces folded.
+
+    Not :func:`normalize_verbatim`: "User: Peanut allergy (corrected)." and "peanut allergy"
+    are the same fact, but not the same words in view.
 
     Args:
         text: A fact or bullet.
@@ -66,6 +205,16 @@ def normalize(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s$%.-]", " ", text.lower()).split()).strip(" .")
 
 
+@lru_cache(maxsize=4096)
+def normalize_verbatim(text: str) -> str:
+    """``text`` lower-cased with runs of whitespace as one space: for "is this said word for
+    word already?" checks (recall's view), where punctuation still counts."""
+    return _SPACE.sub(" ", text.lower()).strip()
+
+
+# -- topic words -------------------------------------------------------------------------
+
+
 def content_words(text: str) -> set[str]:
     """Words of a fact that carry meaning (numbers included), for topic overlap.
 
@@ -75,26 +224,7 @@ def content_words(text: str) -> set[str]:
     Returns:
         Its normalized words without stop words.
     """
-    return {w for w in re.findall(r"[\w$%.-]+", normalize(text)) if w not in _FACT_STOPWORDS}
-
-
-def fold(text: str) -> str:
-    """Lower-case with straight apostrophes, the form the sentence patterns match on."""
-    return text.replace("’", "'").replace("‘", "'").lower()
-
-
-def words(text: str) -> list[str]:
-    """The words of ``text`` (contractions, hyphenated words and times kept whole), folded."""
-    return _WORD_RE.findall(fold(text))
-
-
-def stem(word: str) -> str:
-    """Strip a possessive and a plain plural ``s`` ("orders" -> "order", not "class")."""
-    if word.endswith("'s"):
-        word = word[:-2]
-    if len(word) > 3 and word.endswith("s") and not word.endswith("ss") and not word[0].isdigit():
-        word = word[:-1]
-    return word
+    return {w for w in re.findall(r"[\w$%.-]+", normalize_fact(text)) if w not in FACT_STOPWORDS}
 
 
 def topic_words(text: str) -> set[str]:
@@ -107,7 +237,7 @@ def topic_words(text: str) -> set[str]:
         The set of topic words (single digits kept, other one-letter words dropped).
     """
     return {
-        stem(w)
-        for w in words(text)
-        if w not in STOPWORDS and w not in CORRECTION_WORDS and (len(w) > 1 or w.isdigit())
+        sentence_stem(w)
+        for w in sentence_words(text)
+        if w not in SENTENCE_STOPWORDS and w not in CORRECTION_WORDS and (len(w) > 1 or w.isdigit())
     }

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from pipecat_summarizer._text.vocabulary import words
 from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.errors import PipecatSummarizerError
 from pipecat_summarizer.store.records import (
@@ -29,14 +29,14 @@ from pipecat_summarizer.store.records import (
 #: (``forgotten``).
 SCHEMA_VERSION = 4
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-
 
 def query_words(query: str, limit: int = 32) -> list[str]:
-    """The words of a search query (letters and digits only: no query syntax gets through)."""
+    """The words of a search query, split by the text vocabulary's
+    :func:`~pipecat_summarizer._text.vocabulary.words` (letters and digits only: no query
+    syntax gets through)."""
     if not isinstance(query, str):
         raise TypeError(f"query must be a string, got {type(query).__name__}")
-    return _WORD.findall(query.lower())[:limit]
+    return words(query)[:limit]
 
 
 class StoreError(PipecatSummarizerError):

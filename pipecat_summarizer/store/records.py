@@ -16,6 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from pipecat_summarizer._text.messages import ArchivedText
+
+# the one reader of a message's text; the recorder and the tests read it here
+from pipecat_summarizer._text.messages import message_text as message_text
+
 #: How a message left the context.
 Removal = Literal["summarized", "evicted", "replaced", "in_context_at_end"]
 #: What happened to a pinned fact.
@@ -57,26 +62,6 @@ def check_id(name: str, value: object) -> None:
 def sha256_hex(text: str) -> str:
     """The full sha256 hex digest of ``text`` (UTF-8)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def message_text(message: Any) -> str:
-    """The searchable text of an OpenAI-format message: its content, text parts joined,
-    and the names and arguments of its tool calls."""
-    if not isinstance(message, Mapping):
-        return str(message)
-    parts: list[str] = []
-    content = message.get("content")
-    if isinstance(content, str):
-        parts.append(content)
-    elif isinstance(content, list):
-        for part in content:
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-    for call in message.get("tool_calls") or ():
-        fn = call.get("function") if isinstance(call, Mapping) else None
-        if isinstance(fn, Mapping):
-            parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
-    return "\n".join(p for p in parts if p)
 
 
 def tool_call_ids(message: Any) -> list[str]:
@@ -262,22 +247,17 @@ Record = ArchivedMessage | CompactionRecord | FactEvent | CallRecord
 
 
 @dataclass(frozen=True)
-class SearchHit:
+class SearchHit(ArchivedText):
     """One archived message that matched a search, best first.
 
     Parameters:
-        call_id / position / turn / at / role / content: The message.
+        call_id / position / turn / at / role / content: The message (the fields of
+            every archived message read, declared once in ``ArchivedText``).
         removed_by: How it left the context.
         score: Relevance, higher is better (BM25 negated on SQLite, ``ts_rank`` on PostgreSQL).
         user_id: The caller.
     """
 
-    call_id: str
-    position: int
-    turn: int
-    at: float
-    role: str
-    content: str
     removed_by: str
     score: float
     user_id: str | None = None

@@ -30,6 +30,11 @@ from typing import Any
 
 from pipecat_summarizer_cli.replay.transcript import Transcript, transcript_from_messages
 
+# The answer-recall metric's own words and stop words, not the library's text vocabulary
+# (``pipecat_summarizer._text.vocabulary``) on purpose: an evaluation metric must not move when
+# the system under test changes how it reads text, and this package imports only the library's
+# public names. ASCII words (``[a-z0-9]+``) and these 129 English function words (all of them
+# also in recall's list) are the metric as measured since the first LoCoMo figures.
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before
     being below between both but by can could did do does doing down during each few for from
@@ -86,7 +91,8 @@ class LocomoConversation:
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased alphanumeric words of ``text`` (``'s`` and other apostrophes split off)."""
+    """Lower-cased ASCII alphanumeric words of ``text`` (``'s`` and other apostrophes split
+    off): the metric's words (see :data:`STOPWORDS` for why not the library's)."""
     return _WORD_RE.findall(text.lower().replace("’", "'"))
 
 

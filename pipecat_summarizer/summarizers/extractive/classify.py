@@ -14,8 +14,8 @@ from pipecat_summarizer._text.vocabulary import (
     ITEM_SPEAKER_RE,
     OPEN_QUESTIONS,
     fold,
+    sentence_words,
     topic_words,
-    words,
 )
 from pipecat_summarizer.summarizers.extractive.lexicon import (
     ABBREV_RE,
@@ -94,7 +94,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def is_small_talk(sentence: str) -> bool:
-    found = words(sentence)
+    found = sentence_words(sentence)
     return all(w in SMALL_TALK_WORDS for w in found)
 
 
@@ -192,7 +192,7 @@ def is_constraint(low: str) -> bool:
 
 def is_unclassifiable_language(sentence: str) -> bool:
     # English patterns cannot judge other languages; keep their substantial sentences.
-    found = words(sentence)
+    found = sentence_words(sentence)
     wide = any(ord(ch) > 0x2FFF for ch in sentence)
     if any(w in ENGLISH_MARKERS for w in found):
         return False
@@ -225,7 +225,7 @@ def classify_user(sentence: str) -> str | None:
 
 def is_echo(sentence: str, low: str, reply: str) -> bool:
     """A short reaction made of the assistant's last words, with nothing of the user's."""
-    if not reply or len(words(sentence)) > 10 or not REACTION_RE.search(low):
+    if not reply or len(sentence_words(sentence)) > 10 or not REACTION_RE.search(low):
         return False
     if (
         ID_RE.search(sentence)

@@ -15,7 +15,8 @@ from typing import Any
 
 from pipecat_summarizer._record.authority import is_instruction_like
 from pipecat_summarizer._record.sections import _heading_of, render_sections
-from pipecat_summarizer._text.tokens import CHARS_PER_TOKEN, _is_wide, estimate_text_tokens
+from pipecat_summarizer._text.messages import content_texts
+from pipecat_summarizer._text.tokens import estimate_text_tokens, tokens_for, wide_chars
 from pipecat_summarizer._text.vocabulary import (
     CONSTRAINTS,
     CORRECTED_MARK,
@@ -58,16 +59,10 @@ def looks_like_record(text: str) -> bool:
 
 
 def text_of(content: Any) -> str:
+    """A message content's text: a string whole, its typed text parts joined by a space."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        parts = [
-            str(p.get("text", ""))
-            for p in content
-            if isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text")
-        ]
-        return " ".join(p for p in parts if p)
-    return ""
+    return " ".join(p for p in content_texts(content, typed=True) if p)
 
 
 def compact(value: Any, limit: int) -> str:
@@ -363,12 +358,12 @@ class RenderedSize:
     def __init__(self, sections: Mapping[str, list[str]], full: bool):
         self.full = full
         self.chars = {n: sum(len(i) + 2 for i in sections[n]) for n in SECTIONS}
-        self.wide = {n: sum(wide_count(i) for i in sections[n]) for n in SECTIONS}
+        self.wide = {n: sum(wide_chars(i) for i in sections[n]) for n in SECTIONS}
         self.count = {n: len(sections[n]) for n in SECTIONS}
 
     def remove(self, name: str, item: str) -> None:
         self.chars[name] -= len(item) + 2
-        self.wide[name] -= wide_count(item)
+        self.wide[name] -= wide_chars(item)
         self.count[name] -= 1
 
     def tokens(self) -> int:
@@ -382,11 +377,7 @@ class RenderedSize:
                 chars += len(name) + 1 + len("- none")
                 lines += 2
         chars += max(0, lines - 1)  # the newlines between lines
-        return wide + (chars - wide) // CHARS_PER_TOKEN
-
-
-def wide_count(text: str) -> int:
-    return 0 if text.isascii() else sum(1 for ch in text if _is_wide(ch))
+        return tokens_for(chars, wide)
 
 
 def hard_truncate(text: str, max_tokens: int) -> str:

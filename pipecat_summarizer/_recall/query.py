@@ -1,0 +1,188 @@
+"""Recall's query: what this turn asks about, and which of its words count.
+
+The query is the latest user message (and the assistant's last question before it, when
+short), without the call's parties' names; its topic terms are its words stemmed as the
+archive stems (:func:`~pipecat_summarizer._text.vocabulary.search_stem`), stop words dropped.
+Which terms count is narrowed by the conversation in view: words every message has
+(:func:`common_terms`) say nothing, words new to it (:func:`rare_terms`) say much. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from pipecat_summarizer._text.messages import spoken_text
+from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS, search_stem, words
+
+
+def topic_terms(text: str) -> list[str]:
+    """The distinct stemmed topic words of ``text`` (stop words removed), in order."""
+    return list(_topic_terms(text))
+
+
+@lru_cache(maxsize=4096)  # the same context messages are read again every turn
+def _topic_terms(text: str) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for w in words(text):
+        if w not in RECALL_STOPWORDS and (len(w) > 1 or w.isdigit()):
+            seen.setdefault(search_stem(w), None)
+    return tuple(seen)
+
+
+# -- the query -------------------------------------------------------------------------
+
+
+def latest_user_index(messages: Sequence[Any]) -> int | None:
+    """Index of the user message that opens the current turn: the last user message with
+    no assistant or tool message after it (instructions injected after it are allowed).
+    ``None`` if the context does not end in a user turn."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        role = m.get("role") if isinstance(m, Mapping) else None
+        if role == "user":
+            return i
+        if role not in ("system", "developer"):
+            return None
+    return None
+
+
+def last_question(text: str, max_words: int) -> str | None:
+    """The last sentence of ``text`` if it is a question of at most ``max_words`` words."""
+    text = text.strip()
+    if not text.endswith("?") or max_words <= 0:
+        return None
+    sentence = re.split(r"(?<=[.!?])\s+", text)[-1]
+    return sentence if 0 < len(words(sentence)) <= max_words else None
+
+
+def recall_query(messages: Sequence[Any], max_question_words: int = 20) -> str | None:
+    """The query of the current turn: the latest user message, and the assistant's last
+    question before it when that question is short (``"Which hotel?"`` / ``"the first one"``).
+
+    Returns:
+        The query text, or ``None`` when the context does not end in a user turn or the
+        query has no topic word.
+    """
+    i = latest_user_index(messages)
+    if i is None:
+        return None
+    parts = [spoken_text(messages[i])]
+    for m in reversed(messages[:i]):
+        if isinstance(m, Mapping) and m.get("role") == "assistant":
+            question = last_question(spoken_text(m), max_question_words)
+            if question:
+                parts.insert(0, question)
+            break
+        if isinstance(m, Mapping) and m.get("role") == "user":
+            break
+    query = without_names("\n".join(p for p in parts if p), instruction_names(messages))
+    return query if topic_terms(query) else None
+
+
+_NAME_WORD = re.compile(r"[^\W\d_][^\W_]*", re.UNICODE)
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n)\W*$")
+
+
+@lru_cache(maxsize=256)  # the same instructions are read every turn
+def names_in(text: str) -> frozenset[str]:
+    """Lower-cased capitalized words of ``text`` that do not start a sentence (``"You are
+    Ava; the caller is John Smith."`` -> ``{"ava", "john", "smith"}``)."""
+    found = set()
+    for match in _NAME_WORD.finditer(text):
+        start = match.start()
+        opens = _SENTENCE_START.search(text[max(0, start - 3) : start])
+        if match.group()[0].isupper() and not opens:
+            found.add(match.group().lower())
+    return frozenset(found - RECALL_STOPWORDS)
+
+
+def instruction_names(messages: Sequence[Any]) -> frozenset[str]:
+    """The names the instructions (system and developer messages) give: the call's parties
+    (``"You are Ava; the caller is John."``)."""
+    found: set[str] = set()
+    for m in messages:
+        if isinstance(m, Mapping) and m.get("role") in ("system", "developer"):
+            found |= names_in(spoken_text(m))
+    return frozenset(found)
+
+
+def without_names(query: str, names: Iterable[str]) -> str:
+    """``query`` without its capitalized words that are ``names`` (the call's parties, see
+    :func:`instruction_names`): they are in view all along and the archive has them mostly
+    in greetings ("Thanks, John!"), so they match the wrong messages and say nothing about
+    which detail is meant. The query is kept whole when nothing else would be left."""
+    names = set(names)
+    if not names:
+        return query
+    kept = _NAME_WORD.sub(
+        lambda m: "" if m.group()[0].isupper() and m.group().lower() in names else m.group(),
+        query,
+    )
+    return kept if topic_terms(kept) else query
+
+
+# -- the terms that count -------------------------------------------------------------
+
+
+def common_terms(texts: Sequence[str], *, share: float = 0.4, min_texts: int = 5) -> set[str]:
+    """Topic words found in at least ``share`` of ``texts`` (the messages in view): words
+    every other message has (the two speakers' names, the call's subject) match everything
+    and tell nothing about which archived message is meant. Empty below ``min_texts``."""
+    texts = [t for t in texts if t]
+    if len(texts) < min_texts:
+        return set()
+    df: dict[str, int] = {}
+    for t in texts:
+        for term in _topic_terms(t):
+            df[term] = df.get(term, 0) + 1
+    floor = share * len(texts)
+    return {term for term, n in df.items() if n >= floor}
+
+
+def focus(query: str, common: set[str]) -> list[str]:
+    """The query's topic words without the common ones (all of them if none is left)."""
+    terms = topic_terms(query)
+    kept = [t for t in terms if t not in common]
+    return kept or terms
+
+
+_WHEN_WORDS = """january february march april may june july august september october
+    november december jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday
+    wednesday thursday friday saturday sunday today yesterday tomorrow tonight morning
+    afternoon evening night day days week weeks weekend month months year years""".split()
+_WHEN = frozenset(_WHEN_WORDS) | frozenset(search_stem(w) for w in _WHEN_WORDS)
+
+
+def is_when(term: str) -> bool:
+    """True for a date or time word (``march``, ``2023``, ``7``, ``weekend``): what a
+    question says about *when*, which the message it asks about rarely says itself (that
+    was said "last week", on the day of its call)."""
+    if term.isdigit():
+        return len(term) <= 2 or (len(term) == 4 and term[:2] in ("19", "20"))
+    return term in _WHEN
+
+
+_SPECIFIC = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'-]+|\b\w*\d\w*|\b\w{7,}", re.UNICODE)
+
+
+def specific_terms(query: str) -> set[str]:
+    """Stems of the query's specific words: names (capitalized inside a sentence), words
+    with digits, long words ("Mozart", "418", "classical"), not everyday ones ("open")."""
+    found: set[str] = set()
+    for match in _SPECIFIC.finditer(query.strip()):
+        found.update(search_stem(w) for w in words(match.group()) if w not in RECALL_STOPWORDS)
+    return found
+
+
+def rare_terms(query: str, terms: Sequence[str], texts: Iterable[str]) -> set[str]:
+    """The query's specific ``terms`` (see :func:`specific_terms`) found in at most one of
+    ``texts`` (the messages in view, the question included): words the recent
+    conversation has not been using, so one of them alone points at the archive."""
+    counts = dict.fromkeys(set(terms) & specific_terms(query), 0)
+    for text in texts:
+        for term in counts.keys() & set(_topic_terms(text)):
+            counts[term] += 1
+    return {t for t, n in counts.items() if n <= 1}

@@ -1,0 +1,226 @@
+"""Recall's selection: which of the archive's hits are worth recalling this turn.
+
+A hit is relevant when it shares enough of the query's topic terms (:func:`relevance`), and
+worth recalling when it tells the model something not already in view (:func:`in_view`):
+verbatim in the context, or every word of its own already in the summary or a pinned fact.
+Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from pipecat_summarizer._recall.query import is_when, topic_terms
+from pipecat_summarizer._text.messages import ArchivedText
+from pipecat_summarizer._text.vocabulary import normalize_verbatim, search_stem, words
+
+if TYPE_CHECKING:
+    from pipecat_summarizer.params import RecallParams
+
+
+@dataclass(frozen=True)
+class Snippet(ArchivedText):
+    """One archived message chosen for recall: the six fields of
+    :class:`~pipecat_summarizer._text.messages.ArchivedText` (``content`` is its text), then:
+
+    Parameters:
+        relevance: Share of the query's topic words it contains (with its reply).
+        rank: Its place in the archive's ranking (0 = best).
+        reply_role: Who spoke next, when that message was archived too.
+        reply: What they said (a recalled question is no use without its answer).
+    """
+
+    relevance: float
+    rank: int
+    reply_role: str | None = None
+    reply: str | None = None
+
+    @property
+    def text(self) -> str:
+        """Its text (``content``)."""
+        return self.content
+
+    @property
+    def full_text(self) -> str:
+        """The message and its reply."""
+        return f"{self.content}\n{self.reply}" if self.reply else self.content
+
+
+@lru_cache(maxsize=4096)  # the archive returns the same messages turn after turn
+def _stems(text: str) -> frozenset[str]:
+    return frozenset(search_stem(w) for w in words(text))
+
+
+def relevance(
+    terms: Sequence[str], text: str, rare: Iterable[str] = (), *, strict: bool = True
+) -> float:
+    """Share of ``terms`` (stemmed topic words of a query) present in ``text``.
+
+    Date and time words (:func:`is_when`) count when present and are not missed when
+    absent (unless the query has nothing else); a text must share another word. ``strict``:
+    0.0 when a query of three or more terms shares only one with ``text``, unless that one
+    is ``rare`` (new to the conversation in view, like "Mozart"): one everyday shared word
+    ("open") is not a strong match.
+    """
+    if not terms:
+        return 0.0
+    present = _stems(text)
+    core = [t for t in terms if not is_when(t)] or list(terms)
+    shared = [t for t in core if t in present]
+    when = sum(1 for t in terms if t not in core and t in present)
+    # two shared words for a query of three or more besides its date words (an absent
+    # date word changes nothing); a date word present counts as one of the two
+    need = 2 if len(core) > 2 else 1
+    strong = len(shared) + when >= need or bool(set(shared) & set(rare))
+    if not shared or (strict and not strong):
+        return 0.0
+    return (len(shared) + when) / (len(core) + when)
+
+
+@dataclass(frozen=True)
+class View:
+    """What the model already sees this turn: for "already in view" checks.
+
+    Parameters:
+        text: Every context message's text, the summary and the pinned facts, normalized
+            (see :func:`normalize`) and joined.
+        terms: Their stemmed topic words.
+    """
+
+    text: str
+    terms: frozenset[str]
+
+
+def make_view(texts: Iterable[str]) -> View:
+    """The view of the given texts (context messages, summary, pinned facts)."""
+    texts = [t for t in texts if t]
+    terms: set[str] = set()
+    for t in texts:
+        terms.update(topic_terms(t))
+    return View("\n".join(normalize_verbatim(t) for t in texts), frozenset(terms))
+
+
+def in_view(text: str, view: View, query_terms: Sequence[str]) -> bool:
+    """True when ``text`` would tell the model nothing new: it is verbatim in view, or every
+    topic word it has beyond the query's is already in view (a paraphrase the summary or a
+    pinned fact carries; a message with no word of its own adds nothing either)."""
+    norm = normalize_verbatim(text)
+    if not norm or norm in view.text:
+        return True
+    own = [t for t in topic_terms(norm) if t not in set(query_terms)]
+    return all(t in view.terms for t in own)
+
+
+def select_hits(
+    hits: Sequence[Any],
+    query: str,
+    view: View,
+    params: RecallParams,
+    *,
+    replies: Mapping[tuple[str, int], tuple[str, str]] | None = None,
+    terms: Sequence[str] | None = None,
+    rare: Iterable[str] = (),
+    exclude_roles: Iterable[str] = ("system", "developer"),
+    min_similarity: float | None = None,
+) -> list[Snippet]:
+    """The hits worth recalling: not in view, no duplicates; the strong matches first
+    (relevant enough, see ``params.min_score``), then, with ``params.fill``, the other hits
+    that share a topic word with the query, in the archive's order: only when there is a
+    strong match. A hit whose words were shown already as an earlier hit's reply
+    brings the message that followed it (the answer to that reply's question).
+
+    Args:
+        hits: The archive's hits, best first (``SearchHit`` or anything with its fields).
+        query: The query they answer.
+        view: What the model already sees.
+        params: The recall params (``min_score``, ``max_snippets``).
+        replies: ``(call_id, position) -> (role, text)`` of the message that followed a
+            hit (the answer to a question); it travels with the hit, and is judged with it.
+        terms: The query's terms that count (default: all its topic words; see
+            :func:`focus`).
+        rare: Query terms new to the conversation in view (see :func:`rare_terms`): one of
+            them alone is a strong enough match.
+        exclude_roles: Roles never recalled (instructions are not conversation).
+        min_similarity: With semantic recall: a hit whose ``similarity`` (cosine with the
+            query, see :mod:`pipecat_summarizer._recall.semantic`) is at least this is relevant
+            enough without sharing the query's words (a paraphrase).
+
+    Returns:
+        At most ``params.max_snippets`` snippets (texts not yet cut).
+    """
+    terms = list(terms) if terms is not None else topic_terms(query)
+    excluded = set(exclude_roles)
+    replies = replies or {}
+    out: list[Snippet] = []
+    weak: list[Snippet] = []  # filling: share a topic word, not a strong match
+    seen: set[str] = set()
+    for rank, hit in enumerate(hits):
+        text = str(getattr(hit, "content", "") or "")
+        role = str(getattr(hit, "role", "") or "")
+        if role in excluded or not text.strip():
+            continue
+        call_id = str(getattr(hit, "call_id", ""))
+        position = int(getattr(hit, "position", 0))
+        reply_role, reply = replies.get((call_id, position), (None, None))
+        if reply_role in excluded or not (reply or "").strip():
+            reply_role, reply = None, None
+        norm = normalize_verbatim(text)
+        full = f"{text}\n{reply}" if reply else text
+        if norm in seen:
+            # the same words said again, archived by two calls, or shown already as an
+            # earlier hit's reply: then what followed them (the answer) may still be new
+            if reply is None or normalize_verbatim(reply) in seen:
+                continue
+            role, text, position = str(reply_role), reply, position + 1
+            norm = normalize_verbatim(reply)
+            reply_role, reply = None, None
+        score = relevance(terms, full, rare)
+        similarity = getattr(hit, "similarity", None)
+        close = min_similarity is not None and similarity is not None
+        close = close and similarity >= min_similarity  # type: ignore[operator]
+        bucket = out
+        if not close and (score < params.min_score or score == 0.0):
+            score = relevance(terms, full, rare, strict=False) if params.fill else 0.0
+            if score == 0.0 or len(weak) >= params.max_snippets:
+                continue
+            bucket = weak
+        if in_view(full, view, terms):
+            continue
+        if reply is not None and (in_view(reply, view, terms) or normalize_verbatim(reply) in seen):
+            reply_role, reply = None, None
+        seen.add(norm)
+        if reply:
+            seen.add(normalize_verbatim(reply))
+        bucket.append(
+            Snippet(
+                call_id=call_id,
+                position=position,
+                turn=int(getattr(hit, "turn", 0)),
+                at=float(getattr(hit, "at", 0.0) or 0.0),
+                role=role,
+                content=text,
+                relevance=score,
+                rank=rank,
+                reply_role=reply_role,
+                reply=reply,
+            )
+        )
+        if len(out) >= params.max_snippets:
+            break
+    if not out:
+        return []  # filling needs a strong match
+    return (out + weak)[: params.max_snippets]
+
+
+def still_relevant(snippets: Sequence[Snippet], query: str, min_score: float) -> list[Snippet]:
+    """The snippets of a late answer that also answer this turn's query."""
+    terms = topic_terms(query)
+    out = []
+    for s in snippets:
+        score = relevance(terms, s.full_text)
+        if score > 0.0 and score >= min_score:
+            out.append(s)
+    return out
