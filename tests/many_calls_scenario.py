@@ -146,7 +146,7 @@ class Call:
         self.applied: list = []
         self.failed: list = []
 
-        @self.processor.event_handler("on_summary_applied")
+        @self.processor.event_handler("on_context_compacted")
         async def _applied(_, event):
             self.applied.append(event)
 

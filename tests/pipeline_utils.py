@@ -146,7 +146,7 @@ class Run:
         self.applied, self.failed = [], []
         self.llm = main_llm(server.base_url, **(llm_settings or {}))
 
-        @self.processor.event_handler("on_summary_applied")
+        @self.processor.event_handler("on_context_compacted")
         async def _applied(_, event):
             self.applied.append(event)
 

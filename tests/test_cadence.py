@@ -33,7 +33,7 @@ def run_with(server, config, params: ContextSummarizerParams) -> Run:
         params=params,
     )
 
-    @r.processor.event_handler("on_summary_applied")
+    @r.processor.event_handler("on_context_compacted")
     async def _applied(_, event):
         r.applied.append(event)
 

@@ -58,7 +58,7 @@ async def test_a_shared_summarizer_serves_a_call_that_outlives_another(
     short_done = asyncio.Event()
     after_short: list[bool] = []  # per summary the long call applied: had the short ended?
 
-    @long.processor.event_handler("on_summary_applied")
+    @long.processor.event_handler("on_context_compacted")
     async def _applied(_, event):
         after_short.append(short_done.is_set())
 

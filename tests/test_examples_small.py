@@ -91,7 +91,7 @@ async def test_foundational_pipeline_compacts_with_its_companion_and_handlers(op
     assert isinstance(stages[at + 2], LLMRequestGuard)  # summarizer, LLM, its companion
     applied = []
 
-    @summarizer.event_handler("on_summary_applied")
+    @summarizer.event_handler("on_context_compacted")
     async def _applied(_, event):
         applied.append(event)
 

@@ -23,10 +23,10 @@ import pipecat_summarizer._compaction.ceiling as ceiling_module
 import pipecat_summarizer._compaction.plan as plan_module
 import pipecat_summarizer._compaction.trigger as policy_module
 import pipecat_summarizer._session.schedule as schedule_module
-import pipecat_summarizer.processor as processor_module
 from pipecat_summarizer import SummarizerOptions
 from pipecat_summarizer._compaction.measure import ContextMeter
 from pipecat_summarizer._session.owner import ContextSession
+from pipecat_summarizer._session.steps import STEP_FAILURE_LIMIT
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import Run, cfg, echo_summary, scripted, texts_of, turns, user_turn
@@ -136,7 +136,7 @@ async def test_a_step_failing_every_turn_stops_summarization_once(openai_server,
     errors = _errors(logs)
     failures = [e for e in errors if "planning failed (RuntimeError)" in e]
     stops = [e for e in errors if "summarization stopped" in e]
-    assert len(failures) == processor_module._STEP_FAILURE_LIMIT
+    assert len(failures) == STEP_FAILURE_LIMIT
     assert len(stops) == 1 and "planning" in stops[0]
     assert errors.index(stops[0]) == len(errors) - 1  # nothing more after it
     assert not openai_server.summary_requests

@@ -181,7 +181,7 @@ async def _manual_from_handler(server, *, guard: bool):
     )
     applied = []
 
-    @summarizer.event_handler("on_summary_applied")
+    @summarizer.event_handler("on_context_compacted")
     async def _applied(_, event):
         applied.append(event)
 
@@ -293,7 +293,7 @@ async def test_manual_only_mode_never_triggers_but_honours_manual_frames(openai_
     )
     applied = []
 
-    @summarizer.event_handler("on_summary_applied")
+    @summarizer.event_handler("on_context_compacted")
     async def _applied(_, event):
         applied.append(event)
 

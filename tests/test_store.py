@@ -298,7 +298,7 @@ async def _call(server, target, *, user_id, call_id, texts, memory=None, pins=()
         processor.pin(key, text)
     processor.applied = []
 
-    @processor.event_handler("on_summary_applied")
+    @processor.event_handler("on_context_compacted")
     async def _applied(_, event):
         processor.applied.append(event)
 

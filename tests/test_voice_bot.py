@@ -108,7 +108,7 @@ async def test_thirty_text_turns_compact_in_background_and_bot_keeps_answering(o
 
     applied = []
 
-    @bot.summarizer.event_handler("on_summary_applied")
+    @bot.summarizer.event_handler("on_context_compacted")
     async def on_summary_applied(processor, event):
         applied.append(event)
 
@@ -146,7 +146,7 @@ async def test_thirty_text_turns_compact_in_background_and_bot_keeps_answering(o
 
     # Summaries reached the server and were applied.
     assert openai_server.summary_requests, "no summary request reached the server"
-    assert applied, "on_summary_applied never fired"
+    assert applied, "on_context_compacted never fired"
     assert all(e.tokens_after < e.tokens_before for e in applied)
     assert bot.summarizer.summary_text is not None
     messages = bot.context.messages

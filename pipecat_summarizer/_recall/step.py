@@ -440,7 +440,10 @@ class RecallStep:
         if task is not None and not task.done():
             task.cancel()
         if self.semantic is not None:
-            await self.semantic.close()
+            try:
+                await self.semantic.close()
+            except Exception as e:  # closing must never break End/Cancel
+                logger.warning(f"closing recall failed ({type(e).__name__})")
 
 
 def _now() -> float:

@@ -383,6 +383,14 @@ class CallRecorder:
 
     # -- call end -------------------------------------------------------------------------
 
+    async def end_call(self, ended_by: str, state: dict[str, Any]) -> None:
+        """:meth:`end` for the processor: ``state`` is ``ContextSession.final_state()``; a
+        failure is logged, never raised (the end of the call must reach the pipeline)."""
+        try:
+            await self.end(ended_by=ended_by, **state)
+        except Exception as e:
+            logger.error(f"recording the end of the call failed ({type(e).__name__})")
+
     async def end(
         self,
         *,

@@ -23,11 +23,18 @@ from pipecat_summarizer._compaction.cadence import AnswerWait, kept_messages
 from pipecat_summarizer._compaction.measure import Measurement
 from pipecat_summarizer._compaction.plan import Plan, blocked_reason, select
 from pipecat_summarizer._compaction.prompt import SummaryRequest, build_request
-from pipecat_summarizer._compaction.trigger import CompactionTrigger
-from pipecat_summarizer._text.tokens import CachedCounter
-from pipecat_summarizer.events import Reason
+from pipecat_summarizer._compaction.trigger import CompactionTrigger, validate_summary_config
+from pipecat_summarizer._record.record import SummaryDraft
+from pipecat_summarizer._text.tokens import CachedCounter, count_text
+from pipecat_summarizer.events import (
+    ContextCompactedEvent,
+    Reason,
+    SummaryFailedEvent,
+    short_sha256,
+)
 from pipecat_summarizer.params import ContextSummarizerParams
 from pipecat_summarizer.summarizers.base import Summarizer
+from pipecat_summarizer.summarizers.pipecat_llm import PipecatLLMSummarizer
 
 
 @dataclass
@@ -112,6 +119,38 @@ def request_for(
     )
 
 
+def compacted_event(
+    job: Job,
+    draft: SummaryDraft,
+    before: Measurement,
+    after: Measurement,
+    *,
+    kept: int,
+    now: float,
+    counter: CachedCounter,
+    compaction: int,
+    pending: int,
+    facts: int,
+) -> ContextCompactedEvent:
+    """The event of a summary spliced in (``before``/``after``: the context's measurements)."""
+    return ContextCompactedEvent(
+        reason=job.reason,
+        messages_before=before.message_count,
+        messages_after=after.message_count,
+        messages_summarized=len(job.plan.summarized),
+        messages_kept=kept,
+        tokens_before=before.total_tokens,
+        tokens_after=after.total_tokens,
+        summary_tokens=counter.count_message(draft.message),
+        input_tokens=job.plan.input_tokens + count_text(counter, job.request.system_prompt),
+        latency_s=now - job.started,
+        summary_sha256=short_sha256(draft.text),
+        compaction=compaction,
+        pending_messages=pending,
+        pinned_facts=facts,
+    )
+
+
 class CompactionSchedule:
     """When compactions start: the trigger, the wait for a response's end, the manual queue.
 
@@ -125,6 +164,7 @@ class CompactionSchedule:
         self, config: LLMAutoContextSummarizationConfig, params: ContextSummarizerParams, name: str
     ):
         """Initialize the schedule."""
+        self._config = config
         self.trigger = CompactionTrigger(config, params.trigger, params.retry)
         # a compaction due on a request waits for the response's end (the companion reports
         # it): then the answer's shape is known, a tool round's call and result included
@@ -195,6 +235,36 @@ class CompactionSchedule:
             f"{self._name}: compaction is due ({reason}) but cannot start: {cause}; "
             f"{pending} messages pending, the context grows until this changes"
         )
+
+    def manual_config(
+        self, override: LLMContextSummaryConfig | None, default: Summarizer
+    ) -> tuple[LLMContextSummaryConfig, Summarizer]:
+        """The config and summarizer of a manual summary: the override's, fully honoured,
+        or (none, or rejected: a frame is no place to crash the pipeline) the processor's."""
+        if override is not None:
+            try:
+                validate_summary_config(override, "LLMSummarizeContextFrame.config")
+            except (TypeError, ValueError) as e:
+                logger.warning(f"{self._name}: manual summary config rejected ({e}); using default")
+                override = None
+        if override is None:
+            return self._config.summary_config, default
+        return override, PipecatLLMSummarizer(override.llm) if override.llm else default
+
+    def failed(self, reason: Reason, error: str, now: float) -> SummaryFailedEvent:
+        """A summary failed (the context is left untouched): backoff, logs, the event."""
+        delay, escalate = self.trigger.summary_failed(now)
+        n = self.trigger.failures.consecutive
+        logger.warning(
+            f"{self._name}: summary failed ({error}); context left untouched, "
+            f"failure {n} in a row, next automatic attempt in {delay:.1f}s"
+        )
+        if escalate:
+            logger.error(
+                f"{self._name}: context summarization has failed {n} time{'' if n == 1 else 's'} "
+                "in a row; the context keeps growing until the summarizer recovers"
+            )
+        return SummaryFailedEvent(error, n, reason, delay)
 
     def context_replaced(self) -> None:
         """A new conversation: planned afresh, its causes warned about afresh."""
