@@ -52,12 +52,14 @@ from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 from pipecat.workers.runner import WorkerRunner
 
-from pipecat_summarizer._recall.rules import RecallParams, is_recall_message
-from pipecat_summarizer._session.recorder import MemoryOptions
-from pipecat_summarizer.params import ContextSummarizerParams
-from pipecat_summarizer.processor import ContextSummarizer
-from pipecat_summarizer.store.base import MemoryStore
-from pipecat_summarizer.store.writer import WriterOptions
+from pipecat_summarizer import (
+    ContextSummarizer,
+    ContextSummarizerParams,
+    MemoryOptions,
+    RecallParams,
+)
+from pipecat_summarizer._recall.rules import is_recall_message
+from pipecat_summarizer.store import MemoryStore, WriterOptions
 from pipecat_summarizer_cli.replay.backends import (
     Backend,
     Meter,
@@ -223,7 +225,7 @@ class Plan:
     def store(self) -> MemoryStore:
         if self.store_factory is not None:
             return self.store_factory()
-        from pipecat_summarizer.store.sqlite import SQLiteMemoryStore
+        from pipecat_summarizer.store import SQLiteMemoryStore
 
         return SQLiteMemoryStore()
 
@@ -538,7 +540,7 @@ def recall_params(args: argparse.Namespace) -> RecallParams:
     semantic = None
     if args.semantic:
         # numpy comes with pipecat; SemanticRecall() raises the install hint without wordllama
-        from pipecat_summarizer._recall.semantic import SemanticRecall
+        from pipecat_summarizer import SemanticRecall
 
         options: dict[str, Any] = {}
         if args.min_similarity is not None:

@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from pipecat_summarizer._session.recorder import MemoryOptions
-from pipecat_summarizer.store import open_store
-from pipecat_summarizer.store.base import MemoryStore
-from pipecat_summarizer.store.writer import WriterOptions
+from pipecat_summarizer import MemoryOptions
+from pipecat_summarizer.store import MemoryStore, WriterOptions, open_store
 from pipecat_summarizer_cli.replay.clock import real_time
 
 
