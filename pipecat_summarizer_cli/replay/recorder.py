@@ -2,7 +2,7 @@
 
 A :class:`Recorder` is fed from the outside only: by the metered backends
 (:mod:`pipecat_summarizer_cli.replay.backends`), which see every call the strategy makes to its
-summarizer, and by the public events of the processors (``on_summary_applied``,
+summarizer, and by the public events of the processors (``on_context_compacted``,
 ``on_summary_failed``, ``on_messages_evicted`` of ``ContextSummarizer``; ``on_summary_applied``
 of Pipecat's assistant aggregator). No private state of either is read.
 

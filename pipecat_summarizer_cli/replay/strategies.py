@@ -10,7 +10,7 @@ with a real ``LLMContextAggregatorPair`` and reports into its
   ``summary_config.llm``; counts from the aggregator's ``on_summary_applied`` event and the
   metered LLM.
 * :class:`Ours`: ``ContextSummarizer`` between the user aggregator and the LLM, same
-  thresholds, same backend (metered); counts from its ``on_summary_applied``,
+  thresholds, same backend (metered); counts from its ``on_context_compacted``,
   ``on_summary_failed`` and ``on_messages_evicted`` events and its public
   ``pending_messages``. Its hot path is timed by a subclass (:class:`TimedContextSummarizer`)
   around the public ``process_frame`` of each user-turn context frame: the processor's whole
@@ -267,7 +267,7 @@ class Ours(Strategy):
         async def _evicted(_proc, event: MessagesEvictedEvent):
             rec.evicted(event.messages_evicted, event.pending_messages)
 
-        @ours.event_handler("on_summary_applied")
+        @ours.event_handler("on_context_compacted")
         async def _applied(_proc, _event):
             rec.summary_applied()
 
