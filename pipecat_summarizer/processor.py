@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
@@ -37,7 +38,7 @@ from pipecat_summarizer._session.owner import ContextSession, as_auto_config
 from pipecat_summarizer._session.schedule import Job
 from pipecat_summarizer._session.services import SummarizerLease, recall_turn
 from pipecat_summarizer._session.steps import StepGuard
-from pipecat_summarizer.events import ContextCompactedFrame
+from pipecat_summarizer.events import ContextCompactedFrame, MessagesEvictedEvent
 from pipecat_summarizer.guard import LLMRequestGuard
 from pipecat_summarizer.params import ContextSummarizerParams, MemoryParams, RecallParams, as_params
 from pipecat_summarizer.params import SummarizerOptions as SummarizerOptions  # 0.1 import
@@ -151,7 +152,8 @@ class ContextSummarizer(FrameProcessor):
         if llm is not None:
             self.attach_llm(llm)
         self._task: asyncio.Task | None = None
-        hook_request_reads(context, self._prepare_at_serialization)
+        if self._params.ceiling is not None:  # only a ceiling is held as a request is built
+            hook_request_reads(context, self._prepare_at_serialization)
         self._steps = StepGuard(str(self), log_content=self._params.log_content)
         self._register_event_handler(_COMPACTED)
         self._register_event_handler("on_summary_failed")
@@ -276,7 +278,7 @@ class ContextSummarizer(FrameProcessor):
         """Make the context ready for a request this processor did not see (a tool
         follow-up, from the guard), as for a turn. Never raises (a failure is logged)."""
         if not self._session.schedule.ended:
-            await self._guarded(self._on_request)
+            await self._evicted(await self._guarded(self._request))
 
     def request_manual_summary(self, config: LLMContextSummaryConfig | None = None) -> None:
         """Start a manual summary (queued behind one in flight), as
@@ -332,29 +334,30 @@ class ContextSummarizer(FrameProcessor):
             arrived = _clock()  # the recall budget bounds the frame's whole time here
             if self._recall is not None:
                 self._session.clear_recalled()
-            await self._guarded(self._on_context_frame)
+            if (event := await self._guarded(self._turn)) is not None:
+                await self._evicted(event)
             if self._recall is not None and not self._steps.disabled:
                 await recall_turn(self._session, arrived)
         await self.push_frame(frame, direction)
 
-    async def _guarded(self, work, *args) -> None:
-        """Run our own work for a frame (a :class:`Job` it returns starts): an exception
-        costs no frame; it is logged by step and type, never its text; the same step
-        failing a few frames in a row stops summarization for the call (``StepGuard``)."""
+    async def _guarded(self, work: Callable[[], Any]) -> Any:
+        """Run our own (synchronous) work for a frame and return its result (a :class:`Job`
+        it returns starts): an exception costs no frame; it is logged by step and type,
+        never its text; the same step failing a few frames in a row stops summarization
+        for the call (``StepGuard``)."""
         if self._steps.disabled:
-            return
+            return None
         self._session.step = "counting"
         try:
-            result = work(*args)
-            if asyncio.iscoroutine(result):
-                await result
-            elif isinstance(result, Job):
-                self._start(result)
+            result = work()
         except Exception as e:
             if self._steps.failed(self._session.step, e):
                 await self._cancel_task()
-        else:
-            self._steps.succeeded()
+            return None
+        self._steps.succeeded()
+        if result.__class__ is Job:
+            self._start(result)
+        return result
 
     async def cleanup(self):
         """Cancel the in-flight summary, close the clients this processor built, clean up."""
@@ -370,18 +373,20 @@ class ContextSummarizer(FrameProcessor):
             await self._recorder.end_call(ended_by, self._session.final_state())
         await self._lease.release()
 
-    async def _on_context_frame(self) -> None:
-        self._session.reclaim_own()
-        self._session.caller_memory(in_flight=self.summary_in_flight)
-        await self._on_request()
+    def _turn(self) -> MessagesEvictedEvent | None:
+        # a user turn: only what changed since the last frame is counted (see turn())
+        job, event = self._session.turn(in_flight=self.summary_in_flight, now=_clock())
+        self._start(job)
+        return event
 
-    async def _on_request(self) -> None:
-        # every request (a user turn, a tool follow-up) may start a due compaction now
+    def _request(self) -> MessagesEvictedEvent | None:  # a tool follow-up, as a turn
         m, event = self._session.prepare(self.summary_in_flight)
+        self._start(self._session.request(m, now=_clock(), in_flight=self.summary_in_flight))
+        return event
+
+    async def _evicted(self, event: MessagesEvictedEvent | None) -> None:
         if event is not None:
             await self._call_event_handler("on_messages_evicted", event)
-        in_flight = self.summary_in_flight
-        self._start(self._session.request(m, now=_clock(), in_flight=in_flight))
 
     def _prepare_at_serialization(self) -> None:
         """Hold the ceiling where the request is built (``ceiling.hook_request_reads``):
@@ -390,9 +395,7 @@ class ContextSummarizer(FrameProcessor):
             return
         event = self._session.prepare_at_serialization(self.summary_in_flight)
         if event is not None:  # the handlers are async: reported right after the build
-            self.create_task(
-                self._call_event_handler("on_messages_evicted", event), f"{self}::evicted"
-            )
+            self.create_task(self._evicted(event), f"{self}::evicted")
 
     def _manual(self, override: LLMContextSummaryConfig | None) -> Job | None:
         return self._session.manual(override, now=_clock(), in_flight=self.summary_in_flight)

@@ -178,6 +178,11 @@ class ContextMeter:
         self._first = self._last = None
         self._expected = True
 
+    @property
+    def rewritten(self) -> bool:
+        """A rewrite by someone else removed messages (not taken yet: :meth:`take_rewrite`)."""
+        return bool(self._removed)
+
     def take_rewrite(self) -> Rewrite | None:
         """Once, what rewrites by someone else removed since the last call (``None``: none)."""
         if not self._removed:

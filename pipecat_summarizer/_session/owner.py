@@ -37,7 +37,12 @@ from pipecat_summarizer._text.tokens import (
     as_token_counter,
     count_text,
 )
-from pipecat_summarizer.events import ContextCompactedEvent, Reason, SummaryFailedEvent
+from pipecat_summarizer.events import (
+    ContextCompactedEvent,
+    MessagesEvictedEvent,
+    Reason,
+    SummaryFailedEvent,
+)
 from pipecat_summarizer.params import ContextSummarizerParams, MemoryParams, RecallParams
 from pipecat_summarizer.store.base import MemoryStore
 from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult
@@ -62,6 +67,36 @@ class ContextSession(SharedContext):
     """
 
     # -- starting a summary ---------------------------------------------------------------
+
+    def turn(
+        self, *, in_flight: bool, now: float
+    ) -> tuple[Job | None, MessagesEvictedEvent | None]:
+        """A user turn's context frame: our copies reclaimed, a returning caller's memory
+        in, the request prepared, the job to start if a compaction is due, and the eviction
+        event. With nothing pinned, placed or replaced, the work is counting the messages
+        added since the last frame and asking the trigger."""
+        recorder = self.recorder
+        if recorder is not None and not recorder.memory_pending:
+            recorder.turns += 1
+            recorder = None  # counted; nothing to load
+        recall = self.recall  # a forget by the caller cancels the late answer (as prepare)
+        if (
+            recorder is None
+            and self.params.ceiling is None
+            and self.quiet()
+            and (recall is None or not recall.forgotten())
+        ):
+            # the common turn: nothing to reclaim, load, render or evict; the meter counts
+            # the messages added since the last frame (a rewrite by others: the full path)
+            self.step = "counting"
+            m = self.measure()
+            if not self.meter.rewritten:
+                return self.request(m, now=now, in_flight=in_flight), None
+        self.reclaim_own()
+        if recorder is not None:
+            self.caller_memory(in_flight=in_flight)
+        m, event = self.prepare(in_flight, reclaimed=True)  # only our own writes since
+        return self.request(m, now=now, in_flight=in_flight), event
 
     def request(self, m: Measurement, *, now: float, in_flight: bool) -> Job | None:
         """A request is prepared: the job to start if a compaction is due (or ``None``; with

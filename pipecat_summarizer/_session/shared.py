@@ -124,6 +124,8 @@ class SharedContext:
         self.step = "counting"  # which step runs, for the processor's failure log
         self._in_flight = False  # as passed to prepare(), for the ceiling's pinning
         self._serializing = False  # prepare() runs as the LLM builds a request
+        self.writes = 0  # context writes so far (a cheap "did anything change")
+        self.loaded = False  # a returning caller's memory was loaded (see quiet())
 
     def __str__(self) -> str:
         """The processor's name, for log lines."""
@@ -206,6 +208,7 @@ class SharedContext:
         # every rewrite keeps the conversation-facts message right after the head; the
         # meter's cheap append check cannot see a rewrite that keeps the length
         self.context.set_messages(self.record.place(messages))
+        self.writes += 1
         self.meter.invalidate()
         # measured now, so the meter's anchors are this write's and a later replacement
         # is compared with what we left, never taken for our own rewrite
@@ -215,9 +218,16 @@ class SharedContext:
         """Take back our own messages (facts, summary, recalled block) that the application
         put back as copies (a deep-copied ``LLMMessagesUpdateFrame``, a restored state):
         equal role and content where the original is gone. Cheap when nothing was copied."""
+        record, recall = self.record, self.recall
+        if (
+            record.app_message is None
+            and record.noted_message is None
+            and record.summary_message is None
+            and (recall is None or recall.message is None)
+        ):
+            return  # nothing of ours placed (the common case before the first summary)
         messages: list[Any] = self.context.messages
-        recall = self.recall
-        own = self.record.own_messages()
+        own = record.own_messages()
         if recall is not None and recall.message is not None:
             own.append(recall.message)
         missing = [x for x in own if not _holds(messages, x)]
@@ -277,6 +287,19 @@ class SharedContext:
 
     # -- the record's messages ------------------------------------------------------------
 
+    def quiet(self) -> bool:
+        """Nothing of ours is placed or due to be (no pinned fact, no summary, no recalled
+        block, no caller memory loaded): a frame has nothing to reclaim or render."""
+        record, recall = self.record, self.recall
+        return (
+            record.summary_message is None
+            and record.app_message is None
+            and record.noted_message is None
+            and not self.loaded
+            and not len(record.facts)
+            and (recall is None or recall.message is None)
+        )
+
     def render_record(self, in_flight: bool) -> None:
         """The pinned facts in place, rewritten only on change (cheap when nothing did)."""
         self.put(self.record.render(self.context.messages, in_flight=in_flight))
@@ -304,6 +327,7 @@ class SharedContext:
     def load_memory(self, facts: list[dict], earlier: str | None, *, in_flight: bool) -> None:
         """A returning caller's stored facts and earlier calls' summary join the record."""
         messages = self.context.messages
+        self.loaded = True  # an earlier-calls text may wait for the summary's place
         self.put(self.record.load(messages, facts, earlier, in_flight=in_flight))
 
     @property
@@ -313,19 +337,31 @@ class SharedContext:
 
     # -- a request ------------------------------------------------------------------------
 
-    def prepare(self, in_flight: bool) -> tuple[Measurement, MessagesEvictedEvent | None]:
+    def prepare(
+        self, in_flight: bool, *, reclaimed: bool = False
+    ) -> tuple[Measurement, MessagesEvictedEvent | None]:
         """Make the context ready to be sent: replaced-context check, pinned facts in place,
-        under the ceiling. Returns the measurement and the eviction event to report."""
+        under the ceiling. Returns the measurement and the eviction event to report.
+
+        Args:
+            in_flight: A summary is running.
+            reclaimed: Our copies were just reclaimed (nothing but our own writes since).
+        """
         self._in_flight = in_flight
         self.step = "counting"
-        self.check_replaced()  # before anything is written (see write)
+        if not reclaimed:
+            self.reclaim_own()  # before the meter takes a copy of ours for conversation
+        writes = self.writes
+        m = self.measure()
+        self.check_replaced(measured=True)  # before anything is written (see write)
         if self.recall is not None and self.recall.forgotten():
             self.recall_gives_way()  # it quotes what the caller's forget removed
         self.step = "pinning"
         self.render_record(in_flight)
         self.step = "counting"
-        m = self.measure()
-        self.check_replaced(measured=True)
+        if self.writes != writes:  # measured again only when something was written
+            m = self.measure()
+            self.check_replaced(measured=True)
         ceiling = self.ceiling
         if ceiling.params is None:
             return m, None
