@@ -107,3 +107,19 @@ def test_every_file_and_command_module_the_pages_name_exists():
         if not path.exists()
     ]
     assert missing == []
+
+
+def layers_in_architecture(text: str) -> list[tuple[str, frozenset[str], str]]:
+    """The layer table of ARCHITECTURE.md: (name, members, what it holds), bottom first."""
+    section = text.split("### Which layer may import which", 1)[1].split("\n### ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| ((?:`\w+`(?:, )?)+) \| (.+) \|$", section, re.M)
+    return [
+        (name, frozenset(re.findall(r"`(\w+)`", members)), holds) for name, members, holds in rows
+    ]
+
+
+def test_architecture_quotes_the_layers_of_the_import_test():
+    from tests.test_import_graph import LAYERS
+
+    quoted = layers_in_architecture(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert quoted == [(layer.name, layer.members, layer.holds) for layer in LAYERS]
