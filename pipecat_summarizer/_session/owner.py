@@ -107,7 +107,7 @@ class ContextSession(SharedContext):
             now=now,
             in_flight=in_flight,
             pending=bool(self.pending),
-            tools_offered=offers_tools(self.context.tools),
+            tools=lambda: offers_tools(self.context.tools),
             compactions=self.compactions,
         )
         if reason is None:

@@ -187,17 +187,23 @@ class CompactionSchedule:
         now: float,
         in_flight: bool,
         pending: bool,
-        tools_offered: bool,
+        tools: Callable[[], bool],
         compactions: int,
     ) -> Reason | None:
         """The reason a compaction starts now for this request, if one does (a due one may
-        wait for the response's end instead)."""
+        wait for the response's end instead). ``tools`` says whether the request offers the
+        LLM tools; asked only when a compaction is due."""
         reason = self.trigger.due(
             m, now=now, in_flight=in_flight, pending=pending, answer_pending=True
         )
-        reason = self.answer_wait.request(reason, tools_offered=tools_offered)
-        self.waiting = m if self.answer_wait.reason is not None else None
+        wait = self.answer_wait
         self.waiting_after = compactions
+        if reason is None:  # as wait.request(None): nothing waits, nothing starts
+            wait.reason, wait.answered, wait.tools = None, False, False
+            self.waiting = None
+            return None
+        reason = wait.request(reason, tools_offered=tools())
+        self.waiting = m if wait.reason is not None else None
         return reason
 
     def response_ended(self, *, in_flight: bool, compactions: int) -> tuple[Reason, Any] | None:
