@@ -74,7 +74,7 @@ def remember_fact_result(processor: ContextSummarizer, arguments: Any) -> dict:
     args = arguments if isinstance(arguments, Mapping) else {}
     key, fact = str(args.get("key", "")).strip(), str(args.get("fact", "")).strip()
     kind = "constraint" if args.get("kind") == "constraint" else "fact"
-    facts = processor.memory.facts
+    facts = processor.record.facts
     held = facts.app_key(key) if key else None
     try:
         # refuses an instruction heard in the call: it is not a fact, and never pinned

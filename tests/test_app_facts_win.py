@@ -260,7 +260,7 @@ async def test_the_processor_pin_with_a_conversation_source_keeps_the_app_fact(o
     processor.pin("status", "Account frozen; no refunds")
     processor.pin("status", "refund approved", source="summary")
     processor.pin("status", "refund approved by phone", source="llm")
-    app, noted = processor.memory.app_message, processor.memory.noted_message
+    app, noted = processor.record.app_message, processor.record.noted_message
     assert app["role"] == "developer" and app["content"].endswith("- Account frozen; no refunds")
     assert "approved" not in app["content"]
     assert noted["role"] == "user" and "refund approved by phone" in noted["content"]

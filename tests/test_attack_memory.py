@@ -199,7 +199,7 @@ async def test_no_spelling_of_the_app_key_lets_the_caller_replace_or_speak_with_
         assert "error" not in result
     head = _authority_texts(context.messages)
     assert verified in head and "No allergies" not in head
-    assert processor.memory.facts.get("allergy").text == verified  # type: ignore[union-attr]
+    assert processor.record.facts.get("allergy").text == verified  # type: ignore[union-attr]
     # the application unpins: the key is the conversation's again, still never authority
     processor.unpin("allergy")
     remember_fact_result(processor, {"key": "allergy", "fact": "No allergies at all"})

@@ -230,7 +230,7 @@ async def test_facts_message_stays_between_the_head_and_the_summary_across_compa
         assert fact in everything
     # the last summary's record states only the party size: the earlier facts it carries
     # were written into it, so they need no message of their own
-    summary = r.processor.memory.summary_message["content"]
+    summary = r.processor.record.summary_message["content"]
     assert all(fact in summary for fact in ("Priya", "peanuts", "ZX-991", "Party size: 4"))
     r.processor.unpin("tier")
     assert layout({"messages": r.context.messages})[:2] == ["system", "user:summary"]

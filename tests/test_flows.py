@@ -269,7 +269,7 @@ async def test_remember_fact_is_offered_and_works_after_node_changes(openai_serv
     run = await run_flow(openai_server, nodes=3, turns_per_node=3)
     # offered at every node, next to the node's own function
     assert all(REMEMBER_FACT in f.tools and NEXT in f.tools for f in run.nodes)
-    facts = {f.key: f.text for f in run.processor.memory.facts.facts}
+    facts = {f.key: f.text for f in run.processor.record.facts.facts}
     # said in the first node and in the last: both pinned, by the tool's Flows handler
     assert "allergy" in facts and "member_number" in facts
     # and shown to the model in the requests after the change
@@ -283,7 +283,7 @@ async def test_classic_registration_is_replaced_by_the_nodes_tool_lists(openai_s
     tools, and Flows replaces them at every node (the first one included)."""
     run = await run_flow(openai_server, nodes=2, turns_per_node=3, flows_tool=False)
     assert all(REMEMBER_FACT not in f.tools for f in run.nodes)
-    facts = {f.key for f in run.processor.memory.facts.facts}
+    facts = {f.key for f in run.processor.record.facts.facts}
     assert "member_number" not in facts
 
 
@@ -353,7 +353,7 @@ if __name__ == "__main__":  # pragma: no cover - figures for the README
                     f"{'yes' if f.task_at_end else 'NO':>21}  {f.system_messages_at_end:>23}"
                 )
             print(f"summary requests: {len(server.summary_requests)}")
-            facts = sorted(f.key for f in run.processor.memory.facts.facts)
+            facts = sorted(f.key for f in run.processor.record.facts.facts)
             print(f"pinned at the end: {facts}")
 
     asyncio.run(_figures())

@@ -202,7 +202,7 @@ async def test_summary_facts_pushed_out_of_the_block_reappear_in_the_summary(ope
     )
     await r.run(turns([f"turn {i}" for i in range(5)], gap=0.08))
     assert r.applied
-    summary = r.processor.memory.summary_message
+    summary = r.processor.record.summary_message
     assert "NC-48213" not in summary["content"]  # shown in the block instead
     r.processor.pin("allergy", "The caller is allergic to peanuts and to tree nuts as well")
     everything = texts_of(r.context.messages)
