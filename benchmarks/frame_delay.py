@@ -48,7 +48,7 @@ from recall import WORDS, fill, sentence  # noqa: E402
 
 from pipecat_summarizer import ContextSummarizer  # noqa: E402
 from pipecat_summarizer._recall.rules import RecallParams  # noqa: E402
-from pipecat_summarizer._session.recorder import MemoryOptions  # noqa: E402
+from pipecat_summarizer._session.recorder import MemoryParams  # noqa: E402
 from pipecat_summarizer.store import SQLiteMemoryStore  # noqa: E402
 
 SETUPS = ("no store", "store, no recall", "store + recall", "store + recall (broad)")
@@ -125,7 +125,7 @@ async def one_run(
             "store": store,
             "user_id": "caller",
             "call_id": f"bench-{seed}",
-            "memory": MemoryOptions(resume=False),
+            "memory": MemoryParams(resume=False),
         }
         if setup == "store + recall":
             kwargs["recall"] = RecallParams()

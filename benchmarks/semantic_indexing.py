@@ -2,7 +2,7 @@
 :class:`~pipecat_summarizer._recall.semantic.SemanticIndex` embeds a returning caller's archive.
 
 A real SQLite file holds ``--messages`` archived messages (default 20,000) of one caller, spread
-over ``--calls`` ended calls (default 50, the default ``SemanticRecall.max_calls``). The real
+over ``--calls`` ended calls (default 50, the default ``SemanticRecallParams.max_calls``). The real
 WordLlama model (the ``semantic`` extra) is loaded first, as an application does at start.
 Then a coroutine ticks every ``--tick-ms`` (5 ms) and records how late each tick wakes, once
 as is and once after crossing ``--hops`` (20) more loop iterations, as a frame does through a
@@ -31,7 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipecat_summarizer._recall.semantic import SemanticIndex, SemanticRecall  # noqa: E402
+from pipecat_summarizer._recall.semantic import SemanticIndex, load_semantic_model  # noqa: E402
+from pipecat_summarizer.params import SemanticRecallParams  # noqa: E402
 from pipecat_summarizer.store import SQLiteMemoryStore  # noqa: E402
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord  # noqa: E402
 
@@ -106,8 +107,8 @@ async def main(args: argparse.Namespace) -> None:
     tick_s = args.tick_ms / 1000
     with tempfile.TemporaryDirectory() as tmp:
         store = await build(Path(tmp) / "bench.db", args.messages, args.calls)
-        options = SemanticRecall(max_calls=max(args.calls, 1))
-        options.load()
+        options = SemanticRecallParams(max_calls=max(args.calls, 1))
+        load_semantic_model(options)
         rows = []
         for hops in (0, args.hops):
             idle = await ticks_while(None, tick_s, args.idle_s, hops)

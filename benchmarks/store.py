@@ -42,10 +42,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipecat_summarizer import ContextSummarizer  # noqa: E402
-from pipecat_summarizer._session.recorder import CallRecorder, MemoryOptions  # noqa: E402
+from pipecat_summarizer._session.recorder import CallRecorder, MemoryParams  # noqa: E402
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store  # noqa: E402
 from pipecat_summarizer.store.records import ArchivedMessage  # noqa: E402
-from pipecat_summarizer.store.writer import StoreWriter, WriterOptions  # noqa: E402
+from pipecat_summarizer.store.writer import StoreWriter, WriterParams  # noqa: E402
 
 TEXT = (
     "Could you suggest a high-protein vegetarian lunch I can prepare on Sunday for the week? "
@@ -66,7 +66,7 @@ async def throughput(target: str, n: int) -> float:
     """Records per second through the writer, sustained over ``n`` records."""
     store = open_store(target)
     await store.open()
-    writer = StoreWriter(store, WriterOptions(max_queue=n + 1, batch_size=500))
+    writer = StoreWriter(store, WriterParams(max_queue=n + 1, batch_size=500))
     for i in range(n):
         writer.submit(_record(i))
     t0 = time.perf_counter()
@@ -124,7 +124,7 @@ async def hot_path(frames: int) -> dict[str, tuple[float, float]]:
     await store.close()
     out = {k: _stats(v) for k, v in samples.items()}
 
-    writer = StoreWriter(SQLiteMemoryStore(), WriterOptions(max_queue=10**7))
+    writer = StoreWriter(SQLiteMemoryStore(), WriterParams(max_queue=10**7))
     rec = CallRecorder(SQLiteMemoryStore(), "c")
     record = _record(0)
     submit, archive = [], []
@@ -150,7 +150,7 @@ async def flush_at_end(target: str, queued: int, trials: int) -> tuple[float, fl
     await store.open()
     samples = []
     for t in range(trials):
-        rec = CallRecorder(store, f"end-{queued}-{t}", "u", MemoryOptions(resume=False))
+        rec = CallRecorder(store, f"end-{queued}-{t}", "u", MemoryParams(resume=False))
         rec.start()
         for i in range(queued):
             rec.writer.submit(_record(i, rec.call_id))

@@ -11,8 +11,15 @@ does not import Pipecat; ``from pipecat_summarizer import ContextSummarizer`` wo
 usual. Every error the library raises derives from :class:`PipecatSummarizerError`
 (the tree is drawn in :mod:`pipecat_summarizer.errors`).
 
-Names renamed in 0.2 (``SummarizerOptions``, ``SummaryAppliedEvent``) still import, with a
-``DeprecationWarning``, for one release: see the CHANGELOG's "Renamed" table. So does
+Every parameter group is in :mod:`pipecat_summarizer.params`, each named ``*Params`` as in
+Pipecat. "Memory" means one thing, the durable memory across calls (the store,
+:class:`MemoryParams`, ``recall_memory``); what the model sees besides the turns is the
+:class:`ConversationRecord`.
+
+Names renamed in 0.2 (``SummarizerOptions``, ``SummaryAppliedEvent``,
+``ContextSummaryAppliedFrame``, ``MemoryOptions``, ``WriterOptions``, ``SemanticRecall``,
+``ConversationMemory``) still import, with a ``DeprecationWarning``, for one release; they
+are not in ``__all__``: see the CHANGELOG's "Renamed" table. So does
 ``ExtractiveLLMService``, a helper of the replay that left the top level: import it from
 :mod:`pipecat_summarizer.summarizers`.
 """
@@ -30,11 +37,9 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
     )
 
     from pipecat_summarizer._compaction.prompt import DEFAULT_PROMPT, SummaryRequest
-    from pipecat_summarizer._recall.rules import RecallParams
-    from pipecat_summarizer._recall.semantic import SemanticRecall
+    from pipecat_summarizer._recall.semantic import load_semantic_model
     from pipecat_summarizer._record.pinned import Fact, Kind, Source
-    from pipecat_summarizer._record.record import ConversationMemory
-    from pipecat_summarizer._session.recorder import MemoryOptions
+    from pipecat_summarizer._record.record import ConversationRecord
     from pipecat_summarizer._text.tokens import EstimateTokenCounter, TokenCounter, TokenizerCounter
     from pipecat_summarizer.errors import PipecatSummarizerError
     from pipecat_summarizer.events import (
@@ -48,10 +53,13 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
     from pipecat_summarizer.params import (
         CeilingParams,
         ContextSummarizerParams,
+        MemoryParams,
         PinningParams,
+        RecallParams,
         RetryParams,
-        SummarizerOptions,
+        SemanticRecallParams,
         TriggerParams,
+        WriterParams,
     )
     from pipecat_summarizer.processor import ContextSummarizer
     from pipecat_summarizer.store.base import StoreError
@@ -77,18 +85,19 @@ __all__ = [
     # the processor and its companion
     "ContextSummarizer",
     "LLMRequestGuard",
-    # configuration
+    # configuration (every params group lives in pipecat_summarizer.params)
     "CeilingParams",
     "ContextSummarizerParams",
     "LLMAutoContextSummarizationConfig",
     "LLMContextSummaryConfig",
-    "MemoryOptions",
+    "MemoryParams",  # ContextSummarizer(memory=...): how a call uses its store
     "PinningParams",
     "RecallParams",
     "RetryParams",
-    "SemanticRecall",  # RecallParams(semantic=...): the optional 'semantic' extra
+    "SemanticRecallParams",  # RecallParams(semantic=...): the optional 'semantic' extra
+    "load_semantic_model",  # its model, loaded at the application's start
     "TriggerParams",
-    "SummarizerOptions",  # deprecated: ContextSummarizerParams
+    "WriterParams",  # MemoryParams(writer=...)
     # summarizer backends (and what a custom one implements)
     "DEFAULT_PROMPT",
     "ExtractiveSummarizer",
@@ -111,8 +120,8 @@ __all__ = [
     "MessagesEvictedEvent",
     "Reason",
     "SummaryFailedEvent",
-    # memory types
-    "ConversationMemory",
+    # what the model sees besides the turns: the record of pinned facts and the summary
+    "ConversationRecord",
     "Fact",
     "Kind",
     "Source",
@@ -135,7 +144,7 @@ _EXPORTS: dict[str, str] = {
     "ContextSummarizer": "pipecat_summarizer.processor",
     "ContextSummarizerParams": "pipecat_summarizer.params",
     "ContextCompactedFrame": "pipecat_summarizer.events",
-    "ConversationMemory": "pipecat_summarizer._record.record",
+    "ConversationRecord": "pipecat_summarizer._record.record",
     "DEFAULT_PROMPT": "pipecat_summarizer._compaction.prompt",
     "EstimateTokenCounter": "pipecat_summarizer._text.tokens",
     "ExtractiveSummarizer": "pipecat_summarizer.summarizers",
@@ -144,27 +153,28 @@ _EXPORTS: dict[str, str] = {
     "LLMAutoContextSummarizationConfig": _LLM_CONTEXT_SUMMARIZATION,
     "LLMContextSummaryConfig": _LLM_CONTEXT_SUMMARIZATION,
     "LLMRequestGuard": "pipecat_summarizer.guard",
-    "MemoryOptions": "pipecat_summarizer._session.recorder",
+    "MemoryParams": "pipecat_summarizer.params",
     "MessagesEvictedEvent": "pipecat_summarizer.events",
     "OpenAISummarizer": "pipecat_summarizer.summarizers",
     "PinningParams": "pipecat_summarizer.params",
     "PipecatLLMSummarizer": "pipecat_summarizer.summarizers",
     "PipecatSummarizerError": "pipecat_summarizer.errors",
     "Reason": "pipecat_summarizer.events",
-    "RecallParams": "pipecat_summarizer._recall.rules",
+    "RecallParams": "pipecat_summarizer.params",
     "RetryParams": "pipecat_summarizer.params",
-    "SemanticRecall": "pipecat_summarizer._recall.semantic",
+    "SemanticRecallParams": "pipecat_summarizer.params",
     "Source": "pipecat_summarizer._record.pinned",
     "StoreError": "pipecat_summarizer.store.base",
     "Summarizer": "pipecat_summarizer.summarizers",
     "SummarizerError": "pipecat_summarizer.summarizers",
-    "SummarizerOptions": "pipecat_summarizer.params",
     "SummaryFailedEvent": "pipecat_summarizer.events",
     "SummaryRequest": "pipecat_summarizer._compaction.prompt",
     "SummaryResult": "pipecat_summarizer.summarizers",
     "TokenCounter": "pipecat_summarizer._text.tokens",
     "TokenizerCounter": "pipecat_summarizer._text.tokens",
     "TriggerParams": "pipecat_summarizer.params",
+    "WriterParams": "pipecat_summarizer.params",
+    "load_semantic_model": "pipecat_summarizer._recall.semantic",
     "recall_memory_flows_function": "pipecat_summarizer.tools",
     "register_recall_memory": "pipecat_summarizer.tools",
     "register_remember_fact": "pipecat_summarizer.tools",
@@ -173,6 +183,31 @@ _EXPORTS: dict[str, str] = {
 
 # Old top-level name -> (where it lives now, the message of its DeprecationWarning), one release.
 _DEPRECATED: dict[str, tuple[str, str, str]] = {
+    "SummarizerOptions": (
+        "pipecat_summarizer.params",
+        "SummarizerOptions",
+        "SummarizerOptions is deprecated: use ContextSummarizerParams",
+    ),
+    "MemoryOptions": (
+        "pipecat_summarizer.params",
+        "MemoryParams",
+        "MemoryOptions is deprecated: use MemoryParams",
+    ),
+    "WriterOptions": (
+        "pipecat_summarizer.params",
+        "WriterParams",
+        "WriterOptions is deprecated: use WriterParams",
+    ),
+    "SemanticRecall": (  # a SemanticRecallParams that keeps its 0.2 load() method
+        "pipecat_summarizer._recall.semantic",
+        "SemanticRecall",
+        "SemanticRecall is deprecated: use SemanticRecallParams",
+    ),
+    "ConversationMemory": (
+        "pipecat_summarizer._record.record",
+        "ConversationRecord",
+        "ConversationMemory is deprecated: use ConversationRecord",
+    ),
     "SummaryAppliedEvent": (
         "pipecat_summarizer.events",
         "ContextCompactedEvent",

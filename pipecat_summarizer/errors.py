@@ -12,13 +12,20 @@ that catches ``RuntimeError`` around a summarizer keeps working)::
               closed store)
 
 Not under it, on purpose: a bad parameter raises ``ValueError`` or ``TypeError`` naming the
-field, when the object is built (a programming error, not a runtime failure), and the
-command-line tool's usage errors are the tool's own and end as exit status 2.
+field, when the object is built (a programming error, not a runtime failure); a missing
+optional extra raises ``ImportError`` with its ``pip install`` line (:data:`SEMANTIC_EXTRA_HINT`),
+also when the params that need it are built; and the command-line tool's usage errors are
+the tool's own and end as exit status 2.
 
 This module imports nothing, so any layer can raise these without an import cycle.
 """
 
-__all__ = ["PipecatSummarizerError"]
+__all__ = ["SEMANTIC_EXTRA_HINT", "PipecatSummarizerError"]
+
+#: The ``ImportError`` message when semantic recall is asked for without its extra.
+SEMANTIC_EXTRA_HINT = (
+    "semantic recall needs the 'semantic' extra: pip install 'pipecat-summarizer[semantic]'"
+)
 
 
 class PipecatSummarizerError(Exception):

@@ -26,7 +26,7 @@ def short_sha256(text: str) -> str:
 
 @dataclass(frozen=True)
 class ContextCompactedEvent:
-    """Figures for one applied compaction (``on_summary_applied``).
+    """Figures for one applied compaction (``on_context_compacted``).
 
     Parameters:
         reason: What triggered it: ``"tokens"``, ``"messages"``, ``"manual"``, or

@@ -13,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from pipecat_summarizer.params import WriterParams
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord, FactEvent
-from pipecat_summarizer.store.writer import StoreWriter, WriterOptions
+from pipecat_summarizer.store.writer import StoreWriter
 
 
 async def write(target: str, user: str, call: str, n: int) -> None:
     store = open_store(target)
-    writer = StoreWriter(store, WriterOptions(flush_interval_s=0.02, batch_size=50))
+    writer = StoreWriter(store, WriterParams(flush_interval_s=0.02, batch_size=50))
     writer.start()
     writer.submit(CallRecord(call, user))
     for i in range(n):
@@ -44,7 +45,7 @@ async def call(target: str, user: str, call_id: str) -> None:
     from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 
     from pipecat_summarizer import ContextSummarizer, ExtractiveSummarizer
-    from pipecat_summarizer._session.recorder import MemoryOptions
+    from pipecat_summarizer.params import MemoryParams
     from tests.pipeline_utils import cfg
 
     store = open_store(target)
@@ -56,7 +57,7 @@ async def call(target: str, user: str, call_id: str) -> None:
         store=store,
         call_id=call_id,
         user_id=user,
-        memory=MemoryOptions(writer=WriterOptions(flush_interval_s=0.1)),
+        memory=MemoryParams(writer=WriterParams(flush_interval_s=0.1)),
     )
     pair = LLMContextAggregatorPair(context)
     task = PipelineTask(Pipeline([pair.user(), summarizer, pair.assistant()]))

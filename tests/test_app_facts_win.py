@@ -13,16 +13,14 @@ from pipecat.utils.context.llm_context_summarization import LLMContextSummaryCon
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._record.pinned import CLAIM_PREFIX, PinnedFacts, claim_key
-from pipecat_summarizer._record.record import ConversationMemory
-from pipecat_summarizer._session.recorder import MemoryOptions
-from pipecat_summarizer.params import PinningParams
+from pipecat_summarizer._record.record import ConversationRecord
+from pipecat_summarizer.params import MemoryParams, PinningParams, WriterParams
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.store.writer import WriterOptions
 from pipecat_summarizer.tools import REMEMBER_FACT, register_remember_fact
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = {"role": "system", "content": "You are a helpful voice assistant."}
 AUTHORITY = ("system", "developer")
 
@@ -47,7 +45,7 @@ async def _call(server, db: str, call_id: str, texts: list[str], *, pins=(), too
         store=store,
         call_id=call_id,
         user_id="alice",
-        memory=MemoryOptions(writer=FAST),
+        memory=MemoryParams(writer=FAST),
     )
     for key, text in pins:  # the application's facts, pinned at call start
         processor.pin(key, text)
@@ -121,8 +119,8 @@ async def test_resume_never_overwrites_what_the_app_pinned_for_this_call(openai_
         await store.close()
 
 
-def _memory() -> ConversationMemory:
-    return ConversationMemory(LLMContextSummaryConfig(), PinningParams())
+def _memory() -> ConversationRecord:
+    return ConversationRecord(LLMContextSummaryConfig(), PinningParams())
 
 
 def _apply(messages: list, new: list | None) -> list:
@@ -165,7 +163,7 @@ def test_memory_arriving_on_a_later_turn_follows_authority_then_recency():
 
 
 def test_a_stored_fact_does_not_come_back_over_an_app_fact_folded_over_budget():
-    mem = ConversationMemory(LLMContextSummaryConfig(), PinningParams(budget_tokens=40))
+    mem = ConversationRecord(LLMContextSummaryConfig(), PinningParams(budget_tokens=40))
     messages = [SYSTEM, {"role": "user", "content": "hello"}]
     for k in range(6):
         messages = _apply(messages, mem.pin(messages, f"k{k}", f"important fact number {k} ok"))
@@ -282,7 +280,7 @@ def test_summary_and_eviction_bullets_never_take_an_app_key_folded_over_budget()
 
 
 def test_this_calls_facts_outlast_restored_ones_over_budget():
-    mem = ConversationMemory(LLMContextSummaryConfig(), PinningParams(budget_tokens=60))
+    mem = ConversationRecord(LLMContextSummaryConfig(), PinningParams(budget_tokens=60))
     messages = [SYSTEM, {"role": "user", "content": "hello"}]
     messages = _apply(messages, mem.pin(messages, "seat", "window seat in row 12", source="llm"))
     stored = [

@@ -19,17 +19,16 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.rules import RECALL_HEADER, RecallParams
+from pipecat_summarizer._recall.rules import RECALL_HEADER
 from pipecat_summarizer._record.pinned import HEADER, NOTED_HEADER
-from pipecat_summarizer._record.record import ConversationMemory
-from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER, MemoryOptions
-from pipecat_summarizer.params import PinningParams
+from pipecat_summarizer._record.record import ConversationRecord
+from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER
+from pipecat_summarizer.params import MemoryParams, PinningParams, RecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply
 from tests.pipeline_utils import cfg, main_llm, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful hotel concierge."
 HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418, arriving Friday."
 ON_TIME = RecallParams(latency_budget_s=5.0)  # about what is recalled, not how fast
@@ -60,7 +59,7 @@ def _pipeline(server, context, processor) -> Pipeline:
 def _processor(server, context, store=None, **kwargs) -> ContextSummarizer:
     if store is not None:
         kwargs.setdefault("call_id", "c1")
-        kwargs.setdefault("memory", MemoryOptions(writer=FAST))
+        kwargs.setdefault("memory", MemoryParams(writer=FAST))
     return ContextSummarizer(
         context=context,
         summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
@@ -135,8 +134,8 @@ async def test_an_update_of_copies_keeps_one_recalled_block_never_archived(opena
 EARLIER = f"{EARLIER_CALLS_HEADER}\n- call 1: booked the Hotel Marquis, room 418"
 
 
-def _memory() -> ConversationMemory:
-    return ConversationMemory(LLMContextSummaryConfig(), PinningParams())
+def _memory() -> ConversationRecord:
+    return ConversationRecord(LLMContextSummaryConfig(), PinningParams())
 
 
 def _turns(n: int = 4) -> list[dict]:

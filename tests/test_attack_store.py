@@ -17,12 +17,13 @@ import sys
 
 import pytest
 
-from pipecat_summarizer._session.recorder import CallRecorder, MemoryOptions
-from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter, WriterOptions, open_store
+from pipecat_summarizer._session.recorder import CallRecorder
+from pipecat_summarizer.params import MemoryParams, WriterParams
+from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter, open_store
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord, FactEvent
 from pipecat_summarizer_cli.main import main
 
-FAST = WriterOptions(flush_interval_s=0.02, max_backoff_s=0.1, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.02, max_backoff_s=0.1, write_timeout_s=5)
 
 
 def _m(call: str, i: int, text: str, user: str | None = "u") -> ArchivedMessage:
@@ -78,7 +79,7 @@ async def test_a_caller_forgotten_twice_or_never_seen_calls_again_at_once(store_
         assert await store.forget("nobody") == 0
         # the same caller calls again right after the forget: the new session is recorded
         recorder = CallRecorder(
-            store, call_id="room", user_id="nobody", options=MemoryOptions(writer=FAST)
+            store, call_id="room", user_id="nobody", options=MemoryParams(writer=FAST)
         )
         recorder.start()
         recorder.archive([{"role": "user", "content": "hello again"}], "evicted")
@@ -106,7 +107,7 @@ def test_a_fifo_or_a_device_is_never_taken_for_a_database(tmp_path, capsys):
 
 async def test_a_batch_the_database_refuses_whole_costs_only_its_records(store_target, logs):
     store = open_store(store_target)
-    writer = StoreWriter(store, WriterOptions(flush_interval_s=0.02, batch_size=8), name="c1")
+    writer = StoreWriter(store, WriterParams(flush_interval_s=0.02, batch_size=8), name="c1")
     writer.start()
     for i in range(8):  # every record of the first batch: a position no database holds
         writer.submit(_m("c1", 2**70 + i, f"secret {i}"))
@@ -157,7 +158,7 @@ async def test_a_new_file_locked_at_start_loses_nothing_once_released(tmp_path, 
     held.execute("PRAGMA locking_mode=EXCLUSIVE")
     held.execute("BEGIN EXCLUSIVE")  # before the store ever created its tables
     store = SQLiteMemoryStore(path, busy_timeout_s=0.05)
-    recorder = CallRecorder(store, call_id="room", user_id="u", options=MemoryOptions(writer=FAST))
+    recorder = CallRecorder(store, call_id="room", user_id="u", options=MemoryParams(writer=FAST))
     try:
         recorder.start()
         for i in range(5):
@@ -185,7 +186,7 @@ async def _reconnect(path) -> list[str]:
     try:
         for words in ("before the drop", "after the reconnect"):
             recorder = CallRecorder(
-                store, call_id="room-1", user_id="alice", options=MemoryOptions(writer=FAST)
+                store, call_id="room-1", user_id="alice", options=MemoryParams(writer=FAST)
             )
             recorder.start()
             recorder.archive([{"role": "user", "content": words}], "evicted")
@@ -252,12 +253,13 @@ signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
 logger.remove()
 logger.add(sys.stdout, level="WARNING", format="{level} {message}")
-from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter, WriterOptions
+from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter
+from pipecat_summarizer.params import WriterParams
 from pipecat_summarizer.store.records import ArchivedMessage
 
 async def main():
     store = SQLiteMemoryStore(sys.argv[1])
-    writer = StoreWriter(store, WriterOptions(flush_interval_s=0.02), name="c1")
+    writer = StoreWriter(store, WriterParams(flush_interval_s=0.02), name="c1")
     writer.start()
     for i in range(300):
         writer.submit(ArchivedMessage("c1", i, "user", "x" * 2000, "{}", user_id="u"))

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer._record.pinned import NOTED_HEADER, Fact
-from pipecat_summarizer._record.record import ConversationMemory, render_template, with_facts
+from pipecat_summarizer._record.record import ConversationRecord, render_template, with_facts
 from pipecat_summarizer.params import PinningParams
 
 SYSTEM = {"role": "system", "content": "You are a nutrition assistant."}
@@ -20,8 +20,8 @@ def convo(n: int = 4) -> list[dict]:
     ]
 
 
-def memory(summary_role: str = "user", **pinning) -> ConversationMemory:
-    return ConversationMemory(
+def memory(summary_role: str = "user", **pinning) -> ConversationRecord:
+    return ConversationRecord(
         LLMContextSummaryConfig(), PinningParams(**pinning), summary_role=summary_role
     )
 
@@ -170,13 +170,13 @@ def test_absorb_uses_the_backends_sections_when_given():
 
 def test_summary_message_uses_the_config_template_and_role():
     config = LLMContextSummaryConfig(summary_message_template="Earlier: {summary} {braces}")
-    mem = ConversationMemory(config, summary_role="assistant")
+    mem = ConversationRecord(config, summary_role="assistant")
     draft = mem.absorb("DECISIONS:\n- x", None, config)
     assert draft.message == {"role": "assistant", "content": "Earlier: DECISIONS:\n- x {braces}"}
     assert render_template("<{summary}>", "s") == "<s>"
 
 
-def _over_budget(mem: ConversationMemory, messages: list, in_flight: bool) -> list:
+def _over_budget(mem: ConversationRecord, messages: list, in_flight: bool) -> list:
     for i in range(12):
         text = f"app fact number {i} about the caller's long standing preferences"
         messages = apply(messages, mem.pin(messages, f"k{i}", text, in_flight=in_flight))

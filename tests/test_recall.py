@@ -11,14 +11,13 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.rules import RECALL_HEADER, RecallParams, is_recall_message
-from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer._recall.rules import RECALL_HEADER, is_recall_message
+from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
-from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful hotel concierge."
 HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418, arriving Friday."
 FILLER = [
@@ -65,7 +64,7 @@ async def _call(
         store=store,
         call_id=call_id,
         user_id=user_id,
-        memory=memory or MemoryOptions(writer=FAST),
+        memory=memory or MemoryParams(writer=FAST),
         recall=recall,
     )
     try:

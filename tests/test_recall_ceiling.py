@@ -8,17 +8,21 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.rules import RECALL_HEADER, RecallParams
+from pipecat_summarizer._recall.rules import RECALL_HEADER
 from pipecat_summarizer._recall.step import MIN_RECALL_TOKENS, fits, recall_budget, search_wait
-from pipecat_summarizer._session.recorder import MemoryOptions
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
-from pipecat_summarizer.params import CeilingParams, ContextSummarizerParams
+from pipecat_summarizer.params import (
+    CeilingParams,
+    ContextSummarizerParams,
+    MemoryParams,
+    RecallParams,
+    WriterParams,
+)
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 CEILING = 500
 
 
@@ -48,7 +52,7 @@ async def test_a_request_with_recall_stays_under_the_ceiling(openai_server, tmp_
         params=ContextSummarizerParams(ceiling=CeilingParams(max_request_tokens=CEILING)),
         store=store,
         call_id="c1",
-        memory=MemoryOptions(writer=FAST),
+        memory=MemoryParams(writer=FAST),
         recall=RecallParams(latency_budget_s=5.0),  # default block: 800 tokens
     )
     said = [

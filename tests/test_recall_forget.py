@@ -14,14 +14,13 @@ from pipecat.processors.aggregators.llm_response_universal import LLMContextAggr
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.rules import RECALL_HEADER, RecallParams
-from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer._recall.rules import RECALL_HEADER
+from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import cfg, main_llm, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418, arriving Friday."
 FILLER = [
     "What time does the breakfast buffet open?",
@@ -66,7 +65,7 @@ async def test_recall_stops_quoting_a_forgotten_caller_at_once(openai_server, tm
         store=store,
         call_id="c1",
         user_id="u1",
-        memory=MemoryOptions(writer=FAST),
+        memory=MemoryParams(writer=FAST),
         recall=RecallParams(latency_budget_s=5.0),
     )
     llm = main_llm(openai_server.base_url)

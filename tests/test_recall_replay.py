@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pipecat_summarizer._recall.rules import RecallParams
+from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer_cli.replay.locomo import convert
 from pipecat_summarizer_cli.replay.questions import (
     Plan,

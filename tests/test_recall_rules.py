@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from pipecat_summarizer._recall.rules import (
     RECALL_HEADER,
-    RecallParams,
     Snippet,
     common_terms,
     in_view,
@@ -34,6 +33,7 @@ from pipecat_summarizer._recall.rules import (
 )
 from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer._text.vocabulary import search_stem, words
+from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store.records import SearchHit
 
 HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418."
@@ -506,7 +506,7 @@ def test_defaults_stay_a_small_block_and_the_broad_preset_is_larger():
     # validated like any other params, each error naming its field
     with pytest.raises(ValueError, match="recall.max_tokens"):
         RecallParams.broad(max_tokens=10)
-    with pytest.raises(TypeError, match="recall.semantic must be a SemanticRecall"):
+    with pytest.raises(TypeError, match="recall.semantic must be a SemanticRecallParams"):
         RecallParams.broad(semantic="wordllama")
 
 

@@ -10,8 +10,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.rules import RecallParams
-from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer.params import MemoryParams, RecallParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from pipecat_summarizer.tools import (
     RECALL_MEMORY,
@@ -59,7 +58,7 @@ def _processor(server, store, context, recall=None):
         summarizer=_summarizer(server.base_url),
         store=store,
         call_id="call-1",
-        memory=MemoryOptions(writer=FAST),
+        memory=MemoryParams(writer=FAST),
         recall=recall or RecallParams(enabled=False, tool_timeout_s=5.0),
     )
 

@@ -10,20 +10,21 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.rules import RECALL_HEADER, RecallParams
-from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer._recall.rules import RECALL_HEADER
 from pipecat_summarizer.params import (
     CeilingParams,
     ContextSummarizerParams,
+    MemoryParams,
     PinningParams,
+    RecallParams,
     RetryParams,
+    WriterParams,
 )
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful hotel concierge."
 HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418, arriving Friday."
 ON_TIME = RecallParams(latency_budget_s=5.0)  # about what is recalled, not how fast
@@ -35,7 +36,7 @@ def _processor(server, context, store, **kwargs) -> ContextSummarizer:
         summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
         store=store,
         call_id="c1",
-        memory=MemoryOptions(writer=FAST),
+        memory=MemoryParams(writer=FAST),
         **kwargs,
     )
 

@@ -18,15 +18,14 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall import semantic as semantic_module
-from pipecat_summarizer._recall.rules import RecallParams, is_recall_message
-from pipecat_summarizer._recall.semantic import SemanticRecall, WordLlamaEmbedder
-from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer._recall.rules import is_recall_message
+from pipecat_summarizer._recall.semantic import WordLlamaEmbedder, embedder_for, load_semantic_model
+from pipecat_summarizer.params import MemoryParams, RecallParams, SemanticRecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
-from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful hotel concierge."
 # the detail, and a question that shares none of its words ("pet" / "dog Rex")
 PET = "Our dog Rex is a golden retriever, and he travels with us."
@@ -43,10 +42,10 @@ FILLER = [
 
 
 @pytest.fixture(scope="module")
-def semantic() -> SemanticRecall:
+def semantic() -> SemanticRecallParams:
     """One model for the module, loaded before the calls (as an application would)."""
-    options = SemanticRecall()
-    options.load()
+    options = SemanticRecallParams()
+    load_semantic_model(options)
     return options
 
 
@@ -71,7 +70,7 @@ async def _call(server, store, texts, *, recall, call_id="call-1", user_id=None,
         store=store,
         call_id=call_id,
         user_id=user_id,
-        memory=MemoryOptions(writer=FAST),
+        memory=MemoryParams(writer=FAST),
         recall=recall,
     )
     try:
@@ -236,8 +235,8 @@ async def test_a_late_semantic_ranking_does_not_delay_the_turn(
 ):
     # every ranking in a worker thread (as for a large index), and the asking turn's blocks
     monkeypatch.setattr(semantic_module, "INLINE_ROWS", 0)
-    embedder = BlockingEmbedder(semantic.embedder)
-    options = SemanticRecall(embedder=embedder)
+    embedder = BlockingEmbedder(embedder_for(semantic))
+    options = SemanticRecallParams(embedder=embedder)
     seen: list[int] = []
 
     def handler(body: dict) -> Reply:
@@ -277,21 +276,21 @@ def test_asking_for_semantic_without_the_extra_names_it(monkeypatch):
         lambda name, *a: None if name == "wordllama" else real(name, *a),
     )
     with pytest.raises(ImportError, match=r"pipecat-summarizer\[semantic\]"):
-        SemanticRecall()
+        SemanticRecallParams()
     with pytest.raises(ImportError, match="'semantic' extra"):
-        RecallParams(semantic=SemanticRecall())
+        RecallParams(semantic=SemanticRecallParams())
     RecallParams()  # lexical recall needs nothing
 
 
 def test_semantic_options_are_validated_by_field():
-    with pytest.raises(TypeError, match="recall.semantic must be a SemanticRecall"):
+    with pytest.raises(TypeError, match="recall.semantic must be a SemanticRecallParams"):
         RecallParams(semantic={"min_similarity": 0.3})
     with pytest.raises(ValueError, match="recall.semantic.min_similarity"):
-        SemanticRecall(min_similarity=2.0)
+        SemanticRecallParams(min_similarity=2.0)
     with pytest.raises(ValueError, match="recall.semantic.candidates"):
-        SemanticRecall(candidates=0)
+        SemanticRecallParams(candidates=0)
     with pytest.raises(TypeError, match="recall.semantic.embedder"):
-        SemanticRecall(embedder="wordllama")  # type: ignore[arg-type]
+        SemanticRecallParams(embedder="wordllama")  # type: ignore[arg-type]
 
 
 def test_semantic_recall_needs_a_store_archive(semantic):
@@ -340,7 +339,7 @@ def test_importing_the_package_does_not_load_the_model():
 
 
 def test_the_embedder_gives_unit_vectors_and_a_zero_row_for_nothing(semantic):
-    e = semantic.embedder
+    e = embedder_for(semantic)
     v = e.embed(["Rex the dog", ""])
     assert v.dtype == np.float32 and v.shape == (2, 256)
     assert abs(float(np.linalg.norm(v[0])) - 1.0) < 1e-5

@@ -15,8 +15,13 @@ from dataclasses import replace
 
 import pytest
 
-from pipecat_summarizer._recall.rules import RecallParams
-from pipecat_summarizer._recall.semantic import SemanticIndex, SemanticRecall, WordLlamaEmbedder
+from pipecat_summarizer._recall.semantic import (
+    SemanticIndex,
+    WordLlamaEmbedder,
+    embedder_for,
+    load_semantic_model,
+)
+from pipecat_summarizer.params import RecallParams, SemanticRecallParams
 from pipecat_summarizer.store import MemoryStore, SQLiteMemoryStore
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 from tests.openai_server import Reply, is_summary_request
@@ -28,10 +33,10 @@ BOB_ASK = "What art do I make?"
 
 
 @pytest.fixture(scope="module")
-def semantic() -> SemanticRecall:
+def semantic() -> SemanticRecallParams:
     """One model for the module, loaded before the calls (as an application would)."""
-    options = SemanticRecall()
-    options.load()
+    options = SemanticRecallParams()
+    load_semantic_model(options)
     return options
 
 
@@ -169,8 +174,8 @@ async def test_indexing_a_large_archive_leaves_the_loop_free(tmp_path, semantic)
                 *_messages("c1", "al", texts),
             ]
         )
-        embedder = ThreadRecordingEmbedder(semantic.embedder)
-        index = SemanticIndex(SemanticRecall(embedder=embedder), call_id="c2", user_id="al")
+        embedder = ThreadRecordingEmbedder(embedder_for(semantic))
+        index = SemanticIndex(SemanticRecallParams(embedder=embedder), call_id="c2", user_id="al")
         indexing = asyncio.ensure_future(index.refresh(store))
         frames = 0  # frames that began after the embedding began and ended before its end
         while not indexing.done():
@@ -254,8 +259,8 @@ async def test_forget_during_a_call_stops_semantic_recall_quoting_it(openai_serv
     detail, though her index had embedded it. Forgotten through another store object (another
     process, an admin tool), the live call's store never counted it: the recall step reads the
     tombstone beside its search and the index drops the caller before it ranks."""
-    semantic = SemanticRecall()
-    semantic.load()
+    semantic = SemanticRecallParams()
+    load_semantic_model(semantic)
     recall = replace(RecallParams(latency_budget_s=5.0), semantic=semantic)
     store = SQLiteMemoryStore(tmp_path / "m.db")
     admin = store if by == "the call's store" else SQLiteMemoryStore(tmp_path / "m.db")

@@ -9,8 +9,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipecat_summarizer._recall.rules import RecallParams, View, select_hits
+from pipecat_summarizer._recall.rules import View, select_hits
 from pipecat_summarizer._recall.semantic import SemanticHit, fuse, top_matches, unit_rows
+from pipecat_summarizer.params import RecallParams
 
 sims_lists = st.lists(
     st.floats(min_value=-1, max_value=1, allow_nan=False, width=32), min_size=0, max_size=60

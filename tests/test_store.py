@@ -15,7 +15,8 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER, MemoryOptions
+from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER
+from pipecat_summarizer.params import MemoryParams, WriterParams
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -24,11 +25,10 @@ from pipecat_summarizer.store.records import (
     FactEvent,
     sha256_hex,
 )
-from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, texts_of, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful voice assistant."
 
 
@@ -186,9 +186,9 @@ async def test_search_is_ranked_filtered_and_takes_any_words_safely(store):
 async def test_sqlite_any_word_search_ranks_the_rarest_words(tmp_path, monkeypatch):
     # a word in thousands of messages is left out of the ranked query once the rarer
     # words' matches reach RANK_MATCHES (here 3): scoring all its matches is the slow part
-    from pipecat_summarizer.store import sqlite
+    from pipecat_summarizer.store import _sqlite_search, sqlite
 
-    monkeypatch.setattr(sqlite, "RANK_MATCHES", 3)
+    monkeypatch.setattr(_sqlite_search, "RANK_MATCHES", 3)
     store = sqlite.SQLiteMemoryStore(tmp_path / "m.db")
     try:
         await store.write(
@@ -292,7 +292,7 @@ async def _call(server, target, *, user_id, call_id, texts, memory=None, pins=()
         store=store,
         call_id=call_id,
         user_id=user_id,
-        memory=memory or MemoryOptions(writer=FAST),
+        memory=memory or MemoryParams(writer=FAST),
     )
     for key, text in pins:
         processor.pin(key, text)
@@ -414,7 +414,7 @@ async def test_a_call_is_recorded_and_a_returning_caller_is_remembered(openai_se
         user_id="alice",
         call_id="call-3",
         texts=["hello"],
-        memory=MemoryOptions(resume=False, writer=FAST),
+        memory=MemoryParams(resume=False, writer=FAST),
     )
     await _call(openai_server, store_target, user_id="bob", call_id="call-4", texts=["hello"])
     for body in openai_server.chat_requests:
@@ -469,7 +469,7 @@ async def test_database_down_for_a_stretch_of_turns(
         store=store,
         call_id="down",
         user_id="carol",
-        memory=MemoryOptions(writer=FAST, flush_timeout_s=20),
+        memory=MemoryParams(writer=FAST, flush_timeout_s=20),
     )
 
     async def recover_after_six_turns():
@@ -549,7 +549,7 @@ async def test_evicted_messages_keep_their_place_until_summarized_or_replaced(
         ),
         store=store,
         call_id="evict",
-        memory=MemoryOptions(writer=FAST),
+        memory=MemoryParams(writer=FAST),
     )
     system = context.messages[0]
     frames = [

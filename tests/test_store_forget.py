@@ -12,14 +12,13 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer.params import MemoryParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord, FactEvent
-from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 WORD = "Quetzalcoatlus"
 
 
@@ -38,7 +37,7 @@ async def _call(server, store, *, texts, forget_after=None, admin=None):
         store=store,
         call_id="room-1",
         user_id="alice",
-        memory=MemoryOptions(writer=FAST),
+        memory=MemoryParams(writer=FAST),
     )
     processor.pin("pet", f"Alice has a {WORD}")
 

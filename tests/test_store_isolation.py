@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 
-from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer.params import MemoryParams, WriterParams
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import texts_of
 from tests.test_store import _call as _store_call
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful voice assistant."
 PASSPORT = "My passport number is XK7731952 and I fly to Lisbon."
 
@@ -112,7 +111,7 @@ async def test_a_v3_store_migrates_on_open(store_target, backend):
     if backend == "sqlite":
         import sqlite3
 
-        from pipecat_summarizer.store.sqlite import MIGRATIONS, scope_of
+        from pipecat_summarizer.store._sqlite_schema import MIGRATIONS, scope_of
 
         conn = sqlite3.connect(store_target, isolation_level=None)
         conn.create_function("pcs_scope", 2, scope_of, deterministic=True)
@@ -127,7 +126,7 @@ async def test_a_v3_store_migrates_on_open(store_target, backend):
     else:
         import asyncpg
 
-        from pipecat_summarizer.store.postgres import _migrations
+        from pipecat_summarizer.store._postgres_schema import migrations as _migrations
 
         conn = await asyncpg.connect(store_target)
         await conn.execute("CREATE TABLE schema_version(version INTEGER NOT NULL)")
@@ -157,7 +156,7 @@ async def test_two_sessions_under_one_id_at_once_on_two_workers(store_target):
     stores = [open_store(store_target), open_store(store_target)]
     try:
         recorders = [
-            CallRecorder(s, "shared-room", user, MemoryOptions(resume=False, writer=FAST))
+            CallRecorder(s, "shared-room", user, MemoryParams(resume=False, writer=FAST))
             for s, user in zip(stores, ("alice", "bob"), strict=True)
         ]
         for r in recorders:

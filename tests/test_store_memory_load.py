@@ -9,12 +9,12 @@ import socket
 
 import asyncpg
 
-from pipecat_summarizer._session.recorder import CallRecorder, MemoryOptions
+from pipecat_summarizer._session.recorder import CallRecorder
+from pipecat_summarizer.params import MemoryParams, WriterParams
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer.store.records import CallRecord, FactEvent
-from pipecat_summarizer.store.writer import WriterOptions
 
-FAST = WriterOptions(flush_interval_s=0.02, max_backoff_s=0.1, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.02, max_backoff_s=0.1, write_timeout_s=5)
 
 
 async def _known_caller(store) -> None:
@@ -39,7 +39,7 @@ async def test_take_memory_never_waits_and_gives_the_memory_once(store_target):
     store = open_store(store_target)
     try:
         await _known_caller(store)
-        recorder = CallRecorder(store, "room-1", "alice", MemoryOptions(writer=FAST))
+        recorder = CallRecorder(store, "room-1", "alice", MemoryParams(writer=FAST))
         recorder.start()
         assert recorder.memory_pending
         assert recorder.take_memory() is None  # still loading: returns at once
@@ -64,7 +64,7 @@ async def test_a_locked_store_delays_neither_the_call_row_nor_the_frame(pg_serve
         lock = locker.transaction()
         await lock.start()
         await locker.execute("LOCK TABLE caller_facts IN ACCESS EXCLUSIVE MODE")
-        options = MemoryOptions(writer=FAST, load_timeout_s=0.3)
+        options = MemoryParams(writer=FAST, load_timeout_s=0.3)
         recorder = CallRecorder(store, "room-2", "alice", options)
         recorder.start()
         # the call row is written while the memory's read waits for the lock
@@ -94,7 +94,7 @@ async def test_a_failed_load_is_one_warning_that_says_why(logs):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     store = open_store(f"postgresql://nobody:pw@127.0.0.1:{port}/memory", connect_timeout_s=2)
-    recorder = CallRecorder(store, "room-3", "alice", MemoryOptions(writer=FAST))
+    recorder = CallRecorder(store, "room-3", "alice", MemoryParams(writer=FAST))
     recorder.start()
     assert await _settle(recorder) is None
     assert recorder.take_memory() is None

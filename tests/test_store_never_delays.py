@@ -11,13 +11,13 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER, MemoryOptions
+from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER
+from pipecat_summarizer.params import MemoryParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.writer import WriterOptions
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful hotel concierge."
 
 
@@ -59,7 +59,7 @@ async def test_a_locked_store_never_holds_the_first_turn(openai_server, tmp_path
 
     openai_server.handler = handler
     first = [f"Room 418 detail number {i}, please note it." for i in range(6)]
-    await _call(openai_server, path, first, call_id="call-1", options=MemoryOptions(writer=FAST))
+    await _call(openai_server, path, first, call_id="call-1", options=MemoryParams(writer=FAST))
     served.clear()
 
     # another process holds the file: readers wait too (WAL lets them read otherwise)
@@ -75,7 +75,7 @@ async def test_a_locked_store_never_holds_the_first_turn(openai_server, tmp_path
             ["Hello again, it's me.", "Can you check my room?", "And breakfast times?"],
             call_id="call-2",
             # generous: without the fix the first frame waits this long for the store
-            options=MemoryOptions(writer=FAST, load_timeout_s=3.0),
+            options=MemoryParams(writer=FAST, load_timeout_s=3.0),
             messages=20,  # no summary of this call: the earlier calls' takes its place
         )
     finally:

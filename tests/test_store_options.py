@@ -10,14 +10,8 @@ import sqlite3
 
 import pytest
 
-from pipecat_summarizer._session.recorder import MemoryOptions
-from pipecat_summarizer.store import (
-    SQLiteMemoryStore,
-    StoreError,
-    StoreWriter,
-    WriterOptions,
-    open_store,
-)
+from pipecat_summarizer.params import MemoryParams, WriterParams
+from pipecat_summarizer.store import SQLiteMemoryStore, StoreError, StoreWriter, open_store
 from pipecat_summarizer.store.records import ArchivedMessage
 
 SECRET = "hun:ter2"
@@ -25,12 +19,12 @@ SECRET = "hun:ter2"
 
 def test_memory_options_are_checked_by_name():
     with pytest.raises(TypeError, match="resume"):
-        MemoryOptions(resume="no")
+        MemoryParams(resume="no")
     with pytest.raises(TypeError, match="earlier_calls_tokens"):
-        MemoryOptions(earlier_calls_tokens="300")
+        MemoryParams(earlier_calls_tokens="300")
     with pytest.raises(ValueError, match="flush_interval_s"):
-        WriterOptions(flush_interval_s=1e-9)  # would spin the loop
-    assert WriterOptions(flush_interval_s=0.01).flush_interval_s == 0.01
+        WriterParams(flush_interval_s=1e-9)  # would spin the loop
+    assert WriterParams(flush_interval_s=0.01).flush_interval_s == 0.01
 
 
 def test_store_options_are_checked_by_name(tmp_path):
@@ -78,7 +72,7 @@ def _m(i: int) -> ArchivedMessage:
 
 
 async def _warning_of(store, logs) -> str:
-    writer = StoreWriter(store, WriterOptions(flush_interval_s=0.02, max_backoff_s=0.05))
+    writer = StoreWriter(store, WriterParams(flush_interval_s=0.02, max_backoff_s=0.05))
     writer.start()
     writer.submit(_m(0))
     while writer.failures < 1:

@@ -13,8 +13,8 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._session.recorder import MemoryOptions
-from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter, WriterOptions, open_store
+from pipecat_summarizer.params import MemoryParams, WriterParams
+from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter, open_store
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallRecord,
@@ -24,7 +24,7 @@ from pipecat_summarizer.store.records import (
 from tests.openai_server import Reply, is_summary_request
 from tests.pipeline_utils import build, cfg, main_llm, turns
 
-FAST = WriterOptions(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 
 
 def _m(call: str, i: int, text: str, **kw) -> ArchivedMessage:
@@ -107,7 +107,7 @@ async def test_the_close_never_calls_lost_what_was_written_after_the_wait(tmp_pa
     await store.open()
     lock = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     lock.execute("BEGIN EXCLUSIVE")  # another process holds the database
-    writer = StoreWriter(store, WriterOptions(flush_interval_s=5), name="call c1")
+    writer = StoreWriter(store, WriterParams(flush_interval_s=5), name="call c1")
     writer.start()
     for i in range(3):
         writer.submit(_m("c1", i, f"words {i}"))
@@ -142,7 +142,7 @@ async def test_a_call_with_a_nul_in_a_turn_archives_everything(openai_server, st
         store=store,
         call_id="nul-call",
         user_id="u",
-        memory=MemoryOptions(writer=FAST),
+        memory=MemoryParams(writer=FAST),
     )
     try:
         await run_test(

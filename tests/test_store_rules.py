@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipecat_summarizer._record.pinned import PinnedFacts
-from pipecat_summarizer._session.recorder import MemoryOptions
+from pipecat_summarizer.params import MemoryParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from pipecat_summarizer.store.base import query_words
 from pipecat_summarizer.store.records import (
@@ -22,7 +22,7 @@ from pipecat_summarizer.store.records import (
     message_text,
     tool_call_ids,
 )
-from pipecat_summarizer.store.writer import StoreWriter, WriterOptions
+from pipecat_summarizer.store.writer import StoreWriter
 
 
 def test_fact_changes_name_the_action_and_who():
@@ -109,11 +109,11 @@ def test_message_text_and_tool_call_ids():
 
 def test_options_are_validated_by_name():
     with pytest.raises(ValueError, match="max_queue"):
-        WriterOptions(max_queue=0)
+        WriterParams(max_queue=0)
     with pytest.raises(ValueError, match="flush_interval_s"):
-        WriterOptions(flush_interval_s=0)
+        WriterParams(flush_interval_s=0)
     with pytest.raises(ValueError, match="load_timeout_s"):
-        MemoryOptions(load_timeout_s=-1)
+        MemoryParams(load_timeout_s=-1)
     with pytest.raises(ValueError, match="retention_days"):
         SQLiteMemoryStore(retention_days=0)
     with pytest.raises(ValueError, match="path"):
@@ -131,7 +131,7 @@ async def test_a_full_queue_drops_the_oldest_with_one_error_and_keeps_the_newest
     lock = sqlite3.connect(path, isolation_level=None)
     lock.execute("BEGIN EXCLUSIVE")  # the database is locked by another process
     writer = StoreWriter(
-        store, WriterOptions(max_queue=5, flush_interval_s=0.02, max_backoff_s=0.05)
+        store, WriterParams(max_queue=5, flush_interval_s=0.02, max_backoff_s=0.05)
     )
     writer.start()
     for i in range(12):

@@ -2,9 +2,10 @@
 
 Lexical recall (:mod:`pipecat_summarizer._recall.rules`) finds an archived message when it shares
 the query's words; it misses a paraphrase ("my pet" / "Rex the dog", "why did she start
-running?" / "to de-stress and clear my mind"). With ``RecallParams(semantic=SemanticRecall())``
-each turn also ranks the caller's archived messages by the cosine similarity of their
-embeddings with the query's, and fuses that ranking with the lexical one (see :func:`fuse`).
+running?" / "to de-stress and clear my mind"). With
+``RecallParams(semantic=SemanticRecallParams())`` each turn also ranks the caller's archived
+messages by the cosine similarity of their embeddings with the query's, and fuses that ranking
+with the lexical one (see :func:`fuse`).
 
 The embeddings come from WordLlama (the ``semantic`` extra: ``pip install
 'pipecat-summarizer[semantic]'``): static token embeddings shipped inside the wheel, numpy on
@@ -38,12 +39,8 @@ import numpy as np
 from loguru import logger
 
 from pipecat_summarizer._text.messages import ArchivedText
-from pipecat_summarizer._validation import validate_numeric_fields
-
-#: How to install what semantic recall needs.
-EXTRA_HINT = (
-    "semantic recall needs the 'semantic' extra: pip install 'pipecat-summarizer[semantic]'"
-)
+from pipecat_summarizer.errors import SEMANTIC_EXTRA_HINT as EXTRA_HINT
+from pipecat_summarizer.params import SemanticRecallParams
 
 #: The roles whose messages are embedded (instructions are never recalled, tool output is
 #: left to the lexical search: JSON says little to a sentence embedding).
@@ -165,53 +162,48 @@ def _load_wordllama(dim: int) -> Any:
     return WordLlamaInference(table, tokenizer)
 
 
-@dataclass
-class SemanticRecall:
-    """Semantic recall's options: ``RecallParams(semantic=SemanticRecall())``.
+_shared: WordLlamaEmbedder | None = None
+_shared_lock = threading.Lock()
 
-    Parameters:
-        min_similarity: Least cosine similarity of a message and the query for it to be
-            recalled without sharing the query's words: on LoCoMo 0.25 did best of 0.2-0.35
-            with the default block, 0.2 with ``RecallParams.broad()``, whose larger block has
-            room for the looser matches (benchmarks/README.md).
-        candidates: Messages taken from the semantic ranking each turn (after the lexical
-            hits).
-        max_calls: The caller's most recent calls whose messages are embedded.
-        embedder: The model; by default one :class:`WordLlamaEmbedder` shared by every call
-            using these options.
+
+def embedder_for(semantic: SemanticRecallParams) -> Embedder:
+    """The model ``semantic`` names: its own ``embedder``, or else WordLlama's, one per process
+    (built here, where it is used: the params hold settings only). Cheap: the model itself
+    loads on first use, or with :func:`load_semantic_model`."""
+    if semantic.embedder is not None:
+        return semantic.embedder
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = WordLlamaEmbedder()
+        return _shared
+
+
+def load_semantic_model(semantic: SemanticRecallParams | None = None) -> None:
+    """Load the model semantic recall uses now (blocking, about a second; nothing is
+    downloaded): at the application's start, so a call's first turns need not wait for it
+    (otherwise the first call loads it in a worker thread, and its turns go lexical only until
+    then).
+
+    Args:
+        semantic: The params whose model to load; ``None`` for the default (WordLlama, one
+            per process, shared by every call whose params name no ``embedder``).
 
     Raises:
-        ImportError: Without ``embedder``, if the ``semantic`` extra is not installed.
+        ImportError: If the ``semantic`` extra is not installed.
     """
+    load = getattr(embedder_for(semantic or SemanticRecallParams()), "load", None)
+    if callable(load):
+        load()
 
-    min_similarity: float = 0.25
-    candidates: int = 30
-    max_calls: int = 50
-    embedder: Embedder | None = field(default=None, repr=False)
 
-    def __post_init__(self):
-        """Validate the fields (each error names its field)."""
-        validate_numeric_fields(self, "recall.semantic.")
-        if not -1.0 <= self.min_similarity <= 1.0:
-            raise ValueError("recall.semantic.min_similarity must be between -1 and 1")
-        for name in ("candidates", "max_calls"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"recall.semantic.{name} must be at least 1")
-        if self.embedder is None:
-            self.embedder = WordLlamaEmbedder()
-        elif not isinstance(self.embedder, Embedder):
-            raise TypeError(
-                "recall.semantic.embedder must have embed(texts) -> array, "
-                f"got {type(self.embedder).__name__}"
-            )
+class SemanticRecall(SemanticRecallParams):
+    """The 0.2 name of :class:`SemanticRecallParams`, with its ``load()`` (one release; the
+    package's ``SemanticRecall`` warns). ``load()`` is :func:`load_semantic_model`."""
 
     def load(self) -> None:
-        """Load the model now (blocking, about a second): at the application's start, so a
-        call's first turns need not wait for it (otherwise the first call loads it in a
-        worker thread, and its turns go lexical only until then)."""
-        load = getattr(self.embedder, "load", None)
-        if callable(load):
-            load()
+        """Load the model now (deprecated: :func:`load_semantic_model`)."""
+        load_semantic_model(self)
 
 
 # -- the rules -------------------------------------------------------------------------
@@ -370,10 +362,10 @@ class SemanticIndex:
         user_id: The caller (their earlier calls are indexed too); ``None`` for this call only.
     """
 
-    def __init__(self, semantic: SemanticRecall, *, call_id: str | None, user_id: str | None):
+    def __init__(self, semantic: SemanticRecallParams, *, call_id: str | None, user_id: str | None):
         """Create an empty index."""
         self.semantic = semantic
-        self.embedder: Embedder = semantic.embedder  # type: ignore[assignment]
+        self.embedder: Embedder = embedder_for(semantic)
         self.call_id = call_id
         self.user_id = user_id
         self._state = _State()
@@ -701,7 +693,8 @@ __all__ = [
     "Embedder",
     "SemanticHit",
     "SemanticIndex",
-    "SemanticRecall",
+    "embedder_for",
+    "load_semantic_model",
     "WordLlamaEmbedder",
     "fuse",
     "top_matches",

@@ -32,13 +32,13 @@ from pipecat_summarizer._recall.render import (
     window,
     without_recall,
 )
-from pipecat_summarizer._recall.rules import RecallParams
 from pipecat_summarizer._recall.select import Snippet, View, make_view, select_hits, still_relevant
 from pipecat_summarizer._text.messages import spoken_text as message_text
 from pipecat_summarizer._text.tokens import estimate_text_tokens as estimate_tokens
 from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS as STOPWORDS
 from pipecat_summarizer._text.vocabulary import search_stem as stem
 from pipecat_summarizer._text.vocabulary import words
+from pipecat_summarizer.params import RecallParams
 
 _Found = tuple[list[Any], dict[tuple[str, int], tuple[str, str]]]
 

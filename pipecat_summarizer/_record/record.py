@@ -1,6 +1,6 @@
-"""The memory record: what the model sees besides the verbatim turns.
+"""The conversation record: what the model sees besides the verbatim turns.
 
-:class:`ConversationMemory` owns the pinned facts (by source), the rolling summary (its text,
+:class:`ConversationRecord` owns the pinned facts (by source), the rolling summary (its text,
 its message and the template it was rendered with) and the facts folded out of the pinned
 block over budget, and renders them as the messages of the context's head:
 
@@ -25,13 +25,14 @@ from one call to the next: the processor's splice and the prompt cache rely on i
 While a summary is in flight (``in_flight=True``) the summary message must not change, since
 the splice finds it by identity; facts over budget then wait for the summary to land.
 
-The store plugs in here: :attr:`ConversationMemory.on_facts_changed` sees every fact change,
-:meth:`ConversationMemory.load` gives a returning caller their facts and earlier-calls
-summary; recall reads :meth:`ConversationMemory.texts_in_view`.
+The store plugs in here: :attr:`ConversationRecord.on_facts_changed` sees every fact change,
+:meth:`ConversationRecord.load` gives a returning caller their facts and earlier-calls
+summary; recall reads :meth:`ConversationRecord.texts_in_view`.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,15 +90,15 @@ def joined_earlier(earlier: str, summary: str) -> str:
 
 @dataclass(frozen=True)
 class SummaryDraft:
-    """A summary ready to be spliced: :meth:`ConversationMemory.absorb` makes it, the
-    processor splices ``message`` in, then :meth:`ConversationMemory.commit` adopts it."""
+    """A summary ready to be spliced: :meth:`ConversationRecord.absorb` makes it, the
+    processor splices ``message`` in, then :meth:`ConversationRecord.commit` adopts it."""
 
     message: dict
     text: str
     config: LLMContextSummaryConfig
 
 
-class ConversationMemory:
+class ConversationRecord:
     """Pinned facts, the rolling summary and folded facts, rendered as head messages.
 
     Args:
@@ -579,3 +580,16 @@ class ConversationMemory:
         current = messages if new is None else new
         rendered = self.render(current)
         return new if rendered is None else rendered
+
+
+def __getattr__(name: str) -> object:
+    """``ConversationMemory``, renamed ``ConversationRecord`` in 0.2 ("memory" is the durable
+    store across calls): one release, with a warning."""
+    if name == "ConversationMemory":
+        warnings.warn(
+            "ConversationMemory is deprecated: use ConversationRecord",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ConversationRecord
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from pipecat_summarizer._validation import validate_numeric_fields
+from pipecat_summarizer.params import MemoryParams
 from pipecat_summarizer.store.base import MemoryStore, error_reason
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -41,48 +41,10 @@ from pipecat_summarizer.store.records import (
     sha256_hex,
     tool_call_ids,
 )
-from pipecat_summarizer.store.writer import StoreWriter, WriterOptions
+from pipecat_summarizer.store.writer import StoreWriter
 
 if TYPE_CHECKING:
     from pipecat_summarizer.events import ContextCompactedEvent
-
-
-@dataclass
-class MemoryOptions:
-    """How a call uses its store.
-
-    Parameters:
-        resume: Start a known caller's call (``user_id`` set) with their pinned facts and an
-            "earlier calls" summary from the store. ``False`` records only.
-        earlier_calls_tokens: Token budget of the "earlier calls" summary.
-        max_earlier_calls: Most earlier calls whose summaries are considered.
-        load_timeout_s: No frame ever waits for the caller's memory: it loads in the
-            background and joins the context at the first frame after it arrives, if it
-            arrives within this many seconds of the start of the call; later, it is not
-            applied (the call has gone on without it) and one WARNING says so.
-        flush_timeout_s: ``EndFrame``/``CancelFrame`` wait at most this long for the queue
-            to be written.
-        writer: Queue size, flush interval (default 1 s) and retry settings.
-    """
-
-    resume: bool = True
-    earlier_calls_tokens: int = 300
-    max_earlier_calls: int = 5
-    load_timeout_s: float = 30.0
-    flush_timeout_s: float = 3.0
-    writer: WriterOptions = field(default_factory=WriterOptions)
-
-    def __post_init__(self):
-        """Validate the options."""
-        if not isinstance(self.resume, bool):
-            raise TypeError(f"resume must be True or False, got {type(self.resume).__name__}")
-        validate_numeric_fields(self)
-        if self.earlier_calls_tokens < 0 or self.max_earlier_calls < 0:
-            raise ValueError("earlier_calls_tokens and max_earlier_calls must not be negative")
-        if self.load_timeout_s < 0 or self.flush_timeout_s < 0:
-            raise ValueError("load_timeout_s and flush_timeout_s must not be negative")
-        if not isinstance(self.writer, WriterOptions):
-            raise TypeError("writer must be a WriterOptions")
 
 
 EARLIER_CALLS_HEADER = "From earlier calls with this caller:"
@@ -98,7 +60,7 @@ class CallRecorder:
             ``session_id``, with ``call_id`` as the label its call row carries.
         user_id: The caller's id, if known: needed to resume and to ``forget``. One id per
             person: callers who share one share their memory.
-        options: Memory options.
+        options: How the call uses its store (``MemoryParams``).
 
     Raises:
         ValueError: If ``call_id`` or ``user_id`` cannot be stored (empty, longer than
@@ -110,7 +72,7 @@ class CallRecorder:
         store: MemoryStore,
         call_id: str | None = None,
         user_id: str | None = None,
-        options: MemoryOptions | None = None,
+        options: MemoryParams | None = None,
     ):
         """Create the recorder (its writer starts with the call)."""
         if not isinstance(store, MemoryStore):
@@ -118,15 +80,15 @@ class CallRecorder:
         for name, value in (("call_id", call_id), ("user_id", user_id)):
             if value is not None:
                 check_id(name, value)
-        if options is not None and not isinstance(options, MemoryOptions):
-            raise TypeError(f"memory must be a MemoryOptions, got {type(options).__name__}")
+        if options is not None and not isinstance(options, MemoryParams):
+            raise TypeError(f"memory must be a MemoryParams, got {type(options).__name__}")
         self.store = store
         #: The application's id of the call (the label of its call row).
         self.call_id = call_id or uuid.uuid4().hex
         #: This session's key in the store: its records' ``call_id`` (unique per recorder).
         self.session_id = uuid.uuid4().hex if call_id else self.call_id
         self.user_id = user_id
-        self.options = options or MemoryOptions()
+        self.options = options or MemoryParams()
         self.writer = StoreWriter(store, self.options.writer, name=f"call {self.call_id}")
         self.turns = 0
         self.started_at = time.time()
@@ -451,3 +413,15 @@ class CallRecorder:
         )
         self._pending_pos.clear()
         return await self.writer.close(self.options.flush_timeout_s)
+
+
+def __getattr__(name: str) -> object:
+    """``MemoryOptions``, renamed ``MemoryParams`` in 0.2: one release, with a warning."""
+    if name == "MemoryOptions":
+        warnings.warn(
+            "MemoryOptions is deprecated: use MemoryParams",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return MemoryParams
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,7 @@ modules whose names start with ``_`` (rows, writer, opening, DSN masking) are in
 import their public names from here.
 """
 
+from pipecat_summarizer.params import WriterParams
 from pipecat_summarizer.store._dsn import dsn_password, mask_dsn
 from pipecat_summarizer.store._opening import open_store
 from pipecat_summarizer.store.base import MemoryStore, StoreError
@@ -26,7 +27,7 @@ from pipecat_summarizer.store.records import (
     SearchHit,
 )
 from pipecat_summarizer.store.sqlite import SQLiteMemoryStore
-from pipecat_summarizer.store.writer import StoreWriter, WriterOptions
+from pipecat_summarizer.store.writer import StoreWriter
 
 __all__ = [
     "ArchivedMessage",
@@ -40,7 +41,7 @@ __all__ = [
     "SearchHit",
     "StoreError",
     "StoreWriter",
-    "WriterOptions",
+    "WriterParams",
     "dsn_password",
     "mask_dsn",
     "open_store",
@@ -53,4 +54,13 @@ def __getattr__(name: str):
         from pipecat_summarizer.store.postgres import PostgresMemoryStore
 
         return PostgresMemoryStore
+    if name == "WriterOptions":  # renamed in 0.2: one release, with a warning
+        import warnings
+
+        warnings.warn(
+            "WriterOptions is deprecated: use WriterParams (pipecat_summarizer.params)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return WriterParams
     raise AttributeError(name)

@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+import warnings
 from collections import deque
-from dataclasses import dataclass
 
 from loguru import logger
 
-from pipecat_summarizer._validation import validate_numeric_fields
+from pipecat_summarizer.params import WriterParams
 from pipecat_summarizer.store.base import MemoryStore, error_reason, is_outage
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -37,44 +37,6 @@ from pipecat_summarizer.store.records import (
 
 #: What :meth:`StoreWriter.submit` takes.
 RECORD_TYPES = (ArchivedMessage, CompactionRecord, FactEvent, CallRecord)
-
-#: The shortest flush interval (a smaller one would spin the event loop).
-MIN_FLUSH_INTERVAL_S = 0.01
-
-
-@dataclass
-class WriterOptions:
-    """How the writer queues and flushes.
-
-    Parameters:
-        max_queue: Records that may wait; beyond it the oldest is dropped.
-        flush_interval_s: Seconds between flushes (the most a killed process loses); at
-            least ``MIN_FLUSH_INTERVAL_S`` (0.01).
-        batch_size: Records per transaction.
-        max_backoff_s: Cap on the wait between retries while the database is down.
-        write_timeout_s: A write that takes longer counts as an outage (its records stay
-            queued, and the next attempt waits for it to settle first: writes are
-            idempotent, so a late commit does no harm).
-    """
-
-    max_queue: int = 10_000
-    flush_interval_s: float = 1.0
-    batch_size: int = 500
-    max_backoff_s: float = 30.0
-    write_timeout_s: float = 10.0
-
-    def __post_init__(self):
-        """Validate the options."""
-        validate_numeric_fields(self)
-        if self.max_queue < 1 or self.batch_size < 1:
-            raise ValueError("max_queue and batch_size must be at least 1")
-        if self.flush_interval_s <= 0 or self.max_backoff_s <= 0 or self.write_timeout_s <= 0:
-            raise ValueError("flush_interval_s, max_backoff_s and write_timeout_s must be > 0")
-        if self.flush_interval_s < MIN_FLUSH_INTERVAL_S:
-            raise ValueError(
-                f"flush_interval_s must be at least {MIN_FLUSH_INTERVAL_S} "
-                f"(got {self.flush_interval_s!r}: a shorter interval spins the event loop)"
-            )
 
 
 class _Outage(Exception):
@@ -94,16 +56,16 @@ class StoreWriter:
         name: For log lines (a call id, never conversation text).
     """
 
-    def __init__(self, store: MemoryStore, options: WriterOptions | None = None, name: str = ""):
+    def __init__(self, store: MemoryStore, options: WriterParams | None = None, name: str = ""):
         """Create the writer; :meth:`start` starts its task."""
         if not isinstance(store, MemoryStore):
             raise TypeError(f"store must be a MemoryStore, got {type(store).__name__}")
-        if options is not None and not isinstance(options, WriterOptions):
-            raise TypeError(f"options must be a WriterOptions, got {type(options).__name__}")
+        if options is not None and not isinstance(options, WriterParams):
+            raise TypeError(f"options must be a WriterParams, got {type(options).__name__}")
         if not isinstance(name, str):
             raise TypeError(f"name must be a string, got {type(name).__name__}")
         self.store = store
-        self.options = options or WriterOptions()
+        self.options = options or WriterParams()
         self.name = name
         self._queue: deque[Record] = deque()
         self._task: asyncio.Task | None = None
@@ -338,3 +300,15 @@ class StoreWriter:
                 "while the queue was full"
             )
             self._overflowing = 0
+
+
+def __getattr__(name: str) -> object:
+    """``WriterOptions``, renamed ``WriterParams`` in 0.2: one release, with a warning."""
+    if name == "WriterOptions":
+        warnings.warn(
+            "WriterOptions is deprecated: use WriterParams (pipecat_summarizer.params)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return WriterParams
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

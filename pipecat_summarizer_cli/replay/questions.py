@@ -55,11 +55,14 @@ from pipecat.workers.runner import WorkerRunner
 from pipecat_summarizer import (
     ContextSummarizer,
     ContextSummarizerParams,
-    MemoryOptions,
+    MemoryParams,
     RecallParams,
+    SemanticRecallParams,
+    WriterParams,
+    load_semantic_model,
 )
 from pipecat_summarizer._recall.rules import is_recall_message
-from pipecat_summarizer.store import MemoryStore, WriterOptions
+from pipecat_summarizer.store import MemoryStore
 from pipecat_summarizer_cli.replay.backends import (
     Backend,
     Meter,
@@ -83,7 +86,7 @@ from pipecat_summarizer_cli.replay.transcript import Step, Turn, context_message
 
 GREETING = "Hello, it's me again."
 _SESSION = re.compile(r"^\[Session (\d+)\b")
-_FAST_WRITER = WriterOptions(flush_interval_s=0.05)
+_FAST_WRITER = WriterParams(flush_interval_s=0.05)
 
 #: Across calls: the time between the greeting and the first question (a real greeting
 #: exchange takes seconds).
@@ -256,7 +259,7 @@ def _ours(
         store=store,
         call_id=call_id if store is not None else None,
         user_id=user_id if store is not None else None,
-        memory=MemoryOptions(resume=resume, writer=_FAST_WRITER) if store is not None else None,
+        memory=MemoryParams(resume=resume, writer=_FAST_WRITER) if store is not None else None,
         recall=recall,
     )
 
@@ -510,14 +513,15 @@ def register(subparsers: Any) -> None:
         type=float,
         default=None,
         metavar="X",
-        help="with --semantic: least cosine for a hit by meaning (default: SemanticRecall's)",
+        help="with --semantic: least cosine for a hit by meaning (default: SemanticRecallParams's)",
     )
     p.add_argument(
         "--candidates",
         type=int,
         default=None,
         metavar="N",
-        help="with --semantic: hits taken from the ranking by meaning (default: SemanticRecall's)",
+        help="with --semantic: hits taken from the ranking by meaning "
+        "(default: SemanticRecallParams's)",
     )
     p.add_argument(
         "--compact-at-end",
@@ -530,7 +534,7 @@ def register(subparsers: Any) -> None:
 
 def recall_params(args: argparse.Namespace) -> RecallParams:
     """The ``RecallParams`` the command's options ask for (``--semantic``: with a
-    ``SemanticRecall`` whose model is loaded now, once for the run).
+    ``SemanticRecallParams`` whose model is loaded now, once for the run).
 
     Raises:
         ImportError: ``--semantic`` without the ``semantic`` extra (the message says how
@@ -539,15 +543,13 @@ def recall_params(args: argparse.Namespace) -> RecallParams:
     """
     semantic = None
     if args.semantic:
-        # numpy comes with pipecat; SemanticRecall() raises the install hint without wordllama
-        from pipecat_summarizer import SemanticRecall
-
+        # SemanticRecallParams() raises the install hint without wordllama
         options: dict[str, Any] = {}
         if args.min_similarity is not None:
             options["min_similarity"] = args.min_similarity
         if args.candidates is not None:
             options["candidates"] = args.candidates
-        semantic = SemanticRecall(**options)
+        semantic = SemanticRecallParams(**options)
     elif args.min_similarity is not None or args.candidates is not None:
         raise ValueError("--min-similarity and --candidates need --semantic")
     preset = PRESETS[args.recall_preset]()
@@ -566,7 +568,7 @@ def recall_params(args: argparse.Namespace) -> RecallParams:
         semantic=semantic,
     )
     if semantic is not None:
-        semantic.load()  # once, before the first call (a call would go lexical meanwhile)
+        load_semantic_model(semantic)  # once: a call would go lexical meanwhile
     return recall
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from pipecat_summarizer import MemoryOptions
-from pipecat_summarizer.store import MemoryStore, WriterOptions, open_store
+from pipecat_summarizer import MemoryParams, WriterParams
+from pipecat_summarizer.store import MemoryStore, open_store
 from pipecat_summarizer_cli.replay.clock import real_time
 
 
@@ -48,4 +48,4 @@ def replay_store(target: str) -> MemoryStore:
 
 #: No caller memory across replayed strategies, and a short flush interval: the replay
 #: writes one call per strategy and closes the store when it ends.
-REPLAY_MEMORY = MemoryOptions(resume=False, writer=WriterOptions(flush_interval_s=0.2))
+REPLAY_MEMORY = MemoryParams(resume=False, writer=WriterParams(flush_interval_s=0.2))
