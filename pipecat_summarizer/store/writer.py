@@ -47,6 +47,13 @@ class _Outage(Exception):
         self.error = error
 
 
+def _seen(write: asyncio.Future) -> None:
+    """Mark a write's failure as read: it is handled by whoever waits for the write, or by
+    the next attempt; a flush cancelled first would leave asyncio to log it at exit."""
+    if not write.cancelled():
+        write.exception()
+
+
 class StoreWriter:
     """Queues records and writes them to ``store`` in the background.
 
@@ -226,11 +233,18 @@ class StoreWriter:
                 ]
                 self._inflight_batch = batch
                 self._inflight = asyncio.ensure_future(self._write_batch(batch))
-            # shielded: a flush that times out (the close's wait) leaves the write to finish,
-            # and a write that outlasts write_timeout_s is waited for by the next attempt
+                self._inflight.add_done_callback(_seen)
+            # asyncio.wait never cancels the write: a flush that times out (the close's wait)
+            # leaves it to finish, and one that outlasts write_timeout_s is waited for by the
+            # next attempt. Not wait_for(shield()): on 3.11 a wait_for cancelled in the loop
+            # turn its future settles returns the result and loses the cancel, and a close's
+            # drain then retried a full disk forever
             inflight = self._inflight
             try:
-                await asyncio.wait_for(asyncio.shield(inflight), self.options.write_timeout_s)
+                await asyncio.wait((inflight,), timeout=self.options.write_timeout_s)
+                if not inflight.done():
+                    raise TimeoutError
+                inflight.result()
             except asyncio.CancelledError:
                 raise
             except (_Outage, TimeoutError) as e:
