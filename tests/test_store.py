@@ -186,9 +186,9 @@ async def test_search_is_ranked_filtered_and_takes_any_words_safely(store):
 async def test_sqlite_any_word_search_ranks_the_rarest_words(tmp_path, monkeypatch):
     # a word in thousands of messages is left out of the ranked query once the rarer
     # words' matches reach RANK_MATCHES (here 3): scoring all its matches is the slow part
-    from pipecat_summarizer.store import sqlite
+    from pipecat_summarizer.store import _sqlite_search, sqlite
 
-    monkeypatch.setattr(sqlite, "RANK_MATCHES", 3)
+    monkeypatch.setattr(_sqlite_search, "RANK_MATCHES", 3)
     store = sqlite.SQLiteMemoryStore(tmp_path / "m.db")
     try:
         await store.write(

@@ -111,7 +111,7 @@ async def test_a_v3_store_migrates_on_open(store_target, backend):
     if backend == "sqlite":
         import sqlite3
 
-        from pipecat_summarizer.store.sqlite import MIGRATIONS, scope_of
+        from pipecat_summarizer.store._sqlite_schema import MIGRATIONS, scope_of
 
         conn = sqlite3.connect(store_target, isolation_level=None)
         conn.create_function("pcs_scope", 2, scope_of, deterministic=True)
@@ -126,7 +126,7 @@ async def test_a_v3_store_migrates_on_open(store_target, backend):
     else:
         import asyncpg
 
-        from pipecat_summarizer.store.postgres import _migrations
+        from pipecat_summarizer.store._postgres_schema import migrations as _migrations
 
         conn = await asyncpg.connect(store_target)
         await conn.execute("CREATE TABLE schema_version(version INTEGER NOT NULL)")

@@ -22,12 +22,10 @@ from pipecat_summarizer.store.records import ArchivedMessage
 
 asyncpg = pytest.importorskip("asyncpg")
 
-from pipecat_summarizer.store import postgres  # noqa: E402
-from pipecat_summarizer.store.postgres import (  # noqa: E402
-    _INSERT_MESSAGE,
-    PostgresMemoryStore,
-    _migrations,
-)
+from pipecat_summarizer.store import _postgres_search  # noqa: E402
+from pipecat_summarizer.store._postgres_schema import migrations as _migrations  # noqa: E402
+from pipecat_summarizer.store._postgres_writes import _INSERT_MESSAGE  # noqa: E402
+from pipecat_summarizer.store.postgres import PostgresMemoryStore  # noqa: E402
 
 T0 = 1_700_000_000.0
 VOCAB = "hotel train budapest room breakfast dinner ticket museum river bridge".split()
@@ -240,7 +238,7 @@ async def test_postgres_ranking_matches_the_reference_query(pg_server, monkeypat
     # scope's latest ``window`` matches; ties by time then id. A plain query computing it
     # over the caller's rows (no index tricks, ts_rank_cd against the whole query) must
     # give the same hits in the same order, with the same scores.
-    monkeypatch.setattr(postgres, "RANK_MATCHES", window)
+    monkeypatch.setattr(_postgres_search, "RANK_MATCHES", window)
     rng = random.Random(17)
     records = []
     for user in ("alice", "bob"):

@@ -18,7 +18,8 @@ import pytest
 from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store import MemoryStore, SQLiteMemoryStore, open_store
-from pipecat_summarizer.store import sqlite as sqlite_backend
+from pipecat_summarizer.store import _sqlite_schema as sqlite_schema
+from pipecat_summarizer.store import _sqlite_search as sqlite_search
 from pipecat_summarizer.store._rows import message_row
 from pipecat_summarizer.store.base import SCHEMA_VERSION
 from pipecat_summarizer.store.records import ArchivedMessage
@@ -67,10 +68,10 @@ def _two_callers(bob_messages: int = 400) -> list[ArchivedMessage]:
 async def test_a_caller_never_sees_another_callers_messages(store_target, monkeypatch):
     # the window of latest matches is small here, and Bob's matches are all newer than
     # Alice's: ranking must still be over Alice's own matches only
-    from pipecat_summarizer.store import postgres
+    from pipecat_summarizer.store import _postgres_search
 
-    monkeypatch.setattr(sqlite_backend, "RANK_MATCHES", 50)
-    monkeypatch.setattr(postgres, "RANK_MATCHES", 50)
+    monkeypatch.setattr(sqlite_search, "RANK_MATCHES", 50)
+    monkeypatch.setattr(_postgres_search, "RANK_MATCHES", 50)
     store = open_store(store_target)
     try:
         await store.write(_two_callers())
@@ -99,8 +100,8 @@ async def test_sqlite_callers_sharing_a_scope_stay_apart(tmp_path, monkeypatch):
     # caller filter still applies, and the caller with few matches still gets hers although
     # the latest matches in the range are all Bob's (the word counts are the range's: only
     # the rarest word, "train", is ranked, as on v1 where they were the whole index's)
-    monkeypatch.setattr(sqlite_backend, "scope_of", lambda user_id, call_id: 7)
-    monkeypatch.setattr(sqlite_backend, "RANK_MATCHES", 50)
+    monkeypatch.setattr(sqlite_schema, "scope_of", lambda user_id, call_id: 7)
+    monkeypatch.setattr(sqlite_search, "RANK_MATCHES", 50)
     store = SQLiteMemoryStore(tmp_path / "m.db")
     try:
         await store.write(_two_callers())
@@ -117,7 +118,7 @@ async def test_sqlite_ranking_is_bm25_over_the_whole_index_filtered_to_the_calle
 ):
     # the scoped search ranks exactly as BM25 over every message with the caller filter
     # outside the index did (same idf, same document lengths): same hits, same order
-    monkeypatch.setattr(sqlite_backend, "RANK_MATCHES", 10**9)  # every word ranked
+    monkeypatch.setattr(sqlite_search, "RANK_MATCHES", 10**9)  # every word ranked
     rng = random.Random(11)
     vocab = "hotel train budapest room breakfast dinner ticket museum river bridge".split()
     records = []
@@ -139,7 +140,7 @@ async def test_sqlite_ranking_is_bm25_over_the_whole_index_filtered_to_the_calle
             match = " OR ".join(f'"{w}"' for w in query.split())
             want = conn.execute(
                 "SELECT m.call_id, m.position, -bm25(messages_fts) FROM messages_fts "
-                f"JOIN messages m ON m.id = (messages_fts.rowid & {sqlite_backend._ID_MASK}) "
+                f"JOIN messages m ON m.id = (messages_fts.rowid & {sqlite_schema.ID_MASK}) "
                 "WHERE messages_fts MATCH ? AND m.user_id = 'alice' "
                 "ORDER BY bm25(messages_fts), messages_fts.rowid DESC LIMIT 15",
                 (match,),
@@ -162,7 +163,7 @@ def _make_v1_sqlite(path) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("CREATE TABLE schema_version(version INTEGER NOT NULL)")
-        for statement in sqlite_backend.MIGRATIONS[1]:
+        for statement in sqlite_schema.MIGRATIONS[1]:
             conn.execute(statement)
         conn.execute("INSERT INTO schema_version VALUES (1)")
         for m in _two_callers(bob_messages=60):
@@ -204,11 +205,9 @@ async def test_a_v1_sqlite_database_is_migrated_on_open_and_finds_its_messages(t
 async def test_a_v1_postgres_database_is_migrated_on_open_and_finds_its_messages(pg_server):
     import asyncpg
 
-    from pipecat_summarizer.store.postgres import (
-        _INSERT_MESSAGE,
-        PostgresMemoryStore,
-        _migrations,
-    )
+    from pipecat_summarizer.store._postgres_schema import migrations as _migrations
+    from pipecat_summarizer.store._postgres_writes import _INSERT_MESSAGE
+    from pipecat_summarizer.store.postgres import PostgresMemoryStore
 
     dsn = pg_server.create_database(f"v1_{int(time.time() * 1000)}")
     conn = await asyncpg.connect(dsn)

@@ -247,6 +247,8 @@ class MemoryStore(ABC):
 
     #: ``"sqlite"`` or ``"postgres"``.
     backend: str = ""
+    #: Opened for reading only (``inspect``): every write raises :class:`StoreError`.
+    read_only: bool = False
 
     @abstractmethod
     async def open(self) -> None:
@@ -360,6 +362,12 @@ class MemoryStore(ABC):
         seen[user_id] = at
         self._forgotten_now(user_id)
         return True
+
+    def _refuse_write(self) -> None:
+        """Raise :class:`StoreError` if the store was opened read-only (every write, forget
+        and purge calls this first)."""
+        if self.read_only:
+            raise StoreError("this store was opened read-only")
 
     def _forgotten_now(self, user_id: str) -> None:
         """Count a forget of ``user_id`` (every backend's :meth:`forget` calls this first)."""

@@ -1,0 +1,151 @@
+"""The PostgreSQL store's schema: its tables, their migrations, and what a ``call_id`` names.
+
+Schema v2 puts the caller and the call in the full-text index (see ``SCOPED_TSV``), so a
+caller's search reads only their own matches.
+"""
+
+from __future__ import annotations
+
+from pipecat_summarizer.store.base import (
+    SCHEMA_VERSION,
+    StoreError,
+    check_store_tables,
+    check_store_version,
+)
+
+LOCK_KEY = 0x5C_0A_11  # advisory lock for migrations
+
+#: What the full-text index holds (schema v2): the message's words plus a lexeme for its
+#: caller and one for its call, so a caller's search finds only their own matches in the
+#: index. No query word becomes one of these lexemes (they start with ``#``).
+SCOPED_TSV = (
+    "(tsv || array_to_tsvector(ARRAY['#u' || md5(COALESCE(user_id, '')), '#c' || md5(call_id)]))"
+)
+#: How much of a message the full-text index holds (schema v4): 100,000 characters are at
+#: most 400 kB of UTF-8, whose tsvector stays under PostgreSQL's 1 MB limit.
+TSV_CHARS = 100_000
+
+
+def migrations(config: str) -> dict[int, list[str]]:
+    """The statements of each schema version, for the text-search configuration ``config``
+    (a name checked by the store: it is written into the SQL)."""
+    return {
+        1: [
+            """CREATE TABLE calls(
+                call_id TEXT PRIMARY KEY, user_id TEXT, started_at DOUBLE PRECISION NOT NULL,
+                ended_at DOUBLE PRECISION, ended_by TEXT, summary TEXT,
+                facts TEXT NOT NULL DEFAULT '[]',
+                messages_in_context INTEGER NOT NULL DEFAULT 0,
+                messages_archived INTEGER NOT NULL DEFAULT 0,
+                compactions INTEGER NOT NULL DEFAULT 0, turns INTEGER NOT NULL DEFAULT 0,
+                resumed BOOLEAN NOT NULL DEFAULT FALSE)""",
+            "CREATE INDEX calls_user ON calls(user_id, started_at)",
+            f"""CREATE TABLE messages(
+                id BIGSERIAL PRIMARY KEY, call_id TEXT NOT NULL, user_id TEXT,
+                position INTEGER NOT NULL, turn INTEGER NOT NULL, at DOUBLE PRECISION NOT NULL,
+                role TEXT NOT NULL, content TEXT NOT NULL, message_json TEXT NOT NULL,
+                tool_call_ids TEXT NOT NULL DEFAULT '[]', removed_by TEXT NOT NULL,
+                compaction INTEGER, evicted_turn INTEGER,
+                tsv tsvector GENERATED ALWAYS AS (to_tsvector('{config}', content)) STORED,
+                UNIQUE(call_id, position))""",
+            "CREATE INDEX messages_user ON messages(user_id, at)",
+            "CREATE INDEX messages_at ON messages(at)",
+            "CREATE INDEX messages_tsv ON messages USING GIN(tsv)",
+            """CREATE TABLE compactions(
+                call_id TEXT NOT NULL, attempt INTEGER NOT NULL, compaction INTEGER,
+                ok BOOLEAN NOT NULL, reason TEXT NOT NULL, turn INTEGER NOT NULL,
+                at DOUBLE PRECISION NOT NULL, messages_before INTEGER, messages_after INTEGER,
+                messages_summarized INTEGER, tokens_before INTEGER, tokens_after INTEGER,
+                summary TEXT, summary_sha256 TEXT, latency_s DOUBLE PRECISION, model TEXT,
+                error TEXT, user_id TEXT, PRIMARY KEY(call_id, attempt))""",
+            "CREATE INDEX compactions_user ON compactions(user_id, at)",
+            """CREATE TABLE facts(
+                call_id TEXT NOT NULL, seq INTEGER NOT NULL, user_id TEXT, key TEXT NOT NULL,
+                action TEXT NOT NULL, text TEXT NOT NULL, fact_kind TEXT NOT NULL,
+                source TEXT NOT NULL, actor TEXT NOT NULL, turn INTEGER NOT NULL,
+                at DOUBLE PRECISION NOT NULL, PRIMARY KEY(call_id, seq))""",
+            "CREATE INDEX facts_user ON facts(user_id, at)",
+        ],
+        # the caller and the call in the full-text index: see SCOPED_TSV
+        2: [
+            f"CREATE INDEX IF NOT EXISTS messages_scoped ON messages USING GIN({SCOPED_TSV})",
+            "DROP INDEX IF EXISTS messages_tsv",
+        ],
+        # GIN's fast update parks new entries in a pending list that every search scans
+        # whole (and that makes the planner shun the index) until a vacuum merges it: off,
+        # so each insert updates the index itself (the writer is off the turn's path). The
+        # list is merged once, and the index expression gets its statistics now (a v2
+        # database's index was created on a table autovacuum may not analyze for long).
+        3: [
+            "ALTER INDEX messages_scoped SET (fastupdate = off)",
+            "SELECT gin_clean_pending_list('messages_scoped')",
+            "ANALYZE messages",
+        ],
+        # v4: as on SQLite (see sqlite.MIGRATIONS[4])
+        4: [
+            "ALTER TABLE calls ADD COLUMN label TEXT",
+            "UPDATE calls SET label = call_id",
+            "CREATE INDEX calls_label ON calls(label, started_at)",
+            """CREATE TABLE caller_facts(
+                user_id TEXT NOT NULL, key TEXT NOT NULL, action TEXT NOT NULL,
+                text TEXT NOT NULL, fact_kind TEXT NOT NULL, source TEXT NOT NULL,
+                at DOUBLE PRECISION NOT NULL, call_id TEXT NOT NULL, seq INTEGER NOT NULL)""",
+            # a fact's key has no bound (a summary bullet without a topic is keyed by its
+            # text): a B-tree entry holds at most about 2.7 kB, so the key is indexed by its
+            # digest (a long key failed its insert, and the fact was set aside)
+            "CREATE UNIQUE INDEX caller_facts_key ON caller_facts(user_id, md5(key))",
+            """INSERT INTO caller_facts SELECT DISTINCT ON (user_id, key) user_id, key, action,
+                text, fact_kind, source, at, call_id, seq FROM facts WHERE user_id IS NOT NULL
+                ORDER BY user_id, key, at DESC, seq DESC""",
+            "CREATE TABLE forgotten(user_hash TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL)",
+            # the full-text index holds a message's first TSV_CHARS characters: a tsvector
+            # is at most 1 MB (a longer tool result failed its insert, and blocked the
+            # writer); the message itself is stored whole
+            "DROP INDEX IF EXISTS messages_scoped",
+            "ALTER TABLE messages DROP COLUMN tsv",
+            f"""ALTER TABLE messages ADD COLUMN tsv tsvector GENERATED ALWAYS AS
+                (to_tsvector('{config}', left(content, {TSV_CHARS}))) STORED""",
+            f"""CREATE INDEX messages_scoped ON messages USING GIN({SCOPED_TSV})
+                WITH (fastupdate = off)""",
+            "ANALYZE messages",
+        ],
+    }
+
+
+async def migrate(conn, config: str) -> None:
+    """Create the schema, or bring it to ``SCHEMA_VERSION``, in one transaction under an
+    advisory lock (concurrent first uses migrate once)."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY)
+        await conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)")
+        version = await conn.fetchval("SELECT MAX(version) FROM schema_version") or 0
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"database schema v{version} is newer than this code's")
+        for v, statements in sorted(migrations(config).items()):
+            if v > version:
+                for statement in statements:
+                    await conn.execute(statement)
+                await conn.execute("INSERT INTO schema_version VALUES ($1)", v)
+
+
+async def check_read_only(conn, where: str) -> None:
+    """Refuse a database that is not a memory store of this code's version (``where``
+    names it in the error)."""
+    names = {
+        r[0]
+        for r in await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        )
+    }
+    # a PostgreSQL database may hold the application's tables too: only ours must be there
+    check_store_tables(where, names, None)
+    check_store_version(where, await conn.fetchval("SELECT MAX(version) FROM schema_version"))
+
+
+def session_key(n: int) -> str:
+    """SQL naming the session a ``call_id`` argument (``$n``) names: a session's key, or
+    else the newest session recorded under that application id (label), or else itself."""
+    return (
+        f"COALESCE((SELECT call_id FROM calls WHERE call_id = ${n}), (SELECT call_id FROM "
+        f"calls WHERE label = ${n} ORDER BY started_at DESC LIMIT 1), ${n})"
+    )

@@ -1,0 +1,130 @@
+"""The PostgreSQL store's writes: a batch of records in one transaction, a forget, a purge.
+
+Every record is an upsert on its natural key, so workers on many machines can write for
+the same caller; a caller's advisory lock keeps a forget and the writes apart.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pipecat_summarizer.store._statements import (
+    forget_statements,
+    purge_cutoff,
+    purge_statements,
+    statement_rows,
+    tombstone_statement,
+)
+from pipecat_summarizer.store.records import Record, not_forgotten, user_hash
+
+_INSERT_MESSAGE = """INSERT INTO messages(call_id, user_id, position, turn, at, role, content,
+    message_json, tool_call_ids, removed_by, compaction, evicted_turn)
+    VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)
+    ON CONFLICT(call_id, position) DO UPDATE SET removed_by=excluded.removed_by,
+    compaction=COALESCE(excluded.compaction, messages.compaction)"""
+_INSERT_COMPACTION = """INSERT INTO compactions VALUES
+    ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)
+    ON CONFLICT(call_id, attempt) DO NOTHING"""
+_INSERT_FACT = """INSERT INTO facts VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)
+    ON CONFLICT(call_id, seq) DO NOTHING"""
+_CALLER_FACT = """INSERT INTO caller_facts VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
+    ON CONFLICT(user_id, md5(key)) DO UPDATE SET action=excluded.action, text=excluded.text,
+    fact_kind=excluded.fact_kind, source=excluded.source, at=excluded.at,
+    call_id=excluded.call_id, seq=excluded.seq
+    WHERE (excluded.at, excluded.seq) >= (caller_facts.at, caller_facts.seq)"""
+_START_CALL = """INSERT INTO calls(call_id, user_id, started_at, resumed, label)
+    VALUES ($1,$2,$3,$4,$5)
+    ON CONFLICT(call_id) DO UPDATE SET user_id=COALESCE(excluded.user_id, calls.user_id),
+    resumed=excluded.resumed OR calls.resumed"""
+_END_CALL = """INSERT INTO calls(call_id, user_id, started_at, ended_at, ended_by, summary, facts,
+    messages_in_context, messages_archived, compactions, turns, resumed, label)
+    VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)
+    ON CONFLICT(call_id) DO UPDATE SET user_id=COALESCE(excluded.user_id, calls.user_id),
+    ended_at=excluded.ended_at, ended_by=excluded.ended_by, summary=excluded.summary,
+    facts=excluded.facts, messages_in_context=excluded.messages_in_context,
+    messages_archived=excluded.messages_archived, compactions=excluded.compactions,
+    turns=excluded.turns, resumed=excluded.resumed OR calls.resumed"""
+
+
+#: The statements of a batch, in the order they run: calls first, their end last;
+#: messages before compactions.
+_STATEMENTS = {
+    "start": _START_CALL,
+    "message": _INSERT_MESSAGE,
+    "compaction": _INSERT_COMPACTION,
+    "fact": _INSERT_FACT,
+    "caller_fact": _CALLER_FACT,
+    "end": _END_CALL,
+}
+
+
+async def write(conn, records: list[Record]) -> None:
+    """Write ``records`` in one transaction (a forgotten caller's earlier sessions'
+    records left out), each statement's rows in one ``executemany``."""
+    async with conn.transaction():
+        records = await after_forget(conn, records)
+        if not records:
+            return
+        groups: dict[str, list[tuple]] = {name: [] for name in _STATEMENTS}
+        for statement, _, row in statement_rows(records):
+            groups[statement].append(row)
+        for name, sql in _STATEMENTS.items():
+            if groups[name]:
+                await conn.executemany(sql, groups[name])
+
+
+async def after_forget(conn, records: list[Record]) -> list[Record]:
+    """The batch without the records of forgotten callers' sessions that started before
+    the forget. Each caller's advisory lock is taken shared (writers never wait for each
+    other; a forget takes it exclusively), so a forget cannot slip in between."""
+    users = sorted({r.user_id for r in records if r.user_id is not None})
+    if not users:
+        return records
+    hashes = {user_hash(u): u for u in users}
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock_shared(hashtextextended(h, 0)) FROM unnest($1::text[]) h",
+        sorted(hashes),
+    )
+    rows = await conn.fetch(
+        "SELECT user_hash, at FROM forgotten WHERE user_hash = ANY($1::text[])", list(hashes)
+    )
+    if not rows:
+        return records
+    tombstones = {hashes[r["user_hash"]]: r["at"] for r in rows}
+    sessions = list({r.call_id for r in records if r.user_id in tombstones})
+    started = {
+        r["call_id"]: r["started_at"]
+        for r in await conn.fetch(
+            "SELECT call_id, started_at FROM calls WHERE call_id = ANY($1::text[])", sessions
+        )
+    }
+    return not_forgotten(records, tombstones, started)
+
+
+async def forget(conn, user_id: str) -> int:
+    """Delete every record of ``user_id`` and leave its tombstone (one transaction), then
+    ``VACUUM`` the tables: deleted rows are dead tuples, holding the words, until a vacuum
+    reclaims them."""
+    n = 0
+    key = user_hash(user_id)
+    async with conn.transaction():
+        # exclusive: waits for the writes under way for this caller, holds new ones
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+        for sql, counted in forget_statements("$"):
+            status = await conn.execute(sql, user_id)
+            n += int(status.split()[-1]) if counted else 0
+        await conn.execute(tombstone_statement("$"), key, time.time())
+    # outside the transaction (VACUUM cannot run in one)
+    await conn.execute("VACUUM messages, compactions, facts, calls, caller_facts")
+    return n
+
+
+async def purge(conn, days: float) -> int:
+    """Delete records older than ``days`` days in one transaction; the rows deleted."""
+    cutoff = purge_cutoff(days)
+    n = 0
+    async with conn.transaction():
+        for sql, counted in purge_statements("$"):
+            status = await conn.execute(sql, cutoff)
+            n += int(status.split()[-1]) if counted else 0
+    return n

@@ -1,0 +1,173 @@
+"""The SQLite store's schema: its tables, their migrations, and the full-text index's rowids.
+
+Schema v2 puts the caller's scope in each full-text rowid (see ``SCOPE_BITS``), so a
+caller's search reads only their own range of the FTS5 index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+from pipecat_summarizer.store.base import SCHEMA_VERSION, StoreError
+
+#: Full-text rowids (schema v2): ``scope << ID_BITS | messages.id``, where ``scope`` is a hash
+#: of the caller (of the call when there is no caller). A caller's messages are one rowid
+#: range, which FTS5 seeks inside its index: their search ranks only their own matches.
+SCOPE_BITS = 23
+ID_BITS = 40
+ID_MASK = (1 << ID_BITS) - 1
+
+
+def scope_of(user_id: str | None, call_id: str) -> int:
+    """The full-text scope of a message: a hash of its caller, or of its call when it has
+    none. Two callers may share a scope (the search filters on the exact caller too)."""
+    key = f"u:{user_id}" if user_id is not None else f"c:{call_id}"
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> (64 - SCOPE_BITS)
+
+
+def scope_range(scope: int) -> tuple[int, int]:
+    """The full-text rowids of a scope's messages (inclusive bounds)."""
+    return scope << ID_BITS, (scope << ID_BITS) | ID_MASK
+
+
+#: The tables (and views) of a SQLite memory store: anything else is another application's.
+STORE_TABLES = frozenset(
+    {
+        "schema_version",
+        "calls",
+        "messages",
+        "compactions",
+        "facts",
+        "messages_fts_source",
+        "caller_facts",
+        "forgotten",
+    }
+)
+
+# version -> statements; applied in order inside one write transaction
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE calls(
+            call_id TEXT PRIMARY KEY, user_id TEXT, started_at REAL NOT NULL,
+            ended_at REAL, ended_by TEXT, summary TEXT, facts TEXT NOT NULL DEFAULT '[]',
+            messages_in_context INTEGER NOT NULL DEFAULT 0,
+            messages_archived INTEGER NOT NULL DEFAULT 0,
+            compactions INTEGER NOT NULL DEFAULT 0, turns INTEGER NOT NULL DEFAULT 0,
+            resumed INTEGER NOT NULL DEFAULT 0)""",
+        "CREATE INDEX calls_user ON calls(user_id, started_at)",
+        """CREATE TABLE messages(
+            id INTEGER PRIMARY KEY, call_id TEXT NOT NULL, user_id TEXT,
+            position INTEGER NOT NULL, turn INTEGER NOT NULL, at REAL NOT NULL,
+            role TEXT NOT NULL, content TEXT NOT NULL, message_json TEXT NOT NULL,
+            tool_call_ids TEXT NOT NULL DEFAULT '[]', removed_by TEXT NOT NULL,
+            compaction INTEGER, evicted_turn INTEGER, UNIQUE(call_id, position))""",
+        "CREATE INDEX messages_user ON messages(user_id, at)",
+        "CREATE INDEX messages_at ON messages(at)",
+        # external-content FTS5 index over messages.content, kept in step by triggers
+        """CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages',
+            content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')""",
+        """CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END""",
+        """CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, old.content); END""",
+        """CREATE TRIGGER messages_au AFTER UPDATE OF content ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, old.content);
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END""",
+        """CREATE TABLE compactions(
+            call_id TEXT NOT NULL, attempt INTEGER NOT NULL, compaction INTEGER,
+            ok INTEGER NOT NULL, reason TEXT NOT NULL, turn INTEGER NOT NULL, at REAL NOT NULL,
+            messages_before INTEGER, messages_after INTEGER, messages_summarized INTEGER,
+            tokens_before INTEGER, tokens_after INTEGER, summary TEXT, summary_sha256 TEXT,
+            latency_s REAL, model TEXT, error TEXT, user_id TEXT,
+            PRIMARY KEY(call_id, attempt))""",
+        "CREATE INDEX compactions_user ON compactions(user_id, at)",
+        """CREATE TABLE facts(
+            call_id TEXT NOT NULL, seq INTEGER NOT NULL, user_id TEXT, key TEXT NOT NULL,
+            action TEXT NOT NULL, text TEXT NOT NULL, fact_kind TEXT NOT NULL,
+            source TEXT NOT NULL, actor TEXT NOT NULL, turn INTEGER NOT NULL,
+            at REAL NOT NULL, PRIMARY KEY(call_id, seq))""",
+        "CREATE INDEX facts_user ON facts(user_id, at)",
+    ],
+    # the scope (caller, or call) in the full-text rowid: see SCOPE_BITS
+    2: [
+        "ALTER TABLE messages ADD COLUMN scope INTEGER NOT NULL DEFAULT 0",
+        "UPDATE messages SET scope = pcs_scope(user_id, call_id)",
+        "DROP TRIGGER messages_ai",
+        "DROP TRIGGER messages_ad",
+        "DROP TRIGGER messages_au",
+        "DROP TABLE messages_fts",
+        # what the index holds, by full-text rowid (FTS5 reads it to rebuild)
+        f"""CREATE VIEW messages_fts_source AS
+            SELECT (scope << {ID_BITS}) | id AS fts_rowid, content FROM messages""",
+        """CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages_fts_source',
+            content_rowid='fts_rowid', tokenize='porter unicode61 remove_diacritics 2')""",
+        "INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')",
+        f"""CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+            SELECT RAISE(ABORT, 'message id out of the full-text range')
+            WHERE new.id > {ID_MASK} OR new.scope NOT BETWEEN 0 AND {(1 << SCOPE_BITS) - 1};
+            INSERT INTO messages_fts(rowid, content)
+            VALUES ((new.scope << {ID_BITS}) | new.id, new.content); END""",
+        f"""CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', (old.scope << {ID_BITS}) | old.id, old.content); END""",
+        f"""CREATE TRIGGER messages_au AFTER UPDATE OF content, scope ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', (old.scope << {ID_BITS}) | old.id, old.content);
+            INSERT INTO messages_fts(rowid, content)
+            VALUES ((new.scope << {ID_BITS}) | new.id, new.content); END""",
+    ],
+    3: [],  # v3 changes PostgreSQL's index only
+    # v4: a call's row is a session's (its key unique per CallRecorder) and the application's
+    # id is its label, so a reused id never merges two callers; each caller's current facts
+    # in a table of their own (a returning caller's memory reads those, not the whole
+    # history); and the forget tombstones (hashes of the forgotten ids: see ``forget``)
+    4: [
+        "ALTER TABLE calls ADD COLUMN label TEXT",
+        "UPDATE calls SET label = call_id",
+        "CREATE INDEX calls_label ON calls(label, started_at)",
+        """CREATE TABLE caller_facts(
+            user_id TEXT NOT NULL, key TEXT NOT NULL, action TEXT NOT NULL,
+            text TEXT NOT NULL, fact_kind TEXT NOT NULL, source TEXT NOT NULL,
+            at REAL NOT NULL, call_id TEXT NOT NULL, seq INTEGER NOT NULL,
+            PRIMARY KEY(user_id, key))""",
+        """INSERT INTO caller_facts SELECT user_id, key, action, text, fact_kind, source, at,
+            call_id, seq FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY user_id, key
+            ORDER BY at DESC, seq DESC) AS n FROM facts WHERE user_id IS NOT NULL) WHERE n = 1""",
+        "CREATE TABLE forgotten(user_hash TEXT PRIMARY KEY, at REAL NOT NULL)",
+    ],
+}
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back the transaction if it is still open: SQLite rolls it back itself on some
+    errors (a full disk, an I/O error), and a ROLLBACK then would raise "no transaction is
+    active" in place of the error that says why."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Create the schema, or bring it to ``SCHEMA_VERSION`` (one write transaction)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)")
+    version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+    if version >= SCHEMA_VERSION:
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"database schema v{version} is newer than this code's")
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # another process may have migrated while we waited for the lock
+        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+        for v in sorted(MIGRATIONS):
+            if v > version:
+                for statement in MIGRATIONS[v]:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_version VALUES (?)", (v,))
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise

@@ -1,0 +1,167 @@
+"""The SQLite store's search: FTS5 inside the caller's scope, ranked by BM25.
+
+An any-word search ranks only its rarest words (see ``RANK_MATCHES``): BM25 over every
+match of a common word is what made a search slow on a large archive.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+
+from pipecat_summarizer.store import _sqlite_schema as schema
+
+#: An any-word search ranks its rarest words while their matches stay within this many
+#: messages (see ``rarest``), and of those the latest this many first:
+#: BM25 over every match of a common word costs ~20 ms at 100k archived messages.
+RANK_MATCHES = 3000
+#: How long a common word's document count (at least ``DF_CACHE_MIN``) is reused.
+DF_TTL_S = 60.0
+DF_CACHE_MIN = 200
+
+#: (scope bounds, word) -> (messages matching, when): see ``rarest``.
+WordCounts = dict[tuple[tuple[int, int], str], tuple[int, float]]
+
+
+def find(
+    conn: sqlite3.Connection,
+    counts: WordCounts,
+    words: list[str],
+    user_id: str | None,
+    call_id: str | None,
+    limit: int,
+    any_word: bool,
+) -> list[tuple]:
+    """The best ``limit`` messages matching ``words`` (all of them, or any with
+    ``any_word``), run in the store's thread (``call_id`` already a session key).
+    ``counts`` caches common words' counts across searches."""
+    bounds = search_bounds(conn, user_id, call_id)
+    if bounds is None:
+        return []  # a call with no archived messages
+    ranked = rarest(conn, counts, words, bounds) if any_word else words
+    if not ranked:
+        return []
+    # every word quoted: FTS5 operators in the caller's words are just words
+    match = (" OR " if any_word else " ").join(f'"{w}"' for w in ranked)
+    lo, hi = bounds
+    if any_word:
+        # even the rarest word may match thousands: rank its latest RANK_MATCHES
+        # matches in the scope (a rowid range is cheap for FTS5); all of them only if
+        # that window holds too few of this caller's
+        edge = conn.execute(
+            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+            "AND rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (match, lo, hi, RANK_MATCHES),
+        ).fetchone()
+        if edge is not None:
+            rows = best_matches(conn, match, (edge[0] + 1, hi), user_id, call_id, limit)
+            if len(rows) >= limit:
+                return rows
+    return best_matches(conn, match, bounds, user_id, call_id, limit)
+
+
+def search_bounds(
+    conn: sqlite3.Connection, user_id: str | None, call_id: str | None
+) -> tuple[int, int] | None:
+    """The full-text rowids a search may match: the caller's scope, the call's (the
+    scope of its caller, or of the call itself when it has none), or all of them.
+    ``None`` when the call has no archived messages."""
+    if user_id is not None:
+        return schema.scope_range(schema.scope_of(user_id, ""))
+    if call_id is not None:
+        scopes = conn.execute(
+            "SELECT DISTINCT scope FROM messages WHERE call_id = ? LIMIT 2", (call_id,)
+        ).fetchall()
+        if not scopes:
+            return None
+        if len(scopes) == 1:
+            return schema.scope_range(scopes[0][0])
+    return 0, (1 << (schema.SCOPE_BITS + schema.ID_BITS)) - 1
+
+
+def best_matches(
+    conn: sqlite3.Connection,
+    match: str,
+    bounds: tuple[int, int],
+    user_id: str | None,
+    call_id: str | None,
+    limit: int,
+) -> list[tuple]:
+    """The best ``limit`` matches of ``match`` in ``bounds`` that belong to the caller
+    (and call). BM25 ranks the index alone, and only the best rows are read: the rest
+    of a message (its text) is never sorted. Ties go to the latest message."""
+    where = ""
+    params: list[str | int] = []
+    if user_id is not None:
+        where += " AND m.user_id = ?"
+        params.append(user_id)
+    if call_id is not None:
+        where += " AND m.call_id = ?"
+        params.append(call_id)
+    columns = (
+        "m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by, -f.score, m.user_id"
+    )
+    ranked = (
+        "SELECT rowid AS id, bm25(messages_fts) AS score FROM messages_fts "
+        "WHERE messages_fts MATCH ? AND rowid BETWEEN ? AND ?"
+    )
+    rows = conn.execute(
+        f"SELECT {columns}, f.id FROM ({ranked} ORDER BY score, rowid DESC LIMIT ?) f "
+        f"JOIN messages m ON m.id = (f.id & {schema.ID_MASK}) WHERE 1{where} "
+        "ORDER BY f.score, f.id DESC",
+        (match, *bounds, limit, *params),
+    ).fetchall()
+    if len(rows) < limit and conn.execute(
+        "SELECT count(*) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+        "AND rowid BETWEEN ? AND ? LIMIT ?)",
+        (match, *bounds, limit),
+    ).fetchone()[0] > len(rows):
+        # the scope holds others' matches (a shared scope, or a call of a caller): the
+        # filter goes inside the ranking
+        rows = conn.execute(
+            f"SELECT {columns}, f.id FROM ({ranked}) f "
+            f"JOIN messages m ON m.id = (f.id & {schema.ID_MASK}) WHERE 1{where} "
+            "ORDER BY f.score, f.id DESC LIMIT ?",
+            (match, *bounds, *params, limit),
+        ).fetchall()
+    return [r[:-1] for r in rows]
+
+
+def rarest(
+    conn: sqlite3.Connection,
+    counts: WordCounts,
+    words: Sequence[str],
+    bounds: tuple[int, int],
+) -> list[str]:
+    """The words an any-word search ranks: the rarest in the scope's messages first,
+    while their matches stay within ``RANK_MATCHES`` (always the rarest one). A word in
+    thousands of messages (the speakers' names, "today") weighs almost nothing in BM25,
+    but scoring every message it matches is what made a search at 100k archived
+    messages slow. Counts of common words are cached for ``DF_TTL_S`` (they only drift
+    as the archive grows)."""
+    now = time.monotonic()
+    cache = counts
+    if len(cache) > 20_000:
+        cache.clear()
+    counted = []
+    for w in dict.fromkeys(words):
+        n, at = cache.get((bounds, w), (0, -DF_TTL_S))
+        if now - at >= DF_TTL_S:
+            n = conn.execute(
+                "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ? "
+                "AND rowid BETWEEN ? AND ?",
+                (f'"{w}"', *bounds),
+            ).fetchone()[0]
+            if n >= DF_CACHE_MIN:  # a rare word is cheap to count, and may be new
+                cache[(bounds, w)] = (n, now)
+        if n:
+            counted.append((n, w))
+    kept: list[str] = []
+    total = 0
+    for n, w in sorted(counted):
+        if kept and total + n > RANK_MATCHES:
+            break
+        kept.append(w)
+        total += n
+    return kept
