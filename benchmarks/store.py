@@ -43,9 +43,13 @@ sys.path.insert(0, str(ROOT))
 
 from pipecat_summarizer import ContextSummarizer  # noqa: E402
 from pipecat_summarizer._session.recorder import CallRecorder, MemoryParams  # noqa: E402
-from pipecat_summarizer.store import SQLiteMemoryStore, open_store  # noqa: E402
+from pipecat_summarizer.store import (  # noqa: E402
+    SQLiteMemoryStore,
+    StoreWriter,
+    WriterParams,
+    open_store,
+)
 from pipecat_summarizer.store.records import ArchivedMessage  # noqa: E402
-from pipecat_summarizer.store.writer import StoreWriter, WriterParams  # noqa: E402
 
 TEXT = (
     "Could you suggest a high-protein vegetarian lunch I can prepare on Sunday for the week? "

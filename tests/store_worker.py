@@ -14,9 +14,8 @@ import asyncio
 import sys
 
 from pipecat_summarizer.params import WriterParams
-from pipecat_summarizer.store import open_store
+from pipecat_summarizer.store import StoreWriter, open_store
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord, FactEvent
-from pipecat_summarizer.store.writer import StoreWriter
 
 
 async def write(target: str, user: str, call: str, n: int) -> None:

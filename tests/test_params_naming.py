@@ -36,7 +36,7 @@ RENAMED = {
     ("pipecat_summarizer.events", "SummaryAppliedEvent"): "ContextCompactedEvent",
     ("pipecat_summarizer.events", "ContextSummaryAppliedFrame"): "ContextCompactedFrame",
     ("pipecat_summarizer.store", "WriterOptions"): "WriterParams",
-    ("pipecat_summarizer.store.writer", "WriterOptions"): "WriterParams",
+    ("pipecat_summarizer.store._writer", "WriterOptions"): "WriterParams",
     ("pipecat_summarizer._session.recorder", "MemoryOptions"): "MemoryParams",
     ("pipecat_summarizer._record.record", "ConversationMemory"): "ConversationRecord",
 }

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pipecat_summarizer._record.pinned import PinnedFacts
 from pipecat_summarizer.params import MemoryParams, WriterParams
-from pipecat_summarizer.store import SQLiteMemoryStore
+from pipecat_summarizer.store import SQLiteMemoryStore, StoreWriter
 from pipecat_summarizer.store.base import query_words
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -22,7 +22,6 @@ from pipecat_summarizer.store.records import (
     message_text,
     tool_call_ids,
 )
-from pipecat_summarizer.store.writer import StoreWriter
 
 
 def test_fact_changes_name_the_action_and_who():

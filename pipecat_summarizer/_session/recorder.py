@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from pipecat_summarizer.params import MemoryParams
+from pipecat_summarizer.store._writer import StoreWriter
 from pipecat_summarizer.store.base import MemoryStore, error_reason
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -41,7 +42,6 @@ from pipecat_summarizer.store.records import (
     sha256_hex,
     tool_call_ids,
 )
-from pipecat_summarizer.store.writer import StoreWriter
 
 if TYPE_CHECKING:
     from pipecat_summarizer.events import ContextCompactedEvent

@@ -17,6 +17,7 @@ import their public names from here.
 from pipecat_summarizer.params import WriterParams
 from pipecat_summarizer.store._dsn import dsn_password, mask_dsn
 from pipecat_summarizer.store._opening import open_store
+from pipecat_summarizer.store._writer import StoreWriter
 from pipecat_summarizer.store.base import MemoryStore, StoreError
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -27,7 +28,6 @@ from pipecat_summarizer.store.records import (
     SearchHit,
 )
 from pipecat_summarizer.store.sqlite import SQLiteMemoryStore
-from pipecat_summarizer.store.writer import StoreWriter
 
 __all__ = [
     "ArchivedMessage",
