@@ -118,9 +118,10 @@ def hook_request_reads(context: LLMContext, before_request: Callable[[], None]) 
 
 
 class CeilingHost(Protocol):
-    """What :meth:`RequestCeiling.evict` needs of the processor whose context it holds down.
+    """What :meth:`RequestCeiling.evict` needs of the context's owner
+    (``_session.shared.SharedContext``, through its public methods).
 
-    The pending queue, the memory's facts and the context writes stay the processor's: the
+    The pending queue, the record's facts and the context writes stay the owner's: the
     ceiling decides what leaves, the host moves it.
     """
 
