@@ -47,8 +47,8 @@ from pipecat.tests.utils import SleepFrame, run_test  # noqa: E402
 from recall import WORDS, fill, sentence  # noqa: E402
 
 from pipecat_summarizer import ContextSummarizer  # noqa: E402
-from pipecat_summarizer._recall.rules import RecallParams  # noqa: E402
 from pipecat_summarizer._session.recorder import MemoryParams  # noqa: E402
+from pipecat_summarizer.params import RecallParams  # noqa: E402
 from pipecat_summarizer.store import SQLiteMemoryStore  # noqa: E402
 
 SETUPS = ("no store", "store, no recall", "store + recall", "store + recall (broad)")

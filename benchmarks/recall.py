@@ -37,8 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipecat_summarizer._recall.rules import RecallParams  # noqa: E402
 from pipecat_summarizer._recall.step import RecallStep  # noqa: E402
+from pipecat_summarizer.params import RecallParams  # noqa: E402
 from pipecat_summarizer.store import open_store  # noqa: E402
 from pipecat_summarizer.store.records import ArchivedMessage  # noqa: E402
 

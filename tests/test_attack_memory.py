@@ -19,7 +19,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.rules import RECALL_HEADER
+from pipecat_summarizer._recall.render import RECALL_HEADER
 from pipecat_summarizer._record.pinned import HEADER, NOTED_HEADER
 from pipecat_summarizer._record.record import ConversationRecord
 from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER

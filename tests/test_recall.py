@@ -11,7 +11,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.rules import RECALL_HEADER, is_recall_message
+from pipecat_summarizer._recall.render import RECALL_HEADER, is_recall_message
 from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
 from tests.openai_server import Reply, is_summary_request

@@ -8,7 +8,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.rules import RECALL_HEADER
+from pipecat_summarizer._recall.render import RECALL_HEADER
 from pipecat_summarizer._recall.step import MIN_RECALL_TOKENS, fits, recall_budget, search_wait
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
 from pipecat_summarizer.params import (

@@ -10,26 +10,30 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipecat_summarizer._recall.rules import (
-    RECALL_HEADER,
-    Snippet,
+from pipecat_summarizer._recall.query import (
     common_terms,
-    in_view,
     is_when,
     latest_user_index,
-    make_view,
     names_in,
+    recall_query,
+    topic_terms,
+    without_names,
+)
+from pipecat_summarizer._recall.render import (
+    RECALL_HEADER,
     place_recall,
     recall_message,
-    recall_query,
-    relevance,
     render_recall,
+    window,
+    without_recall,
+)
+from pipecat_summarizer._recall.select import (
+    Snippet,
+    in_view,
+    make_view,
+    relevance,
     select_hits,
     still_relevant,
-    topic_terms,
-    window,
-    without_names,
-    without_recall,
 )
 from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer._text.vocabulary import search_stem, words
@@ -257,7 +261,7 @@ def test_params_name_the_bad_field():
 
 
 def test_one_specific_new_word_is_a_strong_match_an_everyday_one_is_not():
-    from pipecat_summarizer._recall.rules import rare_terms
+    from pipecat_summarizer._recall.query import rare_terms
 
     view = ["What time does the breakfast buffet open?", "Sure."]
     q = "Which classical musicians does she enjoy?"

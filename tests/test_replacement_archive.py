@@ -10,7 +10,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.rules import RECALL_HEADER
+from pipecat_summarizer._recall.render import RECALL_HEADER
 from pipecat_summarizer.params import (
     CeilingParams,
     ContextSummarizerParams,

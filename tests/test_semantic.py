@@ -18,7 +18,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall import semantic as semantic_module
-from pipecat_summarizer._recall.rules import is_recall_message
+from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer._recall.semantic import WordLlamaEmbedder, embedder_for, load_semantic_model
 from pipecat_summarizer.params import MemoryParams, RecallParams, SemanticRecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
@@ -330,7 +330,9 @@ print(round(float(v[0] @ v[1]), 3))
 def test_importing_the_package_does_not_load_the_model():
     code = (
         "import sys, pipecat_summarizer, pipecat_summarizer._recall.step; "
-        "from pipecat_summarizer._recall.rules import RecallParams; RecallParams(); "
+        "import pipecat_summarizer._recall.query, pipecat_summarizer._recall.select; "
+        "import pipecat_summarizer._recall.render; "
+        "from pipecat_summarizer.params import RecallParams; RecallParams(); "
         "print('wordllama' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

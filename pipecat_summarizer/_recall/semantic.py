@@ -1,6 +1,6 @@
 """Semantic recall: archived messages that say the same thing in other words.
 
-Lexical recall (:mod:`pipecat_summarizer._recall.rules`) finds an archived message when it shares
+Lexical recall (:mod:`pipecat_summarizer._recall.select`) finds an archived message when it shares
 the query's words; it misses a paraphrase ("my pet" / "Rex the dog", "why did she start
 running?" / "to de-stress and clear my mind"). With
 ``RecallParams(semantic=SemanticRecallParams())`` each turn also ranks the caller's archived

@@ -61,7 +61,7 @@ from pipecat_summarizer import (
     WriterParams,
     load_semantic_model,
 )
-from pipecat_summarizer._recall.rules import is_recall_message
+from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer.store import MemoryStore
 from pipecat_summarizer_cli.replay.backends import (
     Backend,
