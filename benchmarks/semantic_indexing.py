@@ -31,7 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipecat_summarizer._recall.semantic import SemanticIndex, load_semantic_model  # noqa: E402
+from pipecat_summarizer._recall.embedding import load_semantic_model  # noqa: E402
+from pipecat_summarizer._recall.semantic import SemanticIndex  # noqa: E402
 from pipecat_summarizer.params import SemanticRecallParams  # noqa: E402
 from pipecat_summarizer.store import SQLiteMemoryStore  # noqa: E402
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord  # noqa: E402

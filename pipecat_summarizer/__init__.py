@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
     )
 
     from pipecat_summarizer._compaction.prompt import DEFAULT_PROMPT, SummaryRequest
-    from pipecat_summarizer._recall.semantic import load_semantic_model
+    from pipecat_summarizer._recall.embedding import load_semantic_model
     from pipecat_summarizer._record.pinned import Fact, Kind, Source
     from pipecat_summarizer._record.record import ConversationRecord
     from pipecat_summarizer._text.tokens import EstimateTokenCounter, TokenCounter, TokenizerCounter
@@ -174,7 +174,7 @@ _EXPORTS: dict[str, str] = {
     "TokenizerCounter": "pipecat_summarizer._text.tokens",
     "TriggerParams": "pipecat_summarizer.params",
     "WriterParams": "pipecat_summarizer.params",
-    "load_semantic_model": "pipecat_summarizer._recall.semantic",
+    "load_semantic_model": "pipecat_summarizer._recall.embedding",
     "recall_memory_flows_function": "pipecat_summarizer.tools",
     "register_recall_memory": "pipecat_summarizer.tools",
     "register_remember_fact": "pipecat_summarizer.tools",
@@ -199,7 +199,7 @@ _DEPRECATED: dict[str, tuple[str, str, str]] = {
         "WriterOptions is deprecated: use WriterParams",
     ),
     "SemanticRecall": (  # a SemanticRecallParams that keeps its 0.2 load() method
-        "pipecat_summarizer._recall.semantic",
+        "pipecat_summarizer._recall.embedding",
         "SemanticRecall",
         "SemanticRecall is deprecated: use SemanticRecallParams",
     ),

@@ -27,7 +27,7 @@ from pipecat_summarizer._validation import validate_numeric_fields
 from pipecat_summarizer.errors import SEMANTIC_EXTRA_HINT
 
 if TYPE_CHECKING:
-    from pipecat_summarizer._recall.semantic import Embedder
+    from pipecat_summarizer._recall.embedding import Embedder
     from pipecat_summarizer._text.tokens import TokenCounter
 
 SummaryRole = Literal["user", "assistant"]

@@ -123,7 +123,8 @@ def test_semantic_params_build_no_model():
 
 
 def test_one_model_per_process_for_every_params_without_an_embedder():
-    from pipecat_summarizer._recall.semantic import SemanticIndex, embedder_for
+    from pipecat_summarizer._recall.embedding import embedder_for
+    from pipecat_summarizer._recall.semantic import SemanticIndex
 
     one, two = params.SemanticRecallParams(), params.SemanticRecallParams(min_similarity=0.2)
     assert embedder_for(one) is embedder_for(two)
@@ -139,7 +140,7 @@ def test_one_model_per_process_for_every_params_without_an_embedder():
 
 
 def test_the_old_semantic_name_keeps_its_load_method():
-    from pipecat_summarizer._recall.semantic import SemanticRecall
+    from pipecat_summarizer._recall.embedding import SemanticRecall
 
     assert issubclass(SemanticRecall, params.SemanticRecallParams)
     assert callable(SemanticRecall().load)

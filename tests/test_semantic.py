@@ -17,9 +17,14 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer._recall import embedding as embedding_module
 from pipecat_summarizer._recall import semantic as semantic_module
+from pipecat_summarizer._recall.embedding import (
+    WordLlamaEmbedder,
+    embedder_for,
+    load_semantic_model,
+)
 from pipecat_summarizer._recall.render import is_recall_message
-from pipecat_summarizer._recall.semantic import WordLlamaEmbedder, embedder_for, load_semantic_model
 from pipecat_summarizer.params import MemoryParams, RecallParams, SemanticRecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
 from tests.openai_server import Reply, is_summary_request
@@ -269,9 +274,9 @@ async def test_a_late_semantic_ranking_does_not_delay_the_turn(
 
 
 def test_asking_for_semantic_without_the_extra_names_it(monkeypatch):
-    real = semantic_module.importlib.util.find_spec
+    real = embedding_module.importlib.util.find_spec
     monkeypatch.setattr(
-        semantic_module.importlib.util,
+        embedding_module.importlib.util,
         "find_spec",
         lambda name, *a: None if name == "wordllama" else real(name, *a),
     )
@@ -315,7 +320,7 @@ def refuse(*a, **k):
 socket.socket.connect = refuse
 socket.create_connection = refuse
 before = (list(logging.getLogger().handlers), logging.getLogger().level)
-from pipecat_summarizer._recall.semantic import WordLlamaEmbedder
+from pipecat_summarizer._recall.embedding import WordLlamaEmbedder
 e = WordLlamaEmbedder()
 v = e.embed(["Our dog Rex is a golden retriever.", "What kind of animal is my pet?"])
 assert v.shape == (2, 256) and abs(float((v * v).sum(axis=1)[0]) - 1) < 1e-4, v.shape

@@ -15,12 +15,12 @@ from dataclasses import replace
 
 import pytest
 
-from pipecat_summarizer._recall.semantic import (
-    SemanticIndex,
+from pipecat_summarizer._recall.embedding import (
     WordLlamaEmbedder,
     embedder_for,
     load_semantic_model,
 )
+from pipecat_summarizer._recall.semantic import SemanticIndex
 from pipecat_summarizer.params import RecallParams, SemanticRecallParams
 from pipecat_summarizer.store import MemoryStore, SQLiteMemoryStore
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord

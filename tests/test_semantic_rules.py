@@ -9,8 +9,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipecat_summarizer._recall.embedding import unit_rows
+from pipecat_summarizer._recall.fusion import SemanticHit, fuse, top_matches
 from pipecat_summarizer._recall.select import View, select_hits
-from pipecat_summarizer._recall.semantic import SemanticHit, fuse, top_matches, unit_rows
 from pipecat_summarizer.params import RecallParams
 
 sims_lists = st.lists(

@@ -11,9 +11,9 @@ import ast
 import dataclasses
 from pathlib import Path
 
+from pipecat_summarizer._recall.fusion import SemanticHit
 from pipecat_summarizer._recall.render import recall_message, render_recall
 from pipecat_summarizer._recall.select import Snippet
-from pipecat_summarizer._recall.semantic import SemanticHit
 from pipecat_summarizer._text.messages import (
     ArchivedText,
     content_texts,

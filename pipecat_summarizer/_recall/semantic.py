@@ -5,41 +5,41 @@ the query's words; it misses a paraphrase ("my pet" / "Rex the dog", "why did sh
 running?" / "to de-stress and clear my mind"). With
 ``RecallParams(semantic=SemanticRecallParams())`` each turn also ranks the caller's archived
 messages by the cosine similarity of their embeddings with the query's, and fuses that ranking
-with the lexical one (see :func:`fuse`).
+with the lexical one (see :func:`~pipecat_summarizer._recall.fusion.fuse`).
 
-The embeddings come from WordLlama (the ``semantic`` extra: ``pip install
-'pipecat-summarizer[semantic]'``): static token embeddings shipped inside the wheel, numpy on
-the CPU, no network. The vectors are kept in memory, per call's recall step, for the
-messages of this caller (this call only without a ``user_id``): a background task reads
-what the store archived since the last turn and embeds it in a worker thread (one per
-process, off the event loop), so a turn only embeds its query and ranks with one matrix
-product (brute force over the caller's messages; no vector database). A message the store
-returns with another ``user_id`` is never indexed, and the store's ``forget`` of the caller
-empties the index before its next ranking. Any :class:`~pipecat_summarizer.store.MemoryStore`
-works (SQLite and PostgreSQL alike), since only its ``calls``, ``messages`` and ``message``
-reads are used (and ``forget_generation``, when it has one).
+The embeddings come from WordLlama (:mod:`pipecat_summarizer._recall.embedding`; the
+``semantic`` extra: ``pip install 'pipecat-summarizer[semantic]'``): static token embeddings
+shipped inside the wheel, numpy on the CPU, no network. The vectors are kept in memory, per
+call's recall step, for the messages of this caller (this call only without a ``user_id``):
+a background task reads what the store archived since the last turn and embeds it in a
+worker thread (one per process, off the event loop), so a turn only embeds its query and
+ranks with one matrix product (brute force over the caller's messages; no vector database).
+A message the store returns with another ``user_id`` is never indexed, and the store's
+``forget`` of the caller empties the index before its next ranking. Any
+:class:`~pipecat_summarizer.store.MemoryStore` works (SQLite and PostgreSQL alike), since
+only its ``calls``, ``messages`` and ``message`` reads are used (and ``forget_generation``,
+when it has one).
 
-The rules (:func:`top_matches`, :func:`fuse`) are pure functions; :class:`SemanticIndex` is
-the thin asyncio shell.
+The rules (:func:`~pipecat_summarizer._recall.fusion.top_matches`,
+:func:`~pipecat_summarizer._recall.fusion.fuse`) are pure functions; :class:`SemanticIndex`,
+here, is the thin asyncio shell.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 from loguru import logger
 
-from pipecat_summarizer._text.messages import ArchivedText
-from pipecat_summarizer.errors import SEMANTIC_EXTRA_HINT as EXTRA_HINT
+from pipecat_summarizer._recall.embedding import Embedder, embedder_for, unit_rows
+from pipecat_summarizer._recall.fusion import SemanticHit, top_matches
 from pipecat_summarizer.params import SemanticRecallParams
 
 #: The roles whose messages are embedded (instructions are never recalled, tool output is
@@ -61,229 +61,6 @@ READ_PAUSE_S = 0.02
 #: Longest a turn's ranking waits for the first piece of the call's first refresh (see
 #: ``SemanticIndex._first_piece``).
 FIRST_PIECE_WAIT_S = 0.5
-
-#: Longest text embedded, in characters (a query or message beyond it is cut: the embedding
-#: is a mean of token vectors, and this bounds the work a turn does on the event loop).
-MAX_EMBED_CHARS = 2000
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """What semantic recall needs of a model: unit-length float32 vectors for texts."""
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """One row per text, each of unit length (a zero row for a text with no token)."""
-        ...
-
-
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
-    """``vectors`` as float32 rows of unit length (zero rows stay zero)."""
-    v = np.nan_to_num(np.asarray(vectors, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
-    if v.ndim == 1:
-        v = v[None, :]
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return v / norms
-
-
-class WordLlamaEmbedder:
-    """WordLlama's default model (``l2_supercat``, 256 dimensions), loaded from the files in
-    its wheel. The model loads on first use (about a second), once per embedder: share one
-    embedder between calls.
-
-    ``WordLlama.load()`` looks for the bundled tokenizer in a folder the wheel does not
-    have and then tries to download it from Hugging Face, so the two files are opened here
-    directly: nothing is ever downloaded.
-
-    Args:
-        dim: Dimensions kept (the model is trained so that a prefix of its vectors works:
-            64, 128 or 256).
-
-    Raises:
-        ImportError: If the ``semantic`` extra is not installed.
-    """
-
-    def __init__(self, dim: int = 256):
-        """Check the package is installed (the model loads on first use)."""
-        if importlib.util.find_spec("wordllama") is None:
-            raise ImportError(EXTRA_HINT)
-        if dim not in (64, 128, 256):
-            raise ValueError("semantic.dim must be 64, 128 or 256")
-        self.dim = dim
-        self._model: Any = None
-        self._lock = threading.Lock()
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the model is in memory."""
-        return self._model is not None
-
-    def load(self) -> None:
-        """Load the model now (blocking: call it from a worker thread)."""
-        with self._lock:
-            if self._model is None:
-                self._model = _load_wordllama(self.dim)
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit-length vectors of ``texts`` (loads the model first if needed)."""
-        if self._model is None:
-            self.load()
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        cut = [t[:MAX_EMBED_CHARS] for t in texts]
-        return unit_rows(self._model.embed(cut))
-
-
-def _load_wordllama(dim: int) -> Any:
-    from importlib.resources import files
-
-    # wordllama.inference calls logging.basicConfig(level=INFO) when imported, which would
-    # turn on every library's INFO logging in the application: undo it.
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        from safetensors import safe_open
-        from tokenizers import Tokenizer
-        from wordllama.inference import WordLlamaInference
-    except ImportError as e:
-        raise ImportError(EXTRA_HINT) from e
-    finally:
-        for h in list(root.handlers):
-            if h not in handlers:
-                root.removeHandler(h)
-        root.setLevel(level)
-    package = files("wordllama")
-    tokenizer = Tokenizer.from_file(
-        str(package / "tokenizers" / "l2_supercat_tokenizer_config.json")
-    )
-    weights = package / "weights" / "l2_supercat_256.safetensors"
-    with safe_open(str(weights), framework="np", device="cpu") as f:
-        table = f.get_tensor("embedding.weight")[:, :dim]
-    return WordLlamaInference(table, tokenizer)
-
-
-_shared: WordLlamaEmbedder | None = None
-_shared_lock = threading.Lock()
-
-
-def embedder_for(semantic: SemanticRecallParams) -> Embedder:
-    """The model ``semantic`` names: its own ``embedder``, or else WordLlama's, one per process
-    (built here, where it is used: the params hold settings only). Cheap: the model itself
-    loads on first use, or with :func:`load_semantic_model`."""
-    if semantic.embedder is not None:
-        return semantic.embedder
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = WordLlamaEmbedder()
-        return _shared
-
-
-def load_semantic_model(semantic: SemanticRecallParams | None = None) -> None:
-    """Load the model semantic recall uses now (blocking, about a second; nothing is
-    downloaded): at the application's start, so a call's first turns need not wait for it
-    (otherwise the first call loads it in a worker thread, and its turns go lexical only until
-    then).
-
-    Args:
-        semantic: The params whose model to load; ``None`` for the default (WordLlama, one
-            per process, shared by every call whose params name no ``embedder``).
-
-    Raises:
-        ImportError: If the ``semantic`` extra is not installed.
-    """
-    load = getattr(embedder_for(semantic or SemanticRecallParams()), "load", None)
-    if callable(load):
-        load()
-
-
-class SemanticRecall(SemanticRecallParams):
-    """The 0.2 name of :class:`SemanticRecallParams`, with its ``load()`` (one release; the
-    package's ``SemanticRecall`` warns). ``load()`` is :func:`load_semantic_model`."""
-
-    def load(self) -> None:
-        """Load the model now (deprecated: :func:`load_semantic_model`)."""
-        load_semantic_model(self)
-
-
-# -- the rules -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SemanticHit(ArchivedText):
-    """An archived message in the fused ranking (the fields recall reads of a hit).
-
-    Parameters:
-        call_id / position / turn / at / role / content: The message (``ArchivedText``'s).
-        similarity: Cosine similarity with the query (``None``: not embedded yet).
-        lexical_rank: Its place in the lexical hits (``None``: found by meaning only).
-    """
-
-    similarity: float | None = None
-    lexical_rank: int | None = None
-
-
-def top_matches(sims: np.ndarray, k: int, min_similarity: float) -> list[tuple[int, float]]:
-    """The best rows of ``sims`` (the cosine of each embedded message with the query):
-    ``(row, cosine)``, best first, at most ``k``, each at least ``min_similarity``; ties go
-    to the later row (the more recent message)."""
-    sims = np.asarray(sims).reshape(-1)
-    if k <= 0 or len(sims) == 0:
-        return []
-    k = min(k, len(sims))
-    # every row at least the k-th best value (argpartition: no full sort; ties at the cut
-    # all kept), then sorted: best first, the later row first on ties
-    kth = np.partition(sims, len(sims) - k)[len(sims) - k]
-    rows = np.flatnonzero(sims >= max(kth, np.float32(min_similarity)))
-    ranked = sorted(rows.tolist(), key=lambda r: (-float(sims[r]), -r))[:k]
-    return [(r, float(sims[r])) for r in ranked if float(sims[r]) >= min_similarity]
-
-
-def fuse(
-    lexical: Sequence[Any],
-    semantic: Sequence[SemanticHit],
-    similarity: Mapping[tuple[str, int], float],
-) -> list[SemanticHit]:
-    """The lexical and the semantic rankings as one list of hits, best first.
-
-    Lexical hits come first, in the archive's order, each with its similarity when its
-    message is embedded (recall then keeps one that shares too few of the query's words but
-    means the same); then the messages found by meaning only, best first. Each message once.
-
-    Measured on LoCoMo (benchmarks/README.md), this "lexical first" order beat reciprocal
-    rank fusion: a shared rare word (a name, a number) is a stronger signal than the static
-    embeddings' cosine, and RRF let near-misses displace exact hits.
-
-    Args:
-        lexical: The archive's hits (``SearchHit`` or anything with its fields).
-        semantic: Hits by meaning, best first (see :func:`top_matches`).
-        similarity: ``(call_id, position) -> cosine`` of the embedded messages.
-    """
-    out: list[SemanticHit] = []
-    seen: set[tuple[str, int]] = set()
-    for rank, hit in enumerate(lexical):
-        key = (str(getattr(hit, "call_id", "")), int(getattr(hit, "position", 0)))
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(
-            SemanticHit(
-                call_id=key[0],
-                position=key[1],
-                turn=int(getattr(hit, "turn", 0)),
-                at=float(getattr(hit, "at", 0.0) or 0.0),
-                role=str(getattr(hit, "role", "") or ""),
-                content=str(getattr(hit, "content", "") or ""),
-                similarity=similarity.get(key),
-                lexical_rank=rank,
-            )
-        )
-    for hit in semantic:
-        key = (hit.call_id, hit.position)
-        if key not in seen:
-            seen.add(key)
-            out.append(hit)
-    return out
 
 
 # -- the shell -------------------------------------------------------------------------
@@ -688,15 +465,4 @@ def _message(m: Any) -> _Message:
     )
 
 
-__all__ = [
-    "EXTRA_HINT",
-    "Embedder",
-    "SemanticHit",
-    "SemanticIndex",
-    "embedder_for",
-    "load_semantic_model",
-    "WordLlamaEmbedder",
-    "fuse",
-    "top_matches",
-    "unit_rows",
-]
+__all__ = ["SemanticIndex"]

@@ -170,7 +170,7 @@ class RecallStep:
         hits = list(found or [])
         replies: dict[tuple[str, int], tuple[str, str]] = {}
         if index is not None:
-            from pipecat_summarizer._recall.semantic import fuse
+            from pipecat_summarizer._recall.fusion import fuse
 
             # the query is embedded on the loop (a mean of token vectors, ~0.1 ms)
             close, similarity = await index.rank_soon(query)
