@@ -12,7 +12,7 @@ from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
 
-from pipecat_summarizer._text.vocabulary import normalize_fact as normalize
+from pipecat_summarizer._text.vocabulary import normalize_fact
 from pipecat_summarizer.events import short_sha256
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def remember_fact_result(processor: ContextSummarizer, arguments: Any) -> dict:
     )
     logger.info(f"remember_fact: key {short_sha256(held)} is the application's; kept as a claim")
     app = facts.get(held)
-    if app is not None and normalize(app.text) == normalize(fact):
+    if app is not None and normalize_fact(app.text) == normalize_fact(fact):
         return {"not_remembered": key, "note": stands}
     return {
         "remembered": claim,

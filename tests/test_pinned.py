@@ -116,8 +116,8 @@ def test_eviction_goes_down_to_the_target_in_one_step():
 
 
 def test_pinned_items_are_left_out_of_the_summary_message_whatever_the_speaker_prefix():
-    from pipecat_summarizer._record.pinned import normalize
     from pipecat_summarizer._record.sections import without_items
+    from pipecat_summarizer._text.vocabulary import normalize_fact as normalize
 
     record = "FACTS:\n- User: My name is Priya Raman.\n- User: I cycle to work.\nDECISIONS:\n- x"
     out = without_items(record, ["My name is Priya Raman."], normalize)
@@ -125,8 +125,8 @@ def test_pinned_items_are_left_out_of_the_summary_message_whatever_the_speaker_p
 
 
 def test_prose_summaries_survive_pinning_and_folding():
-    from pipecat_summarizer._record.pinned import normalize
     from pipecat_summarizer._record.sections import parse_sections, with_items, without_items
+    from pipecat_summarizer._text.vocabulary import normalize_fact as normalize
 
     prose = "The user, Alice, booked a table for Friday, ref ZX-991.\n- allergic to nuts"
     out = without_items(prose, ["allergic to nuts"], normalize)

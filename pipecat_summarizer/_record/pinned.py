@@ -33,8 +33,7 @@ from pipecat_summarizer._record.authority import is_instruction_like
 from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer._text.vocabulary import CORRECTED_RE as _CORRECTED
 from pipecat_summarizer._text.vocabulary import SPEAKER_RE as _SPEAKER
-from pipecat_summarizer._text.vocabulary import content_words
-from pipecat_summarizer._text.vocabulary import normalize_fact as normalize
+from pipecat_summarizer._text.vocabulary import content_words, normalize_fact
 
 Kind = Literal["fact", "constraint"]
 Source = Literal["app", "summary", "llm", "evicted"]
@@ -55,8 +54,8 @@ def bullet_key(text: str) -> str:
     text = _SPEAKER.sub("", _CORRECTED.sub(" ", text).strip())
     match = _TOPIC.match(text)
     if match and len(match.group(1).split()) <= 4:
-        return "topic:" + normalize(match.group(1))
-    return "text:" + normalize(text)
+        return "topic:" + normalize_fact(match.group(1))
+    return "text:" + normalize_fact(text)
 
 
 CLAIM_SUFFIX = " (conversation's claim)"
@@ -213,7 +212,7 @@ class PinnedFacts:
 
     def _claim(self, key: str, text: str, kind: Kind, source: Source, *, over: str | None) -> bool:
         """Keep the conversation's ``text`` on the application's ``key`` beside it."""
-        if over is not None and normalize(over) == normalize(text):
+        if over is not None and normalize_fact(over) == normalize_fact(text):
             return False  # it says what the application says
         return self._put(claim_key(key), claim_text(text), kind, source)
 
@@ -223,9 +222,9 @@ class PinnedFacts:
             old.seen = self._tick()
             return False
         if old:
-            self._by_text.pop(normalize(old.text), None)
+            self._by_text.pop(normalize_fact(old.text), None)
         self._facts[key] = Fact(key, text, kind, source, self._tick())
-        self._by_text[normalize(text)] = key
+        self._by_text[normalize_fact(text)] = key
         self.version += 1
         return True
 
@@ -240,7 +239,7 @@ class PinnedFacts:
         fact = self._facts.pop(key, None)
         if fact is None:
             return False
-        self._by_text.pop(normalize(fact.text), None)
+        self._by_text.pop(normalize_fact(fact.text), None)
         self.version += 1
         return True
 
@@ -272,13 +271,17 @@ class PinnedFacts:
 
     def _merge_bullet(self, bullet: str, kind: Kind, source: Source = "summary") -> bool:
         text = " ".join(_CORRECTED.sub(" ", _SPEAKER.sub("", bullet.strip())).split())
-        if not text or normalize(text) in ("none", "n a", ""):
+        if not text or normalize_fact(text) in ("none", "n a", ""):
             return False
         if is_instruction_like(text):
             return False  # pin() would refuse it too; a summary bullet is skipped quietly
         key = bullet_key(bullet)
-        same = self._facts.get(key) or self._facts.get(self._by_text.get(normalize(text), ""))
-        if same is not None and same.kind == kind and normalize(same.text) == normalize(text):
+        same = self._facts.get(key) or self._facts.get(self._by_text.get(normalize_fact(text), ""))
+        if (
+            same is not None
+            and same.kind == kind
+            and normalize_fact(same.text) == normalize_fact(text)
+        ):
             same.seen = self._tick()  # confirmed again: the most recent now, no rewrite
             return False
         changed = False

@@ -27,7 +27,9 @@ the splice finds it by identity; facts over budget then wait for the summary to 
 
 The store plugs in here: :attr:`ConversationRecord.on_facts_changed` sees every fact change,
 :meth:`ConversationRecord.load` gives a returning caller their facts and earlier-calls
-summary; recall reads :meth:`ConversationRecord.texts_in_view`.
+summary; recall reads :meth:`ConversationRecord.texts_in_view`. How the record changes
+(pinning, unpinning, evicted facts, the budget, loading) is in
+:mod:`pipecat_summarizer._record.changes`, a base of the class.
 """
 
 from __future__ import annotations
@@ -37,18 +39,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loguru import logger
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer._compaction.plan import head_length
+from pipecat_summarizer._record.changes import RecordChanges, joined_earlier
 from pipecat_summarizer._record.pinned import (
     AUTHORITATIVE,
-    CLAIM_SUFFIX,
     NOTED_HEADER,
     Fact,
     PinnedFacts,
-    key_id,
-    normalize,
 )
 from pipecat_summarizer._record.pinned import _quote as quote_fact
 from pipecat_summarizer._record.sections import (
@@ -58,9 +57,8 @@ from pipecat_summarizer._record.sections import (
     without_items,
 )
 from pipecat_summarizer._text.tokens import estimate_text_tokens
-from pipecat_summarizer.events import short_sha256
+from pipecat_summarizer._text.vocabulary import normalize_fact
 from pipecat_summarizer.params import PinningParams
-from pipecat_summarizer.summarizers.extractive import pinnable_facts
 
 Messages = list[Any]
 
@@ -79,13 +77,7 @@ def with_facts(text: str | None, facts: Iterable[Fact]) -> str:
     items: dict[str, list[str]] = {"FACTS": [], "CONSTRAINTS": []}
     for fact in facts:
         items["CONSTRAINTS" if fact.kind == "constraint" else "FACTS"].append(fact.text)
-    return with_items(text or "", items, normalize)
-
-
-def joined_earlier(earlier: str, summary: str) -> str:
-    """A summary record that starts with the caller's earlier calls (older) and goes on with
-    this call's ``summary``: the next summary rolls both."""
-    return f"{earlier}\n\n{summary}" if summary.strip() else earlier
+    return with_items(text or "", items, normalize_fact)
 
 
 @dataclass(frozen=True)
@@ -98,7 +90,7 @@ class SummaryDraft:
     config: LLMContextSummaryConfig
 
 
-class ConversationRecord:
+class ConversationRecord(RecordChanges):
     """Pinned facts, the rolling summary and folded facts, rendered as head messages.
 
     Args:
@@ -199,11 +191,11 @@ class ConversationRecord:
         if self.carries_facts:
             app = [f.text for f in facts if f.source in AUTHORITATIVE]
             if self.pinning.from_summaries and app:
-                text = without_items(text, app, normalize, empty="")
+                text = without_items(text, app, normalize_fact, empty="")
             noted = [f for f in facts if f.source not in AUTHORITATIVE]
             text = with_facts(text, noted) if noted else text
         elif self.pinning.from_summaries and len(self.facts):
-            text = without_items(text, (f.text for f in facts), normalize)
+            text = without_items(text, (f.text for f in facts), normalize_fact)
         content = render_template(config.summary_message_template, text)
         return {"role": self.summary_role, "content": content}
 
@@ -250,7 +242,7 @@ class ConversationRecord:
         facts = [f for f in self.facts.facts if f.source not in AUTHORITATIVE]
         if not self.carries_facts or not summary_present:
             return facts
-        return [f for f in facts if normalize(f.text) not in self._summary_items]
+        return [f for f in facts if normalize_fact(f.text) not in self._summary_items]
 
     def _render_blocks(self, messages: Messages) -> Messages | None:
         """The application's block and the noted message in place (see :meth:`render`)."""
@@ -353,109 +345,7 @@ class ConversationRecord:
             if self._rendered_summary[0] is old:
                 self._rendered_summary = (copy, self._rendered_summary[1])
 
-    # -- changes --------------------------------------------------------------------------
-
-    def fold_over_budget(self) -> bool:
-        """Remove the least recent facts until the block fits its budget.
-
-        Facts from a summary or from evicted messages are still in the summary record (or in
-        the pending queue); the others only lived in the block, so they are folded into the
-        next summary text, loudly (a WARNING with hashes, never the text).
-
-        Returns:
-            True if any fact left the block.
-        """
-        removed = self.facts.enforce_budget()
-        folded = [f for f in removed if f.source not in ("summary", "evicted")]
-        if len(removed) > len(folded):
-            logger.debug(f"{self}: {len(removed) - len(folded)} summary facts left the block")
-        if folded:
-            logger.warning(
-                f"{self}: pinned facts over their {self.facts.budget_tokens}-token budget; "
-                f"{len(folded)} least recent moved into the summary (sha256 "
-                + ", ".join(short_sha256(f.text) for f in folded)
-                + ")"
-            )
-            if self._log_content:
-                logger.debug(f"{self}: moved facts: " + "; ".join(f.text for f in folded))
-            self.folded.extend(folded)
-        return bool(removed)
-
-    def enforce_budget(self, messages: Messages, *, in_flight: bool) -> Messages | None:
-        """Fold over budget and re-render the summary. Deferred while a summary is in
-        flight: folding then would hide the facts until it lands."""
-        if in_flight or not self.fold_over_budget():
-            return None
-        return self.refresh_summary(messages, in_flight=in_flight)
-
-    def pin(
-        self,
-        messages: Messages,
-        key: str,
-        text: str,
-        *,
-        kind: str = "fact",
-        source: str = "app",
-        in_flight: bool = False,
-    ) -> Messages | None:
-        """Pin a fact (see :meth:`ContextSummarizer.pin`) and render.
-
-        The application's fact wins its key: a conversation fact (``"llm"``, ``"summary"``)
-        on a key the application holds is kept beside it as a claim, quoted user-role data
-        (see :meth:`PinnedFacts.pin`). A key the application pins here is its own for the
-        rest of the call: :meth:`load` never restores a stored fact over it.
-
-        Raises:
-            ValueError: If the key or text is empty, the kind or source unknown, or a
-                conversation fact reads as an instruction.
-        """
-        if kind not in ("fact", "constraint"):
-            raise ValueError("kind must be 'fact' or 'constraint'")
-        if source not in ("app", "llm", "summary"):
-            raise ValueError("source must be 'app', 'llm' or 'summary'")
-        changed = self.facts.pin(key, text, kind=kind, source=source)  # type: ignore[arg-type]
-        if source == "app":
-            self._app_here.add(key_id(key))
-        if not changed:
-            return None
-        return self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
-
-    def unpin(
-        self, messages: Messages, key: str, *, in_flight: bool = False
-    ) -> tuple[bool, Messages | None]:
-        """Remove the fact under ``key`` (the application's unpin) and render; the summary
-        shows it again. :meth:`load` does not restore a stored fact under ``key`` after it.
-
-        Returns:
-            Whether a fact was removed, and the new messages (or ``None``).
-        """
-        self._app_here.add(key_id(key))
-        if not self.facts.unpin(key):
-            return False, None
-        new = self.render(messages)
-        current = messages if new is None else new
-        refreshed = self.refresh_summary(current, in_flight=in_flight)
-        return True, new if refreshed is None else refreshed
-
-    def pin_evicted(
-        self, messages: Messages, evicted: Sequence[Any], *, in_flight: bool
-    ) -> Messages | None:
-        """Pin the salient facts of ``evicted`` (they left the context unsummarized)."""
-        found = pinnable_facts(evicted, max_tokens=self.facts.budget_tokens)
-        if not any(found.values()) or not self.facts.merge_summary(found, source="evicted"):
-            return None
-        return self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
-
-    def forget_evicted(self, messages: Messages) -> Messages | None:
-        """Unpin the facts taken from evicted messages: their conversation was replaced.
-
-        Returns:
-            The new messages, or ``None`` when no such fact was pinned.
-        """
-        keys = [f.key for f in self.facts.facts if f.source == "evicted"]
-        for key in keys:
-            self.facts.unpin(key)
-        return self.render(messages) if keys else None
+    # -- the summary's life ------------------------------------------------------------
 
     def absorb(
         self,
@@ -486,95 +376,12 @@ class ConversationRecord:
         self._adopt(draft.message, draft.text)
         self.summary_config = draft.config
 
-    def load(
-        self,
-        messages: Messages,
-        facts: Iterable[dict],
-        earlier: str | None,
-        *,
-        in_flight: bool,
-    ) -> Messages | None:
-        """Give a returning caller their memory: pin their stored facts, and place the
-        "earlier calls" text where the summary goes (user-role data, like any summary) so
-        this call's summaries build on it. A malformed stored fact is skipped.
-
-        It may run on any turn (the memory joins the call when it arrives), so the stored
-        facts are older than everything pinned in this call. The application's authority
-        wins, then the newer:
-
-        - a key the application pinned (or unpinned) in this call keeps the application's
-          decision: no stored fact under it, nor its claim (:func:`claim_key`), is
-          restored;
-        - a stored application fact takes its key from a conversation fact of this call,
-          which is kept beside it as the conversation's claim (quoted user-role data);
-        - a stored conversation fact (``"llm"``, ``"summary"``, ``"evicted"``) is not
-          restored over a fact this call already holds under its key, and on a key the
-          application holds it is restored only as a claim beside the application's fact.
-
-        Restored facts keep their source: only application facts are rendered with
-        authority, in the developer/system message.
-        """
-        live, restored = [f.key for f in self.facts.facts], False
-        for f in facts:
-            try:
-                key, source = f["key"], f["source"]
-                if not self._restorable(key, source):
-                    continue
-                kind = f.get("kind", "fact")
-                restored |= self.facts.pin(key, f["text"], kind=kind, source=source)
-            except (KeyError, ValueError, TypeError, AttributeError):
-                continue
-        if restored:  # this call's facts stay the newest: the last to leave over budget
-            self.facts.touch(live)
-        new = self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))
-        current = messages if new is None else new
-        if not earlier:
-            return new
-        # never dropped: while a summary is in flight it waits (the summary's record takes
-        # it in when it lands); after a summary it joins that summary's record
-        self._earlier_waiting = earlier
-        joined = self._join_earlier(current, in_flight=in_flight)
-        return new if joined is None else joined
-
-    def _join_earlier(self, messages: Messages, *, in_flight: bool) -> Messages | None:
-        """The earlier-calls text waiting, put where the summary goes: the summary message
-        (this call's summary kept after it) or, with no summary in the context, its own
-        summary message after the head. ``None``: nothing waits, or a summary is in flight
-        (its message must not change)."""
-        earlier = self._earlier_waiting
-        if earlier is None or in_flight:
-            return None
-        self._earlier_waiting = None
-        present = self.summary_in(messages)
-        if present is None:
-            message = self.render_summary(earlier, self.summary_config)
-            at = head_length(messages)
-            self._adopt(message, earlier)
-            return self.place([*messages[:at], message, *messages[at:]])
-        text = joined_earlier(earlier, self.summary_text or "")
-        message = self.render_summary(text, self.summary_config)
-        at = next(i for i, m in enumerate(messages) if m is present)
-        self._adopt(message, text)
-        return self.place([*messages[:at], message, *messages[at + 1 :]])
-
-    def _restorable(self, key: str, source: str) -> bool:
-        """Whether a stored fact under ``key`` from ``source`` may be restored (see
-        :meth:`load`)."""
-        if not isinstance(key, str):
-            return False
-        decided = self._app_here
-        if key_id(key) in decided or key_id(key.removesuffix(CLAIM_SUFFIX)) in decided:
-            return False  # the application decided this key in this call: newer
-        if source in AUTHORITATIVE:
-            return True  # the application's authority wins over the conversation's
-        return self.facts.get(key) is None  # this call's own conversation fact is newer
-
     def _adopt(self, message: dict, text: str) -> None:
         self.summary_message, self.summary_text = message, text
         self.summary_tokens = self._count_text(text)
         content = message.get("content")
         items = record_items(content) if isinstance(content, str) else []
-        self._summary_items = frozenset(normalize(i) for i in items)
+        self._summary_items = frozenset(normalize_fact(i) for i in items)
 
     def _render_after(self, messages: Messages, new: Messages | None) -> Messages | None:
         current = messages if new is None else new
