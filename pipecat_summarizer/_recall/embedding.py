@@ -38,12 +38,13 @@ class Embedder(Protocol):
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
     """``vectors`` as float32 rows of unit length (zero rows stay zero)."""
-    v = np.nan_to_num(np.asarray(vectors, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+    v = np.nan_to_num(np.asarray(vectors, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
     if v.ndim == 1:
         v = v[None, :]
+    # in float64: a float32 row of tiny values (1e-22) squares to subnormals and its norm is off
     norms = np.linalg.norm(v, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return v / norms
+    return (v / norms).astype(np.float32)
 
 
 class WordLlamaEmbedder:
