@@ -38,9 +38,15 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
 
     from pipecat_summarizer._compaction.prompt import DEFAULT_PROMPT, SummaryRequest
     from pipecat_summarizer._recall.embedding import load_semantic_model
+    from pipecat_summarizer._recall.render import is_recall_message
     from pipecat_summarizer._record.pinned import Fact, Kind, Source
     from pipecat_summarizer._record.record import ConversationRecord
-    from pipecat_summarizer._text.tokens import EstimateTokenCounter, TokenCounter, TokenizerCounter
+    from pipecat_summarizer._text.tokens import (
+        EstimateTokenCounter,
+        TokenCounter,
+        TokenizerCounter,
+        message_texts,
+    )
     from pipecat_summarizer.errors import PipecatSummarizerError
     from pipecat_summarizer.events import (
         ContextCompactedEvent,
@@ -93,6 +99,7 @@ __all__ = [
     "MemoryParams",  # ContextSummarizer(memory=...): how a call uses its store
     "PinningParams",
     "RecallParams",
+    "is_recall_message",  # which message of a request is the recalled block
     "RetryParams",
     "SemanticRecallParams",  # RecallParams(semantic=...): the optional 'semantic' extra
     "load_semantic_model",  # its model, loaded at the application's start
@@ -114,6 +121,7 @@ __all__ = [
     "EstimateTokenCounter",
     "TokenCounter",
     "TokenizerCounter",
+    "message_texts",  # every piece of text a message carries: what a custom counter counts
     # events
     "ContextCompactedEvent",
     "ContextCompactedFrame",
@@ -172,6 +180,8 @@ _EXPORTS: dict[str, str] = {
     "SummaryResult": "pipecat_summarizer.summarizers",
     "TokenCounter": "pipecat_summarizer._text.tokens",
     "TokenizerCounter": "pipecat_summarizer._text.tokens",
+    "message_texts": "pipecat_summarizer._text.tokens",
+    "is_recall_message": "pipecat_summarizer._recall.render",
     "TriggerParams": "pipecat_summarizer.params",
     "WriterParams": "pipecat_summarizer.params",
     "load_semantic_model": "pipecat_summarizer._recall.embedding",

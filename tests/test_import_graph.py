@@ -86,13 +86,7 @@ PUBLIC_MODULES = (
 #: (pipecat_summarizer's ``__all__``): name -> why a user of the library would want it too.
 #: The test tolerates exactly these and fails once one is no longer imported, so the list
 #: only shrinks.
-AWAITING_A_PUBLIC_NAME = {
-    # beside TokenCounter: a custom counter counts these texts (the replay: a probe's presence)
-    "message_texts": "every piece of text a context message carries",
-    # beside RecallParams: which message of a request is the recalled block (the replay's
-    # questions count the requests recall contributed to)
-    "is_recall_message": "whether a message is the recalled block",
-}
+AWAITING_A_PUBLIC_NAME: dict[str, str] = {}
 
 # a module named in a string: a dotted identifier and nothing else (prose has spaces)
 _MODULE_STRING = re.compile(r"pipecat_summarizer(_cli)?(\.[A-Za-z_]\w*)*")

@@ -59,9 +59,9 @@ from pipecat_summarizer import (
     RecallParams,
     SemanticRecallParams,
     WriterParams,
+    is_recall_message,
     load_semantic_model,
 )
-from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer.store import MemoryStore
 from pipecat_summarizer_cli.replay.backends import (
     Backend,

@@ -41,8 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipecat_summarizer import EstimateTokenCounter, TokenCounter
-from pipecat_summarizer._text.tokens import message_texts
+from pipecat_summarizer import EstimateTokenCounter, TokenCounter, message_texts
 from pipecat_summarizer_cli.replay.arguments import MAIN_PRICES, SUMMARY_PRICES
 
 STRATEGIES = ("full_buffer", "pipecat_builtin", "pipecat_summarizer")
