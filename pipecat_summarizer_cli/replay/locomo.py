@@ -79,6 +79,8 @@ class LocomoConversation:
         qa: The answerable QA items.
         sessions: Number of sessions.
         dialog_turns: Number of LoCoMo dialog lines.
+        lines: Each dialog line's text by its ``dia_id`` (what a question's ``evidence``
+            names), as it appears in the transcript's messages.
     """
 
     sample_id: str
@@ -88,6 +90,7 @@ class LocomoConversation:
     qa: list[QAItem]
     sessions: int
     dialog_turns: int
+    lines: dict[str, str] = field(default_factory=dict)
 
 
 def words(text: str) -> list[str]:
@@ -188,6 +191,7 @@ def convert(sample: dict, sample_id: str | None = None) -> LocomoConversation:
         }
     ]
     lines = 0
+    by_id: dict[str, str] = {}
     for number, turns, date_time in sessions:
         note = session_note(number, date_time)
         noted = False
@@ -196,6 +200,8 @@ def convert(sample: dict, sample_id: str | None = None) -> LocomoConversation:
             if not text:
                 continue
             lines += 1
+            if turn.get("dia_id"):
+                by_id[str(turn["dia_id"])] = text
             role = "user" if turn.get("speaker") == a else "assistant"
             if not noted:
                 noted = True
@@ -219,7 +225,7 @@ def convert(sample: dict, sample_id: str | None = None) -> LocomoConversation:
         if q.get("answer") not in (None, "")
     ]
     transcript = transcript_from_messages(messages, name=f"locomo_{sid}", source=f"locomo:{sid}")
-    return LocomoConversation(sid, a, b, transcript, qa, len(sessions), lines)
+    return LocomoConversation(sid, a, b, transcript, qa, len(sessions), lines, by_id)
 
 
 def _samples_from_json(data: Any, stem: str) -> list[tuple[str, dict]]:

@@ -35,8 +35,9 @@ import copy
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pipecat.frames.frames import EndFrame, LLMMessagesAppendFrame, LLMSummarizeContextFrame
 from pipecat.pipeline.pipeline import Pipeline
@@ -69,6 +70,14 @@ from pipecat_summarizer_cli.replay.locomo import (
     LocomoConversation,
     QAItem,
     content_words,
+)
+from pipecat_summarizer_cli.replay.question_relevance import (
+    evidence_ids,
+    evidence_lines,
+    evidence_present,
+    evidence_snippets,
+    normalize,
+    snippet_quotes,
 )
 from pipecat_summarizer_cli.replay.question_scores import STRATEGIES, Scores, answer_share
 from pipecat_summarizer_cli.replay.recorder import Recorder
@@ -226,6 +235,86 @@ class Plan:
         return SQLiteMemoryStore()
 
 
+class QuestionStore(MemoryStore):
+    """The store as the calls that ask the questions see it: every read goes to the
+    measured store, every write is dropped (counted in :attr:`dropped`).
+
+    A question call archives its own turns (a question and its answer leave the context
+    when the next question replaces it, and the last one is archived at the call's end), and
+    the strategies share one caller's store: without this, a question asked of one strategy
+    (or earlier of the same one) came back in a later question's recalled block. A
+    measurement must never archive its own questions into the memory it measures.
+    """
+
+    def __init__(self, inner: MemoryStore):
+        self._inner = inner
+        self.backend = inner.backend
+        self.dropped = 0
+
+    async def open(self) -> None:
+        await self._inner.open()
+
+    async def close(self) -> None:
+        """Nothing: the measurement closes the store it measures."""
+
+    async def write(self, records: Sequence[Any]) -> None:
+        self.dropped += len(records)
+
+    async def calls(self, user_id: str | None = None, *, limit: int = 50) -> list[Any]:
+        return await self._inner.calls(user_id, limit=limit)
+
+    async def call(self, call_id: str) -> Any:
+        return await self._inner.call(call_id)
+
+    async def compactions(self, call_id: str) -> list[Any]:
+        return await self._inner.compactions(call_id)
+
+    async def messages(self, call_id: str, *, compaction: int | None = None) -> list[Any]:
+        return await self._inner.messages(call_id, compaction=compaction)
+
+    async def message(self, call_id: str, position: int) -> Any:
+        return await self._inner.message(call_id, position)
+
+    async def messages_at(self, keys: Sequence[tuple[str, int]]) -> list[Any]:
+        return await self._inner.messages_at(keys)
+
+    async def fact_history(
+        self, *, call_id: str | None = None, user_id: str | None = None
+    ) -> list[Any]:
+        return await self._inner.fact_history(call_id=call_id, user_id=user_id)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        call_id: str | None = None,
+        limit: int = 10,
+        any_word: bool = False,
+    ) -> list[Any]:
+        return await self._inner.search(
+            query, user_id=user_id, call_id=call_id, limit=limit, any_word=any_word
+        )
+
+    async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> Any:
+        return await self._inner.caller_memory(user_id, max_calls=max_calls)
+
+    async def forget(self, user_id: str) -> int:
+        raise RuntimeError("a question call never forgets the memory it measures")
+
+    async def purge_older_than(self, days: float) -> int:
+        raise RuntimeError("a question call never purges the memory it measures")
+
+    def forget_generation(self, user_id: str) -> int:
+        return self._inner.forget_generation(user_id)
+
+    async def forgotten_at(self, user_id: str) -> float | None:
+        return await self._inner.forgotten_at(user_id)
+
+    async def noticed_forget(self, user_id: str, since: float) -> bool:
+        return await self._inner.noticed_forget(user_id, since)
+
+
 def _ours(
     plan: Plan,
     context: LLMContext,
@@ -262,8 +351,17 @@ def _tokens(table_: TokenTable, messages: Sequence[str]) -> int:
 
 
 async def _ask_all(
-    call: _Call, state: list, qa: Sequence[QAItem], table_: TokenTable, scores: Scores
+    call: _Call,
+    state: list,
+    qa: Sequence[QAItem],
+    table_: TokenTable,
+    scores: Scores,
+    lines: Mapping[str, str],
+    *,
+    recall: bool = False,
 ) -> None:
+    """Ask each question on a copy of ``state``; score its request (``recall``: the
+    strategy recalls, so its block's tokens and snippets are counted, 0 without a block)."""
     for item in qa:
         call.context.set_messages(copy.deepcopy(state))
         messages = await call.ask(item.question)
@@ -273,7 +371,19 @@ async def _ask_all(
             continue
         scores.add(item.category, share)
         scores.input_tokens += _tokens(table_, messages)
-        scores.recalled += any(is_recall_message(m) for m in decoded)
+        blocks = [(s, d) for s, d in zip(messages, decoded, strict=True) if is_recall_message(d)]
+        scores.recalled += bool(blocks)
+        block = "\n".join(str(d["content"]) for _, d in blocks)
+        quotes = snippet_quotes(block)
+        evidence = evidence_lines(evidence_ids(item.evidence), lines)
+        if recall:
+            scores.block_tokens.append(sum(table_.message(s) for s, _ in blocks))
+            scores.snippets += len(quotes)
+            scores.evidence_snippets += evidence_snippets(quotes, evidence)
+        scores.blocks.append((item.question, block))
+        if evidence:
+            in_view = [normalize(request_text([d])) for d in decoded if not is_recall_message(d)]
+            scores.evidence.append(evidence_present(in_view, quotes, evidence) / len(evidence))
 
 
 async def _settle(store: MemoryStore, call_id: str, poll_s: float = 0.1) -> None:
@@ -326,7 +436,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
         await call.end()
         asking = _Call(LLMContext(messages=copy.deepcopy(state)), [])
         await asking.start()
-        await _ask_all(asking, state, qa, table_, out[name])
+        await _ask_all(asking, state, qa, table_, out[name], conv.lines)
         await asking.end()
 
     # ours: one call archiving into the store, then questions without and with recall
@@ -351,7 +461,8 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
                 qctx,
                 Recorder(),
                 table_,
-                store=store if recall is not None else None,
+                # reads the call's archive, archives none of the questions
+                store=QuestionStore(store) if recall is not None else None,
                 call_id=f"{user_id}:questions",
                 user_id=user_id,
                 recall=recall,
@@ -359,7 +470,9 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
             )
             asking = _Call(qctx, [], [q])
             await asking.start()
-            await _ask_all(asking, state, qa, table_, out[name])
+            await _ask_all(
+                asking, state, qa, table_, out[name], conv.lines, recall=recall is not None
+            )
             await asking.end()
             if q.recall_step is not None:
                 out[name].missed += q.recall_step.missed
@@ -398,7 +511,14 @@ async def across_calls(
     out["pipecat_builtin"] = Scores()
     asking = _Call(LLMContext(messages=context_messages(transcript.preamble)), [])
     await asking.start()
-    await _ask_all(asking, copy.deepcopy(transcript.preamble), qa, table_, out["pipecat_builtin"])
+    await _ask_all(
+        asking,
+        copy.deepcopy(transcript.preamble),
+        qa,
+        table_,
+        out["pipecat_builtin"],
+        conv.lines,
+    )
     await asking.end()
 
     store = plan.store()
@@ -432,7 +552,9 @@ async def across_calls(
                 qctx,
                 Recorder(),
                 table_,
-                store=store,
+                # reads the sessions' archive, archives nothing of its own (no question of
+                # this strategy or the other reaches a later question's recall)
+                store=QuestionStore(store),
                 call_id=f"{user_id}:final-{name}",
                 user_id=user_id,
                 resume=True,
@@ -448,7 +570,7 @@ async def across_calls(
                 await asyncio.sleep(GREETING_PAUSE_S)
             state = _snapshot(qctx)
             scores = out.setdefault(name, Scores())
-            await _ask_all(asking, state, qa, table_, scores)
+            await _ask_all(asking, state, qa, table_, scores, conv.lines, recall=recall is not None)
             await asking.end()
             if q.recall_step is not None:
                 scores.missed += q.recall_step.missed

@@ -2,7 +2,10 @@
 
 Answer recall is the share of an answer's content words found in the request the main LLM
 receives for its question; :class:`Scores` collects one strategy's shares by LoCoMo
-category, and :func:`table` prints them side by side. Pure: no pipeline, no I/O.
+category, and beside them what the recalled block costs and holds (tokens per question, the
+share of its snippets holding one of LoCoMo's evidence lines, and evidence recall: see
+:mod:`~pipecat_summarizer_cli.replay.question_relevance`); :func:`table` prints them side by
+side. Pure: no pipeline, no I/O.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipecat_summarizer_cli.replay.locomo import content_words, words
+from pipecat_summarizer_cli.replay.question_relevance import percentile
 
 STRATEGIES = ("full_buffer", "pipecat_builtin", "ours", "ours_recall")
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -34,12 +38,26 @@ class Scores:
         input_tokens: Tokens of the questions' requests (main LLM input).
         recalled: Questions whose request carried a recalled block.
         missed: Recall searches that missed the latency budget.
+        block_tokens: Per question scored, the tokens of its recalled block (0 without one);
+            empty for a strategy without recall.
+        snippets: Snippets of the recalled blocks.
+        evidence_snippets: Of those, the snippets holding one of their question's evidence
+            lines.
+        evidence: Per question with evidence lines, the share of them its request carries
+            (in view or in the recalled block).
+        blocks: Per question scored, ``(question, recalled block text or "")`` (for reading
+            a run; not in the JSON report).
     """
 
     shares: dict[int, list[float]] = field(default_factory=dict)
     input_tokens: int = 0
     recalled: int = 0
     missed: int = 0
+    block_tokens: list[int] = field(default_factory=list)
+    snippets: int = 0
+    evidence_snippets: int = 0
+    evidence: list[float] = field(default_factory=list)
+    blocks: list[tuple[str, str]] = field(default_factory=list, repr=False)
 
     def add(self, category: int | None, share: float) -> None:
         """One question's share."""
@@ -52,6 +70,11 @@ class Scores:
         self.input_tokens += other.input_tokens
         self.recalled += other.recalled
         self.missed += other.missed
+        self.block_tokens.extend(other.block_tokens)
+        self.snippets += other.snippets
+        self.evidence_snippets += other.evidence_snippets
+        self.evidence.extend(other.evidence)
+        self.blocks.extend(other.blocks)
 
     def recall(self, category: int | None = None) -> float:
         """Mean share (of one category, or item-weighted over all)."""
@@ -66,6 +89,36 @@ class Scores:
     def questions(self) -> int:
         """Questions scored."""
         return sum(len(s) for s in self.shares.values())
+
+    def evidence_recall(self) -> float | None:
+        """Mean share of a question's evidence lines in its request (``None``: no question
+        with evidence)."""
+        return sum(self.evidence) / len(self.evidence) if self.evidence else None
+
+    def evidence_snippet_share(self) -> float | None:
+        """Share of recalled snippets holding an evidence line (``None``: no snippet)."""
+        return self.evidence_snippets / self.snippets if self.snippets else None
+
+    def relevance(self) -> dict[str, object]:
+        """The relevance figures as JSON-ready values (block tokens only with recall)."""
+        out: dict[str, object] = {
+            "questions": self.questions,
+            "input_tokens": self.input_tokens,
+            "evidence_recall": self.evidence_recall(),
+            "questions_with_evidence": len(self.evidence),
+        }
+        if self.block_tokens:
+            t = self.block_tokens
+            out["block_tokens"] = {
+                "mean": sum(t) / len(t),
+                "p50": percentile(t, 50),
+                "p90": percentile(t, 90),
+            }
+            out["recalled_blocks"] = self.recalled
+            out["snippets"] = self.snippets
+            out["evidence_snippets"] = self.evidence_snippets
+            out["evidence_snippet_share"] = self.evidence_snippet_share()
+        return out
 
 
 def table(title: str, scores: dict[str, Scores]) -> str:
@@ -91,6 +144,7 @@ def table(title: str, scores: dict[str, Scores]) -> str:
             )
         )
     rows.append(("questions with a recalled block", *(str(scores[s].recalled) for s in names)))
+    rows += _relevance_rows([scores[s] for s in names])
     if any(scores[s].missed for s in names):
         rows.append(("recall searches over budget", *(str(scores[s].missed) for s in names)))
     width = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -102,3 +156,35 @@ def table(title: str, scores: dict[str, Scores]) -> str:
         if i == 0:
             lines.append("-" * (sum(width) + 2 * (len(width) - 1)))
     return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _relevance_rows(columns: list[Scores]) -> list[tuple[str, ...]]:
+    """What the recalled block costs and holds (``-`` for a strategy without recall), and
+    evidence recall for every strategy."""
+    rows: list[tuple[str, ...]] = []
+    if any(c.block_tokens for c in columns):
+
+        def block(c: Scores) -> str:
+            t = c.block_tokens
+            if not t:
+                return "-"
+            return f"{sum(t) / len(t):.0f} / {percentile(t, 50)} / {percentile(t, 90)}"
+
+        rows.append(("recalled block tokens mean/p50/p90", *(block(c) for c in columns)))
+        rows.append(
+            (
+                "snippets holding an evidence turn",
+                *(
+                    f"{_pct(c.evidence_snippet_share())} of {c.snippets}" if c.block_tokens else "-"
+                    for c in columns
+                ),
+            )
+        )
+    if any(c.evidence for c in columns):
+        n = max(len(c.evidence) for c in columns)
+        rows.append((f"evidence recall ({n})", *(_pct(c.evidence_recall()) for c in columns)))
+    return rows

@@ -41,6 +41,7 @@ from typing import Any
 
 from pipecat_summarizer import RecallParams, SemanticRecallParams, load_semantic_model
 from pipecat_summarizer.store import MemoryStore
+from pipecat_summarizer_cli.replay.gold_answers import Corrections, load_answers
 from pipecat_summarizer_cli.replay.locomo import convert, load_samples, select_samples
 from pipecat_summarizer_cli.replay.question_calls import (
     GREETING,
@@ -131,6 +132,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="across calls: end each call with a manual compaction of the whole conversation",
     )
+    p.add_argument(
+        "--answers",
+        metavar="PATH",
+        help="score against corrected gold answers in LoCoMo's format (a JSON like "
+        "locomo10.json: sample_id and qa per conversation; a question it lacks keeps "
+        "LoCoMo's answer)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the scores as JSON")
     p.set_defaults(run=run)
 
@@ -182,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         samples = select_samples(
             load_samples(args.locomo), ids=args.locomo_id, index=args.locomo_index
         )
+        answers = load_answers(args.answers) if args.answers else None
     except (ImportError, ValueError, TypeError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -200,10 +209,15 @@ def run(args: argparse.Namespace) -> int:
         tag=f"{int(time.time())}:",
         compact_at_end=args.compact_at_end,
     )
-    return asyncio.run(_main(samples, plan, args))
+    return asyncio.run(_main(samples, plan, args, answers))
 
 
-async def _main(samples: Sequence[tuple[str, dict]], plan: Plan, args: argparse.Namespace) -> int:
+async def _main(
+    samples: Sequence[tuple[str, dict]],
+    plan: Plan,
+    args: argparse.Namespace,
+    answers: Corrections | None = None,
+) -> int:
     from loguru import logger
 
     logger.remove()
@@ -214,18 +228,28 @@ async def _main(samples: Sequence[tuple[str, dict]], plan: Plan, args: argparse.
     t0 = time.perf_counter()
     for sid, sample in samples:
         conv = convert(sample, sid)
+        if answers is not None:
+            conv = answers.apply(conv)
         scores = await question_time(conv, plan)
         for s, v in scores.items():
             total[s].merge(v)
         entry: dict[str, Any] = {
-            s: {"recall": v.recall(), "input_tokens": v.input_tokens} for s, v in scores.items()
+            s: {
+                "recall": v.recall(),
+                "input_tokens": v.input_tokens,
+                "evidence_recall": v.evidence_recall(),
+            }
+            for s, v in scores.items()
         }
         line = "  ".join(f"{s} {v.recall():.1%}" for s, v in scores.items())
         if args.across_calls:
             across = await across_calls(conv, plan, full=scores["full_buffer"])
             for s, v in across.items():
                 across_total[s].merge(v)
-            entry["across_calls"] = {s: {"recall": v.recall()} for s, v in across.items()}
+            entry["across_calls"] = {
+                s: {"recall": v.recall(), "evidence_recall": v.evidence_recall()}
+                for s, v in across.items()
+            }
             line += "  | across: " + "  ".join(f"{s} {v.recall():.1%}" for s, v in across.items())
         report["conversations"][sid] = entry
         print(
@@ -246,8 +270,18 @@ async def _main(samples: Sequence[tuple[str, dict]], plan: Plan, args: argparse.
                 across_total,
             )
         )
+    if answers is not None:
+        print()
+        print(answers.line())
+        report["answers"] = answers.report()
     if args.json:
         report["question_time"] = {s: v.shares for s, v in total.items()}
+        report["relevance"] = {"question_time": {s: v.relevance() for s, v in total.items()}}
+        if args.across_calls:
+            report["across_calls"] = {s: v.shares for s, v in across_total.items()}
+            report["relevance"]["across_calls"] = {
+                s: v.relevance() for s, v in across_total.items()
+            }
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)
     return 0
