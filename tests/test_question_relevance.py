@@ -1,7 +1,8 @@
-"""Honest figures of the question-time measurement (pipecat_summarizer_cli/replay/question_calls.py):
-no question reaches the archive it measures, the relevance of the recalled block (tokens,
-evidence), and scoring against corrected answers. Real pipelines, the offline summarizer, an
-in-memory SQLite store, on the tiny LoCoMo-like conversation of test_recall_replay."""
+"""Honest figures of the question-time measurement (replay/question_calls.py): no question
+reaches the archive it measures, the relevance of the recalled block (tokens, evidence), and
+scoring against corrected answers (replay/gold_answers.py). Real pipelines, the offline
+summarizer, an in-memory SQLite store, on the tiny LoCoMo-like conversation of
+test_recall_replay."""
 
 from __future__ import annotations
 
@@ -164,6 +165,16 @@ def test_questions_command_scores_against_corrected_answers(tmp_path, capsys):
     assert set(relevance["block_tokens"]) == {"mean", "p50", "p90"}
     assert relevance["evidence_recall"] == 1.0
     assert "snippets holding an evidence turn" in printed and "evidence recall" in printed
+
+
+def test_answers_match_by_conversation_and_question_text():
+    from pipecat_summarizer_cli.replay.gold_answers import question_key
+
+    # locomo10.json names a conversation conv-30 where its per-conversation file says 30
+    assert question_key("conv-30", " When did  Jon lose his job?") == question_key(
+        "30", "when did jon lose his job?"
+    )
+    assert question_key("conv-30", "q") != question_key("conv-26", "q")
 
 
 @pytest.mark.parametrize(

@@ -3,14 +3,15 @@
 LoCoMo's published audit found some of its gold answers wrong. A corrections file is in
 LoCoMo's own format: a JSON list of samples (or one sample), each with its ``sample_id`` and
 a ``qa`` list of ``{"question": ..., "answer": ...}`` (other fields are ignored), like
-``locomo10.json``. A question is matched by its conversation's id and its text (whitespace
-and case aside); a question the file does not hold keeps LoCoMo's answer. Pure but for
-reading the file.
+``locomo10.json``. A question is matched by its conversation's id (``conv-30`` and ``30``
+alike) and its text (whitespace and case aside); a question the file does not hold keeps
+LoCoMo's answer. Pure but for reading the file.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,11 @@ Key = tuple[str, str]
 
 
 def question_key(sample_id: str, question: str) -> Key:
-    """How a question is matched: its conversation's id and its text, whitespace and case
-    aside."""
-    return (str(sample_id), " ".join(question.split()).casefold())
+    """How a question is matched: its conversation's id (its digits when it has any:
+    ``locomo10.json`` says ``conv-30`` where the per-conversation files say ``30``) and its
+    text, whitespace and case aside."""
+    sid = str(sample_id)
+    return (re.sub(r"\D", "", sid) or sid, " ".join(question.split()).casefold())
 
 
 @dataclass
