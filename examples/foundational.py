@@ -3,7 +3,7 @@
 A ``ContextSummarizer`` sits between the user aggregator and the LLM, its companion
 ``summarizer.after_llm()`` right after the LLM. When the context passes the thresholds, the
 older turns are summarized on a cheap secondary model while the conversation goes on, and the
-summary is spliced into the context; each compaction fires ``on_summary_applied``.
+summary is spliced into the context; each compaction fires ``on_context_compacted``.
 
 One transport (SmallWebRTC), OpenAI for speech-to-text, the LLM, text-to-speech and summaries::
 
@@ -76,8 +76,8 @@ def build_pipeline(
         summarizer=summary_backend,
     )
 
-    @summarizer.event_handler("on_summary_applied")
-    async def on_summary_applied(processor, event: ContextCompactedEvent):
+    @summarizer.event_handler("on_context_compacted")
+    async def on_context_compacted(processor, event: ContextCompactedEvent):
         logger.info(
             f"Compacted: {event.messages_summarized} messages summarized, "
             f"{event.messages_kept} kept, {event.tokens_before} -> {event.tokens_after} tokens"

@@ -124,8 +124,8 @@ def build(context: LLMContext) -> tuple[Pipeline, ContextSummarizer, ReplyPrinte
         summarizer=ExtractiveSummarizer(),  # offline; OpenAISummarizer(model=...) for real
     )
 
-    @summarizer.event_handler("on_summary_applied")
-    async def on_summary_applied(processor, event: ContextCompactedEvent):
+    @summarizer.event_handler("on_context_compacted")
+    async def on_context_compacted(processor, event: ContextCompactedEvent):
         print(
             f"[compaction {event.compaction}: {event.messages_summarized} messages summarized, "
             f"{event.messages_kept} kept; {event.tokens_before} -> {event.tokens_after} tokens]",

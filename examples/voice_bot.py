@@ -413,8 +413,8 @@ def create_summarizer(
         user_id=settings.caller_id,
     )
 
-    @summarizer.event_handler("on_summary_applied")
-    async def on_summary_applied(processor: ContextSummarizer, event: ContextCompactedEvent):
+    @summarizer.event_handler("on_context_compacted")
+    async def on_context_compacted(processor: ContextSummarizer, event: ContextCompactedEvent):
         message = compaction_message(event, processor.summary_text)
         logger.info(
             f"{message['text']}, compaction #{event.compaction} ({event.reason}), "

@@ -117,7 +117,7 @@ async def test_foundational_pipeline_compacts_with_its_companion_and_handlers(op
 def test_foundational_is_about_150_lines_and_has_the_pieces():
     source = (EXAMPLES / "foundational.py").read_text(encoding="utf-8")
     assert len(source.splitlines()) <= 170
-    for piece in ("ContextSummarizer(", "summarizer.after_llm()", "on_summary_applied"):
+    for piece in ("ContextSummarizer(", "summarizer.after_llm()", "on_context_compacted"):
         assert piece in source
     assert "create_transport" in source and '"webrtc"' in source
 

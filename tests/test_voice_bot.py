@@ -109,7 +109,7 @@ async def test_thirty_text_turns_compact_in_background_and_bot_keeps_answering(o
     applied = []
 
     @bot.summarizer.event_handler("on_context_compacted")
-    async def on_summary_applied(processor, event):
+    async def on_context_compacted(processor, event):
         applied.append(event)
 
     replies: asyncio.Queue[str] = asyncio.Queue()

@@ -701,7 +701,7 @@ async def run_schedule(
     failed_at: list[float] = []
     marks: list[tuple[float, str]] = []
 
-    @processor.event_handler("on_summary_applied")
+    @processor.event_handler("on_context_compacted")
     async def _applied(_p, _e):
         counts["applied"] += 1
         applied_at.append(time.monotonic())
