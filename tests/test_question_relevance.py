@@ -6,6 +6,7 @@ test_recall_replay."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -199,3 +200,26 @@ def test_questions_command_answers_file_errors_name_the_entry(tmp_path, capsys, 
     code, _, printed = _command(tmp_path, capsys, "--answers", str(answers))
     assert code == 2
     assert where in printed
+
+
+async def test_across_calls_the_callers_memory_is_in_every_questions_state(plan):
+    # the caller's memory loads in the background and joins at the first frame after it
+    # arrives: a store slower to answer (a loaded machine) must not leave it out of the state
+    # the questions start from (it raced the greeting, and joined only the first question)
+    from pipecat_summarizer.store import SQLiteMemoryStore
+
+    class SlowToRecall(SQLiteMemoryStore):
+        async def caller_memory(self, user_id, *, max_calls=5):
+            memory = await super().caller_memory(user_id, max_calls=max_calls)
+            if memory.calls == 2:  # the questions' final call (the sessions' calls as before)
+                await asyncio.sleep(0.2)
+            return memory
+
+    plan.compact_at_end = True
+    conv = convert(_with_evidence())
+    quick = await across_calls(conv, plan)
+    plan.store_factory = SlowToRecall
+    slow = await across_calls(conv, plan)
+    assert quick["ours"].input_tokens > 0
+    assert slow["ours"].input_tokens == quick["ours"].input_tokens
+    assert slow["ours"].shares == quick["ours"].shares

@@ -94,6 +94,14 @@ _FAST_WRITER = WriterParams(flush_interval_s=0.05)
 #: exchange takes seconds).
 GREETING_PAUSE_S = 1.0
 
+#: Across calls: the time between a call's start and the caller's first words. The
+#: caller's memory loads in the background and joins at the first frame after it arrives;
+#: without the pause it raced the first turn, so from run to run it joined that turn or a
+#: later one (a session's summary then did or did not fold the earlier calls in), or missed
+#: the state the questions start from: on a loaded machine "ours" across calls read
+#: 34.8-50.4% on one conversation from run to run.
+CONNECT_PAUSE_S = 0.5
+
 
 # -- one call through a real pipeline ----------------------------------------------------------
 
@@ -401,8 +409,12 @@ async def _settle(store: MemoryStore, call_id: str, poll_s: float = 0.1) -> None
         seen = n
 
 
-async def _replay(call: _Call, turns: Sequence[Turn], offset: int = 0) -> None:
+async def _replay(
+    call: _Call, turns: Sequence[Turn], offset: int = 0, connect_pause_s: float = 0.0
+) -> None:
     await call.start()
+    if connect_pause_s:
+        await asyncio.sleep(connect_pause_s)
     for i, turn in enumerate(turns):
         await call.turn(turn.inputs, offset + i + 1)
 
@@ -540,7 +552,8 @@ async def across_calls(
             )
             # the replay LLM of this call holds only this session's answers
             call = _Call(context, session_turns, [ours], recorder=recorder)
-            await _replay(call, session_turns)
+            # a returning caller's memory joins at the first turn (see CONNECT_PAUSE_S)
+            await _replay(call, session_turns, connect_pause_s=CONNECT_PAUSE_S if k > 1 else 0.0)
             if plan.compact_at_end:
                 await call.compact()
             await call.end()
@@ -563,6 +576,9 @@ async def across_calls(
             )
             asking = _Call(qctx, [], [q])
             await asking.start()
+            # the caller's memory is in the greeting's context, so in the state every
+            # question starts from (see CONNECT_PAUSE_S)
+            await asyncio.sleep(CONNECT_PAUSE_S)
             await asking.turn([{"role": "user", "content": GREETING}], asking.question_turn)
             if recall is not None:
                 # the greeting exchange takes seconds in a real call (the answer is spoken);
