@@ -46,6 +46,8 @@ from pipecat_summarizer.store.base import MemoryStore
 from pipecat_summarizer.summarizers.base import Summarizer, as_result, describe_error
 
 _COMPACTED, _OLD_COMPACTED = "on_context_compacted", "on_summary_applied"  # old: warns
+_DOWNSTREAM = FrameDirection.DOWNSTREAM
+_HANDLED = (StartFrame, LLMSummarizeContextFrame, EndFrame, CancelFrame)  # and context frames
 
 
 def _clock() -> float:
@@ -312,32 +314,50 @@ class ContextSummarizer(FrameProcessor):
         """Watch context frames, start summaries, and push every frame on."""
         await super().process_frame(frame, direction)
 
-        if isinstance(frame, StartFrame):
-            if not self._session.schedule.ended:
-                self._lease.attach()
-            if self._recorder is not None:
-                self._recorder.start()  # the writer's task, and the caller's memory loading
-                if self._recall is not None:
-                    self._recall.start()
-        if isinstance(frame, LLMSummarizeContextFrame):
-            # Ours to handle; the built-in summarizer downstream must not run it too.
-            await self._guarded(lambda: self._start(self._manual(frame.config)))
-            return
-        if isinstance(frame, (EndFrame, CancelFrame)):
-            await self._end("end" if isinstance(frame, EndFrame) else "cancel")
-        elif (
-            isinstance(frame, LLMContextFrame)
-            and direction == FrameDirection.DOWNSTREAM
-            and not frame.speculation
-            and frame.context is self._context
-        ):
-            arrived = _clock()  # the recall budget bounds the frame's whole time here
-            if self._recall is not None:
-                self._session.clear_recalled()
-            if (event := await self._guarded(self._turn)) is not None:
-                await self._evicted(event)
-            if self._recall is not None and not self._steps.disabled:
-                await recall_turn(self._session, arrived)
+        # the user turn's context frame first, with the fewest checks (it is the hot path);
+        # its work is guarded as _guarded does, inlined: no closure nor coroutine per frame
+        if isinstance(frame, LLMContextFrame):
+            if (
+                direction is _DOWNSTREAM
+                and not frame.speculation
+                and frame.context is self._context
+            ):
+                steps, session, recall = self._steps, self._session, self._recall
+                now = _clock()  # the recall budget bounds the frame's whole time from here
+                if recall is not None:
+                    session.clear_recalled()
+                if not steps.failures.disabled:
+                    session.step = "counting"
+                    task = self._task
+                    try:
+                        job, event = session.turn(
+                            in_flight=task is not None and not task.done(), now=now
+                        )
+                        if job is not None:
+                            self._start(job)
+                    except Exception as e:
+                        if steps.failed(session.step, e):
+                            await self._cancel_task()
+                    else:
+                        steps.succeeded()
+                        if event is not None:
+                            await self._call_event_handler("on_messages_evicted", event)
+                    if recall is not None and not steps.failures.disabled:
+                        await recall_turn(session, now)
+        elif isinstance(frame, _HANDLED):
+            if isinstance(frame, StartFrame):
+                if not self._session.schedule.ended:
+                    self._lease.attach()
+                if self._recorder is not None:
+                    self._recorder.start()  # the writer's task, and the caller's memory
+                    if self._recall is not None:
+                        self._recall.start()
+            elif isinstance(frame, LLMSummarizeContextFrame):
+                # Ours to handle; the built-in summarizer downstream must not run it too.
+                await self._guarded(lambda: self._start(self._manual(frame.config)))
+                return
+            else:  # EndFrame, CancelFrame
+                await self._end("end" if isinstance(frame, EndFrame) else "cancel")
         await self.push_frame(frame, direction)
 
     async def _guarded(self, work: Callable[[], Any]) -> Any:
@@ -372,12 +392,6 @@ class ContextSummarizer(FrameProcessor):
         if self._recorder is not None:  # the final state; the queue flushed (bounded)
             await self._recorder.end_call(ended_by, self._session.final_state())
         await self._lease.release()
-
-    def _turn(self) -> MessagesEvictedEvent | None:
-        # a user turn: only what changed since the last frame is counted (see turn())
-        job, event = self._session.turn(in_flight=self.summary_in_flight, now=_clock())
-        self._start(job)
-        return event
 
     def _request(self) -> MessagesEvictedEvent | None:  # a tool follow-up, as a turn
         m, event = self._session.prepare(self.summary_in_flight)

@@ -191,20 +191,6 @@ class ContextMeter:
         self._removed, self._replaced = [], False
         return rewrite
 
-    def _unchanged_prefix(self, messages: list, summary_message: Any) -> bool:
-        n = self._seen_len
-        if not (
-            n
-            and len(messages) >= n
-            and summary_message is self._summary
-            and messages[0] is self._first
-            and messages[n - 1] is self._last
-            and content_size(self._last) == self._last_size
-        ):
-            return False
-        # Pipecat writes tool results over their placeholders in place, anywhere in the list.
-        return not self._watch or all(m.get("content") is c for m, c in self._watch)
-
     def measure(self, messages: list, summary_message: Any = None) -> Measurement:
         """Measure ``messages``; ``summary_message`` is the current summary, by identity.
 
@@ -216,10 +202,21 @@ class ContextMeter:
             The measurement.
         """
         n = len(messages)
-        start = 0
-        if self._unchanged_prefix(messages, summary_message):
-            start = self._seen_len
-        else:
+        start = self._seen_len
+        last, watch = self._last, self._watch
+        # the messages seen are still where they were (the common, append-only case); tool
+        # results Pipecat writes over their placeholders in place, anywhere in the list, and
+        # anything else (a splice, set_messages) mean a full recount
+        if not (
+            start
+            and n >= start
+            and summary_message is self._summary
+            and messages[0] is self._first
+            and messages[start - 1] is last
+            and content_size(last) == self._last_size
+            and (not watch or all(m.get("content") is c for m, c in watch))
+        ):
+            start = 0
             if not self._expected:
                 rewrite = removed_by_rewrite(self._seen, messages)
                 if rewrite is not None:  # kept until taken: a later recount must not lose it
@@ -231,26 +228,31 @@ class ContextMeter:
             self._seen = []
         self._expected = False
         seen = self._seen
+        # locals: in a running pipeline this loop runs cold, every lookup counts
+        count, is_protected, watch = self._counter.count_message, self._is_protected, self._watch
+        total, reducible, since = self._total, self._reducible, self._since
         for i in range(start, n):
             msg = messages[i]
-            tokens = self._counter.count_message(msg)
-            self._total += tokens
-            if is_placeholder(msg):
-                self._watch.append((msg, msg.get("content")))
-            if self._is_protected(i, msg, messages):
+            tokens = count(msg)
+            total += tokens
+            if isinstance(msg, dict) and msg.get("role") == "tool" and is_placeholder(msg):
+                watch.append((msg, msg.get("content")))
+            if is_protected(i, msg, messages):
                 continue
-            self._reducible += tokens
+            reducible += tokens
             if msg is summary_message:
-                self._since = 0
+                since = 0
             else:
                 # conversation messages only: the summary is the processor's own
                 seen.append(msg)
-                self._since += 1
-        if self._watch and start < n:
+                since += 1
+        self._total, self._reducible, self._since = total, reducible, since
+        if watch and start < n:
             # results written over their placeholders no longer need watching
-            self._watch = [w for w in self._watch if is_placeholder(w[0])]
+            self._watch = [w for w in watch if is_placeholder(w[0])]
         self._seen_len = n
         if n:
-            self._first, self._last = messages[0], messages[-1]
-            self._last_size = content_size(self._last)
+            self._first, last = messages[0], messages[-1]
+            self._last = last
+            self._last_size = content_size(last)
         return Measurement(self._total, self._reducible, self._since, n)

@@ -214,20 +214,25 @@ def trigger_reason(
         ``"tokens"``, ``"messages"``, or ``None``.
     """
     tokens = config.max_context_tokens
-    if tokens is not None and m.reducible_tokens >= tokens * soft:
-        return "tokens"
-    if tokens is not None and over_context_limit(m.total_tokens, m.reducible_tokens, tokens):
-        return "tokens"
+    if tokens is not None:
+        reducible, total = m.reducible_tokens, m.total_tokens
+        if reducible >= tokens * soft:
+            return "tokens"
+        # over_context_limit needs the whole context at the threshold: checked first, cheaply
+        if total >= tokens and over_context_limit(total, reducible, tokens):
+            return "tokens"
     limit = config.max_unsummarized_messages
-    since = m.messages_since_summary + (1 if answer_pending else 0)
+    if limit is None:
+        return None
+    since = m.messages_since_summary
+    if since + (1 if answer_pending else 0) < limit:
+        return None
     # and something beyond the kept tail to summarize (a tail of 0 or 1 keeps the request's
     # own messages: the answer alone must not trip a plan that would be empty)
     keep = kept_messages(
         config.summary_config.min_messages_after_summary, answer_pending=answer_pending
     )
-    if limit is not None and since >= limit and m.messages_since_summary > keep:
-        return "messages"
-    return None
+    return "messages" if since > keep else None
 
 
 def summary_budget(config: LLMAutoContextSummarizationConfig) -> int:
@@ -415,15 +420,17 @@ class CompactionTrigger:
             answer_pending: ``m`` measures a request: its answer counts toward the message
                 threshold (:func:`trigger_reason`).
         """
-        self.cadence.observe(m.reducible_tokens)  # every turn's request is billed
-        if in_flight or not self.failures.ready(now):
+        cadence = self.cadence
+        cadence.observe(m.reducible_tokens)  # every turn's request is billed
+        if in_flight or now < self.failures.retry_at:  # not failures.ready(now)
             return None
         reason = None
-        if self.params.auto:
+        params = self.params
+        if params.auto:
             reason = trigger_reason(
-                self.config, m, self.params.soft_ratio, answer_pending=answer_pending
+                self.config, m, params.soft_ratio, answer_pending=answer_pending
             )
-        if self.cadence.defer(reason):
+        if reason is not None and cadence.defer(reason):
             reason = None  # carrying the messages costs less than rewriting the cached prefix
         if reason == "tokens" and m.reducible_tokens < self.replan_at_tokens:
             reason = None  # the last token plan gained too little; wait until it would

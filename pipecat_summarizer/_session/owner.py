@@ -89,8 +89,9 @@ class ContextSession(SharedContext):
             # the common turn: nothing to reclaim, load, render or evict; the meter counts
             # the messages added since the last frame (a rewrite by others: the full path)
             self.step = "counting"
-            m = self.measure()
-            if not self.meter.rewritten:
+            meter = self.meter
+            m = meter.measure(self.context.messages, self.record.summary_message)
+            if not meter.rewritten:
                 return self.request(m, now=now, in_flight=in_flight), None
         self.reclaim_own()
         if recorder is not None:

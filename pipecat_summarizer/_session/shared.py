@@ -21,6 +21,7 @@ from pipecat.utils.context.llm_context_summarization import (
 from pipecat_summarizer._compaction.ceiling import RequestCeiling
 from pipecat_summarizer._compaction.measure import ContextMeter, Measurement
 from pipecat_summarizer._compaction.plan import (
+    SYSTEM_ROLES,
     head_length,
     make_protection,
     pending_places,
@@ -98,14 +99,15 @@ class SharedContext:
             self.record.on_facts_changed = recorder.facts_changed
         protected = make_protection(protect_injected_system=p.protect_injected_system)
         record = self.record
-        # our own messages (facts, recalled block) are never summarized, like the head
+        # our own messages (facts, recalled block) are never summarized, like the head;
+        # only a system or developer dict can be protected otherwise (is_system_like)
         self.meter = ContextMeter(
             counter,
             lambda i, m, ms: (
                 m is record.noted_message
                 or m is record.app_message
                 or (recall is not None and m is recall.message)
-                or protected(i, m, ms)
+                or (isinstance(m, dict) and m.get("role") in SYSTEM_ROLES and protected(i, m, ms))
             ),
         )
         self.ceiling = RequestCeiling(

@@ -35,7 +35,9 @@ class StepGuard:
 
     def succeeded(self) -> None:
         """A frame's work completed: the streak resets."""
-        self.failures.succeeded()
+        failures = self.failures
+        if failures.streak:  # nothing to reset on the common frame
+            failures.succeeded()
 
     def failed(self, step: str, error: BaseException) -> bool:
         """Report ``step``'s failure; True exactly once, when it stops summarization."""
