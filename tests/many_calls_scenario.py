@@ -1,4 +1,4 @@
-"""Many calls in one process through one shared summarizer (issue 8, item 6).
+"""Many calls in one process through one shared summarizer.
 
 Shared by ``tests/test_many_calls.py`` and ``benchmarks/many_calls.py``. Each call is a
 real Pipecat pipeline (user aggregator, ``ContextSummarizer``, a stand-in main LLM that

@@ -1,4 +1,4 @@
-"""Issue 8 item 4, the processor side: what the memory renders, and with which role.
+"""The processor side of authority: what the memory renders, and with which role.
 
 Only the application's pins (``source="app"``) may sit in a system/developer message. Facts
 from the conversation (summaries, eviction pins, the LLM's ``remember_fact``) are data in the

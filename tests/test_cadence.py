@@ -1,4 +1,4 @@
-"""The cadence rules (issue 12, item 2): what a compaction keeps, when the whole context
+"""The cadence rules: what a compaction keeps, when the whole context
 trips Pipecat's threshold, and the prompt-cache deferral; pure rules, then real pipelines."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Through real pipelines: the summarizer's pool is closed when the last call using it ends
-(issue 16, item 5). The summaries go to a server of their own, so the main LLM's pool
+"""Through real pipelines: the summarizer's pool is closed when the last call using it ends.
+The summaries go to a server of their own, so the main LLM's pool
 (Pipecat's OpenAILLMService never closes it) does not blur the count."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Summarizer clients: ownership, concurrency cap, secrets, error causes, truncation
-(issue 8, items 6 and 7), against the real local aiohttp server."""
+"""Summarizer clients: ownership, concurrency cap, secrets, error causes, truncation,
+against the real local aiohttp server."""
 
 from __future__ import annotations
 

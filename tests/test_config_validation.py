@@ -1,4 +1,4 @@
-"""Configuration fails at construction, with the field named (issue 8, item 5)."""
+"""Configuration fails at construction, with the field named."""
 
 from __future__ import annotations
 

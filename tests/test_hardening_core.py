@@ -1,4 +1,4 @@
-"""Issue 8, items 1, 2, 3 and 7 (core): hostile inputs through real Pipecat pipelines.
+"""Hostile inputs through real Pipecat pipelines.
 
 Every test drives ``ContextSummarizer`` between a real ``LLMContextAggregatorPair`` and
 Pipecat's ``OpenAILLMService``, against the real HTTP server in ``tests/openai_server.py``.

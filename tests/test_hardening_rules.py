@@ -1,4 +1,4 @@
-"""Issue 8, items 1, 2, 3 and 7 (core): the pure rules behind the processor, tested directly."""
+"""The pure rules behind the processor, tested directly."""
 
 from __future__ import annotations
 

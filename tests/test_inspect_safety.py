@@ -1,4 +1,4 @@
-"""``pipecat-summarizer inspect`` is safe to point at anything (issue 16, item 4): it opens
+"""``pipecat-summarizer inspect`` is safe to point at anything: it opens
 read-only and refuses what is not a memory store, never lets caller text drive the
 terminal, and never prints a DSN's password."""
 

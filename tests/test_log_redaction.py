@@ -1,4 +1,4 @@
-"""No package log line at INFO or above carries conversation or fact text (issue 8, item 6)."""
+"""No package log line at INFO or above carries conversation or fact text."""
 
 from __future__ import annotations
 

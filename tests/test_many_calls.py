@@ -1,5 +1,6 @@
-"""200 concurrent calls in one process through one shared, capped summarizer (issue 8,
-item 6). Figures: ``benchmarks/many_calls.py``."""
+"""200 concurrent calls in one process through one shared, capped summarizer.
+
+Figures: ``benchmarks/many_calls.py``."""
 
 from __future__ import annotations
 

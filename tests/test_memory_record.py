@@ -1,4 +1,4 @@
-"""The memory record alone (issue 9): pinned facts by source, the rolling summary, folded
+"""The memory record alone: pinned facts by source, the rolling summary, folded
 facts, rendered as head messages that keep their identity while nothing changes."""
 
 from __future__ import annotations

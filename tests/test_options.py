@@ -1,4 +1,4 @@
-"""Params grouped by feature (issue 9): safe defaults, validation naming the field, and the
+"""Params grouped by feature: safe defaults, validation naming the field, and the
 deprecated flat ``SummarizerOptions`` mapped field by field."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pipecat parity (issue 8 items 7 and 8) through real pipelines with the real OpenAILLMService.
+"""Pipecat parity through real pipelines with the real OpenAILLMService.
 
 - The companion processor after the main LLM (``summarizer.after_llm()``) holds the ceiling on
   the follow-up request after a tool call, which Pipecat's assistant aggregator sends upstream

@@ -113,7 +113,7 @@ def test_select_keeps_system_and_tail():
 
 @pytest.mark.parametrize("keep", [1, 3, 5])
 def test_the_kept_tail_is_exactly_keep_messages_even_when_it_starts_on_an_answer(keep):
-    """Issue 12: the tail was moved back to start on a user message, one message more on
+    """The tail was moved back to start on a user message, one message more on
     every request until the next summary; Pipecat keeps the last ``keep`` (whole units)."""
     msgs = [sys(), *chat(10)]
     plan = select(msgs, keep=keep, counter=C)

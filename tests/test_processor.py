@@ -399,7 +399,7 @@ async def test_manual_summary_honours_the_override(openai_server):
     assert body["max_tokens"] == 77
     msgs = r.context.messages
     # system prompt, then the summary in the override's template, a user-role message that
-    # carries its FACTS itself (issue 8 item 4: conversation facts never gain authority)
+    # carries its FACTS itself (conversation facts never gain authority)
     assert msgs[1]["role"] == "user"
     assert msgs[1]["content"] == "<memo>FACTS:\n- manual</memo>"
     # keep=1 (not the default 4): only the last message stays, as Pipecat keeps it

@@ -1,5 +1,5 @@
 """The trigger is checked on tool follow-ups too, as Pipecat's built-in checks as every
-response starts (issue 12 item 2: ours compacted a turn later when the threshold was crossed within
+response starts (ours compacted a turn later when the threshold was crossed within
 a tool round, and carried the extra messages for a whole turn).
 
 Through a real pipeline: user aggregator, the processor, the real OpenAILLMService against the

@@ -1,4 +1,4 @@
-"""Summarizer clients are closed when no call needs them (issue 16, item 5), against the
+"""Summarizer clients are closed when no call needs them, against the
 real local aiohttp server: the per-call form leaves no socket behind, the shared form stays
 open while any call uses it, and a client the application passed in stays its own."""
 

@@ -1,4 +1,4 @@
-"""The summarizer's transcript is unforgeable (issue 8 item 4) and loses nothing (item 3).
+"""The summarizer's transcript is unforgeable and loses nothing.
 
 One line per message, starting with the role this package writes; every line break in a text
 is escaped, so no text can start a line, and none can pass for another message, a role, a

@@ -15,7 +15,7 @@ from tests.fuzz.harness import make_schedule, replay_command, run_schedule
 
 CI_SEEDS = int(os.environ.get("FUZZ_CI_SEEDS", "12"))
 
-# Open findings (issue 8): a seed whose every violation is
+# Open findings: a seed whose every violation is
 # of one of these kinds is reported as xfail with the finding id until the fix lands. Remove
 # an entry when its finding is fixed; never add one to hide a new kind of violation.
 OPEN_FINDINGS: dict[str, str] = {}  # F1-F3 fixed (see the regression seeds below)
