@@ -10,12 +10,17 @@ Which terms count is narrowed by the conversation in view: words every message h
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
 from pipecat_summarizer._text.messages import spoken_text
-from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS, search_stem, words
+from pipecat_summarizer._text.vocabulary import (
+    RECALL_STOPWORDS,
+    normalize_verbatim,
+    search_stem,
+    words,
+)
 
 
 def topic_terms(text: str) -> list[str]:
@@ -58,13 +63,16 @@ def last_question(text: str, max_words: int) -> str | None:
     return sentence if 0 < len(words(sentence)) <= max_words else None
 
 
-def recall_query(messages: Sequence[Any], max_question_words: int = 20) -> str | None:
+def recall_query(
+    messages: Sequence[Any], max_question_words: int = 20, names: Iterable[str] | None = None
+) -> str | None:
     """The query of the current turn: the latest user message, and the assistant's last
     question before it when that question is short (``"Which hotel?"`` / ``"the first one"``).
 
     Returns:
         The query text, or ``None`` when the context does not end in a user turn or the
-        query has no topic word.
+        query has no topic word. ``names``: the instructions' names when known (see
+        :func:`instruction_names`; :meth:`ContextTerms.names` keeps them).
     """
     i = latest_user_index(messages)
     if i is None:
@@ -78,7 +86,9 @@ def recall_query(messages: Sequence[Any], max_question_words: int = 20) -> str |
             break
         if isinstance(m, Mapping) and m.get("role") == "user":
             break
-    query = without_names("\n".join(p for p in parts if p), instruction_names(messages))
+    if names is None:
+        names = instruction_names(messages)
+    query = without_names("\n".join(p for p in parts if p), names)
     return query if topic_terms(query) else None
 
 
@@ -142,7 +152,7 @@ def common_terms(texts: Sequence[str], *, share: float = 0.4, min_texts: int = 5
     return {term for term, n in df.items() if n >= floor}
 
 
-def focus(query: str, common: set[str]) -> list[str]:
+def focus(query: str, common: Container[str]) -> list[str]:
     """The query's topic words without the common ones (all of them if none is left)."""
     terms = topic_terms(query)
     kept = [t for t in terms if t not in common]
@@ -186,3 +196,155 @@ def rare_terms(query: str, terms: Sequence[str], texts: Iterable[str]) -> set[st
         for term in counts.keys() & set(_topic_terms(text)):
             counts[term] += 1
     return {t for t, n in counts.items() if n <= 1}
+
+
+# -- the context, read incrementally ----------------------------------------------------
+
+_INSTRUCTIONS = ("system", "developer")
+
+
+class _Read:
+    """One context message as recall read it (kept while the message is in the context)."""
+
+    __slots__ = ("content", "message", "norm", "role", "terms", "text")
+
+    def __init__(self, message: Any) -> None:
+        self.message = message  # held, so its id is not reused while cached
+        mapping = isinstance(message, Mapping)
+        self.role = message.get("role") if mapping else None
+        self.content = message.get("content") if mapping else None
+        self.text = spoken_text(message)
+        self.terms: tuple[str, ...] = _topic_terms(self.text) if self.text else ()
+        self.norm = normalize_verbatim(self.text) if self.text else ""  # for the view
+
+    def changed(self) -> bool:
+        # a tool result is written into its placeholder message in place (Pipecat)
+        return isinstance(self.message, Mapping) and self.message.get("content") is not self.content
+
+
+def _common_prefix(a: list[Any], b: list[Any]) -> int:
+    """How many leading items ``a`` and ``b`` share (compared as lists: identity first),
+    by bisection on slices, so an unchanged context costs no Python loop over it."""
+    hi = min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    lo = 0  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class ContextTerms:
+    """The context's messages as recall reads them, kept from turn to turn: each
+    :meth:`update` reads only the messages new since the last one (the unchanged prefix is
+    found by identity; a message moved, e.g. by a splice, is found again by identity), and
+    keeps the statistics of :func:`common_terms`, :func:`rare_terms`, the view's words and
+    :func:`instruction_names` up to date, so a turn's work follows what changed, not the
+    context's length. The answers are those of the pure functions over the same messages.
+
+    Attributes:
+        read: How many messages' text was read so far (what a turn costs).
+    """
+
+    def __init__(self) -> None:
+        """An empty context."""
+        self._messages: list[Any] = []
+        self._reads: list[_Read] = []
+        self._df: dict[str, int] = {}  # topic word -> how many messages have it
+        self._texts = 0  # messages with text
+        self._watched: list[int] = []  # positions of tool and instruction messages
+        self._norms: list[str] = []  # each message's normalized text, in order
+        self.read = 0
+
+    def update(self, messages: Sequence[Any]) -> None:
+        """Bring the statistics to ``messages`` (the context now)."""
+        current = list(messages)
+        kept = _common_prefix(self._messages, current)
+        old_tail = self._reads[kept:]
+        reads = self._reads[:kept]
+        norms = self._norms[:kept]
+        spare = {id(r.message): r for r in old_tail}
+        for r in old_tail:
+            self._remove(r)
+        watched = [i for i in self._watched if i < kept]
+        for i in watched:
+            if reads[i].changed():
+                self._remove(reads[i])
+                reads[i] = self._read(reads[i].message)
+                norms[i] = reads[i].norm
+                self._add(reads[i])
+        for i, m in enumerate(current[kept:], start=kept):
+            found = spare.get(id(m))
+            r = found if found and found.message is m and not found.changed() else self._read(m)
+            self._add(r)
+            reads.append(r)
+            norms.append(r.norm)
+            if r.role == "tool" or r.role in _INSTRUCTIONS:
+                watched.append(i)
+        self._messages, self._reads, self._norms = current, reads, norms
+        self._watched = watched
+
+    def _read(self, message: Any) -> _Read:
+        self.read += 1
+        return _Read(message)
+
+    def _add(self, r: _Read) -> None:
+        if r.text:
+            self._texts += 1
+            for t in r.terms:
+                self._df[t] = self._df.get(t, 0) + 1
+
+    def _remove(self, r: _Read) -> None:
+        if r.text:
+            self._texts -= 1
+            for t in r.terms:
+                n = self._df[t] - 1
+                if n:
+                    self._df[t] = n
+                else:
+                    del self._df[t]
+
+    def names(self) -> frozenset[str]:
+        """:func:`instruction_names` of the context."""
+        found: set[str] = set()
+        for i in self._watched:
+            r = self._reads[i]
+            if r.role in _INSTRUCTIONS:
+                found |= names_in(r.text)
+        return frozenset(found)
+
+    def common(self, *, share: float = 0.4, min_texts: int = 5) -> Container[str]:
+        """:func:`common_terms` of the context's texts, answered term by term."""
+        # valid until the next update (read at once, by :func:`focus`)
+        return _Common(self._df, self._texts, share, min_texts)
+
+    def rare(self, query: str, terms: Sequence[str]) -> set[str]:
+        """:func:`rare_terms` of the context's texts."""
+        return {t for t in set(terms) & specific_terms(query) if self._df.get(t, 0) <= 1}
+
+    def terms(self) -> Container[str]:
+        """Every topic word of the context's texts (answered term by term)."""
+        return self._df.keys()
+
+    def normalized(self) -> list[str]:
+        """The context's texts normalized for the view (see ``select.make_view``), in order
+        (``""`` for a message without text, which no verbatim check can match)."""
+        return self._norms
+
+
+class _Common:
+    """Membership in :func:`common_terms`' answer without building the set."""
+
+    __slots__ = ("_df", "_floor")
+
+    def __init__(self, df: Mapping[str, int], texts: int, share: float, min_texts: int):
+        self._df = df if texts >= min_texts else {}
+        self._floor = share * texts
+
+    def __contains__(self, term: object) -> bool:
+        n = self._df.get(term, 0)  # type: ignore[call-overload]
+        return n > 0 and n >= self._floor

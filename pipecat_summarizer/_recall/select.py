@@ -8,12 +8,12 @@ Pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from pipecat_summarizer._recall.query import is_when, topic_terms
+from pipecat_summarizer._recall.query import ContextTerms, is_when, topic_terms
 from pipecat_summarizer._text.messages import ArchivedText
 from pipecat_summarizer._text.vocabulary import normalize_verbatim, search_stem, words
 
@@ -87,11 +87,11 @@ class View:
     Parameters:
         text: Every context message's text, the summary and the pinned facts, normalized
             (see :func:`normalize`) and joined.
-        terms: Their stemmed topic words.
+        terms: Their stemmed topic words (anything that answers ``in``).
     """
 
     text: str
-    terms: frozenset[str]
+    terms: Container[str]
 
 
 def make_view(texts: Iterable[str]) -> View:
@@ -101,6 +101,30 @@ def make_view(texts: Iterable[str]) -> View:
     for t in texts:
         terms.update(topic_terms(t))
     return View("\n".join(normalize_verbatim(t) for t in texts), frozenset(terms))
+
+
+def context_view(context: ContextTerms, texts: Iterable[str]) -> View:
+    """:func:`make_view` of the context messages ``context`` keeps (each read once, see
+    :class:`~pipecat_summarizer._recall.query.ContextTerms`) and the other ``texts`` (summary,
+    pinned facts). Valid until the context's next update."""
+    texts = [t for t in texts if t]
+    terms: set[str] = set()
+    for t in texts:
+        terms.update(topic_terms(t))
+    joined = "\n".join([*context.normalized(), *(normalize_verbatim(t) for t in texts)])
+    return View(joined, _Either(context.terms(), frozenset(terms)))
+
+
+class _Either:
+    """A term in either of two collections (without building their union)."""
+
+    __slots__ = ("_a", "_b")
+
+    def __init__(self, a: Container[str], b: Container[str]) -> None:
+        self._a, self._b = a, b
+
+    def __contains__(self, term: object) -> bool:
+        return term in self._a or term in self._b
 
 
 def in_view(text: str, view: View, query_terms: Sequence[str]) -> bool:

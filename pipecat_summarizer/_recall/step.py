@@ -16,10 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 from loguru import logger
 
 from pipecat_summarizer._recall.query import (
-    common_terms,
+    ContextTerms,
     focus,
     latest_user_index,
-    rare_terms,
     recall_query,
     topic_terms,
 )
@@ -32,8 +31,13 @@ from pipecat_summarizer._recall.render import (
     window,
     without_recall,
 )
-from pipecat_summarizer._recall.select import Snippet, View, make_view, select_hits, still_relevant
-from pipecat_summarizer._text.messages import spoken_text as message_text
+from pipecat_summarizer._recall.select import (
+    Snippet,
+    View,
+    context_view,
+    select_hits,
+    still_relevant,
+)
 from pipecat_summarizer._text.tokens import estimate_text_tokens as estimate_tokens
 from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS as STOPWORDS
 from pipecat_summarizer._text.vocabulary import search_stem as stem
@@ -142,6 +146,14 @@ class RecallStep:
         self.errors = 0
         # what ranking and rendering the hits took lately (seconds), kept out of the wait
         self._after_search_s = 0.0
+        # the context's words, kept from turn to turn: a turn reads only its new messages
+        self._context = ContextTerms()
+
+    @property
+    def messages_read(self) -> int:
+        """How many context messages' text recall has read in this call (each once while
+        it stays in the context: a turn reads what is new since the last)."""
+        return self._context.read
 
     # -- the archive ----------------------------------------------------------------------
 
@@ -325,13 +337,15 @@ class RecallStep:
         params = self.params
         started = _now() if started is None else started
         before = messages()
-        query = recall_query(before, params.max_question_words)
+        context = self._context
+        context.update(before)
+        query = recall_query(before, params.max_question_words, context.names())
         if query is None or not fits(room()):
             if self.semantic is not None:  # no search this turn: index meanwhile ("Hi again")
                 self.semantic.kick(self.archive)
             return None
         asking = before[latest_user_index(before)]  # type: ignore[index]
-        terms = focus(query, common_terms([message_text(m) for m in before]))
+        terms = focus(query, context.common())
         self.turns += 1
         # the budget bounds the frame's time here, not only the search: what ran before
         # the search and what runs after it (ranking, rendering) come out of it too
@@ -344,9 +358,9 @@ class RecallStep:
         at = latest_user_index(current)
         if at is None or current[at] is not asking:
             return None  # the turn moved on while the archive answered
-        texts = [message_text(m) for m in current]
-        view = make_view([*texts, *view_texts()])
-        rare = rare_terms(query, terms, texts)
+        context.update(current)
+        view = context_view(context, view_texts())
+        rare = context.rare(query, terms)
         snippets = select_hits(
             hits,
             query,
