@@ -258,19 +258,25 @@ class ContextTerms:
         self._texts = 0  # messages with text
         self._watched: list[int] = []  # positions of tool and instruction messages
         self._norms: list[str] = []  # each message's normalized text, in order
+        # each word of the normalized texts (space-delimited) -> the messages that have it
+        self._tokens: dict[str, dict[_Read, int]] = {}
+        self._joined: str | None = None  # the normalized texts joined, when needed
         self.read = 0
 
     def update(self, messages: Sequence[Any]) -> None:
         """Bring the statistics to ``messages`` (the context now)."""
         current = list(messages)
         kept = _common_prefix(self._messages, current)
-        old_tail = self._reads[kept:]
-        reads = self._reads[:kept]
-        norms = self._norms[:kept]
-        spare = {id(r.message): r for r in old_tail}
-        for r in old_tail:
-            self._remove(r)
-        watched = [i for i in self._watched if i < kept]
+        if kept == len(self._reads):  # only added (the usual turn): extend in place
+            reads, norms, watched = self._reads, self._norms, self._watched
+            spare: dict[int, _Read] = {}
+        else:
+            old_tail = self._reads[kept:]
+            reads, norms = self._reads[:kept], self._norms[:kept]
+            watched = [i for i in self._watched if i < kept]
+            spare = {id(r.message): r for r in old_tail}
+            for r in old_tail:
+                self._remove(r)
         for i in watched:
             if reads[i].changed():
                 self._remove(reads[i])
@@ -286,7 +292,7 @@ class ContextTerms:
             if r.role == "tool" or r.role in _INSTRUCTIONS:
                 watched.append(i)
         self._messages, self._reads, self._norms = current, reads, norms
-        self._watched = watched
+        self._watched, self._joined = watched, None
 
     def _read(self, message: Any) -> _Read:
         self.read += 1
@@ -297,6 +303,9 @@ class ContextTerms:
             self._texts += 1
             for t in r.terms:
                 self._df[t] = self._df.get(t, 0) + 1
+            for token in set(r.norm.split(" ")):
+                posting = self._tokens.setdefault(token, {})
+                posting[r] = posting.get(r, 0) + 1
 
     def _remove(self, r: _Read) -> None:
         if r.text:
@@ -307,6 +316,14 @@ class ContextTerms:
                     self._df[t] = n
                 else:
                     del self._df[t]
+            for token in set(r.norm.split(" ")):
+                posting = self._tokens[token]
+                if posting[r] > 1:
+                    posting[r] -= 1
+                elif len(posting) > 1:
+                    del posting[r]
+                else:
+                    del self._tokens[token]
 
     def names(self) -> frozenset[str]:
         """:func:`instruction_names` of the context."""
@@ -334,6 +351,19 @@ class ContextTerms:
         """The context's texts normalized for the view (see ``select.make_view``), in order
         (``""`` for a message without text, which no verbatim check can match)."""
         return self._norms
+
+    def says(self, norm: str) -> bool:
+        """Whether a context message's normalized text contains ``norm`` (normalized, see
+        ``select.in_view``): as ``norm in "\\n".join(self.normalized())``, but only the
+        messages that have one of its inner words whole (every occurrence of ``norm`` in a
+        message has them, spaces on both sides) are searched."""
+        inner = norm.split(" ")[1:-1]
+        if not inner:  # a word or two: the whole context, searched once joined
+            if self._joined is None:
+                self._joined = "\n".join(self._norms)
+            return norm in self._joined
+        fewest = min((self._tokens.get(w, {}) for w in inner), key=len)
+        return any(norm in r.norm for r in fewest)
 
 
 class _Common:

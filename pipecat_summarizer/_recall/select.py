@@ -8,7 +8,7 @@ Pure.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -88,10 +88,13 @@ class View:
         text: Every context message's text, the summary and the pinned facts, normalized
             (see :func:`normalize`) and joined.
         terms: Their stemmed topic words (anything that answers ``in``).
+        says: When given, whether a normalized text is said verbatim in view, answered by
+            the context's word index (then ``text`` holds only the texts beside the context).
     """
 
     text: str
     terms: Container[str]
+    says: Callable[[str], bool] | None = None
 
 
 def make_view(texts: Iterable[str]) -> View:
@@ -111,8 +114,8 @@ def context_view(context: ContextTerms, texts: Iterable[str]) -> View:
     terms: set[str] = set()
     for t in texts:
         terms.update(topic_terms(t))
-    joined = "\n".join([*context.normalized(), *(normalize_verbatim(t) for t in texts)])
-    return View(joined, _Either(context.terms(), frozenset(terms)))
+    joined = "\n".join(normalize_verbatim(t) for t in texts)
+    return View(joined, _Either(context.terms(), frozenset(terms)), context.says)
 
 
 class _Either:
@@ -132,7 +135,7 @@ def in_view(text: str, view: View, query_terms: Sequence[str]) -> bool:
     topic word it has beyond the query's is already in view (a paraphrase the summary or a
     pinned fact carries; a message with no word of its own adds nothing either)."""
     norm = normalize_verbatim(text)
-    if not norm or norm in view.text:
+    if not norm or norm in view.text or (view.says is not None and view.says(norm)):
         return True
     own = [t for t in topic_terms(norm) if t not in set(query_terms)]
     return all(t in view.terms for t in own)
