@@ -409,6 +409,24 @@ async def _settle(store: MemoryStore, call_id: str, poll_s: float = 0.1) -> None
         seen = n
 
 
+async def _index_settled(summarizer: ContextSummarizer, poll_s: float = 0.1) -> None:
+    """With semantic recall, wait until the call's index has embedded the archive (its size
+    steady between two polls). In a real call it indexes all along, minutes before anyone
+    asks; the replay asks at once, and on a loaded machine the first questions went lexical
+    only because the index was still catching up."""
+    step = summarizer.recall_step
+    index = getattr(step, "semantic", None) if step is not None else None
+    if index is None:
+        return
+    deadline = time.monotonic() + 60.0
+    seen = -1
+    while time.monotonic() < deadline:
+        await asyncio.sleep(poll_s)
+        if index.ready and index.size == seen:
+            return
+        seen = index.size
+
+
 async def _replay(
     call: _Call, turns: Sequence[Turn], offset: int = 0, connect_pause_s: float = 0.0
 ) -> None:
@@ -482,6 +500,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
             )
             asking = _Call(qctx, [], [q])
             await asking.start()
+            await _index_settled(q)
             await _ask_all(
                 asking, state, qa, table_, out[name], conv.lines, recall=recall is not None
             )
@@ -584,6 +603,7 @@ async def across_calls(
                 # the greeting exchange takes seconds in a real call (the answer is spoken);
                 # the replay would otherwise ask while the call's start-up reads are running
                 await asyncio.sleep(GREETING_PAUSE_S)
+                await _index_settled(q)
             state = _snapshot(qctx)
             scores = out.setdefault(name, Scores())
             await _ask_all(asking, state, qa, table_, scores, conv.lines, recall=recall is not None)
