@@ -65,8 +65,15 @@ async def test_across_calls_no_question_comes_back_in_a_recalled_block(plan):
 
 
 async def test_question_time_no_question_comes_back_in_a_recalled_block(plan):
-    scores = await question_time(convert(_with_evidence()), plan)
+    # LoCoMo asks about one detail in several questions: each is asked on a copy of the
+    # final state, and the one before it left the context then (the application replaced it)
+    sample = _with_evidence()
+    sample["qa"] += [
+        {**item, "question": item["question"].rstrip("?") + ", exactly?"} for item in sample["qa"]
+    ]
+    scores = await question_time(convert(sample), plan)
     recalled = scores["ours_recall"]
+    assert len(recalled.blocks) == 2 * len(DETAILS)
     assert any(block for _, block in recalled.blocks)
     assert _leaks(recalled.blocks) == []
 
