@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pipecat_summarizer._text.tokens import (
     CachedCounter,
@@ -17,9 +17,11 @@ from pipecat_summarizer._text.tokens import (
 )
 
 
-@dataclass(frozen=True)
-class Measurement:
+class Measurement(NamedTuple):
     """What the trigger needs to know about a context, computed incrementally.
+
+    Immutable; a named tuple rather than a frozen dataclass because one is built on every
+    context frame (a frozen dataclass sets each field through ``object.__setattr__``).
 
     Parameters:
         total_tokens: Tokens of every message in the context.
