@@ -19,13 +19,19 @@ the replay LLM recording what it is sent, the offline extractive summarizer):
   that call's state after a greeting turn. The full buffer (every session in one context)
   is the ceiling; Pipecat's built-in keeps nothing across calls.
 
+The calls that ask the questions read the measured store and write nothing to it
+(:class:`~pipecat_summarizer_cli.replay.question_store.QuestionStore`): no question, of any
+strategy, reaches a later question's recall.
+
 Strategies: ``full_buffer``, ``pipecat_builtin``, ``ours`` (``ContextSummarizer`` without
 recall), ``ours_recall`` (lexical recall; with ``--semantic``, semantic recall fused with it:
 the ``semantic`` extra). Answer recall is the share of an answer's content words found in
 the request (:func:`~pipecat_summarizer_cli.replay.locomo.answer_recall`), by LoCoMo category and
 overall (item-weighted); ``input`` is the questions' requests' tokens against the full
 buffer's. The scoring (shares, per-strategy scores, the table) is in
-:mod:`~pipecat_summarizer_cli.replay.question_scores`; this module runs the calls.
+:mod:`~pipecat_summarizer_cli.replay.question_scores`, what the recalled block holds (LoCoMo's
+evidence turns) in :mod:`~pipecat_summarizer_cli.replay.question_relevance`; this module runs
+the calls.
 """
 
 from __future__ import annotations
@@ -37,19 +43,8 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from pipecat.frames.frames import EndFrame, LLMMessagesAppendFrame, LLMSummarizeContextFrame
-from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.processors.aggregators.llm_response_universal import (
-    LLMAssistantAggregatorParams,
-    LLMContextAggregatorPair,
-)
-from pipecat.processors.frame_processor import FrameProcessor
-from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
-from pipecat.workers.runner import WorkerRunner
 
 from pipecat_summarizer import (
     ContextSummarizer,
@@ -66,6 +61,7 @@ from pipecat_summarizer_cli.replay.backends import (
     MeteredSummarizer,
     extractive_backend,
 )
+from pipecat_summarizer_cli.replay.call_driver import CallDriver, snapshot
 from pipecat_summarizer_cli.replay.locomo import (
     LocomoConversation,
     QAItem,
@@ -80,11 +76,11 @@ from pipecat_summarizer_cli.replay.question_relevance import (
     snippet_quotes,
 )
 from pipecat_summarizer_cli.replay.question_scores import STRATEGIES, Scores, answer_share
+from pipecat_summarizer_cli.replay.question_store import QuestionStore
 from pipecat_summarizer_cli.replay.recorder import Recorder
-from pipecat_summarizer_cli.replay.replay_llm import ReplayLLM
 from pipecat_summarizer_cli.replay.report import TokenTable, request_text
 from pipecat_summarizer_cli.replay.strategies import PipecatBuiltin, Setup, Thresholds
-from pipecat_summarizer_cli.replay.transcript import Step, Turn, context_messages
+from pipecat_summarizer_cli.replay.transcript import Turn, context_messages
 
 GREETING = "Hello, it's me again."
 _SESSION = re.compile(r"^\[Session (\d+)\b")
@@ -101,112 +97,6 @@ GREETING_PAUSE_S = 1.0
 #: the state the questions start from: on a loaded machine "ours" across calls read
 #: 34.8-50.4% on one conversation from run to run.
 CONNECT_PAUSE_S = 0.5
-
-
-# -- one call through a real pipeline ----------------------------------------------------------
-
-
-class _Call:
-    """One call's pipeline (user aggregator, ``before`` processors, replay LLM, assistant
-    aggregator), driven turn by turn on the running loop."""
-
-    def __init__(
-        self,
-        context: LLMContext,
-        turns: Sequence[Turn],
-        before: Sequence[FrameProcessor] = (),
-        *,
-        assistant_params: LLMAssistantAggregatorParams | None = None,
-        recorder: Recorder | None = None,
-    ):
-        self.context = context
-        self.recorder = recorder
-        # one extra slot, reused by every question (answered with nothing)
-        self.llm = ReplayLLM([*(t.steps for t in turns), [Step()]])
-        self._steps = [max(1, len(t.steps)) for t in turns] + [1]
-        self.question_turn = len(turns) + 1
-        user_agg, assistant_agg = LLMContextAggregatorPair(
-            context, assistant_params=assistant_params or LLMAssistantAggregatorParams()
-        )
-        self._stopped = 0
-        self._changed = asyncio.Event()
-
-        @assistant_agg.event_handler("on_assistant_turn_stopped")
-        async def _stopped(_agg, _message):
-            self._stopped += 1
-            self._changed.set()
-
-        self.worker = PipelineWorker(
-            Pipeline([user_agg, *before, self.llm, assistant_agg]),
-            params=PipelineParams(),
-            cancel_on_idle_timeout=False,
-            idle_timeout_secs=None,
-            enable_rtvi=False,
-            enable_turn_tracking=False,
-        )
-        self._started = asyncio.Event()
-
-        @self.worker.event_handler("on_pipeline_started")
-        async def _on_started(_worker, _frame):
-            self._started.set()
-
-        self._runner_task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        runner = WorkerRunner(handle_sigint=False)
-        await runner.add_workers(self.worker)
-        self._runner_task = asyncio.ensure_future(runner.run())
-        await asyncio.wait_for(self._started.wait(), 30)
-
-    async def turn(self, inputs: list[dict], turn: int, timeout: float = 60.0) -> None:
-        """Send one user turn and wait until its answer is in the context."""
-        self.llm.begin_turn(turn)
-        target = self.llm.responses
-        expected_steps = self._steps[turn - 1]
-        await self.worker.queue_frame(
-            LLMMessagesAppendFrame(messages=context_messages(inputs), run_llm=True)
-        )
-        deadline = time.monotonic() + timeout
-        while not (
-            self.llm.responses >= target + expected_steps and self._stopped >= self.llm.responses
-        ):
-            self._changed.clear()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"turn {turn} was not answered within {timeout:.0f}s")
-            try:
-                await asyncio.wait_for(self._changed.wait(), min(left, 0.05))
-            except TimeoutError:
-                pass
-        if self.recorder is not None:  # let a summary started by the turn land
-            await asyncio.wait_for(self.recorder.wait_idle(), timeout)
-            await asyncio.sleep(0)
-
-    async def ask(self, question: str) -> tuple[str, ...]:
-        """Ask one question; the serialized messages of the request it produced."""
-        before = len(self.llm.requests)
-        await self.turn([{"role": "user", "content": question}], self.question_turn)
-        return self.llm.requests[before].messages
-
-    async def compact(self, timeout: float = 60.0) -> None:
-        """A manual compaction of the whole conversation (what an application can do at
-        hang-up), so every message is archived and the call's last summary covers it all."""
-        await self.worker.queue_frame(
-            LLMSummarizeContextFrame(config=LLMContextSummaryConfig(min_messages_after_summary=0))
-        )
-        await asyncio.sleep(0.05)
-        if self.recorder is not None:
-            await asyncio.wait_for(self.recorder.wait_idle(), timeout)
-            await asyncio.sleep(0.05)
-
-    async def end(self) -> None:
-        await self.worker.queue_frame(EndFrame())
-        if self._runner_task is not None:
-            await asyncio.wait_for(self._runner_task, 60)
-
-
-def _snapshot(context: LLMContext) -> list:
-    return [copy.deepcopy(m) for m in context.messages if not is_recall_message(m)]
 
 
 @dataclass
@@ -241,86 +131,6 @@ class Plan:
         from pipecat_summarizer.store import SQLiteMemoryStore
 
         return SQLiteMemoryStore()
-
-
-class QuestionStore(MemoryStore):
-    """The store as the calls that ask the questions see it: every read goes to the
-    measured store, every write is dropped (counted in :attr:`dropped`).
-
-    A question call archives its own turns (a question and its answer leave the context
-    when the next question replaces it, and the last one is archived at the call's end), and
-    the strategies share one caller's store: without this, a question asked of one strategy
-    (or earlier of the same one) came back in a later question's recalled block. A
-    measurement must never archive its own questions into the memory it measures.
-    """
-
-    def __init__(self, inner: MemoryStore):
-        self._inner = inner
-        self.backend = inner.backend
-        self.dropped = 0
-
-    async def open(self) -> None:
-        await self._inner.open()
-
-    async def close(self) -> None:
-        """Nothing: the measurement closes the store it measures."""
-
-    async def write(self, records: Sequence[Any]) -> None:
-        self.dropped += len(records)
-
-    async def calls(self, user_id: str | None = None, *, limit: int = 50) -> list[Any]:
-        return await self._inner.calls(user_id, limit=limit)
-
-    async def call(self, call_id: str) -> Any:
-        return await self._inner.call(call_id)
-
-    async def compactions(self, call_id: str) -> list[Any]:
-        return await self._inner.compactions(call_id)
-
-    async def messages(self, call_id: str, *, compaction: int | None = None) -> list[Any]:
-        return await self._inner.messages(call_id, compaction=compaction)
-
-    async def message(self, call_id: str, position: int) -> Any:
-        return await self._inner.message(call_id, position)
-
-    async def messages_at(self, keys: Sequence[tuple[str, int]]) -> list[Any]:
-        return await self._inner.messages_at(keys)
-
-    async def fact_history(
-        self, *, call_id: str | None = None, user_id: str | None = None
-    ) -> list[Any]:
-        return await self._inner.fact_history(call_id=call_id, user_id=user_id)
-
-    async def search(
-        self,
-        query: str,
-        *,
-        user_id: str | None = None,
-        call_id: str | None = None,
-        limit: int = 10,
-        any_word: bool = False,
-    ) -> list[Any]:
-        return await self._inner.search(
-            query, user_id=user_id, call_id=call_id, limit=limit, any_word=any_word
-        )
-
-    async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> Any:
-        return await self._inner.caller_memory(user_id, max_calls=max_calls)
-
-    async def forget(self, user_id: str) -> int:
-        raise RuntimeError("a question call never forgets the memory it measures")
-
-    async def purge_older_than(self, days: float) -> int:
-        raise RuntimeError("a question call never purges the memory it measures")
-
-    def forget_generation(self, user_id: str) -> int:
-        return self._inner.forget_generation(user_id)
-
-    async def forgotten_at(self, user_id: str) -> float | None:
-        return await self._inner.forgotten_at(user_id)
-
-    async def noticed_forget(self, user_id: str, since: float) -> bool:
-        return await self._inner.noticed_forget(user_id, since)
 
 
 def _ours(
@@ -359,7 +169,7 @@ def _tokens(table_: TokenTable, messages: Sequence[str]) -> int:
 
 
 async def _ask_all(
-    call: _Call,
+    call: CallDriver,
     state: list,
     qa: Sequence[QAItem],
     table_: TokenTable,
@@ -428,7 +238,7 @@ async def _index_settled(summarizer: ContextSummarizer, poll_s: float = 0.1) -> 
 
 
 async def _replay(
-    call: _Call, turns: Sequence[Turn], offset: int = 0, connect_pause_s: float = 0.0
+    call: CallDriver, turns: Sequence[Turn], offset: int = 0, connect_pause_s: float = 0.0
 ) -> None:
     await call.start()
     if connect_pause_s:
@@ -460,11 +270,11 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
             if name == "pipecat_builtin"
             else None
         )
-        call = _Call(context, turns, assistant_params=params, recorder=recorder)
+        call = CallDriver(context, turns, assistant_params=params, recorder=recorder)
         await _replay(call, turns)
-        state = _snapshot(context)
+        state = snapshot(context)
         await call.end()
-        asking = _Call(LLMContext(messages=copy.deepcopy(state)), [])
+        asking = CallDriver(LLMContext(messages=copy.deepcopy(state)), [])
         await asking.start()
         await _ask_all(asking, state, qa, table_, out[name], conv.lines)
         await asking.end()
@@ -478,10 +288,10 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
         ours = _ours(
             plan, context, recorder, table_, store=store, call_id=f"{user_id}:call", user_id=user_id
         )
-        call = _Call(context, turns, [ours], recorder=recorder)
+        call = CallDriver(context, turns, [ours], recorder=recorder)
         await _replay(call, turns)
         await _settle(store, f"{user_id}:call")
-        state = _snapshot(context)
+        state = snapshot(context)
         # the questions are asked while the call is still on: its messages still in the
         # context are archived only when it ends, as in a real call
         for name, recall in (("ours", None), ("ours_recall", plan.recall)):
@@ -498,7 +308,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
                 recall=recall,
                 summarize=False,
             )
-            asking = _Call(qctx, [], [q])
+            asking = CallDriver(qctx, [], [q])
             await asking.start()
             await _index_settled(q)
             await _ask_all(
@@ -540,7 +350,7 @@ async def across_calls(
     out["full_buffer"] = full
     # the built-in keeps nothing across calls: a new call is the system prompt alone
     out["pipecat_builtin"] = Scores()
-    asking = _Call(LLMContext(messages=context_messages(transcript.preamble)), [])
+    asking = CallDriver(LLMContext(messages=context_messages(transcript.preamble)), [])
     await asking.start()
     await _ask_all(
         asking,
@@ -570,7 +380,7 @@ async def across_calls(
                 resume=True,
             )
             # the replay LLM of this call holds only this session's answers
-            call = _Call(context, session_turns, [ours], recorder=recorder)
+            call = CallDriver(context, session_turns, [ours], recorder=recorder)
             # a returning caller's memory joins at the first turn (see CONNECT_PAUSE_S)
             await _replay(call, session_turns, connect_pause_s=CONNECT_PAUSE_S if k > 1 else 0.0)
             if plan.compact_at_end:
@@ -593,7 +403,7 @@ async def across_calls(
                 recall=recall,
                 summarize=False,
             )
-            asking = _Call(qctx, [], [q])
+            asking = CallDriver(qctx, [], [q])
             await asking.start()
             # the caller's memory is in the greeting's context, so in the state every
             # question starts from (see CONNECT_PAUSE_S)
@@ -604,7 +414,7 @@ async def across_calls(
                 # the replay would otherwise ask while the call's start-up reads are running
                 await asyncio.sleep(GREETING_PAUSE_S)
                 await _index_settled(q)
-            state = _snapshot(qctx)
+            state = snapshot(qctx)
             scores = out.setdefault(name, Scores())
             await _ask_all(asking, state, qa, table_, scores, conv.lines, recall=recall is not None)
             await asking.end()
