@@ -10,14 +10,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipecat_summarizer._compaction.plan import (
+from pipecat_summarizer._compaction.eviction import (
     evict_for_ceiling,
-    group_units,
-    head_length,
     pending_places,
     split_pending,
     with_pending,
 )
+from pipecat_summarizer._compaction.plan import group_units, head_length
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
 
 C = EstimateTokenCounter()

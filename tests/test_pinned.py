@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipecat_summarizer._compaction.plan import evict_for_ceiling, split_pending, with_pending
+from pipecat_summarizer._compaction.eviction import evict_for_ceiling, split_pending, with_pending
 from pipecat_summarizer._record.pinned import PinnedFacts, bullet_key
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
 

@@ -19,8 +19,8 @@ from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.llm_service import LLMService
 
+from pipecat_summarizer._compaction.eviction import evict_for_ceiling
 from pipecat_summarizer._compaction.measure import content_fingerprint
-from pipecat_summarizer._compaction.plan import evict_for_ceiling
 from pipecat_summarizer._text.tokens import CachedCounter, TokenCounter, count_text
 from pipecat_summarizer.events import MessagesEvictedEvent
 from pipecat_summarizer.params import CeilingParams

@@ -25,8 +25,9 @@ from pipecat.utils.context.llm_context_summarization import (
 )
 
 from pipecat_summarizer._compaction.cadence import ANSWERED_REASONS, ResponseEvent, offers_tools
+from pipecat_summarizer._compaction.eviction import pending_places, split_pending
 from pipecat_summarizer._compaction.measure import Measurement
-from pipecat_summarizer._compaction.plan import locate, pending_places, splice, split_pending
+from pipecat_summarizer._compaction.plan import locate, splice
 from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer._session.recorder import CallRecorder
 from pipecat_summarizer._session.schedule import Job, choose_plan, compacted_event, request_for

@@ -19,14 +19,9 @@ from pipecat.utils.context.llm_context_summarization import (
 )
 
 from pipecat_summarizer._compaction.ceiling import RequestCeiling
+from pipecat_summarizer._compaction.eviction import pending_places, with_pending
 from pipecat_summarizer._compaction.measure import ContextMeter, Measurement
-from pipecat_summarizer._compaction.plan import (
-    SYSTEM_ROLES,
-    head_length,
-    make_protection,
-    pending_places,
-    with_pending,
-)
+from pipecat_summarizer._compaction.plan import SYSTEM_ROLES, head_length, make_protection
 from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer._record.pinned import Fact
 from pipecat_summarizer._record.record import ConversationRecord
