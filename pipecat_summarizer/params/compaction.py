@@ -1,33 +1,20 @@
-"""Every parameter group of the package, in Pipecat's manner: plain dataclasses named
-``*Params``, nested by feature.
+"""The compaction's parameters: ``ContextSummarizerParams`` and its nested groups.
 
 ``ContextSummarizerParams`` holds what every call needs, with one nested params object per
-feature (``trigger``, ``retry``, ``pinning``, and the optional ``ceiling``). The durable
-memory across calls and recall come through the processor's own arguments:
-``memory=MemoryParams(writer=WriterParams(...))`` (how a call uses its store) and
-``recall=RecallParams(semantic=SemanticRecallParams(...))``.
-
-Every field has a safe default and is validated at construction (numbers by annotation, see
-:mod:`pipecat_summarizer._validation`), so a bad value fails here, named, not mid-call. A
-params object holds settings and does no work: no model is loaded, no store opened, and this
-module imports neither Pipecat nor numpy (the features that use the params import them).
-
-``SummarizerOptions``, the flat form of 0.1, still works for one release: it warns
-(``DeprecationWarning``) and is converted with :meth:`SummarizerOptions.to_params`.
+feature (``trigger``, ``retry``, ``pinning``, and the optional ``ceiling``); the deprecated
+flat ``SummarizerOptions`` of 0.1 converts to it. Import them from
+:mod:`pipecat_summarizer.params`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from pipecat_summarizer._validation import validate_numeric_fields
-from pipecat_summarizer.errors import SEMANTIC_EXTRA_HINT
 
 if TYPE_CHECKING:
-    from pipecat_summarizer._recall.embedding import Embedder
     from pipecat_summarizer._text.tokens import TokenCounter
 
 SummaryRole = Literal["user", "assistant"]
@@ -256,222 +243,6 @@ class ContextSummarizerParams:
         _check_group("ceiling", self.ceiling, CeilingParams, optional=True)
         if self.token_counter is not None:
             self.token_counter = _as_token_counter(self.token_counter)
-
-
-# -- the store, recall and semantic recall: ContextSummarizer(memory=..., recall=...) ----------
-
-#: The shortest flush interval of the store's writer (a smaller one would spin the event loop).
-MIN_FLUSH_INTERVAL_S = 0.01
-
-
-@dataclass
-class WriterParams:
-    """How the store's writer queues and flushes (``MemoryParams(writer=...)``).
-
-    Parameters:
-        max_queue: Records that may wait; beyond it the oldest is dropped.
-        flush_interval_s: Seconds between flushes (the most a killed process loses); at
-            least ``MIN_FLUSH_INTERVAL_S`` (0.01).
-        batch_size: Records per transaction.
-        max_backoff_s: Cap on the wait between retries while the database is down.
-        write_timeout_s: A write that takes longer counts as an outage (its records stay
-            queued, and the next attempt waits for it to settle first: writes are
-            idempotent, so a late commit does no harm).
-    """
-
-    max_queue: int = 10_000
-    flush_interval_s: float = 1.0
-    batch_size: int = 500
-    max_backoff_s: float = 30.0
-    write_timeout_s: float = 10.0
-
-    def __post_init__(self):
-        """Validate the fields."""
-        validate_numeric_fields(self)
-        if self.max_queue < 1 or self.batch_size < 1:
-            raise ValueError("max_queue and batch_size must be at least 1")
-        if self.flush_interval_s <= 0 or self.max_backoff_s <= 0 or self.write_timeout_s <= 0:
-            raise ValueError("flush_interval_s, max_backoff_s and write_timeout_s must be > 0")
-        if self.flush_interval_s < MIN_FLUSH_INTERVAL_S:
-            raise ValueError(
-                f"flush_interval_s must be at least {MIN_FLUSH_INTERVAL_S} "
-                f"(got {self.flush_interval_s!r}: a shorter interval spins the event loop)"
-            )
-
-
-@dataclass
-class MemoryParams:
-    """How a call uses the durable memory, its store (``ContextSummarizer(memory=...)``).
-
-    Parameters:
-        resume: Start a known caller's call (``user_id`` set) with their pinned facts and an
-            "earlier calls" summary from the store. ``False`` records only.
-        earlier_calls_tokens: Token budget of the "earlier calls" summary.
-        max_earlier_calls: Most earlier calls whose summaries are considered.
-        load_timeout_s: No frame ever waits for the caller's memory: it loads in the
-            background and joins the context at the first frame after it arrives, if it
-            arrives within this many seconds of the start of the call; later, it is not
-            applied (the call has gone on without it) and one WARNING says so.
-        flush_timeout_s: ``EndFrame``/``CancelFrame`` wait at most this long for the queue
-            to be written.
-        writer: Queue size, flush interval (default 1 s) and retry settings.
-    """
-
-    resume: bool = True
-    earlier_calls_tokens: int = 300
-    max_earlier_calls: int = 5
-    load_timeout_s: float = 30.0
-    flush_timeout_s: float = 3.0
-    writer: WriterParams = field(default_factory=WriterParams)
-
-    def __post_init__(self):
-        """Validate the fields."""
-        if not isinstance(self.resume, bool):
-            raise TypeError(f"resume must be True or False, got {type(self.resume).__name__}")
-        validate_numeric_fields(self)
-        if self.earlier_calls_tokens < 0 or self.max_earlier_calls < 0:
-            raise ValueError("earlier_calls_tokens and max_earlier_calls must not be negative")
-        if self.load_timeout_s < 0 or self.flush_timeout_s < 0:
-            raise ValueError("load_timeout_s and flush_timeout_s must not be negative")
-        if not isinstance(self.writer, WriterParams):
-            raise TypeError("writer must be a WriterParams")
-
-
-@dataclass
-class SemanticRecallParams:
-    """Semantic recall: ``RecallParams(semantic=SemanticRecallParams())``.
-
-    Settings only: the model is built where it is used (by the call's semantic index, which
-    loads it in a worker thread the first time it embeds), one per process, shared by every
-    call. To have it ready before the first call, call
-    :func:`~pipecat_summarizer.load_semantic_model` at the application's start.
-
-    Parameters:
-        min_similarity: Least cosine similarity of a message and the query for it to be
-            recalled without sharing the query's words: on LoCoMo 0.25 did best of 0.2-0.35
-            with the default block, 0.2 with ``RecallParams.broad()``, whose larger block has
-            room for the looser matches (benchmarks/README.md).
-        candidates: Messages taken from the semantic ranking each turn (after the lexical
-            hits).
-        max_calls: The caller's most recent calls whose messages are embedded.
-        embedder: The model: anything with ``embed(texts)`` returning unit-length float32
-            rows. ``None`` (the default): WordLlama, one per process.
-
-    Raises:
-        ImportError: Without ``embedder``, if the ``semantic`` extra is not installed (checked
-            here, so a missing extra fails at construction, not mid-call).
-    """
-
-    min_similarity: float = 0.25
-    candidates: int = 30
-    max_calls: int = 50
-    embedder: Embedder | None = field(default=None, repr=False)
-
-    def __post_init__(self):
-        """Validate the fields (each error names its field)."""
-        validate_numeric_fields(self, "recall.semantic.")
-        if not -1.0 <= self.min_similarity <= 1.0:
-            raise ValueError("recall.semantic.min_similarity must be between -1 and 1")
-        for name in ("candidates", "max_calls"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"recall.semantic.{name} must be at least 1")
-        if self.embedder is None:
-            if importlib.util.find_spec("wordllama") is None:
-                raise ImportError(SEMANTIC_EXTRA_HINT)
-        elif not callable(getattr(self.embedder, "embed", None)):
-            raise TypeError(
-                "recall.semantic.embedder must have embed(texts) -> array, "
-                f"got {type(self.embedder).__name__}"
-            )
-
-
-@dataclass
-class RecallParams:
-    """How recall works (``ContextSummarizer(..., recall=RecallParams())``; needs a store).
-
-    Parameters:
-        enabled: Recall on each user turn. ``False`` keeps the ``recall_memory`` tool only.
-        max_tokens: Budget of the recalled message (header and quotes included).
-        max_snippets: Most snippets in it.
-        min_score: Least relevance for a snippet: the share of the query's topic words it
-            contains (0..1, the same scale on every backend; the backend's own rank only
-            orders the hits). A snippet must also contain two of them when the query has
-            three or more: one shared word ("open") is not a strong match.
-        latency_budget_s: How long the turn waits for the archive's answer. Later, the turn
-            goes without recall, and the late answer may serve the next turn if it is still
-            relevant to that turn's query.
-        search_limit: Hits asked of the archive before filtering.
-        max_snippet_tokens: Longest single snippet; a longer message is cut to a window around
-            the query's words.
-        max_question_words: The assistant's last question joins the query when it has at
-            most this many words (``"Which hotel was that?"``); 0 never.
-        tool_timeout_s: How long a ``recall_memory`` tool call waits for the archive.
-        fill: Fill the block, after the strong matches, with the archive's next hits that
-            share at least one of the query's topic words (in the archive's ranking), when
-            there is a strong match. ``False``: strong matches only.
-        semantic: Semantic recall as well (:class:`SemanticRecallParams`, the ``semantic``
-            extra): archived messages that say the same in other words, fused with the
-            lexical hits. ``None``: lexical only.
-    """
-
-    enabled: bool = True
-    max_tokens: int = 800
-    max_snippets: int = 8
-    min_score: float = 0.3
-    latency_budget_s: float = 0.010
-    search_limit: int = 30
-    max_snippet_tokens: int = 120
-    max_question_words: int = 20
-    tool_timeout_s: float = 2.0
-    fill: bool = True
-    semantic: SemanticRecallParams | None = None
-
-    @classmethod
-    def broad(cls, semantic: SemanticRecallParams | None = None, **overrides: Any) -> RecallParams:
-        """A larger recalled block: up to 3,500 tokens, 35 snippets, 70 hits searched.
-
-        The defaults (800 tokens, 8 snippets) keep every turn's request small; this preset
-        trades input tokens for recall when callers often come back to details said long
-        ago. Measured on LoCoMo at question time (benchmarks/README.md), answer recall and
-        input against the full buffer's: lexical recall 79.6% at 11.8% with the defaults,
-        83.8% at 17.0% with this preset; with ``semantic=SemanticRecallParams()`` 85.1% at
-        18.1%, with ``SemanticRecallParams(min_similarity=0.2)`` 85.6% at 19.0% (the full
-        buffer: 90.8%). The block is filled only as far as matches go, so a turn that
-        matches little costs little more than with the defaults.
-
-        Args:
-            semantic: Semantic recall as well (see ``semantic``);
-                ``SemanticRecallParams(min_similarity=0.2)`` did best with this block.
-            **overrides: Any other field (``latency_budget_s=0.02``, ...).
-
-        Returns:
-            The params (validated like any other).
-        """
-        fields: dict[str, Any] = {"max_tokens": 3500, "max_snippets": 35, "search_limit": 70}
-        return cls(**{**fields, "semantic": semantic, **overrides})
-
-    def __post_init__(self):
-        """Validate the fields (each error names its field)."""
-        validate_numeric_fields(self, "recall.")
-        if self.semantic is not None and not isinstance(self.semantic, SemanticRecallParams):
-            raise TypeError(
-                "recall.semantic must be a SemanticRecallParams, "
-                f"got {type(self.semantic).__name__}"
-            )
-        for name in ("enabled", "fill"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"recall.{name} must be a bool")
-        for name in ("max_tokens", "max_snippets", "search_limit", "max_snippet_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"recall.{name} must be at least 1")
-        if not 0.0 <= self.min_score <= 1.0:
-            raise ValueError("recall.min_score must be between 0 and 1")
-        if self.latency_budget_s < 0 or self.tool_timeout_s <= 0:
-            raise ValueError("recall.latency_budget_s must be >= 0 and tool_timeout_s > 0")
-        if self.max_question_words < 0:
-            raise ValueError("recall.max_question_words must not be negative")
-        if self.max_tokens < 40:
-            raise ValueError("recall.max_tokens must be at least 40 (the header alone is ~25)")
 
 
 @dataclass
