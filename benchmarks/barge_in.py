@@ -33,8 +33,8 @@ from pipecat_summarizer import (  # noqa: E402
     LLMContextSummaryConfig,
     OpenAISummarizer,
 )
-from tests.openai_server import FakeOpenAIServer, Reply  # noqa: E402
-from tests.pipeline_utils import main_llm, texts_of, turns  # noqa: E402
+from tests.support.openai_server import FakeOpenAIServer, Reply  # noqa: E402
+from tests.support.pipeline_utils import main_llm, texts_of, turns  # noqa: E402
 
 TURNS, GAP, SUMMARY_DELAY = 40, 0.3, 1.5
 SAID = [f"user message number {i}" for i in range(TURNS)]

@@ -106,7 +106,7 @@ def main() -> None:
     dsn, server = args.pg_dsn, None
     if dsn is None:
         try:
-            from tests.pg_server import PgServer
+            from tests.support.pg_server import PgServer
 
             server = PgServer()
             dsn = server.create_database("caller_memory")

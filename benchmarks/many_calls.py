@@ -21,7 +21,7 @@ from loguru import logger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.many_calls_scenario import run_many_calls  # noqa: E402
+from tests.support.many_calls_scenario import run_many_calls  # noqa: E402
 
 
 async def main() -> None:

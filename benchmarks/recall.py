@@ -182,7 +182,7 @@ async def run(
         try:
             if postgres:
                 try:
-                    from tests.pg_server import PgServer
+                    from tests.support.pg_server import PgServer
 
                     server = PgServer()
                 except Exception as e:  # noqa: BLE001 (a benchmark: say why and go on)

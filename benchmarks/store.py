@@ -179,7 +179,7 @@ async def run(args) -> str:
             targets["PostgreSQL"] = args.pg_dsn
         else:
             try:
-                from tests.pg_server import PgServer
+                from tests.support.pg_server import PgServer
 
                 server = PgServer()
                 targets["PostgreSQL"] = server.create_database("bench")

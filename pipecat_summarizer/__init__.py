@@ -5,10 +5,10 @@ background, and splices the summary into the shared context without delaying a r
 losing a message. Configured with Pipecat's own ``LLMAutoContextSummarizationConfig`` plus
 :class:`ContextSummarizerParams`.
 
-``__all__`` is the user API (pinned by ``tests/test_public_api.py``). The names are loaded on
-first use, so importing a submodule (the ``pipecat-summarizer`` command's parser, the errors)
-does not import Pipecat; ``from pipecat_summarizer import ContextSummarizer`` works as
-usual. Every error the library raises derives from :class:`PipecatSummarizerError`
+``__all__`` is the user API (pinned by ``tests/package/test_public_api.py``). The names are
+loaded on first use, so importing a submodule (the ``pipecat-summarizer`` command's parser,
+the errors) does not import Pipecat; ``from pipecat_summarizer import ContextSummarizer``
+works as usual. Every error the library raises derives from :class:`PipecatSummarizerError`
 (the tree is drawn in :mod:`pipecat_summarizer.errors`).
 
 Every parameter group is in :mod:`pipecat_summarizer.params`, each named ``*Params`` as in
@@ -145,7 +145,7 @@ _LLM_CONTEXT_SUMMARIZATION = "pipecat.utils.context.llm_context_summarization"
 # Where each public name lives: loaded on first access, so that importing the package (or
 # one of its light submodules, like the command line's parser) does not import Pipecat,
 # whose import takes about a second and logs a banner. Kept equal to the TYPE_CHECKING
-# imports above by tests/test_public_api.py.
+# imports above by tests/package/test_public_api.py.
 _EXPORTS: dict[str, str] = {
     "CeilingParams": "pipecat_summarizer.params",
     "ContextCompactedEvent": "pipecat_summarizer.events",

@@ -1,5 +1,5 @@
 """The ``pipecat-summarizer`` command: the replay, ``questions``, the LoCoMo scorer and ``inspect``.
 
 A sibling of the library in the same distribution: it imports only the library's public names,
-and nothing in the library imports it (``tests/test_import_graph.py``).
+and nothing in the library imports it (``tests/package/test_import_graph.py``).
 """

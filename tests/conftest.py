@@ -2,8 +2,8 @@ import pytest
 import pytest_asyncio
 from loguru import logger
 
-from tests.openai_server import FakeOpenAIServer
-from tests.store_fixtures import backend, pg_server, store_target  # noqa: F401
+from tests.support.openai_server import FakeOpenAIServer
+from tests.support.store_fixtures import backend, pg_server, store_target  # noqa: F401
 
 
 @pytest_asyncio.fixture

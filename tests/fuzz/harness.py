@@ -5,7 +5,7 @@ and a list of events (user turns of several shapes, barge-ins, context replaceme
 summaries, summarizer faults and latencies, tool calls with several handler behaviours).
 The schedule is played through ``user aggregator -> ContextSummarizer -> OpenAILLMService
 [-> the processor's after-LLM guard] -> assistant aggregator`` against two local aiohttp
-OpenAI-protocol servers: the main LLM's (``tests/openai_server.py``), which checks every
+OpenAI-protocol servers: the main LLM's (``tests/support/openai_server.py``), which checks every
 request it receives, and the summarizer's (``fault_server.py``), which injects the faults.
 
 Time is compressed: the schedule is written in virtual seconds and played at ``SCALE`` real
@@ -73,7 +73,7 @@ from pipecat.workers.runner import WorkerRunner
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._text.tokens import EstimateTokenCounter, count_text
 from tests.fuzz.fault_server import FAILING, FAULTS, MARKER, FaultServer
-from tests.openai_server import FakeOpenAIServer, Reply
+from tests.support.openai_server import FakeOpenAIServer, Reply
 
 SCALE = 0.05  # real seconds per virtual second
 SYSTEM = "You are Vera, a helpful voice assistant for a travel agency. Keep answers short."

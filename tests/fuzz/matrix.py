@@ -5,7 +5,8 @@ with a fixed schedule): a healthy warm-up, then ``OUTAGE_TURNS`` user turns with
 then healthy turns until a summary lands, and the same again (two streaks), so the single
 ERROR per streak is seen to re-arm after a recovery.
 
-``python -m tests.fuzz.matrix`` prints the table; ``tests/test_fault_matrix.py`` asserts it.
+``python -m tests.fuzz.matrix`` prints the table;
+``tests/pipeline/test_fault_matrix.py`` asserts it.
 """
 
 from __future__ import annotations
