@@ -2,22 +2,8 @@
 command is :mod:`~pipecat_summarizer_cli.replay.questions`): answer recall on the request the
 main LLM receives for each question, asked as the caller's next turn.
 
-Two measurements, each through real Pipecat pipelines (a real ``LLMContextAggregatorPair``,
-the replay LLM recording what it is sent, the offline extractive summarizer):
-
-* **Question time** (one call): the conversation is replayed as one call per strategy
-  (instant mode: every summary lands before the next turn). Then each question is sent as
-  the next user turn on its own copy of the final context, and answer recall is measured on
-  the request the main LLM receives for it. Ours archives into a store (SQLite, in memory
-  by default) during the call; at question time a ``ContextSummarizer`` with
-  ``recall=RecallParams(...)`` searches it (its own summaries off: a question never changes
-  the state the next question sees; a summary started at that turn would not change that
-  turn's request anyway).
-* **Across calls**: each LoCoMo session is replayed as a separate call of the same caller
-  through the store (resume on: the next call starts with the caller's pinned facts and
-  "earlier calls" summary); the questions are asked in a final call, each on its own copy of
-  that call's state after a greeting turn. The full buffer (every session in one context)
-  is the ceiling; Pipecat's built-in keeps nothing across calls.
+The two measurements (question time, across calls) are described in the command's module;
+this one runs their calls, each through a real Pipecat pipeline.
 
 The calls that ask the questions read the measured store and write nothing to it
 (:class:`~pipecat_summarizer_cli.replay.question_store.QuestionStore`): no question, of any
