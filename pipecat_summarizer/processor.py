@@ -46,13 +46,12 @@ from pipecat_summarizer.store.base import MemoryStore
 from pipecat_summarizer.summarizers.base import Summarizer, as_result, describe_error
 
 _COMPACTED, _OLD_COMPACTED = "on_context_compacted", "on_summary_applied"  # old: warns
-_DOWNSTREAM = FrameDirection.DOWNSTREAM
+_DOWN = FrameDirection.DOWNSTREAM
 _HANDLED = (StartFrame, LLMSummarizeContextFrame, EndFrame, CancelFrame)  # and context frames
 
 
 def _clock() -> float:
     # the loop's clock: a simulated-time loop (the replay's) governs backoff and latency
-
     return asyncio.get_running_loop().time()
 
 
@@ -66,8 +65,7 @@ class ContextSummarizer(FrameProcessor):
     place), keeping recent turns and anything added meanwhile verbatim.
 
     Event handlers:
-        on_context_compacted(processor, ContextCompactedEvent) (``on_summary_applied``:
-            deprecated name, warns)
+        on_context_compacted(processor, ContextCompactedEvent) (``on_summary_applied`` warns)
         on_summary_failed(processor, SummaryFailedEvent)
         on_messages_evicted(processor, MessagesEvictedEvent)
 
@@ -250,10 +248,7 @@ class ContextSummarizer(FrameProcessor):
         """Count ``llm``'s ``system_instruction`` and tool schemas under the ceiling.
 
         Args:
-            llm: The main LLM service.
-
-        Raises:
-            TypeError: If ``llm`` is not a Pipecat ``LLMService``.
+            llm: The main LLM service (a Pipecat ``LLMService``, else ``TypeError``).
         """
         self._session.ceiling.attach_llm(llm)
 
@@ -283,8 +278,7 @@ class ContextSummarizer(FrameProcessor):
             await self._evicted(await self._guarded(self._request))
 
     def request_manual_summary(self, config: LLMContextSummaryConfig | None = None) -> None:
-        """Start a manual summary (queued behind one in flight), as
-        ``LLMSummarizeContextFrame(config=...)`` does.
+        """Start a manual summary (queued behind one in flight), as ``LLMSummarizeContextFrame``.
 
         Args:
             config: A config override, honoured fully; ``None`` for the processor's own.
@@ -317,22 +311,16 @@ class ContextSummarizer(FrameProcessor):
         # the user turn's context frame first, with the fewest checks (it is the hot path);
         # its work is guarded as _guarded does, inlined: no closure nor coroutine per frame
         if isinstance(frame, LLMContextFrame):
-            if (
-                direction is _DOWNSTREAM
-                and not frame.speculation
-                and frame.context is self._context
-            ):
+            if direction is _DOWN and not frame.speculation and frame.context is self._context:
                 steps, session, recall = self._steps, self._session, self._recall
                 now = _clock()  # the recall budget bounds the frame's whole time from here
                 if recall is not None:
                     session.clear_recalled()
                 if not steps.failures.disabled:
                     session.step = "counting"
-                    task = self._task
+                    busy = (task := self._task) is not None and not task.done()
                     try:
-                        job, event = session.turn(
-                            in_flight=task is not None and not task.done(), now=now
-                        )
+                        job, event = session.turn(in_flight=busy, now=now)
                         if job is not None:
                             self._start(job)
                     except Exception as e:
@@ -361,10 +349,8 @@ class ContextSummarizer(FrameProcessor):
         await self.push_frame(frame, direction)
 
     async def _guarded(self, work: Callable[[], Any]) -> Any:
-        """Run our own (synchronous) work for a frame and return its result (a :class:`Job`
-        it returns starts): an exception costs no frame; it is logged by step and type,
-        never its text; the same step failing a few frames in a row stops summarization
-        for the call (``StepGuard``)."""
+        """Run our own synchronous work for a frame (a :class:`Job` it returns starts); an
+        exception costs no frame, and repeated ones stop summarization (``StepGuard``)."""
         if self._steps.disabled:
             return None
         self._session.step = "counting"
@@ -403,8 +389,7 @@ class ContextSummarizer(FrameProcessor):
             await self._call_event_handler("on_messages_evicted", event)
 
     def _prepare_at_serialization(self) -> None:
-        """Hold the ceiling where the request is built (``ceiling.hook_request_reads``):
-        messages the aggregators appended after the frame passed are counted too."""
+        """Hold the ceiling where the request is built, later appends included."""
         if self._params.ceiling is None or self._steps.disabled:
             return
         event = self._session.prepare_at_serialization(self.summary_in_flight)
