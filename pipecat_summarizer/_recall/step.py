@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from loguru import logger
@@ -93,6 +93,9 @@ class RecallStep:
         user_id: The caller: when set, their earlier calls are searched too; otherwise
             only this call.
         count: Token counter for a text.
+        settle: Writes what is still queued for the archive, within a timeout (the call's
+            writer's ``flush``): awaited before a ``recall_memory`` search, so a message
+            that left the context moments ago is found.
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class RecallStep:
         call_id: str | None,
         user_id: str | None = None,
         count: Callable[[str], int] = estimate_tokens,
+        settle: Callable[[float], Awaitable[bool]] | None = None,
     ):
         """Create the step."""
         if not isinstance(archive, RecallArchive):
@@ -114,6 +118,7 @@ class RecallStep:
         self.call_id = call_id
         self.user_id = user_id
         self.count = count
+        self._settle = settle
         #: Semantic recall's embedded archive (``None`` unless ``params.semantic``).
         self.semantic: Any = None
         if params.semantic is not None:
@@ -407,9 +412,15 @@ class RecallStep:
             TimeoutError: If the archive did not answer in time.
         """
         params = self.params
+        timeout = params.tool_timeout_s
+        if self._settle is not None:
+            # the model asked and waits anyway: half the wait lets queued messages land first
+            started = time.monotonic()
+            await self._settle(timeout / 2)
+            timeout -= time.monotonic() - started
         task = self._search(query, params.search_limit)
         try:
-            await asyncio.wait_for(asyncio.shield(task), params.tool_timeout_s)
+            await asyncio.wait_for(asyncio.shield(task), max(timeout, 0.001))
         except TimeoutError:
             task.add_done_callback(_consume)
             raise

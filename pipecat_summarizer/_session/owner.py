@@ -357,6 +357,7 @@ class ContextSession(SharedContext):
                 call_id=recorder.session_id,  # the store key of this session
                 user_id=user_id,
                 count=lambda text: count_text(counter, text),
+                settle=recorder.writer.flush,
             )
         return cls(
             context,
