@@ -53,6 +53,12 @@ class ContextCompactedEvent:
         compaction: 1 for the first compaction of this processor, then 2, 3...
         pending_messages: Evicted messages still waiting for a summary afterwards.
         pinned_facts: Facts in the pinned block afterwards.
+        tool_results_cleared: Tool results cleared in the same write (``clearing=``).
+        tokens_cleared: Tokens the clearing freed, measured on the context after the write.
+        summary_prompt_tokens: Input tokens the secondary LLM reported for this summary
+            (``None``: its response reported no usage).
+        summary_completion_tokens: Output tokens it reported.
+        summary_cached_tokens: Of the input, tokens read from its prompt cache.
     """
 
     reason: Reason
@@ -69,6 +75,11 @@ class ContextCompactedEvent:
     compaction: int
     pending_messages: int = 0
     pinned_facts: int = 0
+    tool_results_cleared: int = 0
+    tokens_cleared: int = 0
+    summary_prompt_tokens: int | None = None
+    summary_completion_tokens: int | None = None
+    summary_cached_tokens: int | None = None
 
     def log_fields(self) -> dict[str, Any]:
         """The event as a flat dict (for logs and sinks)."""
@@ -90,7 +101,8 @@ class MessagesEvictedEvent:
         messages_evicted: Messages moved by this eviction.
         tokens_evicted: Their estimated tokens.
         pending_messages: Messages in the pending queue afterwards.
-        tokens_after: Estimated context tokens afterwards.
+        tokens_after: Estimated context tokens afterwards (scaled by the main LLM's
+            reported usage once it calibrated the estimate).
         ceiling: The ``max_request_tokens`` in force.
     """
 
@@ -103,6 +115,32 @@ class MessagesEvictedEvent:
     def log_line(self) -> str:
         """One structured line: ``context evicted key=value ...``."""
         return "context evicted " + " ".join(f"{k}={v}" for k, v in asdict(self).items())
+
+
+@dataclass(frozen=True)
+class ToolResultsClearedEvent:
+    """Tool results cleared without a compaction (``on_tool_results_cleared``): the token
+    threshold tripped and clearing alone brought the context under it, so no summary ran.
+    Clearing that runs with a compaction is reported in its ``ContextCompactedEvent``.
+
+    Parameters:
+        tool_results_cleared: Tool results whose content became a placeholder.
+        tokens_cleared: Tokens freed, measured on the context after the write.
+        tokens_before: Context tokens just before the write.
+        tokens_after: Context tokens just after the write.
+        tools: The cleared results' tool names, in context order.
+    """
+
+    tool_results_cleared: int
+    tokens_cleared: int
+    tokens_before: int
+    tokens_after: int
+    tools: tuple[str, ...] = ()
+
+    def log_line(self) -> str:
+        """One structured line: ``tool results cleared key=value ...`` (counts only)."""
+        fields = {k: v for k, v in asdict(self).items() if k != "tools"}
+        return "tool results cleared " + " ".join(f"{k}={v}" for k, v in fields.items())
 
 
 @dataclass(frozen=True)

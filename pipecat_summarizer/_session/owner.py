@@ -15,6 +15,7 @@ emit, and the messages to archive go to the recorder sink it was given. There is
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from loguru import logger
@@ -25,11 +26,14 @@ from pipecat.utils.context.llm_context_summarization import (
 )
 
 from pipecat_summarizer._compaction.cadence import ANSWERED_REASONS, ResponseEvent, offers_tools
+from pipecat_summarizer._compaction.clearing import apply_clearing, plan_clearing
 from pipecat_summarizer._compaction.eviction import pending_places, split_pending
 from pipecat_summarizer._compaction.measure import Measurement
 from pipecat_summarizer._compaction.plan import locate, splice
+from pipecat_summarizer._compaction.trigger import trigger_reason
 from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer._session.recorder import CallRecorder
+from pipecat_summarizer._session.resume import place_restored
 from pipecat_summarizer._session.schedule import Job, choose_plan, compacted_event, request_for
 from pipecat_summarizer._session.shared import SharedContext
 from pipecat_summarizer._text.tokens import (
@@ -43,6 +47,7 @@ from pipecat_summarizer.events import (
     MessagesEvictedEvent,
     Reason,
     SummaryFailedEvent,
+    ToolResultsClearedEvent,
 )
 from pipecat_summarizer.params import ContextSummarizerParams, MemoryParams, RecallParams
 from pipecat_summarizer.store.base import MemoryStore
@@ -104,6 +109,8 @@ class ContextSession(SharedContext):
         """A request is prepared: the job to start if a compaction is due (or ``None``; with
         the companion reporting responses, a due one may wait for the response's end)."""
         self.step = "planning"
+        if self.params.clearing is not None and not in_flight and self.job is None:
+            m = self._clear_instead(m)
         reason = self.schedule.request(
             m,
             now=now,
@@ -115,6 +122,31 @@ class ContextSession(SharedContext):
         if reason is None:
             return None
         return self._start_due(reason, m, now, answer_pending=reason in ANSWERED_REASONS)
+
+    def _clear_instead(self, m: Measurement) -> Measurement:
+        """The token threshold trips and clearing tool results alone brings the context under
+        it: clear them now, with no LLM call (the measurement after, or ``m`` unchanged)."""
+        trigger = self.params.trigger
+        if not trigger.auto:
+            return m
+        soft = trigger.soft_ratio
+        if trigger_reason(self.config, m, soft, answer_pending=True) != "tokens":
+            return m
+        estimate = self.clear_tool_results(estimate_only=True)
+        if estimate is None:
+            return m
+        freed = estimate.tokens_cleared
+        under = m._replace(
+            total_tokens=m.total_tokens - freed, reducible_tokens=m.reducible_tokens - freed
+        )
+        if trigger_reason(self.config, under, soft, answer_pending=True) is not None:
+            return m  # a compaction is due anyway: clearing goes with it, one prefix break
+        self.step = "clearing"
+        event = self.clear_tool_results()
+        if event is None:
+            return m
+        self.cleared.append(event)
+        return self.measure()
 
     def response(self, event: ResponseEvent) -> bool:
         """The companion reports the main LLM's response; True on the end of one a
@@ -260,6 +292,8 @@ class ContextSession(SharedContext):
         record.commit(draft)
         self.schedule.applied()
         self.render_record(in_flight=True)
+        # in the same write as the splice, for the prompt cache: one prefix break
+        cleared = self.clear_tool_results() if self.params.clearing is not None else None
         after = self.meter.measure(self.context.messages, draft.message)
         self.compactions += 1
         event = compacted_event(
@@ -274,6 +308,12 @@ class ContextSession(SharedContext):
             pending=len(self.pending),
             facts=len(record.facts),
         )
+        if cleared is not None:
+            event = replace(
+                event,
+                tool_results_cleared=cleared.tool_results_cleared,
+                tokens_cleared=cleared.tokens_cleared,
+            )
         logger.info(f"{self}: {event.log_line()}")
         if self.recorder is not None:
             model = getattr(job.summarizer, "model", None)
@@ -288,6 +328,55 @@ class ContextSession(SharedContext):
             self.recorder.failed(job.reason, error, now - job.started, model)
         return event
 
+    # -- tool-result clearing -------------------------------------------------------------
+
+    def clear_tool_results(self, *, estimate_only: bool = False) -> ToolResultsClearedEvent | None:
+        """Clear the bulky tool results of the view (``params.clearing``) in one write; the
+        originals are archived verbatim (``"cleared"``). Call only with no plan in flight:
+        a cleared message would no longer be where the plan expects it.
+
+        Args:
+            estimate_only: Write nothing; the event carries the estimated tokens freed.
+
+        Returns:
+            The event (tokens freed measured after the write), or ``None``: nothing to clear.
+        """
+        params = self.params.clearing
+        if params is None:
+            return None
+        archived = self.recorder is not None
+        view = self.view()
+        counter = self.meter.counter
+        clearing = plan_clearing(view, params, counter.count_message, archived=archived)
+        if not clearing:
+            return None
+        before = self.measure()
+        if estimate_only:
+            total, freed = before.total_tokens, clearing.freed_tokens
+            n = len(clearing.indices)
+            return ToolResultsClearedEvent(n, freed, total, total - freed, clearing.tools)
+        new_view, originals = apply_clearing(view, clearing, archived=archived)
+        swap = {id(o): new_view[i] for o, i in zip(originals, clearing.indices, strict=True)}
+        self.write([swap.get(id(m), m) for m in self.context.messages])
+        if self.recorder is not None:
+            self.recorder.archive(originals, "cleared")
+        counter.forget_except([*self.context.messages, *self.pending])
+        after = self.measure()
+        event = ToolResultsClearedEvent(
+            len(originals),
+            before.total_tokens - after.total_tokens,
+            before.total_tokens,
+            after.total_tokens,
+            clearing.tools,
+        )
+        logger.info(f"{self}: {event.log_line()}")
+        return event
+
+    def take_cleared(self) -> list[ToolResultsClearedEvent]:
+        """The clearings that ran without a compaction since the last call (to emit)."""
+        cleared, self.cleared = self.cleared, []
+        return cleared
+
     # -- the store ------------------------------------------------------------------------
 
     def caller_memory(self, *, in_flight: bool) -> None:
@@ -298,11 +387,22 @@ class ContextSession(SharedContext):
             return
         recorder.turns += 1
         loaded = recorder.take_memory() if recorder.memory_pending else None
+        resumed = recorder.take_resumed()
+        if resumed is not None and (in_flight or self.compactions or self.pending):
+            # this call's own conversation was already summarized: older verbatim messages
+            # cannot go before it, so the memory joins as after a goodbye
+            logger.info(f"{self}: dropped call {resumed.call_id} not resumed (compacted since)")
+            resumed = None
+        if resumed is not None:  # the dropped call's own summary and facts, as it had them
+            loaded = (resumed.facts, resumed.summary)
         if loaded is None:
             return
         recorder.restoring(True)  # fact changes are recorded as "restored"
         try:
             self.load_memory(*loaded, in_flight=in_flight)
+            if resumed is not None:  # after the head, the facts and the summary
+                own = (self.record.noted_message, self.record.summary_message)
+                self.write(place_restored(self.context.messages, resumed.messages, own))
         finally:
             recorder.restoring(False)
 
@@ -339,6 +439,13 @@ class ContextSession(SharedContext):
                 without a store.
             TypeError: ``recall`` is not a ``RecallParams``.
         """
+        clearing = params.clearing
+        if store is None and clearing is not None and not clearing.without_store:
+            raise ValueError(
+                "clearing needs a store to archive the cleared results "
+                "(store=SQLiteMemoryStore(...)), or clearing=ClearingParams(without_store=True) "
+                "to accept that the cleared text is gone"
+            )
         if store is None:
             for field, value in (("memory", memory), ("user_id", user_id), ("call_id", call_id)):
                 if value is not None:  # silently ignored, it would record nothing

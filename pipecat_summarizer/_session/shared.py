@@ -23,6 +23,8 @@ from pipecat_summarizer._compaction.eviction import pending_places, with_pending
 from pipecat_summarizer._compaction.measure import ContextMeter, Measurement
 from pipecat_summarizer._compaction.plan import SYSTEM_ROLES, head_length, make_protection
 from pipecat_summarizer._recall.step import RecallStep
+from pipecat_summarizer._record.corrections import unread
+from pipecat_summarizer._record.interrupted import Interruptions
 from pipecat_summarizer._record.pinned import Fact
 from pipecat_summarizer._record.record import ConversationRecord
 from pipecat_summarizer._session.recorder import CallRecorder
@@ -33,6 +35,7 @@ from pipecat_summarizer._session.schedule import (
 from pipecat_summarizer._text.tokens import CachedCounter, count_text
 from pipecat_summarizer.events import (
     MessagesEvictedEvent,
+    ToolResultsClearedEvent,
 )
 from pipecat_summarizer.params import ContextSummarizerParams
 from pipecat_summarizer.summarizers.base import Summarizer
@@ -123,6 +126,10 @@ class SharedContext:
         self._serializing = False  # prepare() runs as the LLM builds a request
         self.writes = 0  # context writes so far (a cheap "did anything change")
         self.loaded = False  # a returning caller's memory was loaded (see quiet())
+        self.interruptions = Interruptions()  # answers a barge-in cut off
+        self._read: list = []  # the latest messages read for corrections
+        # clearing without a compaction, for the processor's on_tool_results_cleared
+        self.cleared: list[ToolResultsClearedEvent] = []
 
     def __str__(self) -> str:
         """The processor's name, for log lines."""
@@ -332,6 +339,23 @@ class SharedContext:
         """The pinned facts, in the order they are rendered."""
         return self.record.facts.facts
 
+    def read_said(self, in_flight: bool) -> None:
+        """Corrections in the caller's and the assistant's messages since the last look
+        replace the details they correct (pinned facts, the summary); a cut answer does not."""
+        fresh = unread(self.context.messages, self._read)
+        if fresh:
+            self._read = [*self._read[-48:], *fresh]
+            skip = [*self.interruptions.cut, self.recalled]
+            self.put(self.record.correct(self.context.messages, fresh, skip, in_flight=in_flight))
+
+    def barge_in(self, frame: Any) -> None:
+        """An ``InterruptionFrame`` or an assistant turn written to the context
+        (``Interruptions``): an answer the caller cut off is marked. Never raises."""
+        try:
+            self.interruptions.on_frame(frame, self.context.messages)
+        except Exception as e:
+            logger.error(f"{self}: marking an interrupted answer failed ({type(e).__name__})")
+
     # -- a request ------------------------------------------------------------------------
 
     def prepare(
@@ -354,6 +378,7 @@ class SharedContext:
         if self.recall is not None and self.recall.forgotten():
             self.recall_gives_way()  # it quotes what the caller's forget removed
         self.step = "pinning"
+        self.read_said(in_flight)
         self.render_record(in_flight)
         self.step = "counting"
         if self.writes != writes:  # measured again only when something was written
@@ -420,7 +445,8 @@ class SharedContext:
         self.pending_places = pending_places(logical, self.pending, summary)
         if self.params.pinning.from_evicted:
             messages = self.context.messages
-            self.put(record.pin_evicted(messages, out, in_flight=self._in_flight))
+            heard = [m for m in out if not self.interruptions.is_cut(m)]  # never a cut answer
+            self.put(record.pin_evicted(messages, heard, in_flight=self._in_flight))
         if self.recorder is not None:
             self.recorder.archive(out, "evicted")
 

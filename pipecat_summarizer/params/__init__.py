@@ -19,6 +19,7 @@ module imports neither Pipecat nor numpy (the features that use the params impor
 from pipecat_summarizer.params.compaction import (
     AppFactsRole,
     CeilingParams,
+    ClearingParams,
     ContextSummarizerParams,
     PinningParams,
     RetryParams,
@@ -35,6 +36,7 @@ __all__ = [
     "MIN_FLUSH_INTERVAL_S",
     "AppFactsRole",
     "CeilingParams",
+    "ClearingParams",
     "ContextSummarizerParams",
     "MemoryParams",
     "PinningParams",
@@ -53,6 +55,7 @@ __all__ = [
 # pipecat_summarizer.params.X, the one place a user imports it from.
 for _group in (
     CeilingParams,
+    ClearingParams,
     ContextSummarizerParams,
     MemoryParams,
     PinningParams,

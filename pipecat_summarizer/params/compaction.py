@@ -147,6 +147,96 @@ class CeilingParams:
             raise ValueError("ceiling.eviction_target_ratio must be in [0.1, 1]")
 
 
+@dataclass
+class CalibrationParams:
+    """Calibrating the token estimate by the main LLM's reported usage.
+
+    When the pipeline reports usage (``PipelineParams(enable_metrics=True,
+    enable_usage_metrics=True)``) and the processor knows the main LLM (``after_llm()`` or
+    ``llm=``), each report is matched with the estimate of its request, and the thresholds,
+    the cache-aware cadence and the ceiling scale the estimate by the call's ratio (reported
+    input / estimate). Without usage reports nothing changes.
+
+    Parameters:
+        enabled: Calibrate when usage is reported (``False``: the estimate alone, always).
+        smoothing: Weight of each new sample in the moving average of the ratio (1: the
+            latest sample alone).
+        margin: Share added to the ceiling's scale, which is also the largest recent sample,
+            so the ceiling holds while the ratio lags behind a change of content.
+        min_ratio: Smallest sample taken (smaller ones are clipped to it).
+        max_ratio: Largest sample taken (larger ones are clipped to it).
+        window: Recent samples whose largest the ceiling's scale also covers.
+    """
+
+    enabled: bool = True
+    smoothing: float = 0.3
+    margin: float = 0.1
+    min_ratio: float = 0.5
+    max_ratio: float = 3.0
+    window: int = 8
+
+    def __post_init__(self):
+        """Validate the fields."""
+        validate_numeric_fields(self, "calibration.")
+        check_flags(self, "calibration.")
+        if not 0 < self.smoothing <= 1:
+            raise ValueError(f"calibration.smoothing must be in (0, 1], got {self.smoothing}")
+        if not 0 <= self.margin <= 1:
+            raise ValueError(f"calibration.margin must be in [0, 1], got {self.margin}")
+        if not 0 < self.min_ratio <= 1:
+            raise ValueError(f"calibration.min_ratio must be in (0, 1], got {self.min_ratio}")
+        if not 1 <= self.max_ratio <= 10:
+            raise ValueError(f"calibration.max_ratio must be in [1, 10], got {self.max_ratio}")
+        if self.window < 1:
+            raise ValueError(f"calibration.window must be at least 1, got {self.window}")
+
+
+@dataclass
+class ClearingParams:
+    """Lossless tool-result clearing: bulky tool results leave the context, not the memory.
+
+    A cleared result keeps its message (the tool call and its result stay paired) with a short
+    placeholder naming the tool; the original is archived verbatim in the store and comes back
+    through per-turn recall or the ``recall_memory`` tool. Clearing is batched with
+    compaction (no LLM call of its own): it runs when a compaction is applied, or instead of
+    one when the token threshold trips and clearing alone brings the context under it.
+
+    Parameters:
+        keep_latest: The latest tool results never cleared (the ones the model is using).
+        min_result_tokens: Only results over this many tokens are cleared.
+        min_freed_tokens: Clear only when at least this many tokens are freed at once (each
+            clearing rewrites the cached prefix).
+        exclude_tools: Tool names whose results are never cleared (``recall_memory``'s never
+            are).
+        without_store: Allow clearing without a store: the cleared text is then gone, not
+            archived. Without a store and without this, the processor refuses to start.
+    """
+
+    keep_latest: int = 3
+    min_result_tokens: int = 150
+    min_freed_tokens: int = 500
+    exclude_tools: tuple[str, ...] = ()
+    without_store: bool = False
+
+    def __post_init__(self):
+        """Validate the fields."""
+        validate_numeric_fields(self, "clearing.")
+        check_flags(self, "clearing.")
+        for name in ("keep_latest", "min_result_tokens", "min_freed_tokens"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f"clearing.{name} must be >= 0, got {value}")
+        tools = self.exclude_tools
+        if isinstance(tools, str) or not isinstance(tools, (tuple, list, set, frozenset)):
+            raise TypeError(
+                f"clearing.exclude_tools must be a tuple of tool names, got {type(tools).__name__}"
+            )
+        for tool in tools:
+            if not isinstance(tool, str) or not tool:
+                raise TypeError(f"clearing.exclude_tools must hold tool names, got {tool!r:.40}")
+        self.exclude_tools = tuple(tools)
+
+
 def check_flags(obj: Any, prefix: str = "") -> None:
     """Reject a non-bool in any ``bool`` field of a dataclass instance, naming the field.
 
@@ -206,6 +296,9 @@ class ContextSummarizerParams:
         retry: Backoff after failures.
         pinning: Pinned facts.
         ceiling: The hard ceiling; ``None`` (the default) disables it.
+        clearing: Lossless tool-result clearing; ``None`` (the default) disables it.
+        calibration: Calibrating the estimate by the main LLM's reported usage (on by
+            default; without usage reports nothing changes).
 
     Example::
 
@@ -225,6 +318,8 @@ class ContextSummarizerParams:
     retry: RetryParams = field(default_factory=RetryParams)
     pinning: PinningParams = field(default_factory=PinningParams)
     ceiling: CeilingParams | None = None
+    clearing: ClearingParams | None = None
+    calibration: CalibrationParams = field(default_factory=CalibrationParams)
 
     def __post_init__(self):
         """Validate the fields (the nested groups validate themselves)."""
@@ -241,6 +336,8 @@ class ContextSummarizerParams:
         _check_group("retry", self.retry, RetryParams)
         _check_group("pinning", self.pinning, PinningParams)
         _check_group("ceiling", self.ceiling, CeilingParams, optional=True)
+        _check_group("clearing", self.clearing, ClearingParams, optional=True)
+        _check_group("calibration", self.calibration, CalibrationParams)
         if self.token_counter is not None:
             self.token_counter = _as_token_counter(self.token_counter)
 

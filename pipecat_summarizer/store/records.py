@@ -22,7 +22,7 @@ from pipecat_summarizer._text.messages import ArchivedText
 from pipecat_summarizer._text.messages import message_text as message_text
 
 #: How a message left the context.
-Removal = Literal["summarized", "evicted", "replaced", "in_context_at_end"]
+Removal = Literal["summarized", "evicted", "replaced", "in_context_at_end", "cleared"]
 #: What happened to a pinned fact.
 FactAction = Literal["pinned", "corrected", "unpinned", "restored"]
 #: Who changed it: the application, the conversation (summaries, evicted messages, earlier
@@ -102,7 +102,8 @@ class ArchivedMessage:
         tool_call_ids: Tool-call ids it carries.
         removed_by: ``summarized``, ``evicted`` (to the pending queue, under the ceiling) or
             ``replaced`` (the application replaced the context while it was pending), or
-            ``in_context_at_end`` (still in the context when the call ended).
+            ``in_context_at_end`` (still in the context when the call ended), or
+            ``cleared`` (a tool result whose content was cleared: its placeholder stays).
         compaction: The compaction that summarized it (``None`` while pending/replaced).
         turn: The user turn at which it left.
         at: When it left (seconds since the epoch).

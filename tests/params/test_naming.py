@@ -89,6 +89,7 @@ def test_every_params_group_lives_in_params_and_ends_in_params():
     }
     assert groups == {
         "CeilingParams",
+        "ClearingParams",
         "ContextSummarizerParams",
         "MemoryParams",
         "PinningParams",

@@ -1,0 +1,243 @@
+"""Tool-result clearing through real pipelines: Pipecat's OpenAI service against the local
+server, a real ``LLMContextAggregatorPair``, real tools, a real SQLite file and the real
+PostgreSQL. Bulky results are cleared with no LLM call, every request stays paired, the
+originals are archived and ``recall_memory`` brings one back; in-progress and excluded results
+are never touched; clearing batched with a compaction is reported on its event."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.tests.utils import run_test
+
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer._compaction.clearing import PLACEHOLDER_PREFIX
+from pipecat_summarizer.params import (
+    ClearingParams,
+    ContextSummarizerParams,
+    MemoryParams,
+    RecallParams,
+    WriterParams,
+)
+from pipecat_summarizer.store import open_store
+from pipecat_summarizer.tools import RECALL_MEMORY, register_recall_memory
+from tests.support.openai_server import Reply, is_summary_request
+from tests.support.pipeline_utils import build, cfg, main_llm, turns
+
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+ORDERS = {"A17": "ZEBRA417", "B23": "OTTER523", "C31": "HERON631", "D47": "LYNX747"}
+ASKED = "What was the tracking code of order A17?"
+
+
+def _order(order: str) -> dict:
+    """A bulky lookup result (~650 tokens), its one detail near the start."""
+    return {"order": order, "tracking": ORDERS[order], "history": "scanned at depot " * 150}
+
+
+def _call(call_id: str, name: str, arguments: dict) -> Reply:
+    function = {"name": name, "arguments": json.dumps(arguments)}
+    return Reply(tool_calls=[{"id": call_id, "type": "function", "function": function}])
+
+
+def _handler(body: dict) -> Reply:
+    if is_summary_request(body):
+        return Reply("FACTS:\n- orders were looked up")
+    last = body["messages"][-1]
+    text = last.get("content") if last.get("role") == "user" else None
+    if text == ASKED:
+        return _call("call_recall", RECALL_MEMORY, {"query": "tracking code A17"})
+    if isinstance(text, str) and text.startswith("Look up order "):
+        order = text.rsplit(" ", 1)[1]
+        return _call(f"call_{order}", "lookup_order", {"order": order})
+    if text == "Open my customer record":
+        return _call("call_crm", "crm", {})
+    if text == "Start the background check":
+        return _call("call_slow", "slow_check", {})
+    return Reply("Here it is." if last.get("role") == "tool" else "Sure thing.")
+
+
+def _schema(name: str) -> FunctionSchema:
+    return FunctionSchema(name=name, description=f"{name}.", properties={}, required=[])
+
+
+async def _call_with_tools(server, processor, context) -> None:
+    llm = main_llm(server.base_url)
+
+    async def lookup_order(params):
+        await params.result_callback(_order(params.arguments["order"]))
+
+    async def crm(params):
+        await params.result_callback({"customer": "record " * 300})
+
+    async def slow_check(params):  # an async tool still running when the call ends
+        pass
+
+    llm.register_function("lookup_order", lookup_order)
+    llm.register_function("crm", crm)
+    llm.register_function("slow_check", slow_check, cancel_on_interruption=False)
+    register_recall_memory(llm, processor, context)
+    tools = [_schema(n) for n in ("lookup_order", "crm", "slow_check")]
+    context.set_tools(ToolsSchema(standard_tools=[*context.tools.standard_tools, *tools]))
+    said = [
+        "Look up order A17",
+        "Look up order B23",
+        "Open my customer record",
+        "Start the background check",
+        "Look up order C31",
+        "Look up order D47",
+        ASKED,
+        "ok",
+    ]
+    await run_test(build(context, processor, llm), frames_to_send=turns(said, gap=0.35))
+
+
+def _assert_paired(request: dict) -> None:
+    """Every tool result answers a call made before it, and every call has its result."""
+    called: list[str] = []
+    answered: set[str] = set()
+    for m in request["messages"]:
+        for call in m.get("tool_calls") or ():
+            called.append(call["id"])
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in called, m["tool_call_id"]
+            answered.add(m["tool_call_id"])
+    assert set(called) <= answered
+
+
+def _results(server, call_id: str) -> list[str]:
+    return [
+        m["content"]
+        for b in server.chat_requests
+        for m in b["messages"]
+        if m["role"] == "tool" and m.get("tool_call_id") == call_id
+    ]
+
+
+async def test_clearing_frees_tokens_without_an_llm_call_and_recall_brings_it_back(
+    openai_server, store_target
+):
+    openai_server.handler = _handler
+    store = open_store(store_target)
+    context = LLMContext(messages=[{"role": "system", "content": "Be brief."}])
+    clearing = ClearingParams(
+        keep_latest=2, min_result_tokens=0, min_freed_tokens=200, exclude_tools=("crm",)
+    )
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(tokens=3200, messages=60, keep=4),
+        params=ContextSummarizerParams(clearing=clearing),
+        summarizer=OpenAISummarizer(base_url=openai_server.base_url, model="cheap"),
+        store=store,
+        memory=MemoryParams(writer=FAST),
+        recall=RecallParams(enabled=False, tool_timeout_s=5.0),
+    )
+    try:
+        await _call_with_tools(openai_server, processor, context)
+        call_id = processor.call_id
+        assert call_id is not None
+        archived = await store.messages(call_id)
+    finally:
+        await processor.cleanup()
+        await store.close()
+    # the threshold tripped, clearing alone brought it under: no summary was asked for
+    assert openai_server.summary_requests == []
+    for request in openai_server.chat_requests:
+        _assert_paired(request)  # the provider request stays valid
+    a17 = _results(openai_server, "call_A17")
+    assert "ZEBRA417" in a17[0] and a17[-1].startswith(PLACEHOLDER_PREFIX)
+    assert "lookup_order" in a17[-1]
+    # the excluded tool's result and the running async tool's message are never touched
+    assert all("record record" in c for c in _results(openai_server, "call_crm"))
+    slow = _results(openai_server, "call_slow")
+    assert slow and all('"async_tool"' in c for c in slow)
+    # the original is archived verbatim, and recall_memory brings it back
+    cleared = [a for a in archived if a.removed_by == "cleared"]
+    assert any("ZEBRA417" in a.content for a in cleared)
+    original = next(a for a in cleared if "ZEBRA417" in a.content)
+    assert json.loads(original.message_json)["tool_call_id"] == "call_A17"
+    recalled = _results(openai_server, "call_recall")
+    assert recalled and "ZEBRA417" in recalled[0]
+    # what is in the context now is the placeholder, still paired with its call
+    a17_now = [m for m in context.messages if m.get("tool_call_id") == "call_A17"]
+    assert len(a17_now) == 1 and a17_now[0]["content"].startswith(PLACEHOLDER_PREFIX)
+
+
+async def test_clearing_batched_with_a_compaction_is_reported_on_its_event(openai_server, tmp_path):
+    openai_server.handler = _handler
+    store = open_store(tmp_path / "m.db")
+    context = LLMContext(messages=[{"role": "system", "content": "Be brief."}])
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=14, keep=10),
+        params=ContextSummarizerParams(
+            clearing=ClearingParams(keep_latest=1, min_result_tokens=0, min_freed_tokens=100)
+        ),
+        summarizer=OpenAISummarizer(base_url=openai_server.base_url, model="cheap"),
+        store=store,
+        memory=MemoryParams(writer=FAST),
+        recall=RecallParams(enabled=False, tool_timeout_s=5.0),
+    )
+    events = []
+
+    @processor.event_handler("on_context_compacted")
+    async def _compacted(_, event):
+        events.append(event)
+
+    try:
+        await _call_with_tools(openai_server, processor, context)
+    finally:
+        await processor.cleanup()
+        await store.close()
+    assert events and openai_server.summary_requests
+    batched = [e for e in events if e.tool_results_cleared]
+    assert batched, events
+    event = batched[0]
+    assert event.tokens_cleared > 0
+    for request in openai_server.chat_requests:
+        _assert_paired(request)
+
+
+async def test_clearing_without_a_store_is_refused_unless_the_app_accepts_the_loss(
+    openai_server,
+):
+    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
+    try:
+        with pytest.raises(ValueError, match=r"clearing.*without_store=True"):
+            ContextSummarizer(
+                context=LLMContext(),
+                params=ContextSummarizerParams(clearing=ClearingParams()),
+                summarizer=summarizer,
+            )
+        ContextSummarizer(
+            context=LLMContext(),
+            params=ContextSummarizerParams(clearing=ClearingParams(without_store=True)),
+            summarizer=summarizer,
+        )
+    finally:
+        await summarizer.aclose()
+
+
+async def test_without_a_store_the_placeholder_says_the_text_is_gone(openai_server):
+    openai_server.handler = _handler
+    context = LLMContext(messages=[{"role": "system", "content": "Be brief."}])
+    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
+    clearing = ClearingParams(keep_latest=1, min_result_tokens=0, without_store=True)
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(tokens=2600, messages=60, keep=4),
+        params=ContextSummarizerParams(clearing=clearing),
+        summarizer=summarizer,
+    )
+    try:
+        await _call_with_tools(openai_server, processor, context)
+    finally:
+        await summarizer.aclose()
+    a17 = [m for m in context.messages if m.get("tool_call_id") == "call_A17"]
+    assert a17[0]["content"].startswith(PLACEHOLDER_PREFIX)
+    assert "no longer available" in a17[0]["content"]
+    for request in openai_server.chat_requests:
+        _assert_paired(request)
