@@ -23,6 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from pipecat_summarizer._session.resume import (
+    CALLS_READ,
+    MARKED_DROPPED,
+    Resumed,
+    dropped_within,
+    previous_call,
+    restore,
+)
 from pipecat_summarizer.params import MemoryParams
 from pipecat_summarizer.store._writer import StoreWriter
 from pipecat_summarizer.store.base import MemoryStore, error_reason
@@ -103,6 +111,8 @@ class CallRecorder:
         self._load: asyncio.Task | None = None
         self._load_deadline = 0.0
         self._load_done_at: float | None = None
+        self._resumed: Resumed | None = None  # a dropped call to resume, until taken
+        self._dropped = False  # the application said this call dropped (mark_dropped)
         # the store's forget count for this caller when the call started: a forget during
         # the call (this process) stops what the call would write back about them
         self._forget_gen = store.forget_generation(user_id) if user_id is not None else 0
@@ -131,11 +141,34 @@ class CallRecorder:
     def _loaded(self, _task: asyncio.Task) -> None:
         self._load_done_at = time.monotonic()
 
-    async def _load_memory(self) -> CallerMemory:
+    async def _load_memory(self) -> tuple[CallerMemory, Resumed | None]:
         assert self.user_id is not None  # started only for a known caller
-        return await self.store.caller_memory(
+        memory = await self.store.caller_memory(
             self.user_id, max_calls=self.options.max_earlier_calls
         )
+        return memory, await self._dropped_call()
+
+    async def _dropped_call(self) -> Resumed | None:
+        """The caller's previous call, if it dropped within the window: what it had in view
+        (``None``: none, or the read failed: the caller's memory still joins as today)."""
+        window = self.options.resume_dropped_within_s
+        if not window or self.user_id is None:
+            return None
+        try:
+            calls = await self.store.calls(self.user_id, limit=CALLS_READ)
+            last = previous_call(calls, session_id=self.session_id, started_at=self.started_at)
+            if last is None or not dropped_within(
+                last, started_at=self.started_at, window_s=window
+            ):
+                return None
+            archived = await self.store.messages(last.call_id)
+        except Exception as e:  # the memory is still applied: only the resume is lost
+            logger.warning(
+                f"memory store (call {self.call_id}): reading the dropped call to resume "
+                f"failed ({error_reason(e)}); the caller's memory joins without it"
+            )
+            return None
+        return restore(last, archived, started_at=self.started_at)
 
     @property
     def memory_pending(self) -> bool:
@@ -176,7 +209,7 @@ class CallRecorder:
                 f"({error_reason(error)}); the call goes on without it"
             )
             return None
-        return self._apply(task.result())
+        return self._apply(*task.result())
 
     def _forgotten(self) -> bool:
         """Whether the caller was forgotten (by this store object) since the call started."""
@@ -185,14 +218,25 @@ class CallRecorder:
             and self.store.forget_generation(self.user_id) != self._forget_gen
         )
 
-    def _apply(self, memory: CallerMemory) -> tuple[list[dict], str | None] | None:
+    def _apply(
+        self, memory: CallerMemory, resumed: Resumed | None = None
+    ) -> tuple[list[dict], str | None] | None:
         if self._forgotten():
             return None  # forgotten while it loaded
         text = None
         if memory.summaries and self.options.earlier_calls_tokens:
             body = earlier_calls_text(memory.summaries, self.options.earlier_calls_tokens - 10)
             text = f"{EARLIER_CALLS_HEADER}\n{body}" if body else None
-        if text:
+        if resumed is not None:
+            self._resumed = resumed
+            logger.info(
+                f"memory store (call {self.call_id}): dropped call {resumed.call_id} resumed "
+                f"{round(resumed.gap_s)}s after its drop: {len(resumed.messages) - 1} messages, "
+                f"{len(resumed.pending)} tool calls pending, {len(resumed.facts)} facts, "
+                f"summary {'restored' if resumed.summary else 'none'}, "
+                f"{resumed.skipped} skipped, {resumed.repairs} pairing repairs"
+            )
+        if text or resumed is not None:
             self.resumed = True
             self.writer.submit(self._call_row())  # the row's resumed flag (an upsert)
         if not memory.facts and not text:
@@ -203,6 +247,18 @@ class CallRecorder:
             f"{'restored' if text else 'none'}"
         )
         return memory.facts, text
+
+    def take_resumed(self) -> Resumed | None:
+        """The dropped call this call resumes, exactly once, once the caller's memory was
+        taken (:meth:`take_memory`); ``None`` when there is none (or not yet)."""
+        resumed, self._resumed = self._resumed, None
+        return resumed
+
+    def mark_dropped(self) -> None:
+        """This call dropped (the transport disconnected), whatever frame ends it: its row
+        records ``ended_by="dropped"``, so the caller's next call within
+        ``MemoryParams.resume_dropped_within_s`` resumes it."""
+        self._dropped = True
 
     async def memory_for_first_turn(self) -> tuple[list[dict], str | None] | None:
         """Deprecated (frames never wait for the store): waits for the load until
@@ -366,7 +422,8 @@ class CallRecorder:
         """At ``EndFrame``/``CancelFrame``: record the final state and flush (bounded).
 
         Args:
-            ended_by: ``end``, ``cancel`` or ``cleanup``.
+            ended_by: ``end``, ``cancel`` or ``cleanup`` (recorded as ``dropped`` after
+                :meth:`mark_dropped`).
             summary: The summary in the context at the end, if any.
             facts: The pinned facts at the end.
             messages_in_context: How many messages the context holds.
@@ -397,7 +454,7 @@ class CallRecorder:
                 user_id=self.user_id,
                 started_at=self.started_at,
                 ended_at=time.time(),
-                ended_by=ended_by,
+                ended_by=MARKED_DROPPED if self._dropped else ended_by,
                 summary=summary,
                 facts=tuple(
                     {"key": f.key, "text": f.text, "kind": f.kind, "source": f.source}

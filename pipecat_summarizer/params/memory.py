@@ -64,6 +64,14 @@ class MemoryParams:
             applied (the call has gone on without it) and one WARNING says so.
         flush_timeout_s: ``EndFrame``/``CancelFrame`` wait at most this long for the queue
             to be written.
+        resume_dropped_within_s: A call that dropped (ended by a ``CancelFrame``, by the
+            pipeline's cleanup without an ``EndFrame``, or marked with
+            ``ContextSummarizer.mark_dropped()``) is resumed by the caller's next call if it
+            starts within this many seconds of the drop: the messages in view at the drop,
+            verbatim, with that call's summary and pinned facts, and a note about the
+            dropped connection naming tool calls left without a result. ``0``: off (the
+            returning caller's facts and "earlier calls" summary only, as after a goodbye).
+            Needs ``resume`` and a ``user_id``.
         writer: Queue size, flush interval (default 1 s) and retry settings.
     """
 
@@ -72,6 +80,7 @@ class MemoryParams:
     max_earlier_calls: int = 5
     load_timeout_s: float = 30.0
     flush_timeout_s: float = 3.0
+    resume_dropped_within_s: float = 120.0
     writer: WriterParams = field(default_factory=WriterParams)
 
     def __post_init__(self):
@@ -83,5 +92,10 @@ class MemoryParams:
             raise ValueError("earlier_calls_tokens and max_earlier_calls must not be negative")
         if self.load_timeout_s < 0 or self.flush_timeout_s < 0:
             raise ValueError("load_timeout_s and flush_timeout_s must not be negative")
+        if self.resume_dropped_within_s < 0:
+            raise ValueError(
+                "resume_dropped_within_s must be >= 0 (0: off), "
+                f"got {self.resume_dropped_within_s!r}"
+            )
         if not isinstance(self.writer, WriterParams):
             raise TypeError("writer must be a WriterParams")

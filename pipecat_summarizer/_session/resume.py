@@ -1,0 +1,310 @@
+"""Resuming a dropped call: the pure rules (what is restored, the notice, the pairing repairs).
+
+A call *dropped* when it ended without a goodbye: a ``CancelFrame`` (a transport disconnect
+the application answers with ``task.cancel()``), the pipeline's cleanup without an
+``EndFrame``, or the application's ``mark_dropped()``. The caller's next call, if it starts
+within ``MemoryParams.resume_dropped_within_s`` of the drop, resumes the context the dropped
+call had in view: its conversation messages verbatim (archived at its end as
+``in_context_at_end``, with ``message_json``), its summary and its pinned facts (rebuilt by the
+session the way it builds them, from the call row), and one user-role notice, data and not an
+instruction, about the dropped connection, naming the tool calls that were still pending.
+
+Pairing repairs, so that what is sent is valid for every provider: OpenAI answers 400 to an
+assistant ``tool_calls`` message not followed by a tool message for each id, and to a tool
+message not preceded by its call; Anthropic (``tool_use`` / ``tool_result``) and Gemini
+(function call / response) pair the same way. A call whose result never came gets a
+synthetic tool result right after it saying the result was lost at the disconnect, rather
+than the call message being dropped: dropping it would hide that the call was made (the one
+thing that keeps it from being made twice) and any text the message carried. A placeholder
+for a call still running (Pipecat's ``IN_PROGRESS``, an async tool's "started" message with
+no final result) is settled the same way: nothing will ever update it in the new call. A
+tool result whose call is not in view is dropped.
+
+Pure: no asyncio, no store; the recorder reads the store, the session writes the context.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipecat.processors.aggregators import async_tool_messages
+
+from pipecat_summarizer._compaction.plan import head_length
+from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
+
+#: How a dropped call's row says it ended (``ended_by``); ``end`` (an ``EndFrame``) is a goodbye.
+DROPPED_ENDS = frozenset({"cancel", "cleanup", "dropped"})
+#: ``ended_by`` of a call the application marked dropped (``ContextSummarizer.mark_dropped``).
+MARKED_DROPPED = "dropped"
+#: The first line of the notice: a note from the system, never the caller's words.
+NOTICE_HEADER = (
+    "[Note from the system about the previous connection, not words of the caller; "
+    "data, not an instruction]"
+)
+#: The content of a tool result that never came (or whose placeholder was still running).
+LOST_RESULT = (
+    "RESULT LOST: the connection dropped before this tool call returned a result; "
+    "whether it took effect is unknown."
+)
+#: Pipecat's placeholder for a tool call still running (``LLMAssistantAggregator``).
+IN_PROGRESS = "IN_PROGRESS"
+#: Roles a restored message may have (a provider-specific object was archived as "unknown").
+ROLES = frozenset({"user", "assistant", "tool", "system", "developer"})
+#: Newest calls read to find the one before this call (this call's own row among them).
+CALLS_READ = 4
+_NAME_CHARS, _ARGS_CHARS = 64, 200
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A tool call still pending when the call dropped (named in the notice)."""
+
+    tool_call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a new call resumes of a dropped one.
+
+    Parameters:
+        call_id: The dropped session's key in the store.
+        messages: Its conversation messages in view at the drop, repaired, then the notice.
+        summary: Its summary at the drop, if any.
+        facts: Its pinned facts at the drop: ``[{key, text, kind, source}]``.
+        pending: Tool calls still pending at the drop.
+        gap_s: Seconds from the drop to this call's start.
+        skipped: Archived messages that could not be restored (not a message, a
+            provider-specific object, an earlier notice).
+        repairs: Tool results added, settled or dropped so that every call is paired.
+    """
+
+    call_id: str
+    messages: list[dict]
+    summary: str | None
+    facts: list[dict] = field(default_factory=list)
+    pending: tuple[PendingCall, ...] = ()
+    gap_s: float = 0.0
+    skipped: int = 0
+    repairs: int = 0
+
+
+def previous_call(
+    calls: Iterable[CallRecord], *, session_id: str, started_at: float
+) -> CallRecord | None:
+    """The caller's newest call before this one (``calls`` newest first; this session's own
+    row and calls started after it are not "before")."""
+    for call in calls:
+        if call.call_id != session_id and call.started_at <= started_at:
+            return call
+    return None
+
+
+def dropped_within(call: CallRecord | None, *, started_at: float, window_s: float) -> bool:
+    """Whether ``call`` ended without a goodbye at most ``window_s`` seconds before
+    ``started_at`` (a call still running, or ended by an ``EndFrame``, is not resumed)."""
+    return (
+        window_s > 0
+        and call is not None
+        and call.ended_at is not None
+        and call.ended_by in DROPPED_ENDS
+        and started_at - call.ended_at <= window_s
+    )
+
+
+def restore(call: CallRecord, archived: Iterable[ArchivedMessage], *, started_at: float) -> Resumed:
+    """What a call started at ``started_at`` resumes of the dropped ``call``, from its
+    archived messages (``store.messages(call.call_id)``): those in view at its end, in
+    order, repaired (see the module docstring), then the notice."""
+    at_end = sorted(
+        (a for a in archived if a.removed_by == "in_context_at_end"), key=lambda a: a.position
+    )
+    messages, skipped = [], 0
+    for a in at_end:
+        message = _message(a.message_json)
+        if message is None:
+            skipped += 1
+        else:
+            messages.append(message)
+    repaired, pending, repairs = repair_tool_pairs(messages)
+    gap = max(0.0, started_at - (call.ended_at or started_at))
+    facts = [dict(f) for f in call.facts if isinstance(f, Mapping)]
+    return Resumed(
+        call_id=call.call_id,
+        messages=[*repaired, notice(gap, pending)],
+        summary=call.summary or None,
+        facts=facts,
+        pending=tuple(pending),
+        gap_s=gap,
+        skipped=skipped,
+        repairs=repairs,
+    )
+
+
+def _message(text: str) -> dict | None:
+    """An archived message's JSON as a message the provider can take, or ``None``: not a
+    dict, an unknown role (a provider-specific object), no content nor tool calls, or an
+    earlier resume's notice (this resume writes its own)."""
+    try:
+        message = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(message, dict) or message.get("role") not in ROLES:
+        return None
+    if "content" not in message and not message.get("tool_calls"):
+        return None
+    if is_notice(message):
+        return None
+    return message
+
+
+def is_notice(message: Any) -> bool:
+    """Whether ``message`` is a resume's notice (user-role, starting with the header)."""
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return False
+    content = message.get("content")
+    return isinstance(content, str) and content.startswith(NOTICE_HEADER)
+
+
+def _calls(message: dict) -> list[tuple[str, str, str]]:
+    """``(id, name, arguments)`` of an assistant message's tool calls that carry an id."""
+    if message.get("role") != "assistant" or not isinstance(message.get("tool_calls"), list):
+        return []
+    out = []
+    for call in message["tool_calls"]:
+        if not isinstance(call, dict) or not isinstance(call.get("id"), str):
+            continue
+        function = call.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        name, arguments = function.get("name", "?"), function.get("arguments", "")
+        out.append((call["id"], str(name), arguments if isinstance(arguments, str) else ""))
+    return out
+
+
+def _async_payload(message: dict) -> Any:
+    """Pipecat's async-tool payload of ``message`` (a started, intermediate or final
+    message), or ``None``."""
+    parsed: Any = async_tool_messages.parse_message(message)  # type: ignore[arg-type]
+    return parsed
+
+
+def _finished_async(messages: Sequence[dict]) -> set[str]:
+    """Ids of async tool calls settled by a final (or cancelled) developer message."""
+    done = set()
+    for m in messages:
+        payload = _async_payload(m) if m.get("role") == "developer" else None
+        if payload is not None and payload.kind == "final":
+            done.add(payload.tool_call_id)
+    return done
+
+
+def _still_running(result: dict, call_id: str, finished: set[str]) -> bool:
+    """A tool result that is only a placeholder of a call still running at the drop."""
+    if result.get("content") == IN_PROGRESS:
+        return True
+    payload = _async_payload(result)
+    return payload is not None and payload.kind == "started" and call_id not in finished
+
+
+def repair_tool_pairs(messages: Sequence[dict]) -> tuple[list[dict], list[PendingCall], int]:
+    """Every tool call followed by its one result, every result after its call.
+
+    Returns:
+        The messages (those unchanged are the same dicts), the calls that were pending at
+        the drop (no result, or a placeholder still running: each given :data:`LOST_RESULT`),
+        and how many results were added, settled, moved or dropped.
+    """
+    results: dict[str, list[int]] = {}
+    for i, m in enumerate(messages):
+        if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
+            results.setdefault(m["tool_call_id"], []).append(i)
+    finished = _finished_async(messages)
+    out: list[dict] = []
+    pending: list[PendingCall] = []
+    used: set[int] = set()
+    repairs = 0
+    for i, m in enumerate(messages):
+        if m.get("role") == "tool":
+            if i not in used:  # its call is not in view (or it answers one twice)
+                repairs += 1
+            continue
+        out.append(m)
+        for call_id, name, arguments in _calls(m):
+            after = [j for j in results.get(call_id, ()) if j > i and j not in used]
+            result: dict | None = messages[after[0]] if after else None
+            if after:
+                j = after[0]
+                used.add(j)
+                if any(messages[k].get("role") != "tool" for k in range(i + 1, j)):
+                    repairs += 1  # moved next to its call
+            if result is None or _still_running(result, call_id, finished):
+                pending.append(PendingCall(call_id, _short(name, _NAME_CHARS), arguments))
+                result = {"role": "tool", "tool_call_id": call_id, "content": LOST_RESULT}
+                repairs += 1
+            out.append(result)
+    return out, pending, repairs
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def notice(gap_s: float, pending: Sequence[PendingCall]) -> dict:
+    """The user-role notice that closes the restored conversation: what happened to the
+    connection, and the tool calls still pending then (so none is called twice unknowingly).
+
+    Args:
+        gap_s: Seconds from the drop to the new call's start.
+        pending: The tool calls pending at the drop.
+    """
+    lines = [
+        NOTICE_HEADER,
+        f"The caller's previous connection dropped about {round(gap_s)} seconds before this "
+        "one; the conversation above is restored from it.",
+    ]
+    if pending:
+        lines.append(
+            "Tool calls still pending when it dropped (their results were lost; whether they "
+            "took effect is unknown):"
+        )
+        lines += [
+            f"- {p.name}({_short(p.arguments, _ARGS_CHARS)}) [call id {p.tool_call_id}]"
+            for p in pending
+        ]
+    else:
+        lines.append("No tool call was pending when it dropped.")
+    return {"role": "user", "content": "\n".join(lines)}
+
+
+def place_restored(messages: Sequence[Any], restored: Sequence[dict], own: Iterable[Any]) -> list:
+    """``messages`` with ``restored`` after the head and this session's own head messages
+    (``own``: the noted facts, the summary) and before this call's conversation, which is
+    newer."""
+    mine = [m for m in own if m is not None]
+    at = head_length(messages)
+    while at < len(messages) and any(messages[at] is m for m in mine):
+        at += 1
+    return [*messages[:at], *restored, *messages[at:]]
+
+
+__all__ = [
+    "DROPPED_ENDS",
+    "LOST_RESULT",
+    "MARKED_DROPPED",
+    "NOTICE_HEADER",
+    "PendingCall",
+    "Resumed",
+    "dropped_within",
+    "is_notice",
+    "notice",
+    "place_restored",
+    "previous_call",
+    "repair_tool_pairs",
+    "restore",
+]
