@@ -26,6 +26,8 @@ from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 from pipecat_summarizer._text.messages import TEXT_PART_TYPES, json_text
 
 SHORTENED_MARK = "[... shortened for the summary: {omitted} characters omitted ...]"
+#: The detail a cut answer's line carries: what the caller heard of it.
+INTERRUPTED_MARK = "the caller cut this answer off and heard only this part"
 
 
 def shorten(text: str, max_chars: int) -> str:
@@ -257,7 +259,11 @@ def _role_token(role: str) -> str:
 
 
 def encode_message(
-    message: Any, *, max_chars: int | None = None, unresolved: Collection[str] = frozenset()
+    message: Any,
+    *,
+    max_chars: int | None = None,
+    unresolved: Collection[str] = frozenset(),
+    interrupted: bool = False,
 ) -> str:
     """Encode one message as one line of the transcript.
 
@@ -265,7 +271,8 @@ def encode_message(
     when the message has any, a space and a compact JSON object of its details:
     ``tool_call_id``, ``provider`` (for a provider-specific message), ``tool_calls`` (each
     ``{"id", "name", "arguments"}``, plus ``"no_result": true`` for an id in
-    ``unresolved``) and ``"shortened": true`` when text was cut; then ``": "`` and the text
+    ``unresolved``), ``"shortened": true`` when text was cut and ``"interrupted"``
+    (:data:`INTERRUPTED_MARK`) for an answer a barge-in cut off; then ``": "`` and the text
     (:func:`escape_text`), or ``":"`` alone for an empty text, or nothing when the content is
     ``None``. Nothing in a text can end the line, and every other message is on a line of its
     own that starts with a role written here: no text can pass for another message, role or
@@ -275,6 +282,7 @@ def encode_message(
         message: An OpenAI-format message dict or an ``LLMSpecificMessage``.
         max_chars: Cut the text and each call's arguments to about this length.
         unresolved: Ids of tool calls whose result never arrived.
+        interrupted: The message is an answer the caller cut off (heard only in part).
 
     Returns:
         The line.
@@ -320,6 +328,8 @@ def encode_message(
             details["tool_calls"] = calls
     if cut:
         details["shortened"] = True
+    if interrupted:
+        details["interrupted"] = INTERRUPTED_MARK
     line = _role_token(role)
     if details:
         line += " " + _dumps(details)
@@ -359,6 +369,7 @@ def format_transcript(
     shortened: Collection[int] = frozenset(),
     max_chars: int = 2000,
     unresolved: Collection[str] | None = None,
+    interrupted: Collection[int] = frozenset(),
 ) -> str:
     """Format messages as the summarizer's transcript: one line per message.
 
@@ -371,6 +382,7 @@ def format_transcript(
         max_chars: The length each shortened text is cut to.
         unresolved: Ids of tool calls whose result never arrived; ``None`` finds them
             (:func:`find_unresolved_calls`).
+        interrupted: Ids (``id()``) of answers a barge-in cut off.
 
     Returns:
         The transcript.
@@ -379,7 +391,10 @@ def format_transcript(
         unresolved = find_unresolved_calls(messages)
     return "\n".join(
         encode_message(
-            m, max_chars=max_chars if id(m) in shortened else None, unresolved=unresolved
+            m,
+            max_chars=max_chars if id(m) in shortened else None,
+            unresolved=unresolved,
+            interrupted=id(m) in interrupted,
         )
         for m in messages
     )
@@ -395,12 +410,14 @@ class ParsedTranscript:
         shortened: Indices of the messages that were sent shortened.
         unresolved: Ids of the tool calls marked as having no result.
         provider_specific: Indices of the messages that were provider-specific.
+        interrupted: Indices of the answers marked as cut off by a barge-in.
     """
 
     messages: list[dict[str, Any]]
     shortened: frozenset[int] = frozenset()
     unresolved: frozenset[str] = frozenset()
     provider_specific: frozenset[int] = frozenset()
+    interrupted: frozenset[int] = frozenset()
 
 
 def _parse_line(line: str, number: int) -> tuple[str, dict[str, Any], str | None]:
@@ -454,6 +471,7 @@ def parse_transcript(text: str) -> ParsedTranscript:
     shortened: set[int] = set()
     unresolved: set[str] = set()
     provider: set[int] = set()
+    interrupted: set[int] = set()
     for number, line in enumerate(text.split("\n"), start=1):
         if not line:
             continue
@@ -485,7 +503,13 @@ def parse_transcript(text: str) -> ParsedTranscript:
             shortened.add(index)
         if "provider" in entry:
             provider.add(index)
+        if entry.get("interrupted"):
+            interrupted.add(index)
         messages.append(message)
     return ParsedTranscript(
-        messages, frozenset(shortened), frozenset(unresolved), frozenset(provider)
+        messages,
+        frozenset(shortened),
+        frozenset(unresolved),
+        frozenset(provider),
+        frozenset(interrupted),
     )

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pipecat_summarizer._record.authority import is_instruction_like
+from pipecat_summarizer._record.corrections import corrected_from
 from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer._text.vocabulary import CORRECTED_RE as _CORRECTED
 from pipecat_summarizer._text.vocabulary import SPEAKER_RE as _SPEAKER
@@ -84,8 +85,8 @@ def _quote(text: str) -> str:
 
 
 def is_correction(text: str) -> bool:
-    """True for a bullet marked as a correction."""
-    return bool(_CORRECTED.search(text))
+    """True for a bullet marked as a correction ("(corrected)", "(corrected from X)")."""
+    return bool(_CORRECTED.search(text)) or corrected_from(text) is not None
 
 
 @dataclass
@@ -202,6 +203,20 @@ class PinnedFacts:
             text = claim_text(text)
         return self._put(key, text, kind, source)
 
+    def correct(self, key: str, text: str) -> bool:
+        """Replace the text of the conversation's fact under ``key`` with its correction:
+        the key, the kind and the source stay, so the store's history records the change
+        as ``corrected``. An application fact is never corrected by the conversation.
+
+        Returns:
+            True if the block changed.
+        """
+        old = self._facts.get(key)
+        text = " ".join(str(text).split())
+        if old is None or old.source in AUTHORITATIVE or not text or is_instruction_like(text):
+            return False
+        return self._put(key, text, old.kind, old.source)
+
     def touch(self, keys: Iterable[str]) -> None:
         """Mark the facts under ``keys`` (those still pinned) the most recently seen, in
         order, so they leave last over budget."""
@@ -288,9 +303,13 @@ class PinnedFacts:
         if is_correction(bullet):
             target = self._overlapping(text, kind)
             if target is not None and target.key != key:
-                self._unpin(target.key)
-                changed = True
-        marked = f"{text} (corrected)" if is_correction(bullet) else text
+                if key not in self._facts and target.source not in AUTHORITATIVE:
+                    key = target.key  # the corrected fact keeps its key: its history shows it
+                else:
+                    self._unpin(target.key)
+                    changed = True
+        corrected = is_correction(bullet) and corrected_from(text) is None
+        marked = f"{text} (corrected)" if corrected else text
         if (same is not None and same.source in AUTHORITATIVE) or self.app_key(key) is not None:
             # the application's key: never overwritten, and no claim beside it either (the
             # summary record, user-role data, still says what the summarizer wrote)

@@ -34,6 +34,7 @@ summary; recall reads :meth:`ConversationRecord.texts_in_view`. How the record c
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from pipecat.utils.context.llm_context_summarization import LLMContextSummaryCon
 
 from pipecat_summarizer._compaction.plan import head_length
 from pipecat_summarizer._record.changes import RecordChanges, joined_earlier
+from pipecat_summarizer._record.corrections import Correction, find_correction
 from pipecat_summarizer._record.pinned import (
     AUTHORITATIVE,
     NOTED_HEADER,
@@ -56,8 +58,9 @@ from pipecat_summarizer._record.sections import (
     with_items,
     without_items,
 )
+from pipecat_summarizer._text.messages import spoken_text
 from pipecat_summarizer._text.tokens import estimate_text_tokens
-from pipecat_summarizer._text.vocabulary import normalize_fact
+from pipecat_summarizer._text.vocabulary import SPEAKER_RE, normalize_fact
 from pipecat_summarizer.params import PinningParams
 
 Messages = list[Any]
@@ -78,6 +81,24 @@ def with_facts(text: str | None, facts: Iterable[Fact]) -> str:
     for fact in facts:
         items["CONSTRAINTS" if fact.kind == "constraint" else "FACTS"].append(fact.text)
     return with_items(text or "", items, normalize_fact)
+
+
+_BULLET_LINE = re.compile(r"^(\s*(?:[-*•]|\d+[.)])\s+)(.*?)\s*$")
+
+
+def with_corrections(text: str, corrections: Sequence[Correction]) -> str:
+    """``text`` (a summary record) with each bullet that states a corrected detail as it was
+    rewritten with the new value (:attr:`Correction.text`), in the order they were made."""
+    if not corrections or not text:
+        return text
+    lines = text.splitlines()
+    for correction in corrections:
+        old = normalize_fact(correction.target)
+        for i, line in enumerate(lines):
+            bullet = _BULLET_LINE.match(line)
+            if bullet and normalize_fact(bullet.group(2)) == old:
+                lines[i] = bullet.group(1) + correction.text
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,9 @@ class ConversationRecord(RecordChanges):
         self._count_text = count_text
         self._log_content = log_content
         self._name = name
+        #: The latest corrections (old detail -> corrected one), applied to every summary.
+        self.corrections: list[Correction] = []
+        self._summary_stale = False  # a correction waits for the summary message to change
 
     def __str__(self) -> str:
         """The owner's name, for log lines."""
@@ -223,6 +247,11 @@ class ConversationRecord(RecordChanges):
         if joined is not None:
             again = self.render(joined, in_flight=in_flight)
             return joined if again is None else again
+        if self._summary_stale and not in_flight:
+            corrected = self._correct_summary(messages)
+            if corrected is not None:
+                again = self.render(corrected, in_flight=in_flight)
+                return corrected if again is None else again
         new = self._render_blocks(messages)
         current = messages if new is None else new
         if in_flight or self.noted_message is None or self.summary_in(current) is None:
@@ -369,7 +398,66 @@ class ConversationRecord(RecordChanges):
             text, self.folded = with_facts(text, self.folded), []
         if self._earlier_waiting is not None:  # arrived while this summary ran
             text, self._earlier_waiting = joined_earlier(self._earlier_waiting, text), None
+        text = with_corrections(text, self.corrections)  # an old detail rolled on: replaced
         return SummaryDraft(self.render_summary(text, config), text, config)
+
+    # -- corrections ----------------------------------------------------------------------
+
+    def correct(
+        self, messages: Messages, fresh: Sequence[Any], skip: Sequence[Any], *, in_flight: bool
+    ) -> Messages | None:
+        """Apply the corrections the caller or the assistant made in ``fresh`` (new messages,
+        oldest first; the record's own messages and those in ``skip`` are not read): the
+        conversation's pinned fact a correction names keeps its key and takes the corrected
+        text; the summary's item is rewritten (once the summary message may change: never
+        while a summary is in flight; the summary that lands takes it too).
+
+        Returns:
+            The new messages, or ``None`` when nothing was corrected or rendered.
+        """
+        found = False
+        ignored = [*self.own_messages(), *skip]
+        for message in fresh:
+            if (
+                not isinstance(message, dict)
+                or message.get("role") not in ("user", "assistant")
+                or any(message is x for x in ignored)
+            ):
+                continue
+            text = spoken_text(message)
+            facts = [f for f in self.facts.facts if f.source not in AUTHORITATIVE]
+            details: list[tuple[str | None, str]] = [
+                (None, item) for item in record_items(self.summary_text or "")
+            ]
+            details += [(f.key, f.text) for f in facts]
+            correction = find_correction(text, details)
+            if correction is None:
+                continue
+            found = True
+            self.corrections = [*self.corrections[-15:], correction]
+            target = normalize_fact(correction.target)
+            fixed = SPEAKER_RE.sub("", correction.text)
+            for fact in facts:  # the fact named, and any fact that says the same
+                if fact.key == correction.key or normalize_fact(fact.text) == target:
+                    self.facts.correct(fact.key, fixed)
+        if not found:
+            return None
+        self._summary_stale = True
+        return self.render(messages, in_flight=in_flight)
+
+    def _correct_summary(self, messages: Messages) -> Messages | None:
+        """The summary message with the corrections applied, if it states an old detail."""
+        self._summary_stale = False
+        present = self.summary_in(messages)
+        if present is None or not self.summary_text:
+            return None
+        text = with_corrections(self.summary_text, self.corrections)
+        if text == self.summary_text:
+            return None
+        message = self.render_summary(text, self.summary_config)
+        at = next(i for i, m in enumerate(messages) if m is present)
+        self._adopt(message, text)
+        return self.place([*messages[:at], message, *messages[at + 1 :]])
 
     def commit(self, draft: SummaryDraft) -> None:
         """Adopt a summary whose message is now in the context."""

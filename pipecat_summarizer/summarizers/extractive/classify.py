@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from pipecat_summarizer._record.corrections import is_marked
 from pipecat_summarizer._text.vocabulary import (
     CONSTRAINTS,
     CORRECTED_MARK,
@@ -268,7 +269,7 @@ def salience(section: str, item: str) -> int:
     text = strip_role(item)
     low = fold(text)
     score = SECTION_BONUS.get(section, 0)
-    if CORRECTED_MARK in item:
+    if is_marked(item):  # "(corrected)" or "(corrected from X)"
         score += 4
     if NAME_RE.search(text):
         score += 8

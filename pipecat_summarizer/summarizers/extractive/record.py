@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipecat_summarizer._record.authority import is_instruction_like
+from pipecat_summarizer._record.corrections import is_marked
 from pipecat_summarizer._record.sections import _heading_of, render_sections
 from pipecat_summarizer._text.messages import content_texts
 from pipecat_summarizer._text.tokens import estimate_text_tokens, tokens_for, wide_chars
@@ -334,7 +335,7 @@ def pin_worthy(kept: Mapping[str, Sequence[str]], pin_tokens: int) -> dict[str, 
                 continue  # never pinned, whatever the record says
             score = salience(name, item)
             if score >= PIN_MIN_SALIENCE:
-                corrected = CORRECTED_MARK in item
+                corrected = is_marked(item)
                 rank = (not corrected, -score, -DROP_RANK[name], -position)
                 candidates.append((rank, name, position, item))
     candidates.sort()

@@ -210,12 +210,18 @@ class ExtractiveLLMService(LLMService):
         messages: list[Any] = list(context.messages)
         previous: str | None = None
         unresolved: frozenset[str] = frozenset()
+        interrupted: frozenset[int] = frozenset()
         users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
         parsed = parse_summary_request(text_of(users[-1].get("content"))) if users else None
         if parsed is not None:
             transcript, previous = parsed
             messages, unresolved = transcript.messages, transcript.unresolved
+            interrupted = transcript.interrupted
         result = await self.summarizer.summarize_result_async(
-            messages, previous_summary=previous, max_tokens=int(budget), unresolved_calls=unresolved
+            messages,
+            previous_summary=previous,
+            max_tokens=int(budget),
+            unresolved_calls=unresolved,
+            interrupted=interrupted,
         )
         return result.text

@@ -16,8 +16,10 @@ from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 from pipecat_summarizer._compaction.prompt import SummaryRequest
 from pipecat_summarizer._compaction.transcript import provider_message
 from pipecat_summarizer._record.authority import is_instruction_like
+from pipecat_summarizer._record.corrections import find_correction
 from pipecat_summarizer._record.sections import parse_sections
 from pipecat_summarizer._text.vocabulary import (
+    CONSTRAINTS,
     CORRECTED_MARK,
     DECISIONS,
     FACTS,
@@ -115,6 +117,7 @@ class ExtractiveSummarizer:
             previous_summary=request.previous_summary,
             max_tokens=request.max_tokens,
             unresolved_calls=request.unresolved_calls,
+            interrupted=request.interrupted,
         )
 
     async def summarize_result_async(
@@ -124,6 +127,7 @@ class ExtractiveSummarizer:
         previous_summary: str | None,
         max_tokens: int,
         unresolved_calls: Collection[str] = frozenset(),
+        interrupted: Collection[int] = frozenset(),
     ) -> SummaryResult:
         """Run :meth:`summarize_messages_result`, off the event loop when the input is large.
 
@@ -132,6 +136,7 @@ class ExtractiveSummarizer:
             previous_summary: The record being rolled forward, or ``None``.
             max_tokens: The output budget.
             unresolved_calls: Ids of tool calls whose result never arrived.
+            interrupted: Indices (in ``messages``) of answers a barge-in cut off.
 
         Returns:
             The record and its pin-worthy bullets.
@@ -143,6 +148,7 @@ class ExtractiveSummarizer:
                 previous_summary=previous_summary,
                 max_tokens=max_tokens,
                 unresolved_calls=unresolved_calls,
+                interrupted=interrupted,
             )
         # A few thousand messages take about a second; keep the audio pipeline running.
         return await asyncio.to_thread(
@@ -151,6 +157,7 @@ class ExtractiveSummarizer:
             previous_summary=previous_summary,
             max_tokens=max_tokens,
             unresolved_calls=unresolved_calls,
+            interrupted=interrupted,
         )
 
     def summarize_messages_result(
@@ -160,6 +167,7 @@ class ExtractiveSummarizer:
         previous_summary: str | None,
         max_tokens: int,
         unresolved_calls: Collection[str] = frozenset(),
+        interrupted: Collection[int] = frozenset(),
     ) -> SummaryResult:
         """Synchronous core of :meth:`summarize`.
 
@@ -174,6 +182,8 @@ class ExtractiveSummarizer:
             max_tokens: The output budget (values below 1 are treated as 1).
             unresolved_calls: Ids of tool calls whose result never arrived; an action
                 tool's such call is noted under OPEN QUESTIONS.
+            interrupted: Indices (in ``messages``) of answers a barge-in cut off: the caller
+                heard only part of them, so they make no decision and no fact.
 
         Returns:
             The record text, and in ``sections`` its pin-worthy FACTS and CONSTRAINTS.
@@ -181,7 +191,7 @@ class ExtractiveSummarizer:
         record = Record()
         if previous_summary and previous_summary.strip():
             record.merge(self._parse_previous(previous_summary))
-        self._extract(messages, record, frozenset(unresolved_calls))
+        self._extract(messages, record, frozenset(unresolved_calls), frozenset(interrupted))
         if record.is_empty():
             first = self._first_user_sentence(messages)
             if first:
@@ -205,7 +215,13 @@ class ExtractiveSummarizer:
         head = limit * 2 // 3
         return f"{text[:head].rstrip()} … {text[len(text) - (limit - head - 3) :].lstrip()}"
 
-    def _extract(self, messages: Sequence[Any], record: Record, unresolved: frozenset[str]) -> None:
+    def _extract(
+        self,
+        messages: Sequence[Any],
+        record: Record,
+        unresolved: frozenset[str],
+        interrupted: frozenset[int] = frozenset(),
+    ) -> None:
         calls: dict[str, tuple[str, str]] = {}
         unmatched: list[tuple[str, str]] = []  # calls without a usable id, first in first out
         questions: list[tuple[int, str]] = []
@@ -235,7 +251,8 @@ class ExtractiveSummarizer:
                         sentence, index, record, questions, announced, reply
                     )
             elif role == "assistant":
-                sentences = split_sentences(text)
+                # a cut answer was heard only in part: no decision, fact or correction
+                sentences = [] if index in interrupted else split_sentences(text)
                 if text.strip():
                     assistant_texts.append((index, text))
                     reply = text
@@ -282,6 +299,8 @@ class ExtractiveSummarizer:
             # What the caller said, never a fact or a rule: noted, not pinned.
             record.add(OPEN_QUESTIONS, instruction_note(f"User: {self._shorten(sentence)}"))
             return announced
+        if self._correct(sentence, record):
+            return 0  # "make that 21 March": the detail it names, with the new value
         section = classify_user(sentence)
         if section == OPEN_QUESTIONS:
             questions.append((index, sentence))
@@ -306,9 +325,28 @@ class ExtractiveSummarizer:
         record.add(section, f"User: {self._shorten(sentence)}")
         return 0
 
+    def _correct(self, sentence: str, record: Record) -> bool:
+        """Replace the earlier detail ``sentence`` corrects (:func:`find_correction`) with
+        itself at the new value, marked "(corrected from OLD)"; True if one was."""
+        details = [
+            (name, i, item)
+            for name in (FACTS, CONSTRAINTS, DECISIONS)
+            for i, item in enumerate(record.sections[name])
+            if not item.lower().startswith("tool ")
+        ]
+        found = find_correction(sentence, [(None, item) for _, _, item in details])
+        if found is None:
+            return False
+        name, i, _ = next(d for d in details if d[2] == found.target)
+        record.remove(name, i)
+        record.add(name, self._shorten(found.text))
+        return True
+
     def _add_assistant_sentence(self, sentence: str, record: Record, user_ids: set[str]) -> None:
         if sentence.rstrip().endswith(("?", "？")):
             return  # offers and clarifying questions are not commitments
+        if self._correct(sentence, record):
+            return  # "I've moved it to 21 March"
         low = fold(sentence)
         if ASSISTANT_DECISION_RE.search(low):
             if len(topic_words(sentence) - DECISION_WORDS) >= 2 or is_fact(sentence, low):
