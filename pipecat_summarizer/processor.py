@@ -29,9 +29,11 @@ from pipecat.utils.context.llm_context_summarization import (
 )
 
 from pipecat_summarizer._compaction.cadence import ResponseEvent
+from pipecat_summarizer._compaction.calibration import TokenCalibrationReport
 from pipecat_summarizer._compaction.ceiling import hook_request_reads
 from pipecat_summarizer._compaction.trigger import effective_timeout, validate_config
 from pipecat_summarizer._recall.step import RecallStep
+from pipecat_summarizer._record.interrupted import BARGE_IN_FRAMES
 from pipecat_summarizer._record.pinned import Fact
 from pipecat_summarizer._record.record import ConversationRecord
 from pipecat_summarizer._session.owner import ContextSession, as_auto_config
@@ -44,6 +46,7 @@ from pipecat_summarizer.params import ContextSummarizerParams, MemoryParams, Rec
 from pipecat_summarizer.params import SummarizerOptions as SummarizerOptions  # 0.1 import
 from pipecat_summarizer.store.base import MemoryStore
 from pipecat_summarizer.summarizers.base import Summarizer, as_result, describe_error
+from pipecat_summarizer.tracing import attach_tracing
 
 _COMPACTED, _OLD_COMPACTED = "on_context_compacted", "on_summary_applied"  # old: warns
 _DOWN = FrameDirection.DOWNSTREAM
@@ -149,6 +152,7 @@ class ContextSummarizer(FrameProcessor):
         )
         self._recorder = self._session.recorder
         self._recall = self._session.recall
+        self._session.ceiling.calibrate(self._params.calibration, self._session.meter, context)
         if llm is not None:
             self.attach_llm(llm)
         self._task: asyncio.Task | None = None
@@ -225,6 +229,11 @@ class ContextSummarizer(FrameProcessor):
     def recall_step(self) -> RecallStep | None:
         """The recall step (``None`` without ``recall=``): the ``recall_memory`` tool uses it."""
         return self._recall
+
+    @property
+    def token_calibration(self) -> TokenCalibrationReport:
+        """The estimate against the main LLM's reported usage so far (errors, cache hits)."""
+        return self._session.ceiling.calibration.summary()
 
     @property
     def call_id(self) -> str | None:
@@ -304,6 +313,11 @@ class ContextSummarizer(FrameProcessor):
         """Remove the pinned fact under ``key``; True if one was removed."""
         return self._session.unpin(key, in_flight=self.summary_in_flight)
 
+    def mark_dropped(self) -> None:
+        """This call dropped (a disconnect), even if an ``EndFrame`` ends it: resumable."""
+        if self._recorder is not None:  # see MemoryParams.resume_dropped_within_s
+            self._recorder.mark_dropped()
+
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         """Watch context frames, start summaries, and push every frame on."""
         await super().process_frame(frame, direction)
@@ -332,8 +346,11 @@ class ContextSummarizer(FrameProcessor):
                             await self._call_event_handler("on_messages_evicted", event)
                     if recall is not None and not steps.failures.disabled:
                         await recall_turn(session, now)
+        elif isinstance(frame, BARGE_IN_FRAMES):  # an answer the caller cut off is marked
+            self._session.barge_in(frame)
         elif isinstance(frame, _HANDLED):
             if isinstance(frame, StartFrame):
+                attach_tracing(self, self._summarizer)  # spans when Pipecat's enable_tracing
                 if not self._session.schedule.ended:
                     self._lease.attach()
                 if self._recorder is not None:
@@ -417,10 +434,12 @@ class ContextSummarizer(FrameProcessor):
             except Exception as e:  # any backend error leaves the context untouched
                 await self._failed(job, describe_error(e), e)
             else:
+                if self.usage_metrics_enabled and (usage := result.usage_frame(self.name, job)):
+                    await self.push_frame(usage)  # the summary's usage, as a service reports it
                 try:
                     applied = self._session.apply(job, result, now=_clock())
                     if applied is not None:
-                        event, message = applied
+                        event, message = result.with_usage(applied[0]), applied[1]
                         await self.push_frame(
                             ContextCompactedFrame(message=message, event=event),
                             FrameDirection.UPSTREAM,

@@ -19,6 +19,7 @@ from loguru import logger
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer._compaction.plan import head_length
+from pipecat_summarizer._record.interrupted import Interruptions
 from pipecat_summarizer._record.pinned import (
     AUTHORITATIVE,
     CLAIM_SUFFIX,
@@ -50,6 +51,7 @@ class _Record(Protocol):
     _earlier_waiting: str | None
     _app_here: set[str]
     _log_content: bool
+    interruptions: Interruptions
 
     def summary_in(self, messages: Sequence[Any]) -> dict | None: ...
 
@@ -165,8 +167,10 @@ class RecordChanges:
     def pin_evicted(
         self: _Record, messages: Messages, evicted: Sequence[Any], *, in_flight: bool
     ) -> Messages | None:
-        """Pin the salient facts of ``evicted`` (they left the context unsummarized)."""
-        found = pinnable_facts(evicted, max_tokens=self.facts.budget_tokens)
+        """Pin the salient facts of ``evicted`` (they left the context unsummarized); an
+        answer a barge-in cut off is never read: the caller heard only part of it."""
+        heard = [m for m in evicted if not self.interruptions.is_cut(m)]
+        found = pinnable_facts(heard, max_tokens=self.facts.budget_tokens)
         if not any(found.values()) or not self.facts.merge_summary(found, source="evicted"):
             return None
         return self._render_after(messages, self.enforce_budget(messages, in_flight=in_flight))

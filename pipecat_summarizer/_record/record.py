@@ -45,6 +45,7 @@ from pipecat.utils.context.llm_context_summarization import LLMContextSummaryCon
 from pipecat_summarizer._compaction.plan import head_length
 from pipecat_summarizer._record.changes import RecordChanges, joined_earlier
 from pipecat_summarizer._record.corrections import Correction, find_correction
+from pipecat_summarizer._record.interrupted import Interruptions
 from pipecat_summarizer._record.pinned import (
     AUTHORITATIVE,
     NOTED_HEADER,
@@ -162,6 +163,8 @@ class ConversationRecord(RecordChanges):
         #: The latest corrections (old detail -> corrected one), applied to every summary.
         self.corrections: list[Correction] = []
         self._summary_stale = False  # a correction waits for the summary message to change
+        #: The answers a barge-in cut off: never read for corrections, never pinned.
+        self.interruptions = Interruptions()
 
     def __str__(self) -> str:
         """The owner's name, for log lines."""
@@ -407,7 +410,8 @@ class ConversationRecord(RecordChanges):
         self, messages: Messages, fresh: Sequence[Any], skip: Sequence[Any], *, in_flight: bool
     ) -> Messages | None:
         """Apply the corrections the caller or the assistant made in ``fresh`` (new messages,
-        oldest first; the record's own messages and those in ``skip`` are not read): the
+        oldest first; the record's own messages, answers a barge-in cut off and those in
+        ``skip`` are not read): the
         conversation's pinned fact a correction names keeps its key and takes the corrected
         text; the summary's item is rewritten (once the summary message may change: never
         while a summary is in flight; the summary that lands takes it too).
@@ -416,7 +420,7 @@ class ConversationRecord(RecordChanges):
             The new messages, or ``None`` when nothing was corrected or rendered.
         """
         found = False
-        ignored = [*self.own_messages(), *skip]
+        ignored = [*self.own_messages(), *skip, *self.interruptions.cut]
         for message in fresh:
             if (
                 not isinstance(message, dict)

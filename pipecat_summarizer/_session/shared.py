@@ -24,7 +24,6 @@ from pipecat_summarizer._compaction.measure import ContextMeter, Measurement
 from pipecat_summarizer._compaction.plan import SYSTEM_ROLES, head_length, make_protection
 from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer._record.corrections import unread
-from pipecat_summarizer._record.interrupted import Interruptions
 from pipecat_summarizer._record.pinned import Fact
 from pipecat_summarizer._record.record import ConversationRecord
 from pipecat_summarizer._session.recorder import CallRecorder
@@ -126,7 +125,6 @@ class SharedContext:
         self._serializing = False  # prepare() runs as the LLM builds a request
         self.writes = 0  # context writes so far (a cheap "did anything change")
         self.loaded = False  # a returning caller's memory was loaded (see quiet())
-        self.interruptions = Interruptions()  # answers a barge-in cut off
         self._read: list = []  # the latest messages read for corrections
         # clearing without a compaction, for the processor's on_tool_results_cleared
         self.cleared: list[ToolResultsClearedEvent] = []
@@ -341,18 +339,18 @@ class SharedContext:
 
     def read_said(self, in_flight: bool) -> None:
         """Corrections in the caller's and the assistant's messages since the last look
-        replace the details they correct (pinned facts, the summary); a cut answer does not."""
+        replace the details they correct (pinned facts, the summary)."""
         fresh = unread(self.context.messages, self._read)
         if fresh:
             self._read = [*self._read[-48:], *fresh]
-            skip = [*self.interruptions.cut, self.recalled]
+            skip = [self.recalled]
             self.put(self.record.correct(self.context.messages, fresh, skip, in_flight=in_flight))
 
     def barge_in(self, frame: Any) -> None:
         """An ``InterruptionFrame`` or an assistant turn written to the context
         (``Interruptions``): an answer the caller cut off is marked. Never raises."""
         try:
-            self.interruptions.on_frame(frame, self.context.messages)
+            self.record.interruptions.on_frame(frame, self.context.messages)
         except Exception as e:
             logger.error(f"{self}: marking an interrupted answer failed ({type(e).__name__})")
 
@@ -445,8 +443,7 @@ class SharedContext:
         self.pending_places = pending_places(logical, self.pending, summary)
         if self.params.pinning.from_evicted:
             messages = self.context.messages
-            heard = [m for m in out if not self.interruptions.is_cut(m)]  # never a cut answer
-            self.put(record.pin_evicted(messages, heard, in_flight=self._in_flight))
+            self.put(record.pin_evicted(messages, out, in_flight=self._in_flight))
         if self.recorder is not None:
             self.recorder.archive(out, "evicted")
 
