@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 
 STRATEGY_NAMES = ("full_buffer", "pipecat_builtin", "pipecat_summarizer")
+#: Chosen only by name (``--strategies``), never by default: ours with a store and per-turn
+#: recall, without and with tool-result clearing (the clearing figure).
+EXTRA_STRATEGIES = ("pipecat_summarizer_recall", "pipecat_summarizer_clearing")
 INSTALL_HINT = 'pip install "pipecat-summarizer[replay]"'
 
 # dest -> Pipecat's default; a flag not given takes the default of the input's preset
@@ -88,13 +91,13 @@ def _span(value: str):
 
 def _strategies(value: str) -> tuple[str, ...]:
     names = [s.strip() for s in value.split(",") if s.strip()]
-    bad = [s for s in names if s not in STRATEGY_NAMES]
+    known = (*STRATEGY_NAMES, *EXTRA_STRATEGIES)
+    bad = [s for s in names if s not in known]
     if bad or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown strategy {', '.join(bad) or '(none)'}; "
-            f"choose from {', '.join(STRATEGY_NAMES)}"
+            f"unknown strategy {', '.join(bad) or '(none)'}; choose from {', '.join(known)}"
         )
-    return tuple(s for s in STRATEGY_NAMES if s in names)
+    return tuple(s for s in known if s in names)
 
 
 MAIN_PRICES = (3.0, 15.0, 0.3)
@@ -247,7 +250,11 @@ def add_arguments(rp: argparse.ArgumentParser) -> None:
         type=_strategies,
         default=STRATEGY_NAMES,
         metavar="LIST",
-        help="comma-separated subset of " + ",".join(STRATEGY_NAMES),
+        help="comma-separated subset of "
+        + ",".join(STRATEGY_NAMES)
+        + " (the default), and pipecat_summarizer_recall (ours with RecallParams()) or "
+        "pipecat_summarizer_clearing (the same with ClearingParams()), whose store is a "
+        "temporary SQLite file unless --store",
     )
 
     cg = rp.add_argument_group(

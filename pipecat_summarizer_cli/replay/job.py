@@ -199,7 +199,7 @@ def backend_for(job: ReplayJob) -> Backend | None:
     from pipecat_summarizer_cli.replay.backends import extractive_backend, openai_backend
 
     args = job.args
-    if "pipecat_builtin" not in job.strategies and "pipecat_summarizer" not in job.strategies:
+    if set(job.strategies) <= {"full_buffer"}:
         return None
     if args.summarizer == "openai":
         api_key = os.environ.get(args.api_key_env)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pipecat_summarizer_cli.replay.clearing import CLEARING_STRATEGY, add_clearing_figures
 from pipecat_summarizer_cli.replay.job import ReplayJob, UsageError, replay_transcript
 from pipecat_summarizer_cli.replay.report import StrategyResult, build_report
 from pipecat_summarizer_cli.replay.tables import (
@@ -184,6 +185,8 @@ def _single(
         meta=meta,
         ceiling=job.args.max_request_tokens,
     )
+    if CLEARING_STRATEGY in job.strategies:
+        add_clearing_figures(report, results, transcript, job.probes)
     return report, results
 
 

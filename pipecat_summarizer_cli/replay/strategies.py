@@ -21,9 +21,11 @@ with a real ``LLMContextAggregatorPair`` and reports into its
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pipecat.frames.frames import Frame, LLMContextFrame
@@ -252,6 +254,7 @@ class Ours(Strategy):
                 "call_id": self.setup.call_id,
                 "memory": REPLAY_MEMORY,
             }
+        store_args.update(self.processor_args())
         ours = TimedContextSummarizer(
             sink=rec.hot_path_ns,
             context=context,
@@ -277,6 +280,10 @@ class Ours(Strategy):
 
         self.processor = ours
         return [ours]
+
+    def processor_args(self) -> dict[str, Any]:
+        """More ``ContextSummarizer`` arguments (a subclass's)."""
+        return {}
 
     def turn_ended(self) -> None:
         """Record the eviction queue."""
@@ -304,6 +311,53 @@ class Ours(Strategy):
         }
 
 
+class OursRecall(Ours):
+    """Ours with a store and per-turn recall (``RecallParams()``): the baseline the clearing
+    figure compares with. The store is ``--store``'s, or a SQLite file of its own for the
+    run. Never in the default strategies (``--strategies ...,pipecat_summarizer_recall``)."""
+
+    name = "pipecat_summarizer_recall"
+
+    def __init__(self, setup: Setup, recorder: Recorder):
+        """Initialize the strategy: its own store if none."""
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        store = setup.store
+        if store is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="replay-recall-")
+            store = str(Path(self._tmp.name) / "memory.db")
+        super().__init__(replace(setup, options=self.options(setup.options), store=store), recorder)
+
+    def options(self, options: ContextSummarizerParams) -> ContextSummarizerParams:
+        """This strategy's ``ContextSummarizerParams`` (a subclass's change)."""
+        return options
+
+    def processor_args(self) -> dict[str, Any]:
+        """Per-turn recall on the call's archive."""
+        from pipecat_summarizer import RecallParams
+
+        return {"recall": RecallParams()}
+
+    async def finish(self) -> None:
+        """Close the store and remove the run's own file."""
+        await super().finish()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+class OursClearing(OursRecall):
+    """:class:`OursRecall` with lossless tool-result clearing (``ClearingParams()``, its
+    defaults): recall brings a cleared result back when the caller asks
+    (``--strategies ...,pipecat_summarizer_clearing``)."""
+
+    name = "pipecat_summarizer_clearing"
+
+    def options(self, options: ContextSummarizerParams) -> ContextSummarizerParams:
+        """The options with clearing."""
+        from pipecat_summarizer import ClearingParams
+
+        return replace(options, clearing=ClearingParams())
+
+
 STRATEGY_CLASSES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (FullBuffer, PipecatBuiltin, Ours)
+    cls.name: cls for cls in (FullBuffer, PipecatBuiltin, Ours, OursRecall, OursClearing)
 }

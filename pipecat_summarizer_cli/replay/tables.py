@@ -66,6 +66,12 @@ def format_table(report: dict[str, Any]) -> str:
             "probes retained every turn",
             lambda s: f"{s.get('probes_retained_every_turn', 0)}/{s['probes_total']}",
         )
+    if any("probes_asked" in s for s in strategies.values()):  # the clearing figure
+        row("tool results cleared", lambda s: str(s.get("tool_results_cleared", 0)))
+        row(
+            "details back when asked",
+            lambda s: f"{s.get('probes_back_when_asked', 0)}/{s.get('probes_asked', 0)}",
+        )
     if any(s.get("ceiling_violations") is not None for s in strategies.values()):
         row(
             "ceiling violations",
