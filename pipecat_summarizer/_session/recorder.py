@@ -241,11 +241,12 @@ class CallRecorder:
             self.writer.submit(self._call_row())  # the row's resumed flag (an upsert)
         if not memory.facts and not text:
             return None
-        logger.info(
-            f"memory store (call {self.call_id}): returning caller, {memory.calls} earlier "
-            f"calls, {len(memory.facts)} facts restored, earlier-calls summary "
-            f"{'restored' if text else 'none'}"
-        )
+        if resumed is None:  # a resume said what it restored
+            logger.info(
+                f"memory store (call {self.call_id}): returning caller, {memory.calls} earlier "
+                f"calls, {len(memory.facts)} facts restored, earlier-calls summary "
+                f"{'restored' if text else 'none'}"
+            )
         return memory.facts, text
 
     def take_resumed(self) -> Resumed | None:
@@ -280,6 +281,12 @@ class CallRecorder:
         """Fact changes while ``on`` are recorded as ``restored``."""
         self._restoring = on
 
+    def now(self) -> float:
+        """The conversation's clock: ``MemoryParams.conversation_started_at`` plus the time
+        since the call started, or the wall clock (what archived messages are dated by)."""
+        start = self.options.conversation_started_at
+        return time.time() if start is None else start + (time.time() - self.started_at)
+
     # -- during the call ------------------------------------------------------------------
 
     def archive(
@@ -288,7 +295,7 @@ class CallRecorder:
         """Messages that left the context (oldest first)."""
         if self._forgotten():
             return
-        now = time.time()
+        now = self.now()
         for message in messages:
             kept = self._pending_pos.pop(id(message), None)
             evicted_turn = None

@@ -121,7 +121,12 @@ def restore(call: CallRecord, archived: Iterable[ArchivedMessage], *, started_at
     archived messages (``store.messages(call.call_id)``): those in view at its end, in
     order, repaired (see the module docstring), then the notice."""
     at_end = sorted(
-        (a for a in archived if a.removed_by == "in_context_at_end"), key=lambda a: a.position
+        (
+            a
+            for a in archived  # the caller's own, as the call row says (never another's)
+            if a.removed_by == "in_context_at_end" and a.user_id == call.user_id
+        ),
+        key=lambda a: a.position,
     )
     messages, skipped = [], 0
     for a in at_end:

@@ -79,7 +79,7 @@ def test_orphan_results_are_dropped_and_a_separated_result_moves_next_to_its_cal
 
 def _archived(position: int, message: object, removed_by="in_context_at_end") -> ArchivedMessage:
     text = message if isinstance(message, str) else json.dumps(message)
-    return ArchivedMessage("s1", position, "user", "", text, removed_by=removed_by)
+    return ArchivedMessage("s1", position, "user", "", text, removed_by=removed_by, user_id="alice")
 
 
 def test_restore_takes_the_messages_in_view_at_the_end_in_order_and_closes_with_a_notice():
@@ -101,6 +101,7 @@ def test_restore_takes_the_messages_in_view_at_the_end_in_order_and_closes_with_
         _archived(2, {"role": "unknown", "content": "<provider object>"}),
         _archived(5, old_notice),
         _archived(6, "not json"),
+        ArchivedMessage("s1", 7, "user", "", json.dumps(_user("bob's words")), user_id="bob"),
     ]
     resumed = restore(dropped, archived, started_at=230.0)
     assert resumed.messages[:-1] == [_user("where is my order?"), _call("c"), _result("c")]
