@@ -1,43 +1,55 @@
-"""Recall latency: the archive's answer time at 1k, 10k and 100k archived messages.
+"""Recall latency: the archive's answer time at 1k, 10k, 100k and 1M archived messages.
 
-For each size and backend (SQLite file, and a throwaway PostgreSQL server when the Debian
-binaries are there), the archive is filled with synthetic conversation messages of one
-caller spread over calls (plus as many of other callers, so the caller filter has work to
-do), then the recall step's archive work for one turn is timed: the ranked any-word search
-of the caller's archive and the reads of the messages that followed the first hits, exactly
-as ``RecallStep`` does it (``RecallStep.hits_for_turn`` with an unlimited budget), p50/p99
-over the queries. The per-turn budget is 10 ms by default (``RecallParams.latency_budget_s``).
-The stores are created by this code (schema v3: the caller inside the full-text index;
-on PostgreSQL a GIN index without a pending list). The timing starts right after the bulk
-load: no ANALYZE has run on PostgreSQL (autovacuum may come by during the timing), the
-least favourable state for its planner.
+For each size and backend (a SQLite file, and a throwaway PostgreSQL server when the Debian
+binaries are there, up to ``--pg-max`` messages), the archive holds one caller's messages
+spread over calls of 60 lines (plus as many of other callers, at most 100,000, so the
+caller filter has work to do), then for each query two times are taken: the store's
+``search`` alone (the ranked any-word search of the caller's archive, as recall sends it),
+and the recall step's archive work for one turn (that search and the batched read of the
+messages that followed the first hits, ``RecallStep.hits_for_turn`` with an unlimited
+budget); p50/p99 over the queries. The per-turn budget is 10 ms by default
+(``RecallParams.latency_budget_s``).
 
-    .venv/bin/python benchmarks/recall.py [--sizes 1000 10000 100000] [--queries 300]
+The archive is written through the store's own write path (``store.write``, 20,000
+records per transaction); SQLite files are kept under ``--cache`` (default ``/tmp/G``, by
+corpus and size: a 1M archive takes minutes to write once) and reused. PostgreSQL's are
+written again each run, timed right after the bulk load: no ANALYZE has run (autovacuum
+may come by during the timing), the least favourable state for its planner.
+
+    .venv/bin/python benchmarks/recall.py [--sizes 1000 10000 100000 1000000] [--queries 500]
+    .venv/bin/python benchmarks/recall.py --corpus synthetic
     .venv/bin/python benchmarks/recall.py --corpus /path/to/locomo10.zip
 
-The default corpus is synthetic (a 150-word topic vocabulary: every topic word is in ~3% of
-the messages, a pessimistic case for an any-word ranked search). ``--corpus`` takes the
-messages and the questions from LoCoMo instead (its ~6,000 dialog lines, repeated across
-calls up to the size; each question as the turn's query).
+The default corpus (``voice``, benchmarks/voice_corpus.py) is voice-agent calls at six
+desks with a returning caller's questions. ``synthetic`` is the earlier word salad (a
+150-word topic vocabulary: every topic word is in ~3% of the messages, a pessimistic case
+for an any-word ranked search). A LoCoMo path takes the messages and the questions from
+LoCoMo (its ~6,000 dialog lines, repeated across calls up to the size; each question as
+the turn's query).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
 import statistics
 import sys
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from pipecat_summarizer._recall.step import RecallStep  # noqa: E402
+import voice_corpus  # noqa: E402
+from loguru import logger  # noqa: E402
+
+from pipecat_summarizer._recall.step import RecallStep, search_words  # noqa: E402
 from pipecat_summarizer.params import RecallParams  # noqa: E402
 from pipecat_summarizer.store import open_store  # noqa: E402
 from pipecat_summarizer.store.records import ArchivedMessage  # noqa: E402
@@ -51,6 +63,10 @@ WORDS = (
     "bike repair engine battery tyre warranty receipt store jacket shoes size colour blue red "
     "green concert theatre museum gallery painting guitar piano lesson teacher school exam"
 ).split()
+#: Another caller's messages in the archive: as many as the caller's, at most this many.
+OTHERS_MAX = 100_000
+#: Bumped when a corpus changes: cached archives of another version are not reused.
+CORPUS_VERSION = 1
 FILLER = "I think that we could maybe do it later if it works for you and the team".split()
 
 
@@ -79,55 +95,74 @@ def locomo_corpus(path: str) -> tuple[list[str], list[str]]:
 
 
 def messages(
-    n: int, user_id: str, rng: random.Random, *, calls: int = 20, lines: list[str] | None = None
-) -> list:
-    per_call = max(1, n // calls)
-    out = []
+    n: int, user_id: str, rng: random.Random, *, per_call: int = 60, lines: list[str] | None = None
+) -> Iterator[ArchivedMessage]:
+    """``n`` archived messages of ``user_id``, in calls of ``per_call`` lines, a day apart."""
     for i in range(n):
         call = f"{user_id}-call-{i // per_call}"
         text = lines[i % len(lines)] if lines else sentence(rng)
         role = "user" if i % 2 == 0 else "assistant"
-        out.append(
-            ArchivedMessage(
-                call_id=call,
-                position=i % per_call,
-                role=role,
-                content=text,
-                message_json=json.dumps({"role": role, "content": text}),
-                turn=(i % per_call) // 2,
-                at=1_700_000_000 + i,
-                user_id=user_id,
-            )
+        yield ArchivedMessage(
+            call_id=call,
+            position=i % per_call,
+            role=role,
+            content=text,
+            message_json=json.dumps({"role": role, "content": text}),
+            turn=(i % per_call) // 2,
+            at=1_600_000_000 + (i // per_call) * 86_400 + i % per_call,
+            user_id=user_id,
         )
-    return out
 
 
-async def fill(store, n: int, rng: random.Random, lines: list[str] | None = None) -> None:
-    batch = 2000
-    records = messages(n, "caller", rng, lines=lines) + messages(n, "other", rng, lines=lines)
-    for i in range(0, len(records), batch):
-        await store.write(records[i : i + batch])
+def corpus_lines(corpus: str, n: int, seed: int) -> list[str] | None:
+    """The lines of ``n`` messages of a corpus (``None``: the synthetic word salad)."""
+    if corpus == "voice":
+        return voice_corpus.lines(n, seed)
+    if corpus == "synthetic":
+        return None
+    return locomo_corpus(corpus)[0]
 
 
-async def time_recall(
-    store, queries: int, rng: random.Random, questions: list[str] | None = None
-) -> list[float]:
-    step = RecallStep(
-        store, RecallParams(latency_budget_s=60.0), call_id="caller-call-0", user_id="caller"
-    )
-    for _ in range(10):  # warm caches and the connection
-        await step.hits_for_turn(" ".join(rng.sample(WORDS, 3)))
-    samples = []
-    for _ in range(queries):
-        if questions:
-            query = rng.choice(questions)
-        else:
-            query = f"What was the {' '.join(rng.sample(WORDS, 3))} again?"
+async def fill(store, n: int, corpus: str, batch: int = 20_000) -> None:
+    """The caller's ``n`` messages and ``min(n, 100k)`` of another caller's, written through
+    ``store.write`` in transactions of ``batch`` records."""
+    for user_id, count, seed in (("caller", n, n), ("other", min(n, OTHERS_MAX), n + 1)):
+        rng = random.Random(seed)
+        records = messages(count, user_id, rng, lines=corpus_lines(corpus, count, seed))
+        while chunk := list(itertools.islice(records, batch)):
+            await store.write(chunk)
+
+
+def corpus_questions(corpus: str, rng: random.Random, n: int) -> list[str]:
+    """The turns' queries."""
+    if corpus == "voice":
+        return voice_corpus.questions(n, rng.randrange(1 << 30))
+    if corpus == "synthetic":
+        return [f"What was the {' '.join(rng.sample(WORDS, 3))} again?" for _ in range(n)]
+    questions = locomo_corpus(corpus)[1]
+    return [rng.choice(questions) for _ in range(n)]
+
+
+async def time_recall(store, queries: list[str]) -> tuple[list[float], list[float]]:
+    """Per query: the store's search alone, and the step's archive work (ms)."""
+    params = RecallParams(latency_budget_s=60.0)
+    step = RecallStep(store, params, call_id="caller-call-0", user_id="caller")
+    for query in queries[:10]:  # warm caches and the connection
+        await step.hits_for_turn(query)
+    search, turn = [], []
+    # two passes (the second in another order): a query's pages just read by one would
+    # flatter the other
+    for query in queries:
+        words = search_words(query)
         t0 = time.perf_counter()
-        (hits, _replies), how = await step.hits_for_turn(query)
-        samples.append((time.perf_counter() - t0) * 1000)
+        await store.search(words, user_id="caller", limit=params.search_limit, any_word=True)
+        search.append((time.perf_counter() - t0) * 1000)
+    for query in reversed(queries):
+        t0 = time.perf_counter()
+        (_hits, _replies), how = await step.hits_for_turn(query)
+        turn.append((time.perf_counter() - t0) * 1000)
         assert how == "on_time"
-    return samples
+    return search, turn
 
 
 class _InstantArchive:
@@ -168,81 +203,107 @@ async def time_rules(context_messages: int, turns: int = 300) -> list[float]:
 
 
 def pct(values: list[float], q: float) -> float:
+    """The ``q``-th percentile."""
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
 async def run(
-    sizes: list[int], queries: int, postgres: bool, corpus: str | None = None
+    sizes: list[int], n_queries: int, postgres: bool, corpus: str, cache: Path, pg_max: int
 ) -> list[tuple]:
-    lines, questions = locomo_corpus(corpus) if corpus else (None, None)
     rows = []
-    targets: dict[str, str] = {}
     server = None
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            if postgres:
-                try:
-                    from tests.support.pg_server import PgServer
+    name = corpus if corpus in ("voice", "synthetic") else "locomo"
+    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        if postgres:
+            try:
+                from tests.support.pg_server import PgServer
 
-                    server = PgServer()
-                except Exception as e:  # noqa: BLE001 (a benchmark: say why and go on)
-                    print(f"PostgreSQL skipped: {e}", file=sys.stderr)
-            for n in sizes:
-                targets = {"SQLite": str(Path(tmp) / f"recall_{n}.db")}
-                if server is not None:
-                    targets["PostgreSQL"] = server.create_database(f"recall_{n}")
-                for backend, target in targets.items():
-                    rng = random.Random(n)
-                    store = open_store(target)
-                    try:
-                        t0 = time.perf_counter()
-                        await fill(store, n, rng, lines)
-                        filled = time.perf_counter() - t0
-                        samples = await time_recall(store, queries, rng, questions)
-                    finally:
-                        await store.close()
-                    row = (
-                        backend,
-                        n,
-                        statistics.median(samples),
-                        pct(samples, 99),
-                        max(samples),
-                        filled,
-                    )
-                    rows.append(row)
-                    print(
-                        f"{backend:10s} {n:>7,} archived: p50 {row[2]:.2f} ms  p99 {row[3]:.2f} ms"
-                        f"  max {row[4]:.2f} ms  (filled in {filled:.1f}s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-        finally:
-            if server is not None:
-                server.destroy()
+                server = PgServer()
+            except Exception as e:  # noqa: BLE001 (a benchmark: say why and go on)
+                print(f"PostgreSQL skipped: {e}", file=sys.stderr)
+        for n in sizes:
+            targets = {"SQLite": str(cache / f"recall_{name}_v{CORPUS_VERSION}_{n}.db")}
+            if server is not None and n <= pg_max:
+                targets["PostgreSQL"] = server.create_database(f"recall_{n}")
+            for backend, target in targets.items():
+                cached = backend == "SQLite" and Path(target).exists()
+                store = open_store(target)
+                try:
+                    t0 = time.perf_counter()
+                    if not cached:
+                        partial = Path(target + ".partial")
+                        if backend == "SQLite":  # written aside: a killed run leaves no half
+                            partial.unlink(missing_ok=True)
+                            store = open_store(str(partial))
+                        await fill(store, n, corpus)
+                        if backend == "SQLite":
+                            await store.close()
+                            partial.rename(target)
+                            store = open_store(target)
+                    filled = time.perf_counter() - t0
+                    queries = corpus_questions(corpus, random.Random(n), n_queries)
+                    search, turn = await time_recall(store, queries)
+                finally:
+                    await store.close()
+                row = (backend, n, search, turn, None if cached else filled)
+                rows.append(row)
+                how = "cached" if cached else f"written in {filled:.1f}s"
+                print(
+                    f"{backend:10s} {n:>9,} archived: search p50 {pct(search, 50):.2f} ms "
+                    f"p99 {pct(search, 99):.2f} ms; turn p50 {pct(turn, 50):.2f} ms "
+                    f"p99 {pct(turn, 99):.2f} ms ({how})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        if server is not None:
+            server.destroy()
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
-    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000, 1_000_000])
+    parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--no-postgres", action="store_true")
-    parser.add_argument("--corpus", metavar="LOCOMO", help="LoCoMo zip/JSON: real lines, questions")
-    args = parser.parse_args(argv)
-    rules = {n: asyncio.run(time_rules(n)) for n in (20, 60)}
-    rows = asyncio.run(run(args.sizes, args.queries, not args.no_postgres, args.corpus))
-    budget = RecallParams().latency_budget_s * 1000
-    corpus = "LoCoMo lines and questions" if args.corpus else "synthetic"
-    print(
-        f"recall step's archive work per turn ({corpus}; {args.queries} queries; "
-        f"budget {budget:.0f} ms)"
+    parser.add_argument(
+        "--pg-max", type=int, default=100_000, help="largest size measured on PostgreSQL"
     )
-    print(f"{'backend':<11}{'archived':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
-    for backend, n, p50, p99, worst, _ in rows:
-        print(f"{backend:<11}{n:>10,}{p50:>10.2f}{p99:>10.2f}{worst:>10.2f}")
+    parser.add_argument(
+        "--corpus",
+        default="voice",
+        metavar="CORPUS",
+        help="voice (default), synthetic, or a LoCoMo zip/JSON: its lines and questions",
+    )
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/G"), help="SQLite archives")
+    parser.add_argument("--no-rules", action="store_true", help="skip the step's own rules")
+    args = parser.parse_args(argv)
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING")
+    rules = {} if args.no_rules else {n: asyncio.run(time_rules(n)) for n in (20, 60)}
+    rows = asyncio.run(
+        run(args.sizes, args.queries, not args.no_postgres, args.corpus, args.cache, args.pg_max)
+    )
+    budget = RecallParams().latency_budget_s * 1000
+    print(
+        f"recall's archive work per turn ({args.corpus} corpus; {args.queries} queries; "
+        f"budget {budget:.0f} ms). search: the store's ranked search alone; turn: the "
+        "search and the read of the hits' next messages (what the turn waits for)"
+    )
+    print(
+        f"{'backend':<11}{'archived':>10}{'search p50':>12}{'search p99':>12}"
+        f"{'turn p50':>10}{'turn p99':>10}{'turn max':>10}"
+    )
+    for backend, n, search, turn, _ in rows:
+        print(
+            f"{backend:<11}{n:>10,}{pct(search, 50):>12.2f}{pct(search, 99):>12.2f}"
+            f"{pct(turn, 50):>10.2f}{pct(turn, 99):>10.2f}{max(turn):>10.2f}"
+        )
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"(load average at the end: {load} on {os.cpu_count()} CPUs: a shared machine's tails)")
-    print("recall step's own rules per turn (an archive answering at once, 20 hits)")
+    if rules:
+        print("recall step's own rules per turn (an archive answering at once, 20 hits)")
     for n, samples in rules.items():
         print(
             f"{n} messages in context: p50 {statistics.median(samples):.2f} ms, "

@@ -61,6 +61,35 @@ async def _keep_session(conn) -> None:
 _CONFIG = re.compile(r"^[a-z_]+$")
 #: SQL: the session a ``call_id`` argument (``$1``) names.
 _SESSION = session_key(1)
+_MESSAGES_AT = (
+    f"SELECT {MESSAGE_COLS} FROM messages m JOIN unnest($1::text[], $2::int[]) "
+    "AS k(c, p) ON m.call_id = k.c AND m.position = k.p"
+)
+_FORGOTTEN_AT = "SELECT at FROM forgotten WHERE user_hash = $1"
+
+
+async def _warm(conn, config: str) -> None:
+    """Run a recall turn's statements once on a new connection (a search, the tombstone's
+    read, the batched read of the hits' next messages), for a caller that has none: the
+    first use of each on a connection costs 10-30 ms (asyncpg's type introspection of the
+    arrays, the server's first reads of the tables' and indexes' definitions), which a
+    turn's 10 ms budget would otherwise pay. Before the schema exists this does nothing."""
+    nobody = "pcs-warm-up"  # no rows: such a caller would only be read, never changed
+    statements: list[tuple] = [
+        (_FORGOTTEN_AT, nobody),
+        (_MESSAGES_AT, [nobody], [0]),
+    ]
+    for user_id, call_id in ((nobody, None), (None, nobody)):
+        found = search_sql(
+            config, "warm up", user_id=user_id, call_id=call_id, limit=10, any_word=True
+        )
+        if found is not None:
+            statements.append(found)
+    for sql, *args in statements:
+        try:
+            await conn.fetch(sql, *args)
+        except Exception:  # noqa: BLE001 - no schema yet (a new database): migrate first
+            return
 
 
 class PostgresMemoryStore(MemoryStore):
@@ -159,6 +188,8 @@ class PostgresMemoryStore(MemoryStore):
                 # lock), so a released connection needs no RESET ALL round trip; asyncpg
                 # still rolls back a transaction left open
                 reset=_keep_session,
+                # each new connection runs a turn's statements once (see _warm)
+                init=lambda conn: _warm(conn, self.text_search_config),
             )
             try:
                 async with pool.acquire() as conn:
@@ -168,6 +199,7 @@ class PostgresMemoryStore(MemoryStore):
                         await migrate(conn, self.text_search_config)
                     if self.retention_days and not self.read_only:
                         await _postgres_writes.purge(conn, self.retention_days)
+                    await _warm(conn, self.text_search_config)  # now that the schema is there
             except BaseException:
                 await pool.close()
                 raise
@@ -274,8 +306,7 @@ class PostgresMemoryStore(MemoryStore):
         if not wanted:
             return []
         rows = await self._fetch(
-            f"SELECT {MESSAGE_COLS} FROM messages m JOIN unnest($1::text[], $2::int[]) "
-            "AS k(c, p) ON m.call_id = k.c AND m.position = k.p",
+            _MESSAGES_AT,
             [c for c, _ in wanted],
             [p for _, p in wanted],
         )
@@ -321,9 +352,7 @@ class PostgresMemoryStore(MemoryStore):
     async def forgotten_at(self, user_id: str) -> float | None:
         """When ``user_id`` was last forgotten (the tombstone's time), or ``None``."""
         check_user_id(user_id)
-        rows = await self._fetch(
-            "SELECT at FROM forgotten WHERE user_hash = $1", user_hash(user_id)
-        )
+        rows = await self._fetch(_FORGOTTEN_AT, user_hash(user_id))
         return float(rows[0]["at"]) if rows else None
 
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:

@@ -1,0 +1,274 @@
+"""Early search: recall's search started on the caller's words while they are still speaking.
+
+Pipecat's user aggregator consumes the transcriptions and writes the turn to the context only
+when the turn ends; recall then has its latency budget (10 ms by default) for the archive.
+:class:`RecallPrefetch`, placed before the user aggregator, sees the transcriptions first
+and starts the search the turn will ask for (the same words: it builds the turn's query
+from the context as it will be, with the caller's words as its last message), so the turn's
+recall finds the answer ready, or well on its way, instead of starting it then.
+
+The hand-over is :class:`PrefetchingArchive`, the recall step's archive with the searches
+started early: a search asked with exactly the words and scope of one started early (still
+running or finished, started at most :data:`MAX_AGE_S` ago, the caller not forgotten since)
+is answered by it; any other goes to the archive as before. So the turn's recall, its
+ranking and its budget are unchanged; only the wait is shorter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from loguru import logger
+from pipecat.frames.frames import (
+    Frame,
+    InterimTranscriptionFrame,
+    LLMContextUserTurnFrame,
+    TranscriptionFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
+
+from pipecat_summarizer._recall.query import ContextTerms, focus, recall_query
+from pipecat_summarizer._recall.step import RecallStep, search_words
+
+#: How long an early search's answer may serve a turn, from when it started (seconds): the
+#: end of speech usually follows the final transcription within a second or two.
+MAX_AGE_S = 5.0
+#: Early searches kept for a turn to pick up (the latest ones; older ones are dropped).
+MAX_KEPT = 4
+
+_Key = tuple[str, str | None, str | None, int, bool]
+
+
+class _Early:
+    __slots__ = ("task", "started", "generation")
+
+    def __init__(self, task: asyncio.Task, started: float, generation: int):
+        self.task = task
+        self.started = started
+        self.generation = generation
+
+
+class PrefetchingArchive:
+    """A recall archive whose searches can be started before the turn asks for them.
+
+    Everything but ``search`` is the wrapped archive's (``message``, ``messages_at``,
+    ``forget_generation``, ...).
+
+    Args:
+        archive: The archive searched (the call's store).
+    """
+
+    def __init__(self, archive: Any):
+        """Wrap ``archive``."""
+        self.archive = archive
+        self._early: dict[_Key, _Early] = {}
+        #: Searches answered by an early one (counters, no conversation text).
+        self.served = 0
+        #: Searches started early.
+        self.started = 0
+
+    def __getattr__(self, name: str) -> Any:
+        # only called for what this class lacks: the archive's other methods
+        return getattr(self.__dict__["archive"], name)
+
+    def _generation(self, user_id: str | None) -> int:
+        generation = getattr(self.archive, "forget_generation", None)
+        if user_id is None or not callable(generation):
+            return 0
+        return int(generation(user_id))
+
+    def in_flight(self) -> bool:
+        """Whether an early search is still running."""
+        return any(not e.task.done() for e in self._early.values())
+
+    def prefetch(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        call_id: str | None = None,
+        limit: int = 10,
+        any_word: bool = False,
+    ) -> bool:
+        """Start ``search(query, ...)`` now, for a turn to pick up. Returns False when the
+        same search is already running or fresh (nothing started)."""
+        key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
+        now = time.monotonic()
+        early = self._early.get(key)
+        if early is not None and self._usable(early, user_id, now):
+            return False
+        search = self.archive.search(
+            query, user_id=user_id, call_id=call_id, limit=limit, any_word=any_word
+        )
+        task = asyncio.ensure_future(search)
+        task.add_done_callback(_consume)
+        self._early.pop(key, None)
+        self._early[key] = _Early(task, now, self._generation(user_id))
+        while len(self._early) > MAX_KEPT:
+            self._early.pop(next(iter(self._early)))
+        self.started += 1
+        return True
+
+    def _usable(self, early: _Early, user_id: str | None, now: float) -> bool:
+        if now - early.started > MAX_AGE_S or early.generation != self._generation(user_id):
+            return False
+        task = early.task
+        return not task.done() or (not task.cancelled() and task.exception() is None)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        call_id: str | None = None,
+        limit: int = 10,
+        any_word: bool = False,
+    ) -> Sequence[Any]:
+        """The archive's search, answered by the early search of the same words and scope
+        when there is a usable one (each early search answers one turn)."""
+        key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
+        early = self._early.pop(key, None)
+        if early is not None and self._usable(early, user_id, time.monotonic()):
+            try:
+                found = await asyncio.shield(early.task)
+            except asyncio.CancelledError:
+                if not early.task.cancelled():
+                    raise  # the turn itself was cancelled
+            except Exception:  # noqa: BLE001 - the early one failed: ask again
+                pass
+            else:
+                self.served += 1
+                return found
+        return await self.archive.search(
+            query, user_id=user_id, call_id=call_id, limit=limit, any_word=any_word
+        )
+
+    def clear(self) -> None:
+        """Drop (and cancel) the early searches (the call is over)."""
+        early, self._early = self._early, {}
+        for e in early.values():
+            if not e.task.done():
+                e.task.cancel()
+
+
+def prefetching_archive(step: RecallStep) -> PrefetchingArchive:
+    """The step's archive as a :class:`PrefetchingArchive` (wrapped once, in place: the
+    step searches ``step.archive`` each turn)."""
+    archive = step.archive
+    if not isinstance(archive, PrefetchingArchive):
+        archive = PrefetchingArchive(archive)
+        step.archive = archive
+    return archive
+
+
+def turn_search(
+    step: RecallStep, messages: Sequence[Any], said: str, terms: ContextTerms
+) -> str | None:
+    """The words the turn's recall will send to the archive if the caller's turn is ``said``
+    and the context is otherwise ``messages``: what ``RecallStep.prepare`` computes, on the
+    context as it will be (``None``: that turn will not search). ``terms`` is this
+    companion's own :class:`ContextTerms`, kept from turn to turn as the step keeps its."""
+    kept = step.without_message(messages)  # last turn's block goes before the turn's recall
+    current = [*(messages if kept is None else kept), {"role": "user", "content": said}]
+    terms.update(current)
+    query = recall_query(current, step.params.max_question_words, terms.names())
+    if query is None:
+        return None
+    return search_words(query, focus(query, terms.common())) or None
+
+
+class RecallPrefetch(FrameProcessor):
+    """Starts recall's search on the caller's words before their turn ends.
+
+    Place it before the user aggregator (``[stt, RecallPrefetch(summarizer),
+    pair.user(), summarizer, llm, ...]``): it passes every frame on at once and, on each
+    final transcription (and on interim ones while no early search is running), starts the
+    search the turn's recall will ask for. A summarizer without recall makes it a
+    pass-through.
+
+    Args:
+        summarizer: The ``ContextSummarizer`` whose recall it serves (``recall=`` set).
+        interim: Also search on interim transcriptions (at most one such search at a time).
+        **kwargs: ``FrameProcessor``'s.
+    """
+
+    def __init__(self, summarizer: Any, *, interim: bool = True, **kwargs: Any):
+        """Attach to ``summarizer``'s recall step."""
+        super().__init__(**kwargs)
+        step = getattr(summarizer, "recall_step", None)
+        if step is not None and not isinstance(step, RecallStep):
+            raise TypeError(f"summarizer.recall_step is a {type(step).__name__}")
+        context = getattr(summarizer, "context", None)
+        if context is None or not callable(getattr(context, "get_messages", None)):
+            raise TypeError(
+                "RecallPrefetch needs a ContextSummarizer (with .context and .recall_step), "
+                f"got {type(summarizer).__name__}"
+            )
+        self._step = step
+        self._context = context
+        self._interim = bool(interim)
+        self._archive = prefetching_archive(step) if step is not None else None
+        self._parts: list[TextPartForConcatenation] = []
+        self._terms = ContextTerms()
+
+    @property
+    def archive(self) -> PrefetchingArchive | None:
+        """The recall step's archive with early searches (``None`` without recall)."""
+        return self._archive
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        """Pass ``frame`` on, then start an early search on the caller's words."""
+        await super().process_frame(frame, direction)
+        await self.push_frame(frame, direction)
+        if self._archive is None:
+            return
+        if isinstance(frame, TranscriptionFrame):
+            if frame.text.strip():
+                self._parts.append(
+                    TextPartForConcatenation(
+                        frame.text, includes_inter_part_spaces=frame.includes_inter_frame_spaces
+                    )
+                )
+                self._start(concatenate_aggregated_text(self._parts), final=True)
+        elif isinstance(frame, InterimTranscriptionFrame):
+            if self._interim and frame.text.strip() and not self._archive.in_flight():
+                part = TextPartForConcatenation(
+                    frame.text, includes_inter_part_spaces=frame.includes_inter_frame_spaces
+                )
+                self._start(concatenate_aggregated_text([*self._parts, part]), final=False)
+        elif isinstance(frame, LLMContextUserTurnFrame):
+            self._parts = []  # the aggregator wrote the turn: the next one starts empty
+
+    def _start(self, said: str, *, final: bool) -> None:
+        step, archive = self._step, self._archive
+        if step is None or archive is None or not step.params.enabled:
+            return
+        try:
+            words = turn_search(step, self._context.get_messages(), said, self._terms)
+            if words is None:
+                return
+            scope = {"user_id": step.user_id} if step.user_id else {"call_id": step.call_id}
+            archive.prefetch(words, limit=step.params.search_limit, any_word=True, **scope)
+        except Exception as e:  # an early search is a bonus: never the call's failure
+            logger.warning(
+                f"{self}: early recall search failed ({type(e).__name__}, final={final})"
+            )
+
+    async def cleanup(self) -> None:
+        """Cancel the early searches still running."""
+        await super().cleanup()
+        if self._archive is not None:
+            self._archive.clear()
+
+
+def _consume(task: asyncio.Task) -> None:
+    # an early search nobody picked up: its exception is read so asyncio never logs it
+    if not task.cancelled():
+        task.exception()
+
+
+__all__ = ["MAX_AGE_S", "PrefetchingArchive", "RecallPrefetch", "prefetching_archive"]
