@@ -148,7 +148,9 @@ def offers_tools(tools: Any) -> bool:
     return bool(getattr(tools, "standard_tools", None) or getattr(tools, "custom_tools", None))
 
 
-def over_context_limit(total_tokens: int, reducible_tokens: int, max_context_tokens: int) -> bool:
+def over_context_limit(
+    total_tokens: float, reducible_tokens: float, max_context_tokens: int
+) -> bool:
     """Pipecat's token threshold on the whole context, where it cannot fire every turn.
 
     Args:

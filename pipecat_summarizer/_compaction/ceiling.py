@@ -16,14 +16,18 @@ from typing import Any, Protocol
 
 from loguru import logger
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.frames.frames import CancelFrame, EndFrame, Frame, MetricsFrame
+from pipecat.metrics.metrics import LLMUsageMetricsData
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.llm_service import LLMService
 
+from pipecat_summarizer._compaction.calibration import TokenCalibration, reported_input
 from pipecat_summarizer._compaction.eviction import evict_for_ceiling
-from pipecat_summarizer._compaction.measure import content_fingerprint
+from pipecat_summarizer._compaction.measure import ContextMeter, content_fingerprint
 from pipecat_summarizer._text.tokens import CachedCounter, TokenCounter, count_text
 from pipecat_summarizer.events import MessagesEvictedEvent
 from pipecat_summarizer.params import CeilingParams
+from pipecat_summarizer.params.compaction import CalibrationParams
 
 
 def tool_schemas(tools: Any, llm: LLMService | None = None) -> list[Any]:
@@ -193,6 +197,9 @@ class RequestCeiling:
         self._overhead_key: tuple | None = None
         self._overhead_tokens = 0
         self._stuck: tuple[str, int] | None = None  # (fingerprint, overhead): nothing left
+        # the main LLM's reported usage, matched with each request's estimate (calibrate())
+        self.calibration = TokenCalibration(CalibrationParams(enabled=False))
+        self._logged = False  # the call's calibration line was logged
 
     @property
     def llm(self) -> LLMService | None:
@@ -207,8 +214,82 @@ class RequestCeiling:
         """
         if not isinstance(llm, LLMService):
             raise TypeError(f"llm must be a Pipecat LLMService, got {type(llm).__name__}")
+        if self._llm is not None and self._llm is not llm:
+            self._llm.remove_event_handler("on_before_push_frame", self._llm_pushed)
+        if self.calibration.enabled and self._llm is not llm:
+            # its usage reports pass here (it sits after this processor, which never sees them)
+            llm.add_event_handler("on_before_push_frame", self._llm_pushed)
         self._llm = llm
         self._overhead_key = None
+
+    def calibrate(
+        self, params: CalibrationParams, meter: ContextMeter, context: LLMContext
+    ) -> TokenCalibration:
+        """Calibrate the estimate by the main LLM's reported usage (when it reports any).
+
+        Each request the main LLM builds from ``context`` leaves its estimate (the messages
+        it reads plus the request overhead, counted only when its report arrives); each
+        usage report of that LLM (``MetricsFrame`` with ``LLMUsageMetricsData``, seen as the
+        LLM pushes it) calibrates the ratio, which the ``meter``'s measurements carry to the
+        thresholds and the cadence, and which this ceiling applies with its margin. Nothing
+        is recorded while the LLM is unknown or its usage metrics are off.
+
+        Args:
+            params: The calibration's parameters (``enabled=False``: nothing is installed).
+            meter: The context's meter.
+            context: The shared context.
+
+        Returns:
+            The calibration (also :attr:`calibration`).
+        """
+        self.calibration = calibration = TokenCalibration(params)
+        if not params.enabled:
+            return calibration
+        meter.calibration = calibration
+        original = context.get_messages
+
+        def get_messages(llm_specific_filter: str | None = None, **kwargs: Any):
+            messages = original(llm_specific_filter, **kwargs)
+            # an adapter building a request (a filter, never a copy truncated for its log)
+            if llm_specific_filter is not None and not kwargs.get("truncate_large_values"):
+                self._request_built(messages, context)
+            return messages
+
+        context.get_messages = get_messages  # type: ignore[method-assign]
+        if self._llm is not None:
+            self._llm.add_event_handler("on_before_push_frame", self._llm_pushed)
+        return calibration
+
+    def _request_built(self, messages: list, context: LLMContext) -> None:
+        llm = self._llm
+        if llm is None or not llm.usage_metrics_enabled:
+            return  # no report will come: today's behaviour
+        overhead, count = self.overhead(context.tools), self._counter.count_message
+        # counted when the report arrives, off the request's path
+        self.calibration.request(lambda: overhead + sum(count(m) for m in messages))
+
+    def _llm_pushed(self, llm: Any, frame: Frame) -> None:
+        """The main LLM pushes ``frame``: its usage report calibrates; its EndFrame or
+        CancelFrame logs the call's calibration once (numbers only)."""
+        if isinstance(frame, MetricsFrame):
+            for data in frame.data:
+                # its own report only: a summarizer's (ours) passes through it too
+                if isinstance(data, LLMUsageMetricsData) and data.processor == llm.name:
+                    counts = reported_input(data.value)
+                    if counts is not None:
+                        self.calibration.report(*counts)
+        elif isinstance(frame, EndFrame | CancelFrame) and not self._logged:
+            self._logged = True
+            if self.calibration.calibrated:
+                logger.info(f"{self._name}: {self.calibration.summary().log_line()}")
+
+    def limit(self) -> int:
+        """The ceiling in estimated tokens: ``max_request_tokens`` divided by the
+        calibration's ceiling scale (exactly ``max_request_tokens`` uncalibrated)."""
+        assert self.params is not None
+        scale = self.calibration.ceiling_scale
+        ceiling = self.params.max_request_tokens
+        return ceiling if scale == 1.0 else int(ceiling / scale)
 
     def overhead(self, tools: Any) -> int:
         """Tokens every request carries besides the messages: the main LLM's
@@ -230,7 +311,7 @@ class RequestCeiling:
     def due(self, total_tokens: int, overhead: int, messages: Sequence[Any]) -> bool:
         """Whether a request of ``total_tokens`` plus ``overhead`` must be evicted from:
         over the ceiling, and not a content eviction already found nothing to move from."""
-        if self.params is None or total_tokens + overhead <= self.params.max_request_tokens:
+        if self.params is None or total_tokens + overhead <= self.limit():
             return False
         return self._stuck != (content_fingerprint(messages), overhead)
 
@@ -241,7 +322,7 @@ class RequestCeiling:
         if self.params is None:
             return None
         framing = self._counter.counter.count_message({"role": "user", "content": ""})
-        return self.params.max_request_tokens - total_tokens - overhead - framing
+        return self.limit() - total_tokens - overhead - framing
 
     def evict(self, host: CeilingHost, overhead: int = 0) -> MessagesEvictedEvent | None:
         """Evict the oldest units so the messages plus ``overhead`` fit the ceiling.
@@ -254,7 +335,7 @@ class RequestCeiling:
         """
         if self.params is None:
             return None
-        ceiling = self.params.max_request_tokens
+        ceiling = self.limit()  # in estimated tokens (the calibration's scale applied)
         ratio = self.params.eviction_target_ratio
         evicted: list = []
         after = 0
@@ -277,11 +358,14 @@ class RequestCeiling:
             if not out or after <= ceiling:
                 break
         self._stuck = None
+        # reported in the provider's tokens once calibrated (scale 1.0: the estimate)
+        reported = after if self.calibration.scale == 1.0 else int(after * self.calibration.scale)
+        maximum = self.params.max_request_tokens
         if after > ceiling:
             # retry once the content changes
             self._stuck = (content_fingerprint(host.ceiling_messages()), overhead)
             logger.warning(
-                f"{self._name}: context is ~{after} tokens, over max_request_tokens={ceiling}, "
+                f"{self._name}: context is ~{reported} tokens, over max_request_tokens={maximum}, "
                 "and nothing more can be evicted (system prompt, pinned facts, summary, "
                 "unresolved tool calls and the current turn stay)"
             )
@@ -291,8 +375,8 @@ class RequestCeiling:
             messages_evicted=len(evicted),
             tokens_evicted=sum(self._counter.count_message(m) for m in evicted),
             pending_messages=host.ceiling_pending(),
-            tokens_after=after,
-            ceiling=ceiling,
+            tokens_after=reported,
+            ceiling=maximum,
         )
         logger.info(f"{self._name}: {event.log_line()}")
         return event

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from pipecat_summarizer._compaction.calibration import TokenCalibration
 from pipecat_summarizer._text.tokens import (
     CachedCounter,
     TokenCounter,
@@ -30,12 +31,16 @@ class Measurement(NamedTuple):
         messages_since_summary: Conversation messages after the last summary (or after the
             system prompt when there is none), protected messages excluded.
         message_count: Messages in the context.
+        scale: The provider's tokens per estimated token, from the main LLM's reported usage
+            (``_compaction.calibration``); 1.0 until a report calibrated it. The token
+            counts above stay estimates: the thresholds and the cadence scale them.
     """
 
     total_tokens: int
     reducible_tokens: int
     messages_since_summary: int
     message_count: int
+    scale: float = 1.0
 
 
 def is_placeholder(message: Any) -> bool:
@@ -168,6 +173,9 @@ class ContextMeter:
         self._expected = False  # invalidate() was called: the next rewrite is ours
         self._removed: list[Any] = []  # removed by others' rewrites, not yet taken
         self._replaced = False
+        # the provider's reported usage scales what the trigger compares (set by the ceiling's
+        # calibrate(); None: the estimate alone, as without usage metrics)
+        self.calibration: TokenCalibration | None = None
 
     @property
     def counter(self) -> CachedCounter:
@@ -257,4 +265,6 @@ class ContextMeter:
             self._first, last = messages[0], messages[-1]
             self._last = last
             self._last_size = content_size(last)
-        return Measurement(self._total, self._reducible, self._since, n)
+        calibration = self.calibration
+        scale = 1.0 if calibration is None else calibration.scale
+        return Measurement(self._total, self._reducible, self._since, n, scale)

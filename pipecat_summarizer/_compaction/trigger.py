@@ -215,7 +215,9 @@ def trigger_reason(
     """
     tokens = config.max_context_tokens
     if tokens is not None:
-        reducible, total = m.reducible_tokens, m.total_tokens
+        # in the provider's tokens once its usage calibrated the estimate (scale 1.0: as is)
+        scale = m.scale
+        reducible, total = m.reducible_tokens * scale, m.total_tokens * scale
         if reducible >= tokens * soft:
             return "tokens"
         # over_context_limit needs the whole context at the threshold: checked first, cheaply
@@ -397,6 +399,8 @@ class CompactionTrigger:
         self.replan_at_tokens = 0
         # the message count at which the last plan found nothing: nothing new to plan yet
         self.no_plan_at: int | None = None
+        # the provider's tokens per estimated token at the last request (calibration)
+        self.scale = 1.0
         # with a prompt cache, message-threshold compactions wait until they pay
         self.cadence = CacheCadence(self.params.cached_input_discount)
 
@@ -421,7 +425,8 @@ class CompactionTrigger:
                 threshold (:func:`trigger_reason`).
         """
         cadence = self.cadence
-        cadence.observe(m.reducible_tokens)  # every turn's request is billed
+        self.scale = scale = m.scale  # the provider's tokens per estimated one (calibration)
+        cadence.observe(int(m.reducible_tokens * scale))  # every turn's request is billed
         if in_flight or now < self.failures.retry_at:  # not failures.ready(now)
             return None
         reason = None
@@ -432,7 +437,7 @@ class CompactionTrigger:
             )
         if reason is not None and cadence.defer(reason):
             reason = None  # carrying the messages costs less than rewriting the cached prefix
-        if reason == "tokens" and m.reducible_tokens < self.replan_at_tokens:
+        if reason == "tokens" and m.reducible_tokens * scale < self.replan_at_tokens:
             reason = None  # the last token plan gained too little; wait until it would
         if reason is None and pending:
             reason = "backlog"
@@ -460,9 +465,10 @@ class CompactionTrigger:
         if reason != "tokens" or not tokens:
             return True
         needed = self.params.min_token_gain * tokens
-        if gain >= needed:
+        scale = self.scale  # gain and the context in the provider's tokens, as the threshold
+        if gain * scale >= needed:
             return True
-        self.replan_at_tokens = reducible_tokens() + int(needed - gain)
+        self.replan_at_tokens = int(reducible_tokens() * scale) + int(needed - gain * scale)
         return False
 
     def output_budget(self, summary: LLMContextSummaryConfig) -> int:

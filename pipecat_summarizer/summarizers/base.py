@@ -7,17 +7,94 @@ import inspect
 import re
 import socket
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from loguru import logger
+from pipecat.frames.frames import MetricsFrame
+from pipecat.metrics.metrics import LLMTokenUsage, LLMUsageMetricsData
 
 from pipecat_summarizer._compaction.prompt import SummaryRequest
 from pipecat_summarizer.errors import PipecatSummarizerError
+from pipecat_summarizer.events import ContextCompactedEvent
 
 
 class SummarizerError(PipecatSummarizerError, RuntimeError):
     """A summarizer backend failed to produce a usable summary."""
+
+
+@dataclass(frozen=True)
+class SummaryUsage:
+    """The secondary LLM's token usage for one summary, as its provider reported it.
+
+    Parameters:
+        prompt_tokens: Input tokens, gross of the prompt cache (cached ones included).
+        completion_tokens: Output tokens.
+        cached_tokens: Of the input, tokens read from the provider's prompt cache
+            (``None``: not reported).
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+def _tokens(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def usage_of(response: object) -> SummaryUsage | None:
+    """The usage a provider's completion reports, if any.
+
+    Reads the OpenAI chat shape (``usage.prompt_tokens``, ``completion_tokens``,
+    ``prompt_tokens_details.cached_tokens``) and Anthropic's (``usage.input_tokens``, net of
+    the cache, ``output_tokens``, ``cache_read_input_tokens``,
+    ``cache_creation_input_tokens``), as objects or dicts.
+
+    Args:
+        response: A completion object or its JSON.
+
+    Returns:
+        The usage, or ``None`` when the response carries none (or an unknown shape).
+    """
+
+    def get(obj: object, name: str) -> object:
+        return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+    usage = get(response, "usage")
+    if usage is None:
+        return None
+    prompt, completion = (
+        _tokens(get(usage, "prompt_tokens")),
+        _tokens(get(usage, "completion_tokens")),
+    )
+    if prompt is not None and completion is not None:
+        details = get(usage, "prompt_tokens_details")
+        cached = _tokens(get(details, "cached_tokens")) if details is not None else None
+        return SummaryUsage(prompt, completion, cached)
+    net, output = _tokens(get(usage, "input_tokens")), _tokens(get(usage, "output_tokens"))
+    if net is None or output is None:
+        return None
+    read = _tokens(get(usage, "cache_read_input_tokens"))
+    written = _tokens(get(usage, "cache_creation_input_tokens")) or 0
+    return SummaryUsage(net + (read or 0) + written, output, read)
+
+
+def summarizer_model(summarizer: object) -> str | None:
+    """The model a summarizer runs on: its ``model`` (``OpenAISummarizer``), or its Pipecat
+    service's settings' model (``PipecatLLMSummarizer``); ``None`` if unknown."""
+    model = getattr(summarizer, "model", None)
+    if model is None:
+        settings = getattr(getattr(summarizer, "llm", None), "settings", None)
+        model = getattr(settings, "model", None)
+    return model if isinstance(model, str) else None
 
 
 @dataclass(frozen=True)
@@ -28,10 +105,46 @@ class SummaryResult:
         text: The summary text placed in the context.
         sections: Items per section (``FACTS``, ``CONSTRAINTS``, ``DECISIONS``,
             ``OPEN QUESTIONS``); ``None`` to have the text parsed instead.
+        usage: The secondary LLM's token usage for this summary, when its provider reported
+            it (the processor reports it as Pipecat usage metrics and in the event).
     """
 
     text: str
     sections: dict[str, list[str]] | None = None
+    usage: SummaryUsage | None = None
+
+    def usage_frame(self, processor: str, job: object) -> MetricsFrame | None:
+        """The usage as Pipecat reports a service's (``MetricsFrame`` with
+        ``LLMUsageMetricsData``), or ``None`` without usage.
+
+        Args:
+            processor: The reporting processor's name (ours).
+            job: The summary job (its ``summarizer`` names the model) or the summarizer.
+        """
+        usage = self.usage
+        if usage is None:
+            return None
+        tokens = LLMTokenUsage(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            total_tokens=usage.total_tokens,
+            cache_read_input_tokens=usage.cached_tokens,
+        )
+        model = summarizer_model(getattr(job, "summarizer", job))
+        data = LLMUsageMetricsData(processor=processor, model=model, value=tokens)
+        return MetricsFrame(data=[data])
+
+    def with_usage(self, event: ContextCompactedEvent) -> ContextCompactedEvent:
+        """``event`` carrying this summary's reported usage (unchanged without usage)."""
+        usage = self.usage
+        if usage is None:
+            return event
+        return replace(
+            event,
+            summary_prompt_tokens=usage.prompt_tokens,
+            summary_completion_tokens=usage.completion_tokens,
+            summary_cached_tokens=usage.cached_tokens,
+        )
 
 
 @runtime_checkable
@@ -138,7 +251,7 @@ def as_result(value: str | SummaryResult | None) -> SummaryResult:
         SummarizerError: If the answer is empty.
     """
     if isinstance(value, SummaryResult):
-        return SummaryResult(clean_summary(value.text), value.sections)
+        return SummaryResult(clean_summary(value.text), value.sections, value.usage)
     return SummaryResult(clean_summary(value))
 
 

@@ -18,6 +18,7 @@ from pipecat_summarizer.summarizers.base import (
     SummaryResult,
     require_text,
     unfence,
+    usage_of,
 )
 
 # A key from the environment is sent only to these hosts (or when base_url is not given).
@@ -156,7 +157,8 @@ class OpenAISummarizer:
             request: The summary request.
 
         Returns:
-            The summary text, or a ``SummaryResult`` with its sections when ``structured``.
+            The summary text, or a ``SummaryResult`` with its sections when ``structured``
+            and with the response's ``usage`` when it reports one.
 
         Raises:
             SummarizerError: If the answer has no text or was cut off at the budget.
@@ -196,11 +198,12 @@ class OpenAISummarizer:
             raise SummarizerError(f"summary cut off at max_tokens={request.max_tokens}")
         # not cleaned here: as_result cleans every backend's answer, once
         text = require_text(choice.message.content)
+        usage = usage_of(response)
         if self.structured:
             sections = parse_json_record(text)
             if sections is not None:
-                return SummaryResult(render_sections(sections), sections)
-        return text
+                return SummaryResult(render_sections(sections), sections, usage)
+        return text if usage is None else SummaryResult(text, None, usage)
 
     @property
     def users(self) -> int:

@@ -23,7 +23,13 @@ from pipecat.services.llm_service import LLMService
 
 from pipecat_summarizer._compaction.prompt import SummaryRequest
 from pipecat_summarizer._text.tokens import estimate_text_tokens
-from pipecat_summarizer.summarizers.base import SummarizerError, require_text
+from pipecat_summarizer.summarizers.base import (
+    SummarizerError,
+    SummaryResult,
+    SummaryUsage,
+    require_text,
+    usage_of,
+)
 
 # The provider responses seen by the current summary call (None outside one).
 _responses: contextvars.ContextVar[list | None] = contextvars.ContextVar(
@@ -70,6 +76,18 @@ def truncation_reason(response: Any) -> str | None:
         if name == "MAX_TOKENS":
             return "MAX_TOKENS"
     return None
+
+
+def _summed(usages: list[SummaryUsage]) -> SummaryUsage | None:
+    """The usage of every response one summary call made (usually one), added up."""
+    if not usages:
+        return None
+    cached = [u.cached_tokens for u in usages if u.cached_tokens is not None]
+    return SummaryUsage(
+        sum(u.prompt_tokens for u in usages),
+        sum(u.completion_tokens for u in usages),
+        sum(cached) if cached else None,
+    )
 
 
 def _observe(llm: Any) -> bool:
@@ -167,14 +185,16 @@ class PipecatLLMSummarizer:
         self._observable = observable
         return observable
 
-    async def summarize(self, request: SummaryRequest) -> str:
+    async def summarize(self, request: SummaryRequest) -> str | SummaryResult:
         """Run one out-of-band inference.
 
         Args:
             request: The summary request.
 
         Returns:
-            The summary text.
+            The summary text, or a ``SummaryResult`` with the provider's usage when the
+            service's client is one whose responses are observed (OpenAI, Anthropic) and
+            the response reports it.
 
         Raises:
             SummarizerError: If the answer is empty or was cut off at the budget.
@@ -201,7 +221,8 @@ class PipecatLLMSummarizer:
                 raise SummarizerError(
                     f"summary fills its budget of max_tokens={request.max_tokens}; taken as cut off"
                 )
-        return text
+        usage = _summed([u for u in map(usage_of, seen) if u is not None])
+        return text if usage is None else SummaryResult(text, None, usage)
 
     async def aclose(self) -> None:
         """Nothing to close: the service belongs to the application."""

@@ -47,7 +47,7 @@ async def test_each_fault_fails_the_real_client(server, fault):
     with pytest.raises(EXPECTED[fault]):
         await client.summarize(request)
     await server.set_fault("ok")  # reopens the port after "refused"
-    text = await client.summarize(request)
+    text = (await client.summarize(request)).text  # with the server's usage
     assert "covered: #a1 #u1" in text
     await client.aclose()
 
@@ -55,7 +55,9 @@ async def test_each_fault_fails_the_real_client(server, fault):
 async def test_slow_succeeds_and_the_in_flight_count_returns_to_zero(server):
     client = OpenAISummarizer(base_url=server.base_url, model="cheap")
     await server.set_fault("slow")
-    text = await client.summarize(build_request(MESSAGES, previous_summary=None, max_tokens=200))
+    text = (
+        await client.summarize(build_request(MESSAGES, previous_summary=None, max_tokens=200))
+    ).text
     assert "#u1" in text
     assert (server.in_flight, server.max_in_flight) == (0, 1)
     await client.aclose()

@@ -180,7 +180,7 @@ async def test_pipecat_service_truncated_summary_is_rejected(openai_server):
     with pytest.raises(SummarizerError, match="cut off"):
         await s.summarize(REQUEST)
     openai_server.handler = lambda body: Reply("FACTS:\n- name: Priya")
-    assert await s.summarize(REQUEST) == "FACTS:\n- name: Priya"
+    assert (await s.summarize(REQUEST)).text == "FACTS:\n- name: Priya"
 
 
 async def test_truncated_summary_from_a_pipecat_service_is_not_applied(openai_server):

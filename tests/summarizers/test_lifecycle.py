@@ -48,7 +48,7 @@ async def test_per_call_summarizers_leave_no_connection_open(summary_server):
     for _ in range(3):
         s = OpenAISummarizer(base_url=summary_server.base_url, model="cheap")
         attach_summarizer(s)
-        assert await s.summarize(REQUEST) == SUMMARY
+        assert (await s.summarize(REQUEST)).text == SUMMARY
         await detach_summarizer(s)
     assert len(summary_server.requests) == 3
     assert await settled_connections(summary_server, 0) == 0
@@ -61,20 +61,20 @@ async def test_a_shared_summarizer_stays_usable_while_another_call_still_runs(su
     shared = OpenAISummarizer(base_url=summary_server.base_url, model="cheap")
     attach_summarizer(shared)  # call 1
     attach_summarizer(shared)  # call 2
-    assert await shared.summarize(REQUEST) == SUMMARY
+    assert (await shared.summarize(REQUEST)).text == SUMMARY
     summary_server.handler = slow
     in_flight = asyncio.create_task(shared.summarize(REQUEST))  # call 2's summary
     while not summary_server.in_flight:
         await asyncio.sleep(0.01)
     await detach_summarizer(shared)  # call 1 ends while call 2's request is on the wire
     assert shared.users == 1
-    assert await in_flight == SUMMARY
-    assert await shared.summarize(REQUEST) == SUMMARY  # call 2 goes on
+    assert (await in_flight).text == SUMMARY
+    assert (await shared.summarize(REQUEST)).text == SUMMARY  # call 2 goes on
     assert await settled_connections(summary_server, 1) == 1
     await detach_summarizer(shared)  # call 2 ends: nobody uses it
     assert await settled_connections(summary_server, 0) == 0
     attach_summarizer(shared)  # a later call: the pool opens again
-    assert await shared.summarize(REQUEST) == SUMMARY
+    assert (await shared.summarize(REQUEST)).text == SUMMARY
     await detach_summarizer(shared)
     assert await settled_connections(summary_server, 0) == 0
 
@@ -87,7 +87,7 @@ async def test_the_last_user_leaving_mid_request_closes_the_pool_after_it(summar
     while not summary_server.in_flight:
         await asyncio.sleep(0.01)
     await detach_summarizer(s)
-    assert await in_flight == SUMMARY  # not cut off by the close
+    assert (await in_flight).text == SUMMARY  # not cut off by the close
     assert await settled_connections(summary_server, 0) == 0
 
 
@@ -95,18 +95,18 @@ async def test_a_client_passed_in_is_never_closed(summary_server):
     client = openai.AsyncOpenAI(base_url=summary_server.base_url, api_key="k")
     s = OpenAISummarizer(client=client, model="cheap")
     attach_summarizer(s)
-    assert await s.summarize(REQUEST) == SUMMARY
+    assert (await s.summarize(REQUEST)).text == SUMMARY
     await detach_summarizer(s)
     await s.aclose()
     assert not client.is_closed()
-    assert await s.summarize(REQUEST) == SUMMARY  # still the application's, still usable
+    assert (await s.summarize(REQUEST)).text == SUMMARY  # still the application's, still usable
     await client.close()
 
 
 async def test_aclose_closes_for_good(summary_server):
     s = OpenAISummarizer(base_url=summary_server.base_url, model="cheap")
     attach_summarizer(s)
-    assert await s.summarize(REQUEST) == SUMMARY
+    assert (await s.summarize(REQUEST)).text == SUMMARY
     await s.aclose()
     with pytest.raises(SummarizerError, match="closed"):
         await s.summarize(REQUEST)

@@ -55,7 +55,7 @@ async def test_openai_summarizer_connection_refused():
 async def test_pipecat_llm_summarizer_uses_run_inference(openai_server):
     openai_server.handler = lambda body: Reply("FACTS:\n- via pipecat")
     s = PipecatLLMSummarizer(main_llm(openai_server.base_url))
-    assert await s.summarize(REQUEST) == "FACTS:\n- via pipecat"
+    assert (await s.summarize(REQUEST)).text == "FACTS:\n- via pipecat"
     body = openai_server.requests[0]
     assert body["messages"][0]["role"] == "system"
     assert "memory record" in body["messages"][0]["content"]
@@ -81,7 +81,7 @@ async def test_structured_output_gives_sections_without_parsing(openai_server):
 async def test_structured_output_falls_back_to_text(openai_server):
     openai_server.handler = lambda body: Reply("FACTS:\n- not json")
     s = OpenAISummarizer(base_url=openai_server.base_url, model="tiny", structured=True)
-    assert await s.summarize(REQUEST) == "FACTS:\n- not json"
+    assert (await s.summarize(REQUEST)).text == "FACTS:\n- not json"
 
 
 async def test_a_summary_cut_off_at_the_budget_is_rejected(openai_server):

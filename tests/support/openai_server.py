@@ -44,6 +44,7 @@ class Reply:
     tool_calls: list[dict] | None = None
     finish_reason: str = "stop"
     error_message: str | None = None  # the error body's message (default "scripted <status>")
+    usage: dict | None = None  # the reply's "usage" as given (default: about chars/4 of the body)
 
 
 def is_summary_request(body: dict) -> bool:
@@ -146,6 +147,8 @@ class FakeOpenAIServer:
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
+        if reply.usage is not None:
+            usage = reply.usage
         if not body.get("stream"):
             message = {"role": "assistant", "content": reply.text}
             if reply.tool_calls:
