@@ -237,6 +237,22 @@ def find_correction(text: str, details: Iterable[tuple[str | None, str]]) -> Cor
     return None if best is None else best[1]
 
 
+def applied(text: str, details: Iterable[str]) -> bool:
+    """Whether the correction ``text`` makes is already applied: a detail marked as a
+    correction states its new value ("make that 21 March" after "date: 21 March (corrected
+    from 14 March)"), so it replaces nothing again."""
+    said = _said(text)
+    if said is None:
+        return False
+    for detail in details:
+        if corrected_from(detail) is None:
+            continue
+        held = {" ".join(v.text.lower().split()) for v in values(unmarked(detail))}
+        if all(" ".join(v.text.lower().split()) in held for v in said.new):
+            return True
+    return False
+
+
 def _kind_words(kind: str) -> set[str]:
     return topic_words(_KIND_WORDS.get(kind, kind.partition(":")[2] or kind))
 
@@ -276,6 +292,7 @@ def unread(messages: Sequence[Any], read: Sequence[Any], cap: int = 16) -> list[
 
 __all__ = [
     "Correction",
+    "applied",
     "Value",
     "corrected_from",
     "find_correction",

@@ -16,7 +16,7 @@ from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 from pipecat_summarizer._compaction.prompt import SummaryRequest
 from pipecat_summarizer._compaction.transcript import provider_message
 from pipecat_summarizer._record.authority import is_instruction_like
-from pipecat_summarizer._record.corrections import find_correction
+from pipecat_summarizer._record.corrections import applied, find_correction
 from pipecat_summarizer._record.sections import parse_sections
 from pipecat_summarizer._text.vocabulary import (
     CONSTRAINTS,
@@ -335,8 +335,8 @@ class ExtractiveSummarizer:
             if not item.lower().startswith("tool ")
         ]
         found = find_correction(sentence, [(None, item) for _, _, item in details])
-        if found is None:
-            return False
+        if found is None:  # said again after it was applied: nothing more to replace
+            return applied(sentence, (item for _, _, item in details))
         name, i, _ = next(d for d in details if d[2] == found.target)
         record.remove(name, i)
         record.add(name, self._shorten(found.text))

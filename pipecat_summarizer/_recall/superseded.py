@@ -1,0 +1,84 @@
+"""Recalled snippets that carry a detail corrected since: left out, or marked superseded.
+
+A correction (:mod:`pipecat_summarizer._record.corrections`) replaces a detail in the pinned
+facts and the summary, which then read ``"date: 21 March (corrected from 14 March)"``. The
+archive still holds the message that said "14 March". :func:`supersede` is the one rule
+recall's rendering applies to its snippets:
+
+- a snippet that states a value a correction in view replaced (on the same topic) is left
+  out: the corrected value is in view, the old one would only contradict it;
+- a snippet that a later snippet of the same block corrects ("make that 21 March") is kept,
+  marked ``[superseded: later corrected to 21 March]``, so the old value is never read as
+  the current one.
+
+Pure: no state, no store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+from pipecat_summarizer._record.corrections import corrected_from, find_correction, unmarked, values
+from pipecat_summarizer._text.messages import ArchivedText
+from pipecat_summarizer._text.vocabulary import topic_words
+
+S = TypeVar("S", bound=ArchivedText)
+
+SUPERSEDED_MARK = "[superseded: later corrected to {new}] "
+
+
+def _in_view_corrections(texts: Iterable[str]) -> list[tuple[str, str, frozenset[str]]]:
+    """``(old value, new value, topic words)`` of each corrected detail in view."""
+    found = []
+    for text in texts:
+        for line in text.splitlines():
+            old = corrected_from(line)
+            if old is None:
+                continue
+            plain = unmarked(line)
+            kinds = {v.kind for v in values(old)}
+            new = next((v.text for v in values(plain) if v.kind in kinds), None)
+            if new is None:
+                continue
+            topic = frozenset(topic_words(plain) - topic_words(new) - topic_words(old))
+            found.append((old, new, topic))
+    return found
+
+
+def _states(text: str, value: str) -> bool:
+    return any(" ".join(v.text.lower().split()) == value.lower() for v in values(text))
+
+
+def supersede(snippets: Sequence[S], in_view: Iterable[str] = ()) -> list[S]:
+    """``snippets`` without those whose detail a correction in view replaced, and with those
+    a later snippet corrects marked (see the module docstring); the order is kept.
+
+    Args:
+        snippets: Recalled snippets (anything with the archived text's fields).
+        in_view: The texts the model sees besides the turns (summary, pinned facts).
+    """
+    corrections = _in_view_corrections(in_view)
+    kept: list[S] = []
+    for s in snippets:
+        words = topic_words(s.content)
+        if any(
+            _states(s.content, old) and not _states(s.content, new) and (words & topic)
+            for old, new, topic in corrections
+        ):
+            continue  # the corrected value is in view
+        kept.append(s)
+    order = sorted(range(len(kept)), key=lambda i: (kept[i].at, kept[i].call_id, kept[i].position))
+    out = list(kept)
+    for n, i in enumerate(order):
+        for j in order[n + 1 :]:
+            later = find_correction(kept[j].content, [(None, kept[i].content)])
+            if later is not None:
+                mark = SUPERSEDED_MARK.format(new=later.new)
+                out[i] = dataclasses.replace(kept[i], content=mark + kept[i].content)
+                break
+    return out
+
+
+__all__ = ["SUPERSEDED_MARK", "supersede"]
