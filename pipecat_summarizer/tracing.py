@@ -244,22 +244,23 @@ class SummarizerTracer:
         now = time.time_ns()
         latency = getattr(event, "latency_s", None)
         start = now - int(float(latency) * 1e9) if isinstance(latency, int | float) else now
-        self.span(SPAN_CLEARING, event_attributes(event), start_ns=start, end_ns=now)
+        attrs = event_attributes(event)
+        tools = getattr(event, "tools", None)
+        if isinstance(tools, tuple) and all(isinstance(t, str) for t in tools):
+            attrs[NS + "tools"] = tools  # the application's tool names, never their results
+        self.span(SPAN_CLEARING, attrs, start_ns=start, end_ns=now)
 
 
 def _usage(event: Any) -> dict[str, Any]:
-    """``gen_ai.usage.*`` for a compaction: the summarizer's reported usage when the event
-    carries it, else the estimates (marked ``pipecat_summarizer.usage_estimated``)."""
-    reported_in = _first_int(event, ("usage_input_tokens", "reported_input_tokens"))
-    reported_out = _first_int(event, ("usage_output_tokens", "reported_output_tokens"))
-    usage = getattr(event, "usage", None)
-    if reported_in is None and usage is not None:
-        reported_in = _first_int(usage, ("input_tokens", "prompt_tokens"))
-        reported_out = _first_int(usage, ("output_tokens", "completion_tokens"))
-    if reported_in is not None:
+    """``gen_ai.usage.*`` for a compaction: what the secondary LLM reported
+    (``summary_prompt_tokens``...) when its response said, else the estimates (marked
+    ``pipecat_summarizer.usage_estimated``)."""
+    reported = _first_int(event, ("summary_prompt_tokens",))
+    if reported is not None:
         return {
-            "gen_ai.usage.input_tokens": reported_in,
-            "gen_ai.usage.output_tokens": reported_out,
+            "gen_ai.usage.input_tokens": reported,
+            "gen_ai.usage.output_tokens": _first_int(event, ("summary_completion_tokens",)),
+            "gen_ai.usage.cache_read.input_tokens": _first_int(event, ("summary_cached_tokens",)),
             NS + "usage_estimated": False,
         }
     return {
@@ -271,7 +272,7 @@ def _usage(event: Any) -> dict[str, Any]:
 
 def _first_int(obj: Any, names: tuple[str, ...]) -> int | None:
     for name in names:
-        value = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+        value = getattr(obj, name, None)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None

@@ -247,7 +247,11 @@ async def test_a_traced_call_has_its_compactions_recalls_and_tool_as_spans_witho
     assert first["pipecat_summarizer.messages_summarized"] == applied[0].messages_summarized
     assert first["pipecat_summarizer.tokens_before"] == applied[0].tokens_before
     assert first["pipecat_summarizer.tokens_after"] == applied[0].tokens_after
-    assert first["gen_ai.usage.input_tokens"] == applied[0].input_tokens
+    # the secondary LLM's usage as it reported it (the local server reports usage)
+    assert applied[0].summary_prompt_tokens is not None
+    assert first["gen_ai.usage.input_tokens"] == applied[0].summary_prompt_tokens
+    assert first["gen_ai.usage.output_tokens"] == applied[0].summary_completion_tokens
+    assert first["pipecat_summarizer.usage_estimated"] is False
     assert first["pipecat_summarizer.call_id"] == "call-1"
     # the span covers the work: its duration is the event's latency (job start to splice)
     c = compactions[0]
@@ -447,3 +451,117 @@ def test_event_attributes_copy_numbers_and_ids_never_other_strings():
         "pipecat_summarizer.ok": True,
         "pipecat_summarizer.summary_sha256": "abc123",
     }
+
+
+# -- tool-result clearing ---------------------------------------------------------------------
+
+
+def _lookup_call(call_id: str, order: str) -> Reply:
+    function = {"name": "lookup_order", "arguments": json.dumps({"order": order})}
+    return Reply(tool_calls=[{"id": call_id, "type": "function", "function": function}])
+
+
+def _orders_handler(body: dict) -> Reply:
+    if is_summary_request(body):
+        return Reply(SUMMARY)
+    last = body["messages"][-1]
+    text = last.get("content") if last.get("role") == "user" else None
+    if isinstance(text, str) and text.startswith("Look up order "):
+        order = text.rsplit(" ", 1)[1]
+        return _lookup_call(f"call_{order}", order)
+    return Reply("Here it is." if last.get("role") == "tool" else ANSWER)
+
+
+ORDERS_SAID = [f"Look up order {o}" for o in ("A17", "B23", "C31", "D47", "E59")] + ["ok"]
+TRACKING = "ZEBRA417 OTTER523 HERON631 LYNX747 PUFFIN859"
+
+
+async def _orders_call(server, tmp_path, config, clearing) -> tuple[ContextSummarizer, list]:
+    from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+    from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+
+    server.handler = _orders_handler
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    context = LLMContext(messages=[{"role": "system", "content": "Be brief."}])
+    processor = ContextSummarizer(
+        context=context,
+        config=config,
+        params=ContextSummarizerParams(clearing=clearing),
+        summarizer=_summarizer(server.base_url),
+        store=store,
+        memory=MemoryParams(writer=FAST),
+    )
+    llm = main_llm(server.base_url)
+    codes = dict(zip(("A17", "B23", "C31", "D47", "E59"), TRACKING.split(), strict=True))
+
+    async def lookup_order(params):
+        order = params.arguments["order"]
+        await params.result_callback(
+            {"order": order, "tracking": codes[order], "history": "scanned at depot " * 150}
+        )
+
+    llm.register_function("lookup_order", lookup_order)
+    schema = FunctionSchema(name="lookup_order", description="x", properties={}, required=[])
+    context.set_tools(ToolsSchema(standard_tools=[schema]))
+    compacted: list = []
+
+    @processor.event_handler("on_context_compacted")
+    async def _compacted(_p, event):
+        compacted.append(event)
+
+    try:
+        await run_traced(build(context, processor, llm), spoken_turns(ORDERS_SAID, gap=0.35))
+    finally:
+        await store.close()
+    return processor, compacted
+
+
+async def test_clearing_with_a_compaction_is_on_the_compaction_span(openai_server, tmp_path, spans):
+    from pipecat_summarizer.params import ClearingParams
+
+    clearing = ClearingParams(keep_latest=1, min_result_tokens=0, min_freed_tokens=100)
+    _, compacted = await _orders_call(openai_server, tmp_path, cfg(messages=10, keep=6), clearing)
+    finished = spans.get_finished_spans()
+    batched = [e for e in compacted if e.tool_results_cleared]
+    assert batched, compacted
+    spans_of = {
+        s.attributes["pipecat_summarizer.compaction"]: s.attributes
+        for s in _by_name(finished, SPAN_COMPACTION)
+    }
+    attrs = spans_of[batched[0].compaction]
+    assert attrs["pipecat_summarizer.tool_results_cleared"] == batched[0].tool_results_cleared
+    assert attrs["pipecat_summarizer.tokens_cleared"] == batched[0].tokens_cleared > 0
+    # the tool's name is the application's identifier (on the clearing span): not call words
+    words = _words([*ORDERS_SAID, TRACKING, "scanned at depot", SUMMARY, ANSWER]) - {
+        "look",
+        "order",
+    }
+    assert _leaks(_ours(finished), words) == []
+
+
+async def test_clearing_alone_is_a_clearing_span(openai_server, tmp_path, spans):
+    from pipecat_summarizer.params import ClearingParams
+    from pipecat_summarizer.tracing import SPAN_CLEARING
+
+    clearing = ClearingParams(keep_latest=2, min_result_tokens=0, min_freed_tokens=200)
+    processor, _ = await _orders_call(
+        openai_server, tmp_path, cfg(tokens=3200, messages=60, keep=4), clearing
+    )
+    if "on_tool_results_cleared" not in processor._event_handlers:
+        pytest.skip("the processor does not emit on_tool_results_cleared yet")
+    finished = spans.get_finished_spans()
+    cleared = _by_name(finished, SPAN_CLEARING)
+    assert cleared
+    attrs = cleared[0].attributes
+    assert attrs["pipecat_summarizer.tool_results_cleared"] >= 1
+    assert attrs["pipecat_summarizer.tokens_cleared"] > 0
+    assert attrs["pipecat_summarizer.tools"] == ("lookup_order",) * len(
+        attrs["pipecat_summarizer.tools"]
+    )
+    assert cleared[0].parent is not None
+    # the tool's name is the application's identifier (on the clearing span): not call words
+    words = _words([*ORDERS_SAID, TRACKING, "scanned at depot", SUMMARY, ANSWER]) - {
+        "look",
+        "order",
+    }
+    assert _leaks(_ours(finished), words) == []
