@@ -58,10 +58,12 @@ async def call(
     end: str = "end",
     window: float = 120.0,
     pins=(),
+    messages: int = 6,
 ) -> ContextSummarizer:
     """One call of ``user`` on the store at ``target``: a pause (the caller connects), the
     turns, then ``end``: ``"end"`` (a goodbye, EndFrame), ``"cancel"`` (a CancelFrame, the
-    transport dropped) or ``"mark"`` (``mark_dropped()``, then an EndFrame)."""
+    transport dropped) or ``"mark"`` (``mark_dropped()``, then an EndFrame). A summary is due
+    past ``messages`` messages."""
     store = open_store(target)
     context = LLMContext(messages=[dict(SYSTEM)])
     context.set_tools(
@@ -78,7 +80,7 @@ async def call(
     )
     processor = ContextSummarizer(
         context=context,
-        config=cfg(messages=6, keep=2),
+        config=cfg(messages=messages, keep=2),
         summarizer=OpenAISummarizer(base_url=server.base_url, model="cheap"),
         store=store,
         call_id=call_id,
@@ -274,12 +276,15 @@ async def test_a_resumed_call_that_drops_again_resumes_once_more_without_repeats
     db = str(tmp_path / "memory.db")
     openai_server.handler = handler
     await call(openai_server, db, "room-1", CALL_1, end="cancel")
-    await call(openai_server, db, "room-2", [AGAIN], end="cancel")
+    # no summary in the later calls: what call 2 had in view is what call 3 gets
+    await call(openai_server, db, "room-2", [AGAIN], end="cancel", messages=50)
     openai_server.requests.clear()
-    await call(openai_server, db, "room-3", ["Still there?"])
+    await call(openai_server, db, "room-3", ["Still there?"], messages=50)
     sent = first_request(openai_server)
     assert_paired(sent)
     (note,) = notices(sent)  # this drop's note only; the lost result is no longer pending
     assert "No tool call was pending" in note["content"]
-    assert content(sent).count(LOST_RESULT) == 1
+    assert content(sent).count(LOST_RESULT) == 1 and content(sent).count(AGAIN) == 1
+    said = [m.get("content") for m in sent]  # call 1's words, call 2's, the note, call 3's
+    assert said.index(LOST_RESULT) < said.index(AGAIN) < said.index(note["content"])
     assert sent[-1] == {"role": "user", "content": "Still there?"}
