@@ -69,7 +69,7 @@ _NOT_NAMES = frozenset(
 _CUES = re.compile(
     r"\b(?:make|change|changed|move|moved|switch|switched|update|updated|set|put)\s+"
     r"(?:that|it|this)\s+(?:to\s+|for\s+)?(?P<new1>[^.;!?]+)"
-    r"|\b(?:change|changed|move|moved|switch|switched|update|updated)\s+(?:the|my|our)\s+"
+    r"|\b(?:change|changed|move|moved|switch|switched|update|updated)\s+(?:the|my|our|your)\s+"
     r"(?P<topic2>[\w' -]{2,40}?)\s+to\s+(?P<new2>[^.;!?]+)"
     r"|\b(?:no|actually|sorry|correction|wait)\b[,:!]?\s+(?:(?:the|my|our)\s+"
     r"(?P<topic3>[\w' -]{2,40}?)\s+(?:is|was|should be|will be)|it'?s|it is|that'?s|that is|"
