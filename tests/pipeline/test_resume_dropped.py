@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import asyncpg
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.frames.frames import CancelFrame
@@ -288,3 +289,45 @@ async def test_a_resumed_call_that_drops_again_resumes_once_more_without_repeats
     said = [m.get("content") for m in sent]  # call 1's words, call 2's, the note, call 3's
     assert said.index(LOST_RESULT) < said.index(AGAIN) < said.index(note["content"])
     assert sent[-1] == {"role": "user", "content": "Still there?"}
+
+
+async def test_a_resume_that_loads_after_the_first_turn_goes_before_this_calls_turns(
+    openai_server, pg_server
+):
+    """Frames never wait for the store: the resume joins at the first turn after it has
+    loaded, and the dropped call's messages go before this call's own (they are older)."""
+    dsn = pg_server.create_database("resume_late")
+    openai_server.handler = handler
+    await call(openai_server, dsn, "room-1", CALL_1, end="cancel")
+    dropped = await in_view_at_end(dsn, "alice")
+    locker = await asyncpg.connect(dsn)
+    lock = locker.transaction()
+    await lock.start()
+    await locker.execute("LOCK TABLE caller_facts IN ACCESS EXCLUSIVE MODE")
+
+    released: list[bool] = []
+
+    async def release_after_the_first_turn(body: dict) -> Reply:
+        if not released:
+            released.append(True)
+            await lock.rollback()  # the caller's memory can load now
+        return handler(body)
+
+    openai_server.handler = release_after_the_first_turn
+    openai_server.requests.clear()
+    try:
+        await call(openai_server, dsn, "room-2", [AGAIN, "Are you there?"], messages=50)
+    finally:
+        await locker.close()
+    first, second = (r["messages"] for r in openai_server.chat_requests[:2])
+    assert first == [SYSTEM, {"role": "user", "content": AGAIN}]  # the store was locked
+    assert_paired(second)
+    (note,) = notices(second)
+    at = second.index(note)
+    assert second[at - len(dropped) : at - 1] == dropped[:-1]
+    assert second[at - 1] == {**dropped[-1], "content": LOST_RESULT}
+    assert second[at + 1 :] == [
+        {"role": "user", "content": AGAIN},
+        {"role": "assistant", "content": "Sure."},
+        {"role": "user", "content": "Are you there?"},
+    ]
