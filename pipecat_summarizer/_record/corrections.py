@@ -207,11 +207,15 @@ def find_correction(text: str, details: Iterable[tuple[str | None, str]]) -> Cor
 
     Returns:
         The correction: the detail (the most specific match; the most recent among equals),
-        its old value and the new one, and its text with the new value, marked.
+        its old value and the new one, and its text with the new value, marked; ``None`` when a
+        detail already states the new value as a correction (:func:`applied`).
     """
     said = _said(text)
     if said is None:
         return None
+    details = list(details)
+    if applied(text, (d for _, d in details)):
+        return None  # said again (a turn restored, re-read): it corrects nothing more
     words = topic_words(text) | said.topic
     best: tuple[tuple[int, int], Correction] | None = None
     for order, (key, detail) in enumerate(details):

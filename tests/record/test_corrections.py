@@ -182,3 +182,18 @@ def test_the_record_corrects_facts_and_summary_and_defers_while_a_summary_runs()
     # a summary that still states the old detail is corrected as it lands
     draft = record.absorb("FACTS:\n- date: 14 March", None, LLMContextSummaryConfig())
     assert "date: 21 March (corrected from 14 March)" in draft.text
+
+
+def test_a_correction_already_applied_corrects_nothing_else():
+    details = [
+        (None, "Check-in: 21 March (corrected from 14 March)"),
+        (None, "Check-out: 16 March"),
+    ]
+    assert find_correction("Make that 21 March.", details) is None  # re-read, not a new one
+
+
+def test_the_prompt_asks_for_the_corrected_value_only_marked_with_the_old_one():
+    from pipecat_summarizer._compaction.prompt import DEFAULT_PROMPT, system_prompt
+
+    assert 'marked "(corrected from <old value>)"' in " ".join(DEFAULT_PROMPT.split())
+    assert "interrupted" in system_prompt("Custom prompt.", 300)
