@@ -394,7 +394,8 @@ class ContextSession(SharedContext):
             logger.info(f"{self}: dropped call {resumed.call_id} not resumed (compacted since)")
             resumed = None
         if resumed is not None:  # the dropped call's own summary and facts, as it had them
-            loaded = (resumed.facts, resumed.summary)
+            earlier = loaded[1] if loaded is not None else None  # it had no summary: today's
+            loaded = (resumed.facts, resumed.summary or earlier)
         if loaded is None:
             return
         recorder.restoring(True)  # fact changes are recorded as "restored"

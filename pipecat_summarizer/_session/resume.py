@@ -260,6 +260,14 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _duration(seconds: float) -> str:
+    """``"1 second"``, ``"42 seconds"``, ``"5 minutes"`` (never "0 seconds")."""
+    if seconds >= 120:
+        return f"{round(seconds / 60)} minutes"
+    n = max(1, round(seconds))
+    return f"{n} second{'s' if n != 1 else ''}"
+
+
 def notice(gap_s: float, pending: Sequence[PendingCall]) -> dict:
     """The user-role notice that closes the restored conversation: what happened to the
     connection, and the tool calls still pending then (so none is called twice unknowingly).
@@ -270,7 +278,7 @@ def notice(gap_s: float, pending: Sequence[PendingCall]) -> dict:
     """
     lines = [
         NOTICE_HEADER,
-        f"The caller's previous connection dropped about {round(gap_s)} seconds before this "
+        f"The caller's previous connection dropped about {_duration(gap_s)} before this "
         "one; the conversation above is restored from it.",
     ]
     if pending:

@@ -72,6 +72,10 @@ class MemoryParams:
             dropped connection naming tool calls left without a result. ``0``: off (the
             returning caller's facts and "earlier calls" summary only, as after a goodbye).
             Needs ``resume`` and a ``user_id``.
+        conversation_started_at: When the conversation took place (seconds since the epoch,
+            UTC), when that is not now: an imported or replayed conversation. Each archived
+            message is dated by it (plus the time since the call started), and recall labels
+            a snippet with its call's date. ``None``: the wall clock.
         writer: Queue size, flush interval (default 1 s) and retry settings.
     """
 
@@ -81,6 +85,7 @@ class MemoryParams:
     load_timeout_s: float = 30.0
     flush_timeout_s: float = 3.0
     resume_dropped_within_s: float = 120.0
+    conversation_started_at: float | None = None
     writer: WriterParams = field(default_factory=WriterParams)
 
     def __post_init__(self):
@@ -96,6 +101,11 @@ class MemoryParams:
             raise ValueError(
                 "resume_dropped_within_s must be >= 0 (0: off), "
                 f"got {self.resume_dropped_within_s!r}"
+            )
+        if self.conversation_started_at is not None and self.conversation_started_at < 0:
+            raise ValueError(
+                "conversation_started_at must be >= 0 (seconds since the epoch), "
+                f"got {self.conversation_started_at!r}"
             )
         if not isinstance(self.writer, WriterParams):
             raise TypeError("writer must be a WriterParams")

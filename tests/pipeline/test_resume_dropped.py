@@ -60,6 +60,7 @@ async def call(
     window: float = 120.0,
     pins=(),
     messages: int = 6,
+    resume: bool = True,
 ) -> ContextSummarizer:
     """One call of ``user`` on the store at ``target``: a pause (the caller connects), the
     turns, then ``end``: ``"end"`` (a goodbye, EndFrame), ``"cancel"`` (a CancelFrame, the
@@ -86,7 +87,7 @@ async def call(
         store=store,
         call_id=call_id,
         user_id=user,
-        memory=MemoryParams(writer=FAST, resume_dropped_within_s=window),
+        memory=MemoryParams(writer=FAST, resume=resume, resume_dropped_within_s=window),
     )
     for key, text in pins:
         processor.pin(key, text)
@@ -331,3 +332,23 @@ async def test_a_resume_that_loads_after_the_first_turn_goes_before_this_calls_t
         {"role": "assistant", "content": "Sure."},
         {"role": "user", "content": "Are you there?"},
     ]
+
+
+async def test_a_dropped_call_without_a_summary_resumes_with_the_earlier_calls_summary(
+    openai_server, tmp_path
+):
+    db = str(tmp_path / "memory.db")
+    openai_server.handler = handler
+    await call(openai_server, db, "room-0", CALL_1[:-1], end="end")  # summarized, a goodbye
+    # call 1 loads no memory (resume=False) and never summarizes: no summary at its drop
+    said = ["Me again, about the same order.", "Can you look up the order?"]
+    await call(openai_server, db, "room-1", said, end="cancel", messages=50, resume=False)
+    dropped = await in_view_at_end(db, "alice")
+    openai_server.requests.clear()
+    await call(openai_server, db, "room-2", [AGAIN])
+    sent = first_request(openai_server)
+    assert_paired(sent)
+    assert sent[1]["content"].startswith("Conversation summary: From earlier calls with this")
+    assert "order number is 4417" in sent[1]["content"]  # call 0's summary
+    assert sent[2 : 2 + len(dropped) - 1] == dropped[:-1]  # call 1's words, verbatim
+    assert len(notices(sent)) == 1 and sent[-1] == {"role": "user", "content": AGAIN}

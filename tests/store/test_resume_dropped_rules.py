@@ -144,6 +144,8 @@ def test_the_notice_is_user_data_naming_each_pending_call_briefly():
     assert lines[0] == NOTICE_HEADER and "about 42 seconds" in lines[1]
     assert lines[-1].startswith("- refund(") and "[call id c1]" in lines[-1]
     assert len(lines[-1]) < 260  # the arguments are cut
+    assert "about 1 second before" in notice(0.2, [])["content"]
+    assert "about 5 minutes before" in notice(300, [])["content"]
 
 
 def test_restored_messages_go_after_the_head_the_facts_and_the_summary():
