@@ -137,7 +137,16 @@ def without_names(query: str, names: Iterable[str]) -> str:
 # -- the terms that count -------------------------------------------------------------
 
 
-def common_terms(texts: Sequence[str], *, share: float = 0.4, min_texts: int = 5) -> set[str]:
+#: Fewest texts in view for any word to count as common. A call's first turns (a returning
+#: caller's: the instructions, the memory, a greeting and the question) are too few to tell:
+#: with 5, a question word the greeting or the earlier-calls summary also had was dropped
+#: ("When should you call me back now?" searched only "forget").
+MIN_COMMON_TEXTS = 10
+
+
+def common_terms(
+    texts: Sequence[str], *, share: float = 0.4, min_texts: int = MIN_COMMON_TEXTS
+) -> set[str]:
     """Topic words found in at least ``share`` of ``texts`` (the messages in view): words
     every other message has (the two speakers' names, the call's subject) match everything
     and tell nothing about which archived message is meant. Empty below ``min_texts``."""
@@ -152,11 +161,46 @@ def common_terms(texts: Sequence[str], *, share: float = 0.4, min_texts: int = 5
     return {term for term, n in df.items() if n >= floor}
 
 
+# A caller's opener and asking words ("Sorry, remind me:", "I forgot, ...", "quick
+# question"): they say a question is asked, not what about (most asking words, "remember",
+# "mention", "again", are stop words already).
+_ASKING = frozenset(
+    search_stem(w)
+    for w in """sorry remind reminded forget forgot forgotten wonder wondering ask asking
+    asked quick question""".split()
+)
+
+
 def focus(query: str, common: Container[str]) -> list[str]:
-    """The query's topic words without the common ones (all of them if none is left)."""
+    """The query's topic words without the common ones and the asking words (``"sorry"``,
+    ``"remind"``); all of them if none is left."""
     terms = topic_terms(query)
-    kept = [t for t in terms if t not in common]
+    kept = [t for t in terms if t not in common and t not in _ASKING]
     return kept or terms
+
+
+# where a question splits in two: a sentence's end, or "and" / "also" before a question
+# word ("What's my room number, and when is checkout?"); not a line's end: the assistant's
+# short question and the caller's answer to it are one query ("Which hotel?" / "the first")
+_PART_BREAK = re.compile(
+    r"(?<=[.!?]) +|,?\s+(?:and|also|plus)\s+(?=(?:what|when|where|which|who|whom|whose|"
+    r"how|why|did|do|does|is|are|was|were|can|could|will|would|should)\b)",
+    re.IGNORECASE,
+)
+
+
+def query_parts(query: str, terms: Sequence[str]) -> list[list[str]]:
+    """The parts of a question that asks two things (each part's share of ``terms``, the
+    query's terms that count), so each part is matched on its own: a message answering one
+    half shares too few of the whole query's words to pass as a strong match. ``[]`` for a
+    question in one part."""
+    counted = set(terms)
+    parts: list[list[str]] = []
+    for piece in _PART_BREAK.split(query):
+        kept = [t for t in _topic_terms(piece) if t in counted] if piece else []
+        if kept and kept not in parts:
+            parts.append(kept)
+    return parts if len(parts) > 1 else []
 
 
 _WHEN_WORDS = """january february march april may june july august september october
@@ -173,6 +217,19 @@ def is_when(term: str) -> bool:
     if term.isdigit():
         return len(term) <= 2 or (len(term) == 4 and term[:2] in ("19", "20"))
     return term in _WHEN
+
+
+_ASKS_WHEN = re.compile(
+    r"\b(?:when|how long|what (?:date|day|year|month|time)|which (?:date|day|year|month)"
+    r"|since|ago|first (?:mention|said|told|call)|how many (?:days|weeks|months|years))\b",
+    re.IGNORECASE,
+)
+
+
+def asks_when(query: str) -> bool:
+    """True for a question about time (``"When did I ..."``, ``"how long ago"``, ``"what
+    date"``): its recalled snippets carry a relative date too (``three weeks ago``)."""
+    return bool(_ASKS_WHEN.search(query))
 
 
 _SPECIFIC = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w'-]+|\b\w*\d\w*|\b\w{7,}", re.UNICODE)
@@ -334,7 +391,7 @@ class ContextTerms:
                 found |= names_in(r.text)
         return frozenset(found)
 
-    def common(self, *, share: float = 0.4, min_texts: int = 5) -> Container[str]:
+    def common(self, *, share: float = 0.4, min_texts: int = MIN_COMMON_TEXTS) -> Container[str]:
         """:func:`common_terms` of the context's texts, answered term by term."""
         # valid until the next update (read at once, by :func:`focus`)
         return _Common(self._df, self._texts, share, min_texts)

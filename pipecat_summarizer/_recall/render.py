@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pipecat_summarizer._recall.query import latest_user_index, topic_terms
+from pipecat_summarizer._recall.query import asks_when, latest_user_index, topic_terms
 from pipecat_summarizer._recall.select import Snippet
 from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer._text.vocabulary import search_stem, words
@@ -61,12 +61,56 @@ def speaker(role: str | None) -> str:
     return SPEAKERS.get(role or "", role or "unknown")
 
 
-def snippet_when(snippet: Snippet, call_id: str | None) -> str:
-    """``this call, by turn 12`` or ``call of 2026-11-02 14:05``."""
+_MONTHS = (
+    "January February March April May June July August September October November December"
+).split()
+_NUMBERS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+
+
+def date_text(at: float) -> str:
+    """``4 May 2023, 14:05`` (UTC) for a time in seconds since the epoch."""
+    t = time.gmtime(at)
+    return f"{t.tm_mday} {_MONTHS[t.tm_mon - 1]} {t.tm_year}, {t.tm_hour:02d}:{t.tm_min:02d}"
+
+
+def _count(n: int, unit: str) -> str:
+    if n == 1:
+        return f"a {unit} ago" if unit != "hour" else "an hour ago"
+    return f"{_NUMBERS[n] if n < len(_NUMBERS) else n} {unit}s ago"
+
+
+def ago(seconds: float) -> str | None:
+    """How long ago, in words (``"three weeks ago"``, ``"yesterday"``), for ``seconds`` of
+    age; ``None`` for a time in the future (clocks apart)."""
+    if seconds < 0:
+        return None
+    days = seconds / 86400
+    if days < 1:
+        return "earlier today" if seconds >= 3600 else "less than an hour ago"
+    if days < 2:
+        return "yesterday"
+    if days < 7:
+        return _count(int(days), "day")
+    if days < 30:
+        return _count(int(days // 7), "week")
+    if days < 365:
+        return _count(max(1, int(days // 30.4)), "month")
+    return _count(int(days // 365), "year")
+
+
+def snippet_when(
+    snippet: Snippet, call_id: str | None, *, now: float | None = None, relative: bool = False
+) -> str:
+    """``this call, by turn 12`` or ``call of 2 November 2026, 14:05``; with ``relative``
+    (a question about time) and ``now`` (the conversation's clock), how long ago too:
+    ``call three weeks ago, on 2 November 2026, 14:05``."""
     if call_id is not None and snippet.call_id == call_id:
         return f"this call, by turn {snippet.turn}"
     if snippet.at > 0:
-        return "call of " + time.strftime("%Y-%m-%d %H:%M", time.gmtime(snippet.at))
+        when = ago(now - snippet.at) if relative and now is not None else None
+        if when is not None:
+            return f"call {when}, on {date_text(snippet.at)}"
+        return "call of " + date_text(snippet.at)
     return "an earlier call"
 
 
@@ -77,6 +121,8 @@ def snippet_line(
     terms: Sequence[str],
     room: int,
     count: Callable[[str], int],
+    now: float | None = None,
+    relative: bool = False,
 ) -> str:
     """One snippet as a line: ``- [when] caller: "…" -> assistant: "…"``, its quotes cut to
     ``room`` tokens in all. Each quote is a JSON string: no text inside it can close it or
@@ -89,7 +135,8 @@ def snippet_line(
         f"{speaker(role)}: {json.dumps(window(text, terms, each, count), ensure_ascii=False)}"
         for role, text in parts
     ]
-    return f"- [{snippet_when(snippet, call_id)}] " + " -> ".join(quoted)
+    when = snippet_when(snippet, call_id, now=now, relative=relative)
+    return f"- [{when}] " + " -> ".join(quoted)
 
 
 def render_recall(
@@ -100,14 +147,18 @@ def render_recall(
     max_tokens: int,
     max_snippet_tokens: int,
     count: Callable[[str], int] = estimate_text_tokens,
+    now: float | None = None,
 ) -> str | None:
     """The recalled message's text, within ``max_tokens``, or ``None`` if nothing fits.
 
     Snippets are taken best first while they fit (each cut to ``max_snippet_tokens`` around
     the query's words; a message and the one that followed share twice that) and listed in
-    conversation order, each labelled with its call or turn and its speakers.
+    conversation order, each labelled with its call or turn and its speakers. ``now``: the
+    conversation's clock; when the query asks about time (:func:`asks_when`) an earlier
+    call's label says how long ago too.
     """
     terms = topic_terms(query)
+    relative = now is not None and asks_when(query)
     budget = max_tokens - count(RECALL_HEADER) - 1
     chosen: list[tuple[Snippet, str]] = []
     for s in snippets:
@@ -116,11 +167,15 @@ def render_recall(
         room = min(max_snippet_tokens * (2 if s.reply else 1), budget - 16)
         if room < 6:
             continue
-        line = snippet_line(s, call_id=call_id, terms=terms, room=room, count=count)
+        line = snippet_line(
+            s, call_id=call_id, terms=terms, room=room, count=count, now=now, relative=relative
+        )
         cost = count(line) + 1
         while cost > budget and room > 6:  # labels and escapes ran over the estimate
             room = room * 3 // 4
-            line = snippet_line(s, call_id=call_id, terms=terms, room=room, count=count)
+            line = snippet_line(
+                s, call_id=call_id, terms=terms, room=room, count=count, now=now, relative=relative
+            )
             cost = count(line) + 1
         if cost > budget:
             continue

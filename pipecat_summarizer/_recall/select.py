@@ -55,7 +55,12 @@ def _stems(text: str) -> frozenset[str]:
 
 
 def relevance(
-    terms: Sequence[str], text: str, rare: Iterable[str] = (), *, strict: bool = True
+    terms: Sequence[str],
+    text: str,
+    rare: Iterable[str] = (),
+    *,
+    strict: bool = True,
+    need: int | None = None,
 ) -> float:
     """Share of ``terms`` (stemmed topic words of a query) present in ``text``.
 
@@ -63,7 +68,8 @@ def relevance(
     absent (unless the query has nothing else); a text must share another word. ``strict``:
     0.0 when a query of three or more terms shares only one with ``text``, unless that one
     is ``rare`` (new to the conversation in view, like "Mozart"): one everyday shared word
-    ("open") is not a strong match.
+    ("open") is not a strong match. ``need``: the shared words a strong match needs, when
+    not that rule's.
     """
     if not terms:
         return 0.0
@@ -73,11 +79,32 @@ def relevance(
     when = sum(1 for t in terms if t not in core and t in present)
     # two shared words for a query of three or more besides its date words (an absent
     # date word changes nothing); a date word present counts as one of the two
-    need = 2 if len(core) > 2 else 1
+    if need is None:
+        need = 2 if len(core) > 2 else 1
     strong = len(shared) + when >= need or bool(set(shared) & set(rare))
     if not shared or (strict and not strong):
         return 0.0
     return (len(shared) + when) / (len(core) + when)
+
+
+def best_relevance(
+    terms: Sequence[str],
+    parts: Sequence[Sequence[str]],
+    text: str,
+    rare: Iterable[str] = (),
+    *,
+    strict: bool = True,
+) -> float:
+    """:func:`relevance` of ``text`` to the whole query or to the best of its ``parts`` (see
+    :func:`~pipecat_summarizer._recall.query.query_parts`): a message that answers one half
+    of a two-part question is as relevant as one that answers a one-part question. A part
+    of two words or more needs two of them (or a rare one): a part is a short query, and
+    one everyday word of it ("leave") is not a strong match."""
+    score = relevance(terms, text, rare, strict=strict)
+    for part in parts:
+        need = min(2, len([t for t in part if not is_when(t)]) or 1)
+        score = max(score, relevance(part, text, rare, strict=strict, need=need))
+    return score
 
 
 @dataclass(frozen=True)
@@ -152,6 +179,7 @@ def select_hits(
     rare: Iterable[str] = (),
     exclude_roles: Iterable[str] = ("system", "developer"),
     min_similarity: float | None = None,
+    parts: Sequence[Sequence[str]] = (),
 ) -> list[Snippet]:
     """The hits worth recalling: not in view, no duplicates; the strong matches first
     (relevant enough, see ``params.min_score``), then, with ``params.fill``, the other hits
@@ -174,6 +202,9 @@ def select_hits(
         min_similarity: With semantic recall: a hit whose ``similarity`` (cosine with the
             query, see :mod:`pipecat_summarizer._recall.semantic`) is at least this is relevant
             enough without sharing the query's words (a paraphrase).
+        parts: The terms of each part of a two-part question (see
+            :func:`~pipecat_summarizer._recall.query.query_parts`): a hit relevant to one
+            part is relevant.
 
     Returns:
         At most ``params.max_snippets`` snippets (texts not yet cut).
@@ -204,13 +235,13 @@ def select_hits(
             role, text, position = str(reply_role), reply, position + 1
             norm = normalize_verbatim(reply)
             reply_role, reply = None, None
-        score = relevance(terms, full, rare)
+        score = best_relevance(terms, parts, full, rare)
         similarity = getattr(hit, "similarity", None)
         close = min_similarity is not None and similarity is not None
         close = close and similarity >= min_similarity  # type: ignore[operator]
         bucket = out
         if not close and (score < params.min_score or score == 0.0):
-            score = relevance(terms, full, rare, strict=False) if params.fill else 0.0
+            score = best_relevance(terms, parts, full, rare, strict=False) if params.fill else 0.0
             if score == 0.0 or len(weak) >= params.max_snippets:
                 continue
             bucket = weak

@@ -17,8 +17,10 @@ from loguru import logger
 
 from pipecat_summarizer._recall.query import (
     ContextTerms,
+    asks_when,
     focus,
     latest_user_index,
+    query_parts,
     recall_query,
     topic_terms,
 )
@@ -96,6 +98,9 @@ class RecallStep:
         settle: Writes what is still queued for the archive, within a timeout (the call's
             writer's ``flush``): awaited before a ``recall_memory`` search, so a message
             that left the context moments ago is found.
+        now: The conversation's clock (the recorder's ``now``: the date the application
+            gave, ``MemoryParams.conversation_started_at``), for "three weeks ago" in the
+            labels of a question about time. Default: the wall clock.
     """
 
     def __init__(
@@ -107,6 +112,7 @@ class RecallStep:
         user_id: str | None = None,
         count: Callable[[str], int] = estimate_tokens,
         settle: Callable[[float], Awaitable[bool]] | None = None,
+        now: Callable[[], float] = time.time,
     ):
         """Create the step."""
         if not isinstance(archive, RecallArchive):
@@ -119,6 +125,7 @@ class RecallStep:
         self.user_id = user_id
         self.count = count
         self._settle = settle
+        self.now = now
         #: Semantic recall's embedded archive (``None`` unless ``params.semantic``).
         self.semantic: Any = None
         if params.semantic is not None:
@@ -375,6 +382,7 @@ class RecallStep:
             terms=terms,
             rare=rare,
             min_similarity=self._min_similarity(),
+            parts=query_parts(query, terms),
         )
         if how == "late":
             snippets = still_relevant(snippets, query, params.min_score)
@@ -388,6 +396,7 @@ class RecallStep:
             max_tokens=budget,
             max_snippet_tokens=params.max_snippet_tokens,
             count=self.count,
+            now=self.now(),
         )
         self._after_search(_now() - found)
         if text is None:
@@ -437,9 +446,10 @@ class RecallStep:
         terms = topic_terms(query)
         out: list[dict] = []
         used = 0
+        now, relative = self.now(), asks_when(query)
         for s in snippets[:limit]:
             item: dict[str, Any] = {
-                "when": snippet_when(s, self.call_id),
+                "when": snippet_when(s, self.call_id, now=now, relative=relative),
                 "speaker": speaker(s.role),
                 "text": window(s.text, terms, params.max_snippet_tokens, self.count),
             }

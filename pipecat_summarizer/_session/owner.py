@@ -466,6 +466,7 @@ class ContextSession(SharedContext):
                 user_id=user_id,
                 count=lambda text: count_text(counter, text),
                 settle=recorder.writer.flush,
+                now=recorder.now,
             )
         return cls(
             context,

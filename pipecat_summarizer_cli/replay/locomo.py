@@ -25,6 +25,7 @@ import re
 import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,37 @@ def session_note(number: int, date_time: str | None) -> str:
     if match:
         text = f"{match.group('date').replace(',', '')}, {match.group('time')}"
     return f"[Session {number} — {text}]"
+
+
+_NOTE_DATE = re.compile(
+    r"^\[Session \d+ — (?P<day>\d{1,2}) (?P<month>[A-Za-z]+),? (?P<year>\d{4}),? "
+    r"(?P<hour>\d{1,2}):(?P<minute>\d{2})\s*(?P<ampm>[ap]m)\b",
+    re.IGNORECASE,
+)
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        "january february march april may june july august september october november "
+        "december".split(),
+        1,
+    )
+}
+
+
+def session_time(text: str) -> float | None:
+    """The date of a session (seconds since the epoch, UTC) from the note its first message
+    opens with (``[Session 3 — 8 May 2023, 1:56 pm]``, see :func:`session_note`); ``None``
+    without a dated note."""
+    match = _NOTE_DATE.match(text)
+    month = _MONTHS.get(match.group("month").lower()) if match else None
+    if match is None or month is None:
+        return None
+    hour = int(match.group("hour")) % 12 + (12 if match.group("ampm").lower() == "pm" else 0)
+    moment = datetime(
+        int(match.group("year")), month, int(match.group("day")), hour,
+        int(match.group("minute")), tzinfo=UTC,
+    )  # fmt: skip
+    return moment.timestamp()
 
 
 def _line_text(turn: dict) -> str:

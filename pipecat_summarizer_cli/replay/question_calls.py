@@ -52,6 +52,7 @@ from pipecat_summarizer_cli.replay.locomo import (
     LocomoConversation,
     QAItem,
     content_words,
+    session_time,
 )
 from pipecat_summarizer_cli.replay.question_relevance import (
     evidence_ids,
@@ -131,6 +132,7 @@ def _ours(
     resume: bool = False,
     recall: RecallParams | None = None,
     summarize: bool = True,
+    started_at: float | None = None,
 ) -> ContextSummarizer:
     options = plan.options
     if not summarize:
@@ -145,7 +147,11 @@ def _ours(
         store=store,
         call_id=call_id if store is not None else None,
         user_id=user_id if store is not None else None,
-        memory=MemoryParams(resume=resume, writer=_FAST_WRITER) if store is not None else None,
+        memory=(
+            MemoryParams(resume=resume, writer=_FAST_WRITER, conversation_started_at=started_at)
+            if store is not None
+            else None
+        ),
         recall=recall,
     )
 
@@ -233,6 +239,16 @@ async def _replay(
         await call.turn(turn.inputs, offset + i + 1)
 
 
+def _date(turns: Sequence[Turn]) -> float | None:
+    """A session's date (LoCoMo's, from the note its first message opens with): the date of
+    the call that replays it, so its archived messages carry it (``None``: the wall clock)."""
+    return session_time(str(turns[0].user_message.get("content", ""))) if turns else None
+
+
+#: Across calls: the final call (the questions) is a day after the last session.
+_DAY_S = 86400.0
+
+
 def _user(conv: LocomoConversation, plan: Plan) -> str:
     return f"{plan.tag}locomo-{conv.sample_id}:{conv.speaker_a}"
 
@@ -272,7 +288,14 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
         context = LLMContext(messages=context_messages(transcript.preamble))
         recorder = Recorder()
         ours = _ours(
-            plan, context, recorder, table_, store=store, call_id=f"{user_id}:call", user_id=user_id
+            plan,
+            context,
+            recorder,
+            table_,
+            store=store,
+            call_id=f"{user_id}:call",
+            user_id=user_id,
+            started_at=_date(turns),
         )
         call = CallDriver(context, turns, [ours], recorder=recorder)
         await _replay(call, turns)
@@ -293,6 +316,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
                 user_id=user_id,
                 recall=recall,
                 summarize=False,
+                started_at=_date(turns),
             )
             asking = CallDriver(qctx, [], [q])
             await asking.start()
@@ -352,7 +376,9 @@ async def across_calls(
     user_id = _user(conv, plan)
     try:
         offset = 0
+        last: float | None = None
         for k, session_turns in enumerate(sessions(conv), 1):
+            last = _date(session_turns) or last
             context = LLMContext(messages=context_messages(transcript.preamble))
             recorder = Recorder()
             ours = _ours(
@@ -364,6 +390,7 @@ async def across_calls(
                 call_id=f"{user_id}:session-{k}",
                 user_id=user_id,
                 resume=True,
+                started_at=_date(session_turns),
             )
             # the replay LLM of this call holds only this session's answers
             call = CallDriver(context, session_turns, [ours], recorder=recorder)
@@ -388,6 +415,7 @@ async def across_calls(
                 resume=True,
                 recall=recall,
                 summarize=False,
+                started_at=last + _DAY_S if last is not None else None,
             )
             asking = CallDriver(qctx, [], [q])
             await asking.start()

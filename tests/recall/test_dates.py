@@ -1,0 +1,157 @@
+"""Dates in recall: each archived message carries its conversation's date (the call's start,
+or ``MemoryParams.conversation_started_at`` when the application gives one); recalled
+snippets show it, and how long ago when the question is about time. Through real pipelines
+(a real ``LLMContextAggregatorPair``, the local OpenAI-protocol server), on a SQLite file
+and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import calendar
+
+import pytest
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.tests.utils import run_test
+
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer._recall.query import asks_when
+from pipecat_summarizer._recall.render import ago, date_text, is_recall_message
+from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
+from pipecat_summarizer.store import open_store
+from pipecat_summarizer_cli.replay.locomo import session_note, session_time
+from tests.support.openai_server import Reply, is_summary_request
+from tests.support.pipeline_utils import build, cfg, main_llm, turns
+
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418, arriving Friday."
+FILLER = [
+    "What time does the breakfast buffet open?",
+    "Is the spa open on Sunday?",
+    "Can I book a table for dinner tonight?",
+    "Do you have a gluten free menu?",
+    "How late is the pool open?",
+    "Could you send towels up please?",
+    "Is there a gym upstairs?",
+]
+MAY_4 = calendar.timegm((2026, 5, 4, 14, 5, 0))
+WEEKS_LATER = MAY_4 + 21 * 86400 + 3600
+
+
+def _summaries(body: dict) -> Reply:
+    if is_summary_request(body):
+        return Reply("FACTS:\n- the caller asked about breakfast\nDECISIONS:\n- none")
+    return Reply("Sure thing.")
+
+
+async def _call(server, store, texts, *, call_id, started_at):
+    context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
+    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=6, keep=2),
+        summarizer=summarizer,
+        store=store,
+        call_id=call_id,
+        user_id="alice",
+        memory=MemoryParams(writer=FAST, conversation_started_at=started_at),
+        recall=RecallParams(latency_budget_s=5.0),
+    )
+    try:
+        await run_test(
+            build(context, processor, main_llm(server.base_url)),
+            frames_to_send=[*turns(texts, gap=0.2)],
+        )
+    finally:
+        await summarizer.aclose()
+    return processor
+
+
+def _block(server) -> str:
+    recalled = [m for m in server.chat_requests[-1]["messages"] if is_recall_message(m)]
+    assert len(recalled) == 1
+    return str(recalled[0]["content"])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_an_earlier_call_is_recalled_with_the_date_the_application_gave(
+    openai_server, store_target
+):
+    openai_server.handler = _summaries
+    store = open_store(store_target)
+    try:
+        # the first mention is made mid-call: dated by its call, not by the clock
+        await _call(
+            openai_server, store, [*FILLER[:2], HOTEL, *FILLER], call_id="c1", started_at=MAY_4
+        )
+        calls = await store.calls("alice")
+        archived = [m for m in await store.messages(calls[0].call_id) if "Marquis" in m.content]
+        openai_server.requests.clear()
+        await _call(
+            openai_server,
+            store,
+            ["Which hotel did I book with you?"],
+            call_id="c2",
+            started_at=WEEKS_LATER,
+        )
+        plain = _block(openai_server)
+        openai_server.requests.clear()
+        await _call(
+            openai_server,
+            store,
+            ["When did I tell you about the hotel?"],
+            call_id="c3",
+            started_at=WEEKS_LATER,
+        )
+        timed = _block(openai_server)
+    finally:
+        await store.close()
+    assert archived and all(MAY_4 <= m.at < MAY_4 + 3600 for m in archived)
+    assert "Hotel Marquis" in plain and "[call of 4 May 2026, 14:05]" in plain
+    assert "ago" not in plain  # a question not about time gets the date alone
+    assert "Hotel Marquis" in timed
+    assert "[call three weeks ago, on 4 May 2026, 14:05]" in timed
+
+
+def test_a_question_about_time_is_recognised():
+    for q in (
+        "When did I tell you?",
+        "How long ago was that?",
+        "What date did we say?",
+        "When should you call me back?",
+        "How many weeks since my visit?",
+    ):
+        assert asks_when(q), q
+    for q in ("Which hotel did I book?", "What is my room number?", "Who is my doctor?"):
+        assert not asks_when(q), q
+
+
+def test_how_long_ago_in_words():
+    day = 86400.0
+    assert ago(-5) is None  # clocks apart: no relative form
+    assert ago(600) == "less than an hour ago"
+    assert ago(5 * 3600) == "earlier today"
+    assert ago(1.5 * day) == "yesterday"
+    assert ago(3 * day) == "three days ago"
+    assert ago(7 * day) == "a week ago"
+    assert ago(21 * day + 3600) == "three weeks ago"
+    assert ago(65 * day) == "two months ago"
+    assert ago(800 * day) == "two years ago"
+    assert date_text(MAY_4) == "4 May 2026, 14:05"
+
+
+def test_locomo_session_dates_are_read_from_the_session_note():
+    assert session_time(session_note(3, "1:56 pm on 8 May, 2023")) == calendar.timegm(
+        (2023, 5, 8, 13, 56, 0)
+    )
+    assert session_time(session_note(1, "12:04 am on 20 January, 2023")) == calendar.timegm(
+        (2023, 1, 20, 0, 4, 0)
+    )
+    assert session_time(session_note(2, None)) is None
+    assert session_time("Hello there") is None
+
+
+def test_conversation_started_at_is_validated_by_name():
+    with pytest.raises(ValueError, match="conversation_started_at"):
+        MemoryParams(conversation_started_at=-1.0)
+    with pytest.raises(TypeError, match="conversation_started_at"):
+        MemoryParams(conversation_started_at="yesterday")
+    assert MemoryParams().conversation_started_at is None
