@@ -38,6 +38,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
@@ -430,10 +431,10 @@ class ConversationRecord(RecordChanges):
                 continue
             text = spoken_text(message)
             facts = [f for f in self.facts.facts if f.source not in AUTHORITATIVE]
-            details: list[tuple[str | None, str]] = [
-                (None, item) for item in record_items(self.summary_text or "")
-            ]
-            details += [(f.key, f.text) for f in facts]
+            details = chain(  # read only when the text has a cue and a value
+                ((None, item) for item in record_items(self.summary_text or "")),
+                ((f.key, f.text) for f in facts),
+            )
             correction = find_correction(text, details)
             if correction is None:
                 continue
