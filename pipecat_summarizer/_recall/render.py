@@ -15,6 +15,7 @@ from typing import Any
 
 from pipecat_summarizer._recall.query import asks_when, latest_user_index, topic_terms
 from pipecat_summarizer._recall.select import Snippet
+from pipecat_summarizer._recall.superseded import supersede
 from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer._text.vocabulary import search_stem, words
 
@@ -147,16 +148,20 @@ def render_recall(
     max_tokens: int,
     max_snippet_tokens: int,
     count: Callable[[str], int] = estimate_text_tokens,
+    in_view: Sequence[str] = (),
     now: float | None = None,
 ) -> str | None:
     """The recalled message's text, within ``max_tokens``, or ``None`` if nothing fits.
 
     Snippets are taken best first while they fit (each cut to ``max_snippet_tokens`` around
     the query's words; a message and the one that followed share twice that) and listed in
-    conversation order, each labelled with its call or turn and its speakers. ``now``: the
+    conversation order, each labelled with its call or turn and its speakers. A snippet
+    whose detail was corrected since is left out when ``in_view`` (the summary and pinned
+    facts) holds the correction, else marked superseded (:func:`supersede`). ``now``: the
     conversation's clock; when the query asks about time (:func:`asks_when`) an earlier
     call's label says how long ago too.
     """
+    snippets = supersede(snippets, in_view)
     terms = topic_terms(query)
     relative = now is not None and asks_when(query)
     budget = max_tokens - count(RECALL_HEADER) - 1
