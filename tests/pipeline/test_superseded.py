@@ -10,6 +10,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer
+from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from pipecat_summarizer.summarizers import ExtractiveSummarizer
@@ -26,7 +27,7 @@ FILLER = [
 ]
 
 
-async def _call(server, store, texts, *, user_id="caller-7", call_id="call-1"):
+async def _call(server, store, texts, *, user_id="caller-7", call_id="call-1", recall=None):
     context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
     processor = ContextSummarizer(
         context=context,
@@ -36,7 +37,7 @@ async def _call(server, store, texts, *, user_id="caller-7", call_id="call-1"):
         call_id=call_id,
         user_id=user_id,
         memory=MemoryParams(writer=FAST),
-        recall=RecallParams(enabled=False),
+        recall=recall or RecallParams(enabled=False),
     )
     await run_test(
         build(context, processor, main_llm(server.base_url)),
@@ -122,3 +123,32 @@ async def test_a_detail_corrected_in_a_later_call_keeps_its_key_and_its_history(
     last = openai_server.chat_requests[-1]["messages"]
     assert any("(corrected from 14 March)" in str(m["content"]) for m in last)
     assert not _stated(last[:-3], "14 March")
+
+
+async def test_recall_never_brings_the_old_value_back_as_current(openai_server, tmp_path):
+    path = tmp_path / "m.db"
+    said = [BOOKING, "Make that 21 March for the anniversary dinner.", *FILLER, "Is there a gym?"]
+    store = SQLiteMemoryStore(path)
+    try:
+        await _call(openai_server, store, said, call_id="call-1", recall=RecallParams())
+    finally:
+        await store.close()
+    store = SQLiteMemoryStore(path)  # the next call asks about it
+    try:
+        await _call(
+            openai_server,
+            store,
+            ["Hello again.", "When is our anniversary dinner?"],
+            call_id="call-2",
+            recall=RecallParams(latency_budget_s=5.0),
+        )
+    finally:
+        await store.close()
+    last = openai_server.chat_requests[-1]["messages"]
+    (block,) = [m["content"] for m in last if is_recall_message(m)]
+    assert "21 March" in block  # what was recalled: the correction
+    # the old value is recalled only marked superseded (or left out, the correction in view)
+    for line in block.splitlines()[1:]:
+        if "14 March" in line.replace("(corrected from 14 March)", ""):
+            assert "[superseded: later corrected to 21 March]" in line
+    assert any("(corrected from 14 March)" in str(m["content"]) for m in last)
