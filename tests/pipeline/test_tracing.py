@@ -25,6 +25,7 @@ from pipecat.frames.frames import (
     EndFrame,
     Frame,
     UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.runner import WorkerRunner
@@ -100,7 +101,8 @@ def spoken_turns(texts: list[str], gap: float = 0.25) -> list[Frame]:
     opens a turn span on the user's speech after the bot has spoken."""
     frames: list[Frame] = []
     for text in texts:
-        frames += [UserStartedSpeakingFrame(), user_turn(text), SleepFrame(sleep=gap)]
+        frames += [UserStartedSpeakingFrame(), UserStoppedSpeakingFrame(), user_turn(text)]
+        frames.append(SleepFrame(sleep=gap))
         frames += [BotStartedSpeakingFrame(), BotStoppedSpeakingFrame()]
     return frames
 
