@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from pipecat_summarizer._text.vocabulary import topic_words
@@ -217,28 +218,39 @@ def find_correction(text: str, details: Iterable[tuple[str | None, str]]) -> Cor
     if applied(text, (d for _, d in details)):
         return None  # said again (a turn restored, re-read): it corrects nothing more
     words = topic_words(text) | said.topic
+    new_words = {id(new): words - topic_words(new.text) for new in said.new}
+    kinds = {new.kind.partition(":")[0] for new in said.new} | {"count", "number"}
     best: tuple[tuple[int, int], Correction] | None = None
     for order, (key, detail) in enumerate(details):
-        plain = unmarked(detail)
-        held = values(plain)
+        plain, every, about = _read(detail)
+        held = [v for v in every if v.kind.partition(":")[0] in kinds]
+        if not held:
+            continue  # no value of a kind the message names
         for new in said.new:
+            if said.topic and not said.topic & (about | _kind_words(new.kind)):
+                continue  # "change the date to ..." corrects a detail about a date
+            overlap = len(about & new_words[id(new)])
             for old in held:
                 if not _matches(old, new) or _same(old.text, new.text):
                     continue
                 explicit = said.old is not None and _same_value(said.old, old)
                 if said.old is not None and not explicit:
                     continue
-                overlap = len(topic_words(plain) & (words - set(topic_words(new.text))))
-                if said.topic and not said.topic & (topic_words(plain) | _kind_words(new.kind)):
-                    continue  # "change the date to ..." corrects a detail about a date
-                score = 4 * explicit + 2 * (old.kind == new.kind) + overlap
                 if old.kind in ("number", "name") and not (explicit or overlap):
                     continue  # a bare number or name needs the topic to point at it
-                fixed = mark_corrected(_replace(plain, old, new), old.text)
-                rank = (score, order)
+                rank = (4 * explicit + 2 * (old.kind == new.kind) + overlap, order)
                 if best is None or rank > best[0]:
+                    fixed = mark_corrected(_replace(plain, old, new), old.text)
                     best = (rank, Correction(detail, key, old.text, new.text, fixed))
     return None if best is None else best[1]
+
+
+@lru_cache(maxsize=2048)
+def _read(detail: str) -> tuple[str, tuple[Value, ...], frozenset[str]]:
+    """A detail's text without its mark, its values and its topic words (the same details
+    are read at every correction of a call: cached)."""
+    plain = unmarked(detail)
+    return plain, tuple(values(plain)), frozenset(topic_words(plain))
 
 
 def applied(text: str, details: Iterable[str]) -> bool:
@@ -251,7 +263,7 @@ def applied(text: str, details: Iterable[str]) -> bool:
     for detail in details:
         if corrected_from(detail) is None:
             continue
-        held = {" ".join(v.text.lower().split()) for v in values(unmarked(detail))}
+        held = {" ".join(v.text.lower().split()) for v in _read(detail)[1]}
         if all(" ".join(v.text.lower().split()) in held for v in said.new):
             return True
     return False
