@@ -143,8 +143,6 @@ class SummarizerTracer:
         self._context = tracing_context
         self._model = model_name(summarizer)
         self._call_id = getattr(processor, "call_id", None)
-        #: Spans made so far, by name (a figure for tests and the benchmark).
-        self.counts: dict[str, int] = {}
         processor.add_event_handler("on_context_compacted", self._compacted)
         processor.add_event_handler("on_summary_failed", self._failed)
         processor.add_event_handler("on_messages_evicted", self._evicted)
@@ -193,8 +191,6 @@ class SummarizerTracer:
             span.end(end_time=time.time_ns() if end_ns is None else end_ns)
         except Exception as e:  # tracing must never cost the call
             logger.warning(f"span {name} not recorded ({type(e).__name__})")
-            return
-        self.counts[name] = self.counts.get(name, 0) + 1
 
     # -- the events -----------------------------------------------------------------------
 
