@@ -73,7 +73,11 @@ class PrefetchingArchive:
 
     def __getattr__(self, name: str) -> Any:
         # only called for what this class lacks: the archive's other methods
-        return getattr(self.__dict__["archive"], name)
+        try:
+            archive = self.__dict__["archive"]
+        except KeyError:  # not initialized (a copy in the making)
+            raise AttributeError(name) from None
+        return getattr(archive, name)
 
     def _generation(self, user_id: str | None) -> int:
         generation = getattr(self.archive, "forget_generation", None)
