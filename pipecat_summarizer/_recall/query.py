@@ -244,6 +244,30 @@ def specific_terms(query: str) -> set[str]:
     return found
 
 
+def specific_words(text: str) -> list[str]:
+    """The distinct specific words of ``text`` (see :func:`specific_terms`), lower-cased
+    and unstemmed (as the archive is searched), in order."""
+    seen: dict[str, None] = {}
+    for match in _SPECIFIC.finditer(text.strip()):
+        for w in words(match.group()):
+            if w not in RECALL_STOPWORDS and (len(w) > 1 or w.isdigit()):
+                seen.setdefault(w, None)
+    return list(seen)
+
+
+_GATHERING = re.compile(
+    r"\b(?:both|all|every|each|ever|how many|how often|what (?:activities|things|kinds|events"
+    r"|types)|which \w+ (?:have|has|did))\b",
+    re.IGNORECASE,
+)
+
+
+def gathers(query: str) -> bool:
+    """True for a question whose answer is usually in several places ("both", "all", "how
+    many times", "what activities")."""
+    return bool(_GATHERING.search(query))
+
+
 def rare_terms(query: str, terms: Sequence[str], texts: Iterable[str]) -> set[str]:
     """The query's specific ``terms`` (see :func:`specific_terms`) found in at most one of
     ``texts`` (the messages in view, the question included): words the recent

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from pipecat_summarizer._recall.query import ContextTerms, is_when, topic_terms
+from pipecat_summarizer._recall.query import (
+    ContextTerms,
+    gathers,
+    is_when,
+    specific_words,
+    topic_terms,
+)
 from pipecat_summarizer._text.messages import ArchivedText
 from pipecat_summarizer._text.vocabulary import normalize_verbatim, search_stem, words
 
@@ -271,6 +277,55 @@ def select_hits(
     if not out:
         return []  # filling needs a strong match
     return (out + weak)[: params.max_snippets]
+
+
+def gather_words(
+    hits: Sequence[Any],
+    query: str,
+    terms: Sequence[str],
+    min_score: float,
+    *,
+    limit: int = 3,
+    first: int = 10,
+) -> list[str]:
+    """The words of a second search, when the question's pieces may be in several calls:
+    the names and things (specific words, see
+    :func:`~pipecat_summarizer._recall.query.specific_words`) the first strong hits say and
+    the query does not, most frequent first (at most ``limit``). ``[]`` unless the strong
+    hits come from two calls or more or the question gathers ("both", "how many times",
+    see :func:`~pipecat_summarizer._recall.query.gathers`)."""
+    strong = []
+    for hit in hits[:first]:
+        text = str(getattr(hit, "content", "") or "")
+        if text and relevance(terms, text) >= max(min_score, 1e-9):
+            strong.append((str(getattr(hit, "call_id", "")), text))
+    if not strong or (len({c for c, _ in strong}) < 2 and not gathers(query)):
+        return []
+    asked = set(topic_terms(query)) | set(terms)
+    counts: dict[str, int] = {}
+    for _, text in strong:
+        for w in specific_words(text):
+            if search_stem(w) not in asked:
+                counts[w] = counts.get(w, 0) + 1
+    return sorted(counts, key=lambda w: -counts[w])[:limit]
+
+
+def block_budget(snippets: Sequence[Snippet], min_tokens: int, max_tokens: int) -> int:
+    """An adaptive block's size (tokens), by what was found: ``min_tokens`` for one hit
+    with every word of the query (the answer is there, the rest is noise); more the weaker
+    the best match, the more calls the relevant hits come from (a question whose pieces
+    were said in several calls) and the more hits tie for best; at most ``max_tokens``.
+
+    Monotone: a weaker best match, one more call or one more tie never makes it smaller.
+    """
+    lo, hi = min(min_tokens, max_tokens), max_tokens
+    if not snippets:
+        return lo
+    top = max(s.relevance for s in snippets)
+    ties = sum(1 for s in snippets if s.relevance >= top)
+    calls = len({s.call_id for s in snippets if s.relevance >= 0.5 * top})
+    need = 2.0 * (1.0 - min(1.0, top)) + 0.25 * (calls - 1) + 0.1 * (ties - 1)
+    return lo + round((hi - lo) * min(1.0, max(0.0, need)))
 
 
 def still_relevant(snippets: Sequence[Snippet], query: str, min_score: float) -> list[Snippet]:

@@ -36,7 +36,9 @@ from pipecat_summarizer._recall.render import (
 from pipecat_summarizer._recall.select import (
     Snippet,
     View,
+    block_budget,
     context_view,
+    gather_words,
     select_hits,
     still_relevant,
 )
@@ -173,14 +175,14 @@ class RecallStep:
         return asyncio.ensure_future(self._search_with_replies(query, limit, terms))
 
     async def _search_with_replies(
-        self, query: str, limit: int, terms: Sequence[str] | None = None
+        self, query: str, limit: int, terms: Sequence[str] | None = None, *, semantic: bool = True
     ) -> _Found:
         """The hits, and the message that followed each of the first ones (the answer to a
         question, the rest of a story): one search, then one read per hit that can be
         recalled, all within the same budget."""
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
         generation = self._generation()
-        index = self.semantic
+        index = self.semantic if semantic else None
         search = self.archive.search(
             search_words(query, terms), limit=limit, any_word=True, **scope
         )
@@ -365,6 +367,13 @@ class RecallStep:
         (hits, replies), how = await self.hits_for_turn(query, terms, wait_s=wait)
         if not hits:
             return None
+        more: _Found = ([], {})
+        gathered: list[str] = []
+        if params.gather and how == "on_time":
+            gathered = gather_words(hits, query, terms, params.min_score)
+            left = search_wait(params.latency_budget_s, _now() - started, self._after_search_s)
+            if gathered and left > 0:  # only with time left in the turn's budget
+                more = await self._gather(gathered, hits, left)
         found = _now()
         current = list(messages())
         at = latest_user_index(current)
@@ -384,9 +393,14 @@ class RecallStep:
             min_similarity=self._min_similarity(),
             parts=query_parts(query, terms),
         )
+        if more[0]:
+            snippets = self._with_gathered(snippets, more, query, view, gathered)
         if how == "late":
             snippets = still_relevant(snippets, query, params.min_score)
-        budget = recall_budget(params.max_tokens, room())
+        size = params.max_tokens
+        if params.adaptive:
+            size = block_budget(snippets, params.min_tokens, params.max_tokens)
+        budget = recall_budget(size, room())
         if budget is None:
             return None  # the conversation grew meanwhile: recall gives way
         text = render_recall(
@@ -409,6 +423,47 @@ class RecallStep:
         self.recalled += 1
         self.late_served += how == "late"
         return placed
+
+    async def _gather(self, gathered: Sequence[str], hits: Sequence[Any], wait_s: float) -> _Found:
+        """The second search (on ``gathered``, the first hits' names and things), within
+        ``wait_s``: its hits the first search did not return, or nothing when late (a late
+        second search is dropped, never kept for the next turn)."""
+        words_ = " ".join(gathered)
+        task = asyncio.ensure_future(
+            self._search_with_replies(words_, self.params.search_limit, semantic=False)
+        )
+        await asyncio.wait({task}, timeout=max(wait_s, 0.0))
+        if not task.done():
+            task.add_done_callback(_consume)
+            task.cancel()
+            return [], {}
+        found, replies = self._result(task)
+        seen = {(h.call_id, h.position) for h in hits}
+        return [h for h in found if (h.call_id, h.position) not in seen], replies
+
+    def _with_gathered(
+        self,
+        snippets: list[Snippet],
+        more: _Found,
+        query: str,
+        view: View,
+        gathered: Sequence[str],
+    ) -> list[Snippet]:
+        """``snippets`` and, after them, the second search's hits that have one of the
+        gathered words (within ``max_snippets``)."""
+        stems = [stem(w) for w in gathered]
+        extra = select_hits(
+            more[0],
+            query,
+            view,
+            self.params,
+            replies=more[1],
+            terms=stems,  # judged on the gathered words: it need not share the query's
+            rare=stems,
+        )
+        seen = {(s.call_id, s.position) for s in snippets}
+        kept = [s for s in extra if (s.call_id, s.position) not in seen]
+        return (snippets + kept)[: self.params.max_snippets]
 
     # -- the tool -------------------------------------------------------------------------
 
@@ -444,6 +499,13 @@ class RecallStep:
             min_similarity=self._min_similarity(),
         )
         terms = topic_terms(query)
+        gathered = gather_words(hits, query, terms, params.min_score) if params.gather else []
+        if gathered and snippets:  # the model waits anyway: the second search has time
+            more = await self._gather(gathered, hits, max(timeout / 2, 0.001))
+            if more[0]:
+                snippets = self._with_gathered(
+                    snippets, more, query, View("", frozenset()), gathered
+                )
         out: list[dict] = []
         used = 0
         now, relative = self.now(), asks_when(query)

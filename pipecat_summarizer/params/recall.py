@@ -105,9 +105,15 @@ class SemanticRecallParams:
 class RecallParams:
     """How recall works (``ContextSummarizer(..., recall=RecallParams())``; needs a store).
 
+    The default block adapts its size to what was found (``adaptive``): one hit that has all
+    of the question's words gets a small block (``min_tokens``), a weak match or a question
+    whose pieces are in several calls a larger one, up to ``max_tokens``.
+    :meth:`small` keeps every block small (the defaults before 0.4) for tight budgets.
+
     Parameters:
         enabled: Recall on each user turn. ``False`` keeps the ``recall_memory`` tool only.
-        max_tokens: Budget of the recalled message (header and quotes included).
+        max_tokens: Budget of the recalled message (header and quotes included): the cap
+            of an adaptive block.
         max_snippets: Most snippets in it.
         min_score: Least relevance for a snippet: the share of the query's topic words it
             contains (0..1, the same scale on every backend; the backend's own rank only
@@ -128,19 +134,51 @@ class RecallParams:
         semantic: Semantic recall as well (:class:`SemanticRecallParams`, the ``semantic``
             extra): archived messages that say the same in other words, fused with the
             lexical hits. ``None``: lexical only.
+        adaptive: Size the block by what was found (see
+            :func:`~pipecat_summarizer._recall.select.block_budget`), between ``min_tokens``
+            and ``max_tokens``. ``False``: every block may take ``max_tokens``.
+        min_tokens: An adaptive block's size for one hit that has every word of the
+            question.
+        gather: When the question's pieces may be in several calls (the first hits point
+            at names and things the question does not say), a second search on them, if
+            the turn's budget has time left (the ``recall_memory`` tool always has).
     """
 
     enabled: bool = True
-    max_tokens: int = 800
-    max_snippets: int = 8
+    max_tokens: int = 2400
+    max_snippets: int = 24
     min_score: float = 0.3
     latency_budget_s: float = 0.010
-    search_limit: int = 30
+    search_limit: int = 60
     max_snippet_tokens: int = 120
     max_question_words: int = 20
     tool_timeout_s: float = 2.0
     fill: bool = True
     semantic: SemanticRecallParams | None = None
+    adaptive: bool = True
+    min_tokens: int = 400
+    gather: bool = True
+
+    @classmethod
+    def small(cls, semantic: SemanticRecallParams | None = None, **overrides: Any) -> RecallParams:
+        """A small block for tight budgets: at most 800 tokens and 8 snippets, 30 hits
+        searched, no adaptive sizing and no second search (the defaults before 0.4).
+
+        Args:
+            semantic: Semantic recall as well (see ``semantic``).
+            **overrides: Any other field.
+
+        Returns:
+            The params (validated like any other).
+        """
+        fields: dict[str, Any] = {
+            "max_tokens": 800,
+            "max_snippets": 8,
+            "search_limit": 30,
+            "adaptive": False,
+            "gather": False,
+        }
+        return cls(**{**fields, "semantic": semantic, **overrides})
 
     @classmethod
     def broad(cls, semantic: SemanticRecallParams | None = None, **overrides: Any) -> RecallParams:
@@ -174,10 +212,16 @@ class RecallParams:
                 "recall.semantic must be a SemanticRecallParams, "
                 f"got {type(self.semantic).__name__}"
             )
-        for name in ("enabled", "fill"):
+        for name in ("enabled", "fill", "adaptive", "gather"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"recall.{name} must be a bool")
-        for name in ("max_tokens", "max_snippets", "search_limit", "max_snippet_tokens"):
+        for name in (
+            "max_tokens",
+            "max_snippets",
+            "search_limit",
+            "max_snippet_tokens",
+            "min_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"recall.{name} must be at least 1")
         if not 0.0 <= self.min_score <= 1.0:
@@ -188,3 +232,8 @@ class RecallParams:
             raise ValueError("recall.max_question_words must not be negative")
         if self.max_tokens < 40:
             raise ValueError("recall.max_tokens must be at least 40 (the header alone is ~25)")
+        if self.adaptive and self.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"recall.min_tokens must be at most max_tokens ({self.max_tokens}), "
+                f"got {self.min_tokens}"
+            )

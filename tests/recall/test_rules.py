@@ -499,8 +499,9 @@ def test_a_hit_already_shown_as_a_reply_brings_the_message_that_followed_it():
 
 
 def test_defaults_stay_a_small_block_and_the_broad_preset_is_larger():
-    # the default is "a few hundred" tokens: the larger block is a named preset
-    d = RecallParams()
+    # the default block adapts its size (tests/recall/test_adaptive.py); the small fixed
+    # block is a named preset, and so is the larger cap
+    d = RecallParams.small()
     assert (d.max_tokens, d.max_snippets, d.search_limit) == (800, 8, 30)
     b = RecallParams.broad()
     assert (b.max_tokens, b.max_snippets, b.search_limit) == (3500, 35, 70)
