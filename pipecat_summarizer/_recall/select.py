@@ -291,15 +291,19 @@ def gather_words(
     """The words of a second search, when the question's pieces may be in several calls:
     the names and things (specific words, see
     :func:`~pipecat_summarizer._recall.query.specific_words`) the first strong hits say and
-    the query does not, most frequent first (at most ``limit``). ``[]`` unless the strong
-    hits come from two calls or more or the question gathers ("both", "how many times",
-    see :func:`~pipecat_summarizer._recall.query.gathers`)."""
+    the query does not, most frequent first (at most ``limit``). ``[]`` unless the question
+    gathers ("all", "both", "how many times", see
+    :func:`~pipecat_summarizer._recall.query.gathers`): on LoCoMo across calls a second
+    search whenever the strong hits came from two calls filled the block with noise
+    (81.9% -> 81.1% answer recall, 12.5% -> 13.9% input, conversations 30 and 26)."""
+    if not gathers(query):
+        return []
     strong = []
     for hit in hits[:first]:
         text = str(getattr(hit, "content", "") or "")
         if text and relevance(terms, text) >= max(min_score, 1e-9):
             strong.append((str(getattr(hit, "call_id", "")), text))
-    if not strong or (len({c for c, _ in strong}) < 2 and not gathers(query)):
+    if not strong:
         return []
     asked = set(topic_terms(query)) | set(terms)
     counts: dict[str, int] = {}

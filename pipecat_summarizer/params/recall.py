@@ -184,14 +184,13 @@ class RecallParams:
     def broad(cls, semantic: SemanticRecallParams | None = None, **overrides: Any) -> RecallParams:
         """A larger recalled block: up to 3,500 tokens, 35 snippets, 70 hits searched.
 
-        The defaults (800 tokens, 8 snippets) keep every turn's request small; this preset
-        trades input tokens for recall when callers often come back to details said long
-        ago. Measured on LoCoMo at question time (benchmarks/README.md), answer recall and
-        input against the full buffer's: lexical recall 79.6% at 11.8% with the defaults,
-        83.8% at 17.0% with this preset; with ``semantic=SemanticRecallParams()`` 85.1% at
-        18.1%, with ``SemanticRecallParams(min_similarity=0.2)`` 85.6% at 19.0% (the full
-        buffer: 90.8%). The block is filled only as far as matches go, so a turn that
-        matches little costs little more than with the defaults.
+        The defaults cap an adaptive block at 2,400 tokens and 24 snippets; this preset
+        raises the cap, trading input tokens for recall when callers often come back to
+        details said long ago (LoCoMo figures: benchmarks/README.md). Measured with the
+        fixed blocks before 0.4, at question time, answer recall and input against the full
+        buffer's: 79.6% at 11.8% with the 800-token block (:meth:`small`), 83.8% at 17.0%
+        with this preset (the full buffer: 90.8%). The block is filled only as far as
+        matches go, so a turn that matches little costs little more.
 
         Args:
             semantic: Semantic recall as well (see ``semantic``);

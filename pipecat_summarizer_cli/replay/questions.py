@@ -73,6 +73,7 @@ __all__ = [
 #: ``--recall-preset``: the recall params the options start from.
 PRESETS: dict[str, Callable[[], RecallParams]] = {
     "default": RecallParams,
+    "small": RecallParams.small,
     "broad": RecallParams.broad,
 }
 
@@ -93,8 +94,8 @@ def register(subparsers: Any) -> None:
         "--recall-preset",
         choices=sorted(PRESETS),
         default="default",
-        help="the recall params to start from: RecallParams() or RecallParams.broad() "
-        "(the options below override them)",
+        help="the recall params to start from: RecallParams(), RecallParams.small() or "
+        "RecallParams.broad() (the options below override them)",
     )
     p.add_argument("--recall-tokens", type=int, metavar="N", help="max_tokens (preset's)")
     p.add_argument("--recall-snippets", type=int, metavar="N", help="max_snippets (preset's)")
