@@ -3,7 +3,7 @@
 
 A real SQLite file holds ``--messages`` archived messages (default 20,000) of one caller, spread
 over ``--calls`` ended calls (default 50, the default ``SemanticRecallParams.max_calls``). The real
-WordLlama model (the ``semantic`` extra) is loaded first, as an application does at start.
+model (``--model``: WordLlama by default, or MiniLM) is loaded first, as an application does.
 Then a coroutine ticks every ``--tick-ms`` (5 ms) and records how late each tick wakes, once
 as is and once after crossing ``--hops`` (20) more loop iterations, as a frame does through a
 pipeline's queues (work that slices itself on the loop delays every one of them):
@@ -108,7 +108,7 @@ async def main(args: argparse.Namespace) -> None:
     tick_s = args.tick_ms / 1000
     with tempfile.TemporaryDirectory() as tmp:
         store = await build(Path(tmp) / "bench.db", args.messages, args.calls)
-        options = SemanticRecallParams(max_calls=max(args.calls, 1))
+        options = SemanticRecallParams(max_calls=max(args.calls, 1), model=args.model)
         load_semantic_model(options)
         rows = []
         for hops in (0, args.hops):
@@ -136,4 +136,7 @@ if __name__ == "__main__":
     parser.add_argument("--tick-ms", type=float, default=5.0)
     parser.add_argument("--idle-s", type=float, default=2.0)
     parser.add_argument("--hops", type=int, default=20)
+    # WordLlama: the figures in benchmarks/README.md; minilm (the default model) indexes
+    # ~70-120 messages a second: use --messages 2000 with it
+    parser.add_argument("--model", choices=("wordllama", "minilm"), default="wordllama")
     asyncio.run(main(parser.parse_args()))
