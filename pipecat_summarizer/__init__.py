@@ -36,8 +36,10 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
         LLMContextSummaryConfig,
     )
 
+    from pipecat_summarizer._compaction.calibration import TokenCalibrationReport
     from pipecat_summarizer._compaction.prompt import DEFAULT_PROMPT, SummaryRequest
     from pipecat_summarizer._recall.embedding import load_semantic_model
+    from pipecat_summarizer._recall.prefetch import RecallPrefetch
     from pipecat_summarizer._recall.render import is_recall_message
     from pipecat_summarizer._record.pinned import Fact, Kind, Source
     from pipecat_summarizer._record.record import ConversationRecord
@@ -54,10 +56,13 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
         MessagesEvictedEvent,
         Reason,
         SummaryFailedEvent,
+        ToolResultsClearedEvent,
     )
     from pipecat_summarizer.guard import LLMRequestGuard
     from pipecat_summarizer.params import (
+        CalibrationParams,
         CeilingParams,
+        ClearingParams,
         ContextSummarizerParams,
         MemoryParams,
         PinningParams,
@@ -76,6 +81,7 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
         Summarizer,
         SummarizerError,
         SummaryResult,
+        SummaryUsage,
     )
     from pipecat_summarizer.tools import (
         recall_memory_flows_function,
@@ -91,8 +97,11 @@ __all__ = [
     # the processor and its companion
     "ContextSummarizer",
     "LLMRequestGuard",
+    "RecallPrefetch",  # placed before the user aggregator: recall starts on the caller's words
     # configuration (every params group lives in pipecat_summarizer.params)
+    "CalibrationParams",  # the estimate calibrated by the provider's reported usage
     "CeilingParams",
+    "ClearingParams",  # old bulky tool results cleared, archived, recallable
     "ContextSummarizerParams",
     "LLMAutoContextSummarizationConfig",
     "LLMContextSummaryConfig",
@@ -113,6 +122,7 @@ __all__ = [
     "Summarizer",
     "SummaryRequest",
     "SummaryResult",
+    "SummaryUsage",  # what the secondary LLM reported for a summary
     # errors (the tree is in pipecat_summarizer.errors)
     "PipecatSummarizerError",
     "StoreError",
@@ -122,12 +132,14 @@ __all__ = [
     "TokenCounter",
     "TokenizerCounter",
     "message_texts",  # every piece of text a message carries: what a custom counter counts
+    "TokenCalibrationReport",  # ContextSummarizer.token_calibration
     # events
     "ContextCompactedEvent",
     "ContextCompactedFrame",
     "MessagesEvictedEvent",
     "Reason",
     "SummaryFailedEvent",
+    "ToolResultsClearedEvent",
     # what the model sees besides the turns: the record of pinned facts and the summary
     "ConversationRecord",
     "Fact",
@@ -147,6 +159,12 @@ _LLM_CONTEXT_SUMMARIZATION = "pipecat.utils.context.llm_context_summarization"
 # whose import takes about a second and logs a banner. Kept equal to the TYPE_CHECKING
 # imports above by tests/package/test_public_api.py.
 _EXPORTS: dict[str, str] = {
+    "CalibrationParams": "pipecat_summarizer.params",
+    "ClearingParams": "pipecat_summarizer.params",
+    "RecallPrefetch": "pipecat_summarizer._recall.prefetch",
+    "SummaryUsage": "pipecat_summarizer.summarizers",
+    "TokenCalibrationReport": "pipecat_summarizer._compaction.calibration",
+    "ToolResultsClearedEvent": "pipecat_summarizer.events",
     "CeilingParams": "pipecat_summarizer.params",
     "ContextCompactedEvent": "pipecat_summarizer.events",
     "ContextSummarizer": "pipecat_summarizer.processor",

@@ -18,6 +18,7 @@ module imports neither Pipecat nor numpy (the features that use the params impor
 
 from pipecat_summarizer.params.compaction import (
     AppFactsRole,
+    CalibrationParams,
     CeilingParams,
     ClearingParams,
     ContextSummarizerParams,
@@ -35,6 +36,7 @@ from pipecat_summarizer.params.recall import RecallParams, SemanticRecallParams
 __all__ = [
     "MIN_FLUSH_INTERVAL_S",
     "AppFactsRole",
+    "CalibrationParams",
     "CeilingParams",
     "ClearingParams",
     "ContextSummarizerParams",
@@ -54,6 +56,7 @@ __all__ = [
 # Every group's home is this package, whichever file defines it: reprs, docs and pickles name
 # pipecat_summarizer.params.X, the one place a user imports it from.
 for _group in (
+    CalibrationParams,
     CeilingParams,
     ClearingParams,
     ContextSummarizerParams,

@@ -5,7 +5,12 @@ Pipecat ``LLMService``) and :func:`offline_llm_settings`, the settings an ``LLMS
 calls no provider is built with (the replay's stand-in LLMs, examples/text_chat.py).
 """
 
-from pipecat_summarizer.summarizers.base import Summarizer, SummarizerError, SummaryResult
+from pipecat_summarizer.summarizers.base import (
+    Summarizer,
+    SummarizerError,
+    SummaryResult,
+    SummaryUsage,
+)
 from pipecat_summarizer.summarizers.extractive import (
     ExtractiveLLMService,
     ExtractiveSummarizer,
@@ -22,5 +27,6 @@ __all__ = [
     "Summarizer",
     "SummarizerError",
     "SummaryResult",
+    "SummaryUsage",
     "offline_llm_settings",
 ]

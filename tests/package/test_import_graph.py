@@ -60,9 +60,9 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         "call",
-        frozenset({"_session", "tools", "guard"}),
+        frozenset({"_session", "tools", "guard", "tracing"}),
         "one call's state and companions: the context's owner and the store's recorder, "
-        "the LLM tools, the request guard after the main LLM",
+        "the LLM tools, the request guard after the main LLM, the spans in Pipecat's trace",
     ),
     Layer("processor", frozenset({"processor"}), "the frame processor: frames, tasks, events"),
     Layer(

@@ -18,7 +18,9 @@ from tests.support.openai_server import Reply
 
 # The user API, sorted. A change here is a change of the public API: say it in the CHANGELOG.
 PUBLIC_API = [
+    "CalibrationParams",
     "CeilingParams",
+    "ClearingParams",
     "ContextCompactedEvent",
     "ContextCompactedFrame",
     "ContextSummarizer",
@@ -40,6 +42,7 @@ PUBLIC_API = [
     "PipecatSummarizerError",
     "Reason",
     "RecallParams",
+    "RecallPrefetch",
     "RetryParams",
     "SemanticRecallParams",
     "Source",
@@ -49,8 +52,11 @@ PUBLIC_API = [
     "SummaryFailedEvent",
     "SummaryRequest",
     "SummaryResult",
+    "SummaryUsage",
+    "TokenCalibrationReport",
     "TokenCounter",
     "TokenizerCounter",
+    "ToolResultsClearedEvent",
     "TriggerParams",
     "WriterParams",
     "is_recall_message",

@@ -46,7 +46,8 @@ def _old(module: str, name: str) -> tuple[object, list[warnings.WarningMessage]]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         value = getattr(importlib.import_module(module), name)
-    return value, caught
+    # a first import of Pipecat's audio helpers warns about audioop: not ours to count
+    return value, [w for w in caught if "site-packages" not in w.filename]
 
 
 @pytest.mark.parametrize(("module", "name"), sorted(RENAMED))
@@ -88,6 +89,7 @@ def test_every_params_group_lives_in_params_and_ends_in_params():
         if inspect.isclass(value) and is_dataclass(value) and value.__module__ == params.__name__
     }
     assert groups == {
+        "CalibrationParams",
         "CeilingParams",
         "ClearingParams",
         "ContextSummarizerParams",
