@@ -71,6 +71,7 @@ class ContextSummarizer(FrameProcessor):
         on_context_compacted(processor, ContextCompactedEvent) (``on_summary_applied`` warns)
         on_summary_failed(processor, SummaryFailedEvent)
         on_messages_evicted(processor, MessagesEvictedEvent)
+        on_tool_results_cleared(processor, ToolResultsClearedEvent) (clearing alone)
 
     Example::
 
@@ -111,22 +112,19 @@ class ContextSummarizer(FrameProcessor):
             options: Deprecated flat form of ``params`` (``SummarizerOptions``); warns.
             llm: The main LLM, so the ceiling also counts its ``system_instruction`` and
                 tools (not needed with :meth:`after_llm` right after the LLM).
-            store: A ``MemoryStore`` that records compactions, every message leaving the
-                context, the facts' history and the final state, off the hot path, and
-                gives a returning caller their memory. ``None``: nothing is recorded.
+            store: A ``MemoryStore`` recording compactions, messages leaving the context,
+                facts and the final state, off the hot path. ``None``: nothing is recorded.
             call_id: This call's id in the store (random if not given). Needs ``store``.
-            user_id: The caller: their earlier calls' memory joins the context at the first
-                turn after it has loaded (never waited for). Needs ``store``.
+            user_id: The caller: their memory (or a dropped call) joins at the first turn
+                after it has loaded, never waited for. Needs ``store``.
             memory: How the store is used (``MemoryParams``: resume, budgets, timeouts).
-            recall: ``RecallParams``: each user turn, the archive's best matches not in view
-                go in one bounded "recalled from earlier" message before it; it counts
-                toward ``max_request_tokens`` and gives way first. Needs ``store``.
+            recall: ``RecallParams``: the archive's best matches not in view, in one bounded
+                message before each user turn (gives way first under the ceiling).
             **kwargs: Passed to ``FrameProcessor``.
 
         Raises:
-            ValueError: No summarizer; kept messages that reach the message threshold
-                (``min_messages_after_summary >= max_unsummarized_messages``); a store
-                option or recall without a store.
+            ValueError: No summarizer; ``min_messages_after_summary >=
+                max_unsummarized_messages``; a store option or recall without a store.
             TypeError: ``context``, ``config``, ``summarizer`` or ``recall`` of a wrong type.
         """
         super().__init__(**kwargs)
@@ -162,6 +160,7 @@ class ContextSummarizer(FrameProcessor):
         self._register_event_handler(_COMPACTED)
         self._register_event_handler("on_summary_failed")
         self._register_event_handler("on_messages_evicted")
+        self._register_event_handler("on_tool_results_cleared")
 
     def add_event_handler(self, event_name: str, handler):
         """Add an event handler (Pipecat's); ``on_summary_applied`` is the deprecated name
@@ -241,24 +240,14 @@ class ContextSummarizer(FrameProcessor):
         return self._recorder.call_id if self._recorder is not None else None
 
     def after_llm(self) -> LLMRequestGuard:
-        """The companion to place right after the main LLM: it holds the tool-call
-        follow-ups to ``max_request_tokens``, summarizes the ``LLMSummarizeContextFrame`` a
-        function handler queues on the secondary LLM, and attaches the LLM for the ceiling::
-
-            Pipeline([user_agg, summarizer, llm, summarizer.after_llm(), tts,
-                      transport.output(), assistant_agg])
-
-        Returns:
-            A new :class:`~pipecat_summarizer.guard.LLMRequestGuard` bound to this processor.
-        """
+        """A new :class:`~pipecat_summarizer.guard.LLMRequestGuard` for right after the main
+        LLM (``[user_agg, summarizer, llm, summarizer.after_llm(), tts, ...]``): it holds tool
+        follow-ups to the ceiling and runs a handler's queued manual summary."""
         return LLMRequestGuard(self)
 
     def attach_llm(self, llm: LLMService) -> None:
-        """Count ``llm``'s ``system_instruction`` and tool schemas under the ceiling.
-
-        Args:
-            llm: The main LLM service (a Pipecat ``LLMService``, else ``TypeError``).
-        """
+        """Count the main LLM's ``system_instruction`` and tools under the ceiling, and read
+        its reported usage (calibration). ``TypeError`` if not a Pipecat ``LLMService``."""
         self._session.ceiling.attach_llm(llm)
 
     def request_overhead_tokens(self) -> int:
@@ -287,11 +276,8 @@ class ContextSummarizer(FrameProcessor):
             await self._evicted(await self._guarded(self._request))
 
     def request_manual_summary(self, config: LLMContextSummaryConfig | None = None) -> None:
-        """Start a manual summary (queued behind one in flight), as ``LLMSummarizeContextFrame``.
-
-        Args:
-            config: A config override, honoured fully; ``None`` for the processor's own.
-        """
+        """Start a manual summary (queued behind one in flight), as ``LLMSummarizeContextFrame``;
+        ``config`` overrides the processor's own fully."""
         self._start(self._manual(config))
 
     def pin(self, key: str, text: str, *, kind: str = "fact", source: str = "app") -> None:
@@ -321,7 +307,6 @@ class ContextSummarizer(FrameProcessor):
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         """Watch context frames, start summaries, and push every frame on."""
         await super().process_frame(frame, direction)
-
         # the user turn's context frame first, with the fewest checks (it is the hot path);
         # its work is guarded as _guarded does, inlined: no closure nor coroutine per frame
         if isinstance(frame, LLMContextFrame):
@@ -342,8 +327,8 @@ class ContextSummarizer(FrameProcessor):
                             await self._cancel_task()
                     else:
                         steps.succeeded()
-                        if event is not None:
-                            await self._call_event_handler("on_messages_evicted", event)
+                        if event is not None or session.cleared:
+                            await self._evicted(event)
                     if recall is not None and not steps.failures.disabled:
                         await recall_turn(session, now)
         elif isinstance(frame, BARGE_IN_FRAMES):  # an answer the caller cut off is marked
@@ -353,12 +338,8 @@ class ContextSummarizer(FrameProcessor):
                 attach_tracing(self, self._summarizer)  # spans when Pipecat's enable_tracing
                 if not self._session.schedule.ended:
                     self._lease.attach()
-                if self._recorder is not None:
-                    self._recorder.start()  # the writer's task, and the caller's memory
-                    if self._recall is not None:
-                        self._recall.start()
-            elif isinstance(frame, LLMSummarizeContextFrame):
-                # Ours to handle; the built-in summarizer downstream must not run it too.
+                self._session.start_call()  # the store's writer, the caller's memory, recall
+            elif isinstance(frame, LLMSummarizeContextFrame):  # ours: not for the built-in too
                 await self._guarded(lambda: self._start(self._manual(frame.config)))
                 return
             else:  # EndFrame, CancelFrame
@@ -366,8 +347,8 @@ class ContextSummarizer(FrameProcessor):
         await self.push_frame(frame, direction)
 
     async def _guarded(self, work: Callable[[], Any]) -> Any:
-        """Run our own synchronous work for a frame (a :class:`Job` it returns starts); an
-        exception costs no frame, and repeated ones stop summarization (``StepGuard``)."""
+        """Run our synchronous work for a frame (a returned :class:`Job` starts); an exception
+        costs no frame, repeated ones stop summarization (``StepGuard``)."""
         if self._steps.disabled:
             return None
         self._session.step = "counting"
@@ -404,6 +385,8 @@ class ContextSummarizer(FrameProcessor):
     async def _evicted(self, event: MessagesEvictedEvent | None) -> None:
         if event is not None:
             await self._call_event_handler("on_messages_evicted", event)
+        for cleared in self._session.take_cleared():  # clearing without a compaction
+            await self._call_event_handler("on_tool_results_cleared", cleared)
 
     def _prepare_at_serialization(self) -> None:
         """Hold the ceiling where the request is built, later appends included."""

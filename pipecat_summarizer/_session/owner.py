@@ -379,6 +379,13 @@ class ContextSession(SharedContext):
 
     # -- the store ------------------------------------------------------------------------
 
+    def start_call(self) -> None:
+        """At ``StartFrame``: the recorder's writer and the caller's memory, then recall."""
+        if self.recorder is not None:
+            self.recorder.start()
+            if self.recall is not None:
+                self.recall.start()
+
     def caller_memory(self, *, in_flight: bool) -> None:
         """Count the turn; a returning caller's memory joins once it has loaded (never
         waits: it joins at the first context frame after it arrives)."""

@@ -135,6 +135,12 @@ async def test_clearing_frees_tokens_without_an_llm_call_and_recall_brings_it_ba
         memory=MemoryParams(writer=FAST),
         recall=RecallParams(enabled=False, tool_timeout_s=5.0),
     )
+    events = []
+
+    @processor.event_handler("on_tool_results_cleared")
+    async def _cleared(_processor, event):
+        events.append(event)
+
     try:
         await _call_with_tools(openai_server, processor, context)
         call_id = processor.call_id
@@ -164,6 +170,10 @@ async def test_clearing_frees_tokens_without_an_llm_call_and_recall_brings_it_ba
     # what is in the context now is the placeholder, still paired with its call
     a17_now = [m for m in context.messages if m.get("tool_call_id") == "call_A17"]
     assert len(a17_now) == 1 and a17_now[0]["content"].startswith(PLACEHOLDER_PREFIX)
+    # the clearing is reported on its own event, with the tokens freed measured after
+    assert events and sum(e.tool_results_cleared for e in events) >= 1
+    assert all(e.tokens_before > e.tokens_after for e in events)
+    assert "lookup_order" in {t for e in events for t in e.tools}
 
 
 async def test_clearing_batched_with_a_compaction_is_reported_on_its_event(openai_server, tmp_path):
