@@ -229,6 +229,7 @@ class ContextSession(SharedContext):
             previous=previous,
             input_budget=self.params.max_summary_input_tokens,
             trigger=schedule.trigger,
+            interrupted=self.record.interruptions.ids(),
         )
         logger.debug(
             f"{self}: summarizing {len(plan.summarized)} messages ({reason}), "

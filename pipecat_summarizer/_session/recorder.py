@@ -18,11 +18,12 @@ import asyncio
 import time
 import uuid
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from pipecat_summarizer._record.interrupted import archived_form
 from pipecat_summarizer._session.resume import (
     CALLS_READ,
     MARKED_DROPPED,
@@ -98,6 +99,9 @@ class CallRecorder:
         self.user_id = user_id
         self.options = options or MemoryParams()
         self.writer = StoreWriter(store, self.options.writer, name=f"call {self.call_id}")
+        #: Whether a message is an answer a barge-in cut off (the session's record sets it):
+        #: archived with the mark in its ``message_json``.
+        self.is_cut: Callable[[Any], bool] = lambda _message: False
         self.turns = 0
         self.started_at = time.time()
         self.resumed = False
@@ -313,7 +317,7 @@ class CallRecorder:
                     position=position,
                     role=str(role),
                     content=message_text(message),
-                    message_json=message_json(message),
+                    message_json=message_json(archived_form(message, self.is_cut(message))),
                     tool_call_ids=tuple(tool_call_ids(message)),
                     removed_by=removed_by,
                     compaction=compaction,

@@ -33,6 +33,7 @@ from typing import Any
 from pipecat.processors.aggregators import async_tool_messages
 
 from pipecat_summarizer._compaction.plan import head_length
+from pipecat_summarizer._record.interrupted import provider_form
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 
 #: How a dropped call's row says it ended (``ended_by``); ``end`` (an ``EndFrame``) is a goodbye.
@@ -160,6 +161,7 @@ def _message(text: str) -> dict | None:
         return None
     if not isinstance(message, dict) or message.get("role") not in ROLES:
         return None
+    message = provider_form(message)  # the archive's interruption mark is ours, not theirs
     if "content" not in message and not message.get("tool_calls"):
         return None
     if is_notice(message):

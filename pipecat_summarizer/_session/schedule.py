@@ -9,7 +9,7 @@ secondary LLM's request). Both are synchronous; the context itself is written on
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,8 +104,10 @@ def request_for(
     previous: str | None,
     input_budget: int | None,
     trigger: CompactionTrigger,
+    interrupted: Collection[int] = frozenset(),
 ) -> SummaryRequest:
-    """The secondary LLM's request for ``plan`` (shortened messages share the budget)."""
+    """The secondary LLM's request for ``plan`` (shortened messages share the budget;
+    ``interrupted``: ``id()`` of answers a barge-in cut off, marked in the transcript)."""
     shorten_to = 2000
     if plan.shortened and input_budget:
         shorten_to = max(200, input_budget * 4 // (2 * len(plan.shortened)))
@@ -116,6 +118,7 @@ def request_for(
         prompt=config.summarization_prompt,
         shortened=plan.shortened,
         shorten_to_chars=shorten_to,
+        interrupted=interrupted,
     )
 
 

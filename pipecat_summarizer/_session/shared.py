@@ -94,6 +94,7 @@ class SharedContext:
         )
         if recorder is not None:
             self.record.on_facts_changed = recorder.facts_changed
+            recorder.is_cut = self.record.interruptions.is_cut
         protected = make_protection(protect_injected_system=p.protect_injected_system)
         record = self.record
         # our own messages (facts, recalled block) are never summarized, like the head;

@@ -139,3 +139,42 @@ def test_the_archived_form_carries_the_mark_and_the_provider_form_drops_it():
     assert provider_form(json.loads(json.dumps(archived))) == message
     assert archived_form(message, cut=False) is message
     assert provider_form(message) is message
+
+
+async def test_the_processors_own_summary_and_the_archive_mark_a_cut_answer(
+    openai_server, tmp_path
+):
+    """The summary request the processor sends marks the cut answer, and the archive keeps the
+    mark in the answer's ``message_json`` (a resumed call sends it without the mark)."""
+    from pipecat_summarizer.params import MemoryParams, WriterParams
+    from pipecat_summarizer.store import SQLiteMemoryStore
+
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
+    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=6, keep=2),
+        summarizer=summarizer,
+        store=store,
+        memory=MemoryParams(writer=WriterParams(flush_interval_s=0.05)),
+    )
+    frames = [*_answer(True), *turns(["Wait, can we make it Saturday?", *FILLER[:4]], gap=0.25)]
+    try:
+        await run_test(
+            build(context, processor, main_llm(openai_server.base_url)), frames_to_send=frames
+        )
+        archived = await store.messages(processor.call_id or "")
+    finally:
+        await summarizer.aclose()
+        await store.close()
+    marked = [
+        r
+        for r in openai_server.summary_requests
+        if PARTIAL in json.dumps(r) and "heard only this part" in json.dumps(r)
+    ]
+    assert marked, "the cut answer went to the summarizer unmarked"
+    (cut,) = [a for a in archived if a.content.startswith("I found")]
+    assert json.loads(cut.message_json).get(INTERRUPTED_KEY) is True
+    others = [a for a in archived if not a.content.startswith("I found")]
+    assert others and all(INTERRUPTED_KEY not in json.loads(a.message_json) for a in others)
