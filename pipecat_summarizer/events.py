@@ -152,12 +152,14 @@ class SummaryFailedEvent:
         consecutive_failures: Failures in a row, this one included.
         reason: What triggered the attempt.
         retry_in_s: Seconds before the next automatic attempt is allowed.
+        latency_s: Seconds from the attempt's start to its failure.
     """
 
     error: str
     consecutive_failures: int
     reason: Reason
     retry_in_s: float
+    latency_s: float = 0.0
 
 
 @dataclass

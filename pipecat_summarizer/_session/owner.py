@@ -324,6 +324,7 @@ class ContextSession(SharedContext):
     def failed(self, job: Job, error: str, *, now: float) -> SummaryFailedEvent:
         """The summary failed: the context is left untouched; the event to emit."""
         event = self.schedule.failed(job.reason, error, now)
+        event = replace(event, latency_s=max(0.0, now - job.started))
         if self.recorder is not None:
             model = getattr(job.summarizer, "model", None)
             self.recorder.failed(job.reason, error, now - job.started, model)

@@ -334,6 +334,7 @@ async def test_failed_summaries_and_evictions_are_spans_with_the_error_type(open
     compactions = _by_name(finished, SPAN_COMPACTION)
     failures = [s for s in compactions if s.attributes["pipecat_summarizer.outcome"] == "failed"]
     assert failed and len(failures) == len(failed)
+    assert all(e.latency_s > 0 for e in failed)  # the span covers the failed attempt
     f = failures[0]
     assert f.status.status_code == trace.StatusCode.ERROR
     assert f.attributes["error.type"] == "500"
