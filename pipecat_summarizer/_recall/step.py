@@ -380,7 +380,8 @@ class RecallStep:
         if at is None or current[at] is not asking:
             return None  # the turn moved on while the archive answered
         context.update(current)
-        view = context_view(context, view_texts())
+        texts = list(view_texts())  # the summary and pinned facts: corrections included
+        view = context_view(context, texts)
         rare = context.rare(query, terms)
         snippets = select_hits(
             hits,
@@ -410,6 +411,7 @@ class RecallStep:
             max_tokens=budget,
             max_snippet_tokens=params.max_snippet_tokens,
             count=self.count,
+            in_view=texts,
             now=self.now(),
         )
         self._after_search(_now() - found)

@@ -152,3 +152,9 @@ async def test_recall_never_brings_the_old_value_back_as_current(openai_server, 
         if "14 March" in line.replace("(corrected from 14 March)", ""):
             assert "[superseded: later corrected to 21 March]" in line
     assert any("(corrected from 14 March)" in str(m["content"]) for m in last)
+    # and since that correction is in view (the pinned fact), the old snippet is left out
+    assert not [
+        line
+        for line in block.splitlines()
+        if "14 March" in line.replace("(corrected from 14 March)", "")
+    ]
