@@ -21,6 +21,7 @@ from pipecat.processors.frame_processor import FrameProcessor
 
 from pipecat_summarizer import (
     CeilingParams,
+    ClearingParams,
     ContextSummarizer,
     ContextSummarizerParams,
     LLMAutoContextSummarizationConfig,
@@ -162,8 +163,10 @@ def test_the_params_table_names_real_fields_with_their_defaults():
             owner = defaults
             if field:
                 owner = getattr(defaults, group)
-                if owner is None:  # ceiling: off by default, the class has the field
-                    owner = CeilingParams(max_request_tokens=1000)
+                if owner is None:  # ceiling, clearing: off by default, the class has the field
+                    owner = {"ceiling": CeilingParams(max_request_tokens=1000)}.get(
+                        group, ClearingParams()
+                    )
                 name = field
             assert hasattr(owner, name), f"docs/configuration.md names {first!r}, not a field"
             try:
