@@ -6,8 +6,6 @@ the same caller; a caller's advisory lock keeps a forget and the writes apart.
 
 from __future__ import annotations
 
-import time
-
 from pipecat_summarizer.store._statements import (
     forget_statements,
     purge_cutoff,
@@ -101,10 +99,10 @@ async def after_forget(conn, records: list[Record]) -> list[Record]:
     return not_forgotten(records, tombstones, started)
 
 
-async def forget(conn, user_id: str) -> int:
-    """Delete every record of ``user_id`` and leave its tombstone (one transaction), then
-    ``VACUUM`` the tables: deleted rows are dead tuples, holding the words, until a vacuum
-    reclaims them."""
+async def forget(conn, user_id: str, at: float) -> int:
+    """Delete every record of ``user_id`` and leave its tombstone (time ``at``), in one
+    transaction, then ``VACUUM`` the tables: deleted rows are dead tuples, holding the words,
+    until a vacuum reclaims them."""
     n = 0
     key = user_hash(user_id)
     async with conn.transaction():
@@ -113,7 +111,7 @@ async def forget(conn, user_id: str) -> int:
         for sql, counted in forget_statements("$"):
             status = await conn.execute(sql, user_id)
             n += int(status.split()[-1]) if counted else 0
-        await conn.execute(tombstone_statement("$"), key, time.time())
+        await conn.execute(tombstone_statement("$"), key, at)
     # outside the transaction (VACUUM cannot run in one)
     await conn.execute("VACUUM messages, compactions, facts, calls, caller_facts")
     return n

@@ -7,7 +7,6 @@ database's write lock, across processes).
 from __future__ import annotations
 
 import sqlite3
-import time
 
 from loguru import logger
 
@@ -108,16 +107,16 @@ def after_forget(conn: sqlite3.Connection, records: list[Record]) -> list[Record
     return kept
 
 
-def forget(conn: sqlite3.Connection, user_id: str, *, in_file: bool) -> int:
-    """Delete every record of ``user_id``, leave its tombstone and merge the full-text
-    index without their tokens; ``in_file``: then checkpoint and truncate the WAL."""
+def forget(conn: sqlite3.Connection, user_id: str, *, in_file: bool, at: float) -> int:
+    """Delete every record of ``user_id``, leave its tombstone (time ``at``) and merge the
+    full-text index without their tokens; ``in_file``: then checkpoint and truncate the WAL."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         n = 0
         for sql, counted in forget_statements("?"):
             deleted = conn.execute(sql, (user_id,)).rowcount
             n += deleted if counted else 0
-        conn.execute(tombstone_statement("?"), (user_hash(user_id), time.time()))
+        conn.execute(tombstone_statement("?"), (user_hash(user_id), at))
         # the index's segments still hold the deleted tokens: merge them away
         conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
         conn.execute("COMMIT")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -358,9 +359,8 @@ class MemoryStore(ABC):
             return False
         seen: dict[str, float] = self.__dict__.setdefault("_tombstones_seen", {})
         if seen.get(user_id) == at:
-            return False
-        seen[user_id] = at
-        self._forgotten_now(user_id)
+            return False  # seen already, or this process's own forget (counted when it ran)
+        self._forgotten_now(user_id, at)
         return True
 
     def _refuse_write(self) -> None:
@@ -369,10 +369,16 @@ class MemoryStore(ABC):
         if self.read_only:
             raise StoreError("this store was opened read-only")
 
-    def _forgotten_now(self, user_id: str) -> None:
-        """Count a forget of ``user_id`` (every backend's :meth:`forget` calls this first)."""
+    def _forgotten_now(self, user_id: str, at: float | None = None) -> float:
+        """Count a forget of ``user_id`` (every backend's :meth:`forget` calls this first and
+        writes the returned time as the tombstone's); ``at``: a tombstone read back. The
+        tombstone's time is remembered, so reading back this process's own forget does not
+        count it twice."""
         generations = self.__dict__.setdefault("_forget_generations", {})
         generations[user_id] = generations.get(user_id, 0) + 1
+        at = time.time() if at is None else at
+        self.__dict__.setdefault("_tombstones_seen", {})[user_id] = at
+        return at
 
     async def __aenter__(self) -> MemoryStore:
         """Open the store."""

@@ -380,9 +380,9 @@ class PostgresMemoryStore(MemoryStore):
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
-        self._forgotten_now(user_id)  # a live call of this process stops at once
+        at = self._forgotten_now(user_id)  # a live call of this process stops at once
         async with await self._acquire() as conn:
-            return await _postgres_writes.forget(conn, user_id)
+            return await _postgres_writes.forget(conn, user_id, at)
 
     async def purge_older_than(self, days: float) -> int:
         """Delete records older than ``days`` days."""

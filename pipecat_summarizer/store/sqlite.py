@@ -423,10 +423,12 @@ class SQLiteMemoryStore(MemoryStore):
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
-        self._forgotten_now(user_id)  # a live call of this process stops at once
+        at = self._forgotten_now(user_id)  # a live call of this process stops at once
 
         in_file = self.path is not None
-        return await self._run(lambda conn: _sqlite_writes.forget(conn, user_id, in_file=in_file))
+        return await self._run(
+            lambda conn: _sqlite_writes.forget(conn, user_id, in_file=in_file, at=at)
+        )
 
     async def purge_older_than(self, days: float) -> int:
         """Delete records older than ``days`` days."""
