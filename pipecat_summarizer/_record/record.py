@@ -38,6 +38,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import chain
 from typing import Any
 
@@ -45,7 +46,7 @@ from pipecat.utils.context.llm_context_summarization import LLMContextSummaryCon
 
 from pipecat_summarizer._compaction.plan import head_length
 from pipecat_summarizer._record.changes import RecordChanges, joined_earlier
-from pipecat_summarizer._record.corrections import Correction, find_correction
+from pipecat_summarizer._record.corrections import Correction, find_correction, has_cue
 from pipecat_summarizer._record.interrupted import Interruptions
 from pipecat_summarizer._record.pinned import (
     AUTHORITATIVE,
@@ -111,6 +112,12 @@ class SummaryDraft:
     message: dict
     text: str
     config: LLMContextSummaryConfig
+
+
+@lru_cache(maxsize=4)
+def _summary_items(text: str) -> tuple[str, ...]:
+    # the summary changes once per compaction; corrections read it on many turns
+    return tuple(record_items(text))
 
 
 class ConversationRecord(RecordChanges):
@@ -421,18 +428,20 @@ class ConversationRecord(RecordChanges):
             The new messages, or ``None`` when nothing was corrected or rendered.
         """
         found = False
-        ignored = [*self.own_messages(), *skip, *self.interruptions.cut]
+        ignored = {id(x) for x in (*self.own_messages(), *skip, *self.interruptions.cut)}
         for message in fresh:
             if (
                 not isinstance(message, dict)
                 or message.get("role") not in ("user", "assistant")
-                or any(message is x for x in ignored)
+                or id(message) in ignored
             ):
                 continue
             text = spoken_text(message)
+            if not has_cue(text):
+                continue  # most messages: no detail and no pinned fact is read
             facts = [f for f in self.facts.facts if f.source not in AUTHORITATIVE]
             details = chain(  # read only when the text has a cue and a value
-                ((None, item) for item in record_items(self.summary_text or "")),
+                ((None, item) for item in _summary_items(self.summary_text or "")),
                 ((f.key, f.text) for f in facts),
             )
             correction = find_correction(text, details)
