@@ -108,7 +108,7 @@ class RecallParams:
     The default block adapts its size to what was found (``adaptive``): one hit that has all
     of the question's words gets a small block (``min_tokens``), a weak match or a question
     whose pieces are in several calls a larger one, up to ``max_tokens``.
-    :meth:`small` keeps every block small (the defaults before 0.4) for tight budgets.
+    :meth:`small` keeps every block small (the defaults of 0.1) for tight budgets.
 
     Parameters:
         enabled: Recall on each user turn. ``False`` keeps the ``recall_memory`` tool only.
@@ -162,7 +162,7 @@ class RecallParams:
     @classmethod
     def small(cls, semantic: SemanticRecallParams | None = None, **overrides: Any) -> RecallParams:
         """A small block for tight budgets: at most 800 tokens and 8 snippets, 30 hits
-        searched, no adaptive sizing and no second search (the defaults before 0.4).
+        searched, no adaptive sizing and no second search (the defaults of 0.1).
 
         Args:
             semantic: Semantic recall as well (see ``semantic``).
@@ -187,7 +187,7 @@ class RecallParams:
         The defaults cap an adaptive block at 2,400 tokens and 24 snippets; this preset
         raises the cap, trading input tokens for recall when callers often come back to
         details said long ago (LoCoMo figures: benchmarks/README.md). Measured with the
-        fixed blocks before 0.4, at question time, answer recall and input against the full
+        fixed blocks of 0.1, at question time, answer recall and input against the full
         buffer's: 79.6% at 11.8% with the 800-token block (:meth:`small`), 83.8% at 17.0%
         with this preset (the full buffer: 90.8%). The block is filled only as far as
         matches go, so a turn that matches little costs little more.
