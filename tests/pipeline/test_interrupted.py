@@ -142,14 +142,14 @@ def test_the_archived_form_carries_the_mark_and_the_provider_form_drops_it():
 
 
 async def test_the_processors_own_summary_and_the_archive_mark_a_cut_answer(
-    openai_server, tmp_path
+    openai_server, store_target
 ):
     """The summary request the processor sends marks the cut answer, and the archive keeps the
     mark in the answer's ``message_json`` (a resumed call sends it without the mark)."""
     from pipecat_summarizer.params import MemoryParams, WriterParams
-    from pipecat_summarizer.store import SQLiteMemoryStore
+    from pipecat_summarizer.store import open_store
 
-    store = SQLiteMemoryStore(tmp_path / "m.db")
+    store = open_store(store_target)
     context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
     summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
     processor = ContextSummarizer(

@@ -1,8 +1,9 @@
 """Superseded details lose everywhere, through real pipelines: a real
 ``LLMContextAggregatorPair``, ``ContextSummarizer`` with the offline extractive summarizer and
-a real SQLite store, Pipecat's OpenAI service against the local OpenAI-protocol server. A
-detail corrected within a call and across calls: the pinned fact keeps its key and its
-history says ``corrected``, the summary states only the corrected value, as a correction."""
+a real store (SQLite and PostgreSQL), Pipecat's OpenAI service against the local
+OpenAI-protocol server. A detail corrected within a call and across calls: the pinned fact
+keeps its key and its history says ``corrected``, the summary states only the corrected value,
+as a correction."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pipecat.tests.utils import run_test
 from pipecat_summarizer import ContextSummarizer
 from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
-from pipecat_summarizer.store import SQLiteMemoryStore
+from pipecat_summarizer.store import open_store
 from pipecat_summarizer.summarizers import ExtractiveSummarizer
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
 
@@ -65,9 +66,9 @@ def _stated(messages: list, value: str) -> list[str]:
 
 
 async def test_a_detail_corrected_within_a_call_wins_in_facts_summary_and_history(
-    openai_server, tmp_path
+    openai_server, store_target
 ):
-    store = SQLiteMemoryStore(tmp_path / "m.db")
+    store = open_store(store_target)
     try:
         processor, context = await _call(
             openai_server, store, [BOOKING, *FILLER, "Make that 21 March.", "Thanks, that's all."]
@@ -94,17 +95,16 @@ async def test_a_detail_corrected_within_a_call_wins_in_facts_summary_and_histor
 
 
 async def test_a_detail_corrected_in_a_later_call_keeps_its_key_and_its_history(
-    openai_server, tmp_path
+    openai_server, store_target
 ):
-    path = tmp_path / "m.db"
-    store = SQLiteMemoryStore(path)
+    store = open_store(store_target)
     try:
         first, _ = await _call(openai_server, store, [BOOKING, *FILLER], call_id="call-1")
     finally:
         await store.close()
     (before,) = _booking_facts(first)
     assert "14 March" in before.text
-    store = SQLiteMemoryStore(path)  # the next call, the same file
+    store = open_store(store_target)  # the next call, the same database
     try:
         second, _ = await _call(
             openai_server,
@@ -125,15 +125,14 @@ async def test_a_detail_corrected_in_a_later_call_keeps_its_key_and_its_history(
     assert not _stated(last[:-3], "14 March")
 
 
-async def test_recall_never_brings_the_old_value_back_as_current(openai_server, tmp_path):
-    path = tmp_path / "m.db"
+async def test_recall_never_brings_the_old_value_back_as_current(openai_server, store_target):
     said = [BOOKING, "Make that 21 March for the anniversary dinner.", *FILLER, "Is there a gym?"]
-    store = SQLiteMemoryStore(path)
+    store = open_store(store_target)
     try:
         await _call(openai_server, store, said, call_id="call-1", recall=RecallParams())
     finally:
         await store.close()
-    store = SQLiteMemoryStore(path)  # the next call asks about it
+    store = open_store(store_target)  # the next call asks about it
     try:
         await _call(
             openai_server,
