@@ -199,7 +199,10 @@ class ContextSession(SharedContext):
         *,
         answer_pending: bool = False,
     ) -> Job | None:
-        """Plan a compaction now; the job becomes the plan in flight (``None``: none)."""
+        """Plan a compaction now; the job becomes the plan in flight (``None``: none, and
+        always once the call has ended: a manual request arriving after it starts nothing)."""
+        if self.schedule.ended:
+            return None
         self.step = "planning"
         self.schedule.blocked = None
         self.check_replaced()  # a replaced context's pending messages are never planned
