@@ -48,8 +48,9 @@ def test_a_steady_provider_ratio_is_learned_from_the_first_report(true_ratio, si
     assert cal.scale == pytest.approx(true_ratio, rel=0.05, abs=0.05)
     report = cal.summary()
     assert report.requests_reported == len(sizes)
-    # every request after the first ran on the learned ratio
-    assert report.mean_error_after <= report.mean_error_before + 1e-9
+    # every request after the first ran on the learned ratio (up to the rounding of a
+    # token count: one token of the smallest request)
+    assert report.mean_error_after <= report.mean_error_before + 1.0 / min(sizes) + 1e-9
 
 
 @given(st.lists(st.tuples(estimates, st.floats(min_value=0.5, max_value=3.0)), max_size=30))
