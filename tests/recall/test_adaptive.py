@@ -8,17 +8,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer._recall.select import Snippet, block_budget
 from pipecat_summarizer._text.tokens import estimate_text_tokens
-from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
+from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store import open_store
 from tests.support.openai_server import Reply, is_summary_request
-from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.recall_calls import recall_block, recall_call
 
 
 def _snippet(relevance: float, call: int, position: int = 0) -> Snippet:
@@ -88,7 +84,6 @@ def test_the_small_preset_is_the_former_fixed_block():
 
 # -- through real pipelines ------------------------------------------------------------
 
-FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 FILLER = [
     "What time does the office open?",
     "Is there parking on Sunday?",
@@ -113,31 +108,12 @@ def _summaries(body: dict) -> Reply:
 
 
 async def _call(server, store, texts, call_id):
-    context = LLMContext(messages=[{"role": "system", "content": "You are a school secretary."}])
-    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=summarizer,
-        store=store,
-        call_id=call_id,
-        user_id="alice",
-        memory=MemoryParams(writer=FAST),
-        recall=ADAPTIVE,
+    await recall_call(
+        server, store, texts, call_id=call_id, recall=ADAPTIVE, system="You are a school secretary."
     )
-    try:
-        await run_test(
-            build(context, processor, main_llm(server.base_url)),
-            frames_to_send=[*turns(texts, gap=0.2)],
-        )
-    finally:
-        await summarizer.aclose()
 
 
-def _block(server) -> str:
-    recalled = [m for m in server.chat_requests[-1]["messages"] if is_recall_message(m)]
-    assert len(recalled) == 1
-    return str(recalled[0]["content"])
+_block = recall_block
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)

@@ -9,19 +9,15 @@ from __future__ import annotations
 import calendar
 
 import pytest
-from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.query import asks_when
-from pipecat_summarizer._recall.render import ago, date_text, is_recall_message
-from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
+from pipecat_summarizer._recall.render import ago, date_text
+from pipecat_summarizer.params import MemoryParams, RecallParams
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer_cli.replay.locomo import session_note, session_time
 from tests.support.openai_server import Reply, is_summary_request
-from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.recall_calls import FAST, recall_block, recall_call
 
-FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418, arriving Friday."
 FILLER = [
     "What time does the breakfast buffet open?",
@@ -43,32 +39,18 @@ def _summaries(body: dict) -> Reply:
 
 
 async def _call(server, store, texts, *, call_id, started_at):
-    context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
-    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=summarizer,
-        store=store,
+    return await recall_call(
+        server,
+        store,
+        texts,
         call_id=call_id,
-        user_id="alice",
-        memory=MemoryParams(writer=FAST, conversation_started_at=started_at),
         recall=RecallParams(latency_budget_s=5.0),
+        system="You are a concierge.",
+        memory=MemoryParams(writer=FAST, conversation_started_at=started_at),
     )
-    try:
-        await run_test(
-            build(context, processor, main_llm(server.base_url)),
-            frames_to_send=[*turns(texts, gap=0.2)],
-        )
-    finally:
-        await summarizer.aclose()
-    return processor
 
 
-def _block(server) -> str:
-    recalled = [m for m in server.chat_requests[-1]["messages"] if is_recall_message(m)]
-    assert len(recalled) == 1
-    return str(recalled[0]["content"])
+_block = recall_block
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)

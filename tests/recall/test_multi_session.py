@@ -6,17 +6,14 @@ file and a real PostgreSQL."""
 from __future__ import annotations
 
 import pytest
-from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.query import gathers, topic_terms
 from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer._recall.select import gather_words
-from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
+from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store import open_store
 from tests.support.openai_server import Reply, is_summary_request
-from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.recall_calls import recall_call
 
 
 class Hit:
@@ -40,7 +37,6 @@ def test_the_second_search_asks_for_what_the_first_hits_name():
     assert found[0] == "marta" and "sister" not in found and "lisbon" in found
 
 
-FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 FILLER = [
     "What time does the office open?",
     "Is there parking on Sunday?",
@@ -59,25 +55,9 @@ def _summaries(body: dict) -> Reply:
 
 
 async def _call(server, store, texts, call_id, recall):
-    context = LLMContext(messages=[{"role": "system", "content": "You are a travel agent."}])
-    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=summarizer,
-        store=store,
-        call_id=call_id,
-        user_id="alice",
-        memory=MemoryParams(writer=FAST),
-        recall=recall,
+    await recall_call(
+        server, store, texts, call_id=call_id, recall=recall, system="You are a travel agent."
     )
-    try:
-        await run_test(
-            build(context, processor, main_llm(server.base_url)),
-            frames_to_send=[*turns(texts, gap=0.2)],
-        )
-    finally:
-        await summarizer.aclose()
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)

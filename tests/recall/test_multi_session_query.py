@@ -6,17 +6,13 @@ pipeline on a SQLite file."""
 
 from __future__ import annotations
 
-from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
-
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.query import common_terms, focus, query_parts, topic_terms
 from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer._recall.select import make_view, select_hits
 from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.support.openai_server import Reply, is_summary_request
-from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.recall_calls import recall_call
 
 
 class Hit:
@@ -89,25 +85,15 @@ def _summaries(body: dict) -> Reply:
 
 
 async def _call(server, store, texts, call_id):
-    context = LLMContext(messages=[{"role": "system", "content": "You are Ava, an assistant."}])
-    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=summarizer,
-        store=store,
+    await recall_call(
+        server,
+        store,
+        texts,
         call_id=call_id,
-        user_id="alice",
-        memory=MemoryParams(writer=WriterParams(flush_interval_s=0.05)),
         recall=RecallParams(latency_budget_s=5.0),
+        system="You are Ava, an assistant.",
+        memory=MemoryParams(writer=WriterParams(flush_interval_s=0.05)),
     )
-    try:
-        await run_test(
-            build(context, processor, main_llm(server.base_url)),
-            frames_to_send=[*turns(texts, gap=0.2)],
-        )
-    finally:
-        await summarizer.aclose()
 
 
 async def test_a_returning_callers_opener_and_greeting_words_still_find_the_detail(

@@ -1,0 +1,59 @@
+"""One call of a returning caller through a real pipeline with recall, for the recall tests:
+the aggregators, ``ContextSummarizer`` with a store and Pipecat's OpenAI service, both LLMs
+against the local OpenAI-protocol server; and the recalled block of the last request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.tests.utils import run_test
+
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer._recall.render import is_recall_message
+from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
+from tests.support.pipeline_utils import build, cfg, main_llm, turns
+
+#: A writer that flushes at once, so the next call finds what this one archived.
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+
+
+async def recall_call(
+    server: Any,
+    store: Any,
+    texts: list[str],
+    *,
+    call_id: str,
+    recall: RecallParams,
+    system: str,
+    memory: MemoryParams | None = None,
+    user_id: str = "alice",
+) -> ContextSummarizer:
+    """The caller says ``texts`` (0.2 s apart); compacts at six messages, keeps two."""
+    context = LLMContext(messages=[{"role": "system", "content": system}])
+    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=6, keep=2),
+        summarizer=summarizer,
+        store=store,
+        call_id=call_id,
+        user_id=user_id,
+        memory=memory or MemoryParams(writer=FAST),
+        recall=recall,
+    )
+    try:
+        await run_test(
+            build(context, processor, main_llm(server.base_url)),
+            frames_to_send=[*turns(texts, gap=0.2)],
+        )
+    finally:
+        await summarizer.aclose()
+    return processor
+
+
+def recall_block(server: Any) -> str:
+    """The one recalled block of the main LLM's last request."""
+    recalled = [m for m in server.chat_requests[-1]["messages"] if is_recall_message(m)]
+    assert len(recalled) == 1
+    return str(recalled[0]["content"])
