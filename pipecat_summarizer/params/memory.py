@@ -12,6 +12,10 @@ from pipecat_summarizer._validation import validate_numeric_fields
 
 #: The shortest flush interval of the store's writer (a smaller one would spin the event loop).
 MIN_FLUSH_INTERVAL_S = 0.01
+#: The latest ``conversation_started_at``: the last second of the year 9999 (UTC). Larger
+#: values are milliseconds or microseconds by mistake, and past the platform's calendar
+#: (recall could not date a snippet of that call).
+MAX_CONVERSATION_STARTED_AT = 253_402_300_799.0
 
 
 @dataclass
@@ -75,7 +79,8 @@ class MemoryParams:
         conversation_started_at: When the conversation took place (seconds since the epoch,
             UTC), when that is not now: an imported or replayed conversation. Each archived
             message is dated by it (plus the time since the call started), and recall labels
-            a snippet with its call's date. ``None``: the wall clock.
+            a snippet with its call's date. ``None``: the wall clock. At most the end of
+            the year 9999 (``MAX_CONVERSATION_STARTED_AT``).
         writer: Queue size, flush interval (default 1 s) and retry settings.
     """
 
@@ -102,10 +107,12 @@ class MemoryParams:
                 "resume_dropped_within_s must be >= 0 (0: off), "
                 f"got {self.resume_dropped_within_s!r}"
             )
-        if self.conversation_started_at is not None and self.conversation_started_at < 0:
+        started = self.conversation_started_at
+        if started is not None and not 0 <= started <= MAX_CONVERSATION_STARTED_AT:
             raise ValueError(
-                "conversation_started_at must be >= 0 (seconds since the epoch), "
-                f"got {self.conversation_started_at!r}"
+                "conversation_started_at must be seconds since the epoch, from 0 to "
+                f"{MAX_CONVERSATION_STARTED_AT:.0f} (the end of the year 9999; a larger value "
+                f"is milliseconds or microseconds), got {started!r}"
             )
         if not isinstance(self.writer, WriterParams):
             raise TypeError("writer must be a WriterParams")
