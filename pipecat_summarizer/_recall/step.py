@@ -15,6 +15,21 @@ from typing import Any, Protocol, runtime_checkable
 
 from loguru import logger
 
+from pipecat_summarizer._recall.budget import (
+    MIN_RECALL_TOKENS,
+    after_search,
+    fits,
+    recall_budget,
+    search_wait,
+)
+from pipecat_summarizer._recall.gather import (
+    Found,
+    consume,
+    read_replies,
+    second_search,
+    with_gathered,
+    with_meaning,
+)
 from pipecat_summarizer._recall.query import (
     ContextTerms,
     asks_when,
@@ -47,8 +62,6 @@ from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS as STOPWORDS
 from pipecat_summarizer._text.vocabulary import search_stem as stem
 from pipecat_summarizer._text.vocabulary import words
 from pipecat_summarizer.params import RecallParams
-
-_Found = tuple[list[Any], dict[tuple[str, int], tuple[str, str]]]
 
 
 @runtime_checkable
@@ -143,7 +156,6 @@ class RecallStep:
         #: The recalled message now in the context (replaced each turn).
         self.message: dict | None = None
         self._inflight: asyncio.Task | None = None
-        self._late_query: str | None = None
         self._failing = False
         # the store's forget count for this caller: when it moves, nothing found before
         # (a late answer, the placed message) is quoted again
@@ -176,7 +188,7 @@ class RecallStep:
 
     async def _search_with_replies(
         self, query: str, limit: int, terms: Sequence[str] | None = None, *, semantic: bool = True
-    ) -> _Found:
+    ) -> Found:
         """The hits, and the message that followed each of the first ones (the answer to a
         question, the rest of a story): one search, then one read per hit that can be
         recalled, all within the same budget."""
@@ -204,39 +216,19 @@ class RecallStep:
         hits = list(found or [])
         replies: dict[tuple[str, int], tuple[str, str]] = {}
         if index is not None and ranked is not None:
-            from pipecat_summarizer._recall.fusion import fuse
-
-            close, similarity = ranked
-            hits = fuse(hits, close, similarity)
-            for h in hits:
-                reply = index.reply(h.call_id, h.position)
-                if reply is not None:
-                    replies[(h.call_id, h.position)] = reply
-        read = getattr(self.archive, "message", None)
-        if read is None:
-            return hits, replies
-        # a few spare for the in-view filter; semantic hits' replies come from the index
-        first = hits[: self.params.max_snippets + 2]
-        wanted = [h for h in first if (h.call_id, h.position) not in replies]
-        batch = getattr(self.archive, "messages_at", None)  # one query (MemoryStore)
-        try:
-            if batch is not None:
-                found = list(await batch([(h.call_id, h.position + 1) for h in wanted]))
-            else:
-                found = await asyncio.gather(*(read(h.call_id, h.position + 1) for h in wanted))
+            hits, replies = with_meaning(hits, ranked, index)
+        try:  # a few spare for the in-view filter; semantic hits' replies come from the index
+            await read_replies(self.archive, hits[: self.params.max_snippets + 2], replies)
         finally:
             if index is not None:
                 # what was archived since the last turn: read and embedded in the
                 # background, after this turn's reads (a store serves its queries in turn)
                 index.kick(self.archive)
-        for h, m in zip(wanted, found, strict=True):
-            if m is not None:
-                replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
         if self._generation() != generation:
             return [], {}  # the caller was forgotten while the archive answered
         return hits, replies
 
-    def _result(self, task: asyncio.Task) -> _Found:
+    def _result(self, task: asyncio.Task) -> Found:
         """A finished search's hits and replies; a failure costs the recall, never the call."""
         if task.cancelled():
             return [], {}
@@ -257,7 +249,7 @@ class RecallStep:
 
     async def hits_for_turn(
         self, query: str, terms: Sequence[str] | None = None, *, wait_s: float | None = None
-    ) -> tuple[_Found, str]:
+    ) -> tuple[Found, str]:
         """The hits for this turn's query, within the latency budget (or ``wait_s``, what
         is left of it for the search).
 
@@ -267,7 +259,7 @@ class RecallStep:
             previous search is still running: no second search is stacked on a slow
             archive).
         """
-        late: _Found = ([], {})
+        late: Found = ([], {})
         self.forgotten()  # a late answer from before a forget is dropped
         previous = self._inflight
         if previous is not None:
@@ -284,15 +276,10 @@ class RecallStep:
             return self._result(task), "on_time"
         self.missed += 1
         self._inflight = task  # may serve the next turn
-        task.add_done_callback(_consume)
+        task.add_done_callback(consume)
         if late[0]:
             return late, "late"
         return ([], {}), "missed"
-
-    def _after_search(self, seconds: float) -> None:
-        # a moving average that rises at once and falls slowly: one slow turn is remembered
-        previous = self._after_search_s
-        self._after_search_s = seconds if seconds > previous else 0.8 * previous + 0.2 * seconds
 
     def _generation(self) -> int:
         generation = getattr(self.archive, "forget_generation", None)
@@ -374,7 +361,7 @@ class RecallStep:
         (hits, replies), how = await self.hits_for_turn(query, terms, wait_s=wait)
         if not hits:
             return None
-        more: _Found = ([], {})
+        more: Found = ([], {})
         gathered: list[str] = []
         if params.gather and how == "on_time":
             gathered = gather_words(hits, query, terms, params.min_score)
@@ -402,7 +389,7 @@ class RecallStep:
             parts=query_parts(query, terms),
         )
         if more[0]:
-            snippets = self._with_gathered(snippets, more, query, view, gathered)
+            snippets = with_gathered(snippets, more, query, view, gathered, params)
         if how == "late":
             snippets = still_relevant(snippets, query, params.min_score)
         size = params.max_tokens
@@ -421,7 +408,7 @@ class RecallStep:
             in_view=texts,
             now=self.now(),
         )
-        self._after_search(_now() - found)
+        self._after_search_s = after_search(self._after_search_s, _now() - found)
         if text is None:
             return None
         message = recall_message(text)
@@ -433,46 +420,12 @@ class RecallStep:
         self.late_served += how == "late"
         return placed
 
-    async def _gather(self, gathered: Sequence[str], hits: Sequence[Any], wait_s: float) -> _Found:
-        """The second search (on ``gathered``, the first hits' names and things), within
-        ``wait_s``: its hits the first search did not return, or nothing when late (a late
-        second search is dropped, never kept for the next turn)."""
-        words_ = " ".join(gathered)
-        task = asyncio.ensure_future(
-            self._search_with_replies(words_, self.params.search_limit, semantic=False)
-        )
-        await asyncio.wait({task}, timeout=max(wait_s, 0.0))
-        if not task.done():
-            task.add_done_callback(_consume)
-            task.cancel()
-            return [], {}
-        found, replies = self._result(task)
-        seen = {(h.call_id, h.position) for h in hits}
-        return [h for h in found if (h.call_id, h.position) not in seen], replies
+    async def _gather(self, gathered: Sequence[str], hits: Sequence[Any], wait_s: float) -> Found:
+        # the second search, without recall by meaning (see gather.second_search)
+        def search(words_: str) -> Awaitable[Found]:
+            return self._search_with_replies(words_, self.params.search_limit, semantic=False)
 
-    def _with_gathered(
-        self,
-        snippets: list[Snippet],
-        more: _Found,
-        query: str,
-        view: View,
-        gathered: Sequence[str],
-    ) -> list[Snippet]:
-        """``snippets`` and, after them, the second search's hits that have one of the
-        gathered words (within ``max_snippets``)."""
-        stems = [stem(w) for w in gathered]
-        extra = select_hits(
-            more[0],
-            query,
-            view,
-            self.params,
-            replies=more[1],
-            terms=stems,  # judged on the gathered words: it need not share the query's
-            rare=stems,
-        )
-        seen = {(s.call_id, s.position) for s in snippets}
-        kept = [s for s in extra if (s.call_id, s.position) not in seen]
-        return (snippets + kept)[: self.params.max_snippets]
+        return await second_search(search, self._result, gathered, hits, wait_s)
 
     # -- the tool -------------------------------------------------------------------------
 
@@ -495,7 +448,7 @@ class RecallStep:
         try:
             await asyncio.wait_for(asyncio.shield(task), max(timeout, 0.001))
         except TimeoutError:
-            task.add_done_callback(_consume)
+            task.add_done_callback(consume)
             raise
         hits, replies = self._result(task)
         limit = max_snippets or params.max_snippets
@@ -512,8 +465,8 @@ class RecallStep:
         if gathered and snippets:  # the model waits anyway: the second search has time
             more = await self._gather(gathered, hits, max(timeout / 2, 0.001))
             if more[0]:
-                snippets = self._with_gathered(
-                    snippets, more, query, View("", frozenset()), gathered
+                snippets = with_gathered(
+                    snippets, more, query, View("", frozenset()), gathered, params
                 )
         out: list[dict] = []
         used = 0
@@ -557,38 +510,8 @@ def _now() -> float:
     return asyncio.get_running_loop().time()
 
 
-def search_wait(budget_s: float, elapsed_s: float, after_s: float) -> float:
-    """How long a turn waits for the archive: the latency budget less what the frame has
-    spent already and what ranking and rendering the hits will take (``after_s``, at most
-    half the budget: a search always gets some of it). Never negative."""
-    reserve = min(max(0.0, after_s), budget_s / 2)
-    return max(0.0, budget_s - max(0.0, elapsed_s) - reserve)
-
-
-# The least room worth a recalled block: the header (~25 tokens) and one short quote.
-MIN_RECALL_TOKENS = 40
-
-
-def recall_budget(max_tokens: int, room: int | None) -> int | None:
-    """The recalled block's budget: ``max_tokens``, cut to the ``room`` the request ceiling
-    leaves (``None``: no ceiling); ``None`` when less than :data:`MIN_RECALL_TOKENS` is left,
-    so recall gives way (shrinks, then disappears) before the ceiling evicts conversation."""
-    budget = max_tokens if room is None else min(max_tokens, room)
-    return budget if budget >= MIN_RECALL_TOKENS else None
-
-
-def fits(room: int | None) -> bool:
-    """Whether a recalled block has room at all (see :func:`recall_budget`)."""
-    return room is None or room >= MIN_RECALL_TOKENS
-
-
-def _consume(task: asyncio.Task) -> None:
-    # a late search's exception is read here so asyncio never logs it as unretrieved
-    if not task.cancelled():
-        task.exception()
-
-
 __all__ = [
+    "MIN_RECALL_TOKENS",
     "RecallArchive",
     "RecallStep",
     "Snippet",

@@ -1,0 +1,44 @@
+"""The turn's budgets for recall, pure: how long it waits for the archive, how many tokens
+its block may take.
+
+The latency budget bounds the frame's time in the processor, not only the search: what ran
+before the search and what ranking and rendering will take after it come out of it
+(:func:`search_wait`, :func:`after_search`). The block's tokens give way to the request
+ceiling before it evicts conversation (:func:`recall_budget`, :func:`fits`).
+"""
+
+from __future__ import annotations
+
+#: The least room worth a recalled block: the header (~25 tokens) and one short quote.
+MIN_RECALL_TOKENS = 40
+
+
+def search_wait(budget_s: float, elapsed_s: float, after_s: float) -> float:
+    """How long a turn waits for the archive: the latency budget less what the frame has
+    spent already and what ranking and rendering the hits will take (``after_s``, at most
+    half the budget: a search always gets some of it). Never negative."""
+    reserve = min(max(0.0, after_s), budget_s / 2)
+    return max(0.0, budget_s - max(0.0, elapsed_s) - reserve)
+
+
+def after_search(previous_s: float, seconds: float) -> float:
+    """The estimate of what ranking and rendering take after the search, given the last
+    turn's ``seconds``: a moving average that rises at once and falls slowly (one slow turn
+    is remembered)."""
+    return seconds if seconds > previous_s else 0.8 * previous_s + 0.2 * seconds
+
+
+def recall_budget(max_tokens: int, room: int | None) -> int | None:
+    """The recalled block's budget: ``max_tokens``, cut to the ``room`` the request ceiling
+    leaves (``None``: no ceiling); ``None`` when less than :data:`MIN_RECALL_TOKENS` is left,
+    so recall gives way (shrinks, then disappears) before the ceiling evicts conversation."""
+    budget = max_tokens if room is None else min(max_tokens, room)
+    return budget if budget >= MIN_RECALL_TOKENS else None
+
+
+def fits(room: int | None) -> bool:
+    """Whether a recalled block has room at all (see :func:`recall_budget`)."""
+    return room is None or room >= MIN_RECALL_TOKENS
+
+
+__all__ = ["MIN_RECALL_TOKENS", "after_search", "fits", "recall_budget", "search_wait"]

@@ -1,0 +1,141 @@
+"""What recall gathers around the first search's hits: replies, hits by meaning, a second search.
+
+Hits found by meaning are fused with the lexical ones, their replies taken from the semantic
+index (:func:`with_meaning`). A recalled question is worth little without its answer, so the
+message that followed each of the first hits is read with them (:func:`read_replies`, one
+query on a ``MemoryStore``). A question that asks for several pieces ("all", "both", "how many
+times") may need turns of several calls that share no word with it: the first strong hits'
+names and things (:func:`~pipecat_summarizer._recall.select.gather_words`) are searched once
+more, within what is left of the budget (:func:`second_search`), and the hits found only by
+that search join the snippets after the first search's own (:func:`with_gathered`, pure).
+
+:class:`~pipecat_summarizer._recall.step.RecallStep` calls these; they hold no state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from pipecat_summarizer._recall.select import Snippet, View, select_hits
+from pipecat_summarizer._text.vocabulary import search_stem as stem
+from pipecat_summarizer.params import RecallParams
+
+#: A search's hits (best first) and the replies read for them, by ``(call_id, position)``:
+#: ``(role, content)`` of the message that followed the hit.
+Found = tuple[list[Any], dict[tuple[str, int], tuple[str, str]]]
+
+
+async def read_replies(
+    archive: Any, hits: Sequence[Any], replies: dict[tuple[str, int], tuple[str, str]]
+) -> None:
+    """Read into ``replies`` the message that followed each of ``hits`` not there yet (the
+    answer to a question, the rest of a story): one query when the archive has
+    ``messages_at`` (``MemoryStore``), else one ``message`` read per hit; nothing when the
+    archive has no ``message``."""
+    read = getattr(archive, "message", None)
+    if read is None:
+        return
+    wanted = [h for h in hits if (h.call_id, h.position) not in replies]
+    batch = getattr(archive, "messages_at", None)
+    if batch is not None:
+        found = list(await batch([(h.call_id, h.position + 1) for h in wanted]))
+    else:
+        found = await asyncio.gather(*(read(h.call_id, h.position + 1) for h in wanted))
+    for h, m in zip(wanted, found, strict=True):
+        if m is not None:
+            replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
+
+
+def with_meaning(hits: Sequence[Any], ranked: tuple[list, Mapping], index: Any) -> Found:
+    """The lexical ``hits`` fused with the hits by meaning (``ranked``: the
+    :class:`~pipecat_summarizer._recall.semantic.SemanticIndex`'s closest rows and their
+    similarities), and the replies the index holds for them (no archive read)."""
+    from pipecat_summarizer._recall.fusion import fuse
+
+    close, similarity = ranked
+    fused = fuse(list(hits), close, similarity)
+    replies: dict[tuple[str, int], tuple[str, str]] = {}
+    for h in fused:
+        reply = index.reply(h.call_id, h.position)
+        if reply is not None:
+            replies[(h.call_id, h.position)] = reply
+    return fused, replies
+
+
+async def second_search(
+    search: Callable[[str], Awaitable[Found]],
+    result: Callable[[asyncio.Task], Found],
+    gathered: Sequence[str],
+    hits: Sequence[Any],
+    wait_s: float,
+) -> Found:
+    """The second search (``search`` on ``gathered``, the first hits' names and things),
+    within ``wait_s``: its hits the first search did not return (``hits``), or nothing when
+    late (a late second search is cancelled, never kept for the next turn).
+
+    Args:
+        search: Starts the search for a query (the step's, without recall by meaning).
+        result: A finished search task's ``(hits, replies)`` (a failure counted and logged
+            by the step, and read as nothing).
+        gathered: The words searched.
+        hits: The first search's hits.
+        wait_s: How long the search may take.
+    """
+    task = asyncio.ensure_future(search(" ".join(gathered)))
+    await asyncio.wait({task}, timeout=max(wait_s, 0.0))
+    if not task.done():
+        task.add_done_callback(consume)
+        task.cancel()
+        return [], {}
+    found, replies = result(task)
+    return unseen(found, hits), replies
+
+
+def unseen(found: Sequence[Any], hits: Sequence[Any]) -> list[Any]:
+    """The hits of ``found`` that are not among ``hits`` (by call and position)."""
+    seen = {(h.call_id, h.position) for h in hits}
+    return [h for h in found if (h.call_id, h.position) not in seen]
+
+
+def with_gathered(
+    snippets: list[Snippet],
+    more: Found,
+    query: str,
+    view: View,
+    gathered: Sequence[str],
+    params: RecallParams,
+) -> list[Snippet]:
+    """``snippets`` and, after them, the second search's hits (``more``) that have one of the
+    gathered words, not already among them, within ``params.max_snippets``."""
+    stems = [stem(w) for w in gathered]
+    extra = select_hits(
+        more[0],
+        query,
+        view,
+        params,
+        replies=more[1],
+        terms=stems,  # judged on the gathered words: it need not share the query's
+        rare=stems,
+    )
+    seen = {(s.call_id, s.position) for s in snippets}
+    kept = [s for s in extra if (s.call_id, s.position) not in seen]
+    return (snippets + kept)[: params.max_snippets]
+
+
+def consume(task: asyncio.Task) -> None:
+    """Read a late search's exception, so asyncio never logs it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+__all__ = [
+    "Found",
+    "consume",
+    "read_replies",
+    "second_search",
+    "unseen",
+    "with_gathered",
+    "with_meaning",
+]
