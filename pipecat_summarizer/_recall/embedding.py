@@ -20,9 +20,11 @@ the caller's archive is :class:`~pipecat_summarizer._recall.semantic.SemanticInd
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
 import math
+import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -30,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from loguru import logger
 
 from pipecat_summarizer.errors import SEMANTIC_EXTRA_HINT as EXTRA_HINT
 from pipecat_summarizer.params import SemanticRecallParams
@@ -118,6 +121,86 @@ def cached_vectors(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarray
     return np.stack(rows), len(texts) - len(missing)  # type: ignore[arg-type]
 
 
+#: Environment variables by which the application chose numpy's BLAS threads itself: when
+#: one is set, :func:`limit_blas_threads` leaves the count alone.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+# OpenBLAS's thread-count functions under the names its builds export (numpy's wheels ship
+# scipy-openblas, whose symbols are prefixed and, for the 64-bit interface, suffixed)
+_OPENBLAS_NAMES = tuple(
+    (f"{prefix}openblas_set_num_threads{suffix}", f"{prefix}openblas_get_num_threads{suffix}")
+    for prefix in ("", "scipy_")
+    for suffix in ("", "64_")
+)
+_blas_lock = threading.Lock()
+
+
+def _openblas() -> tuple[Any, Any] | None:
+    """The set and get thread-count functions of the OpenBLAS numpy loaded in this process,
+    or ``None`` (another BLAS, or no ``/proc/self/maps`` to find it by: not Linux)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            paths = sorted(
+                {
+                    line.split(maxsplit=5)[-1].strip()
+                    for line in maps
+                    if "openblas" in line.lower() and "/" in line
+                }
+            )
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)  # already loaded: the same handle, nothing runs
+        except OSError:
+            continue
+        for set_name, get_name in _OPENBLAS_NAMES:
+            setter, getter = getattr(lib, set_name, None), getattr(lib, get_name, None)
+            if setter is not None and getter is not None:
+                setter.argtypes, setter.restype = [ctypes.c_int], None
+                getter.argtypes, getter.restype = [], ctypes.c_int
+                return setter, getter
+    return None
+
+
+def blas_threads() -> int | None:
+    """The threads numpy's OpenBLAS runs a matrix product on (process-wide), or ``None``
+    when numpy's BLAS is not an OpenBLAS found in this process."""
+    found = _openblas()
+    return None if found is None else int(found[1]())
+
+
+def limit_blas_threads(threads: int) -> int | None:
+    """Run numpy's OpenBLAS on at most ``threads`` threads (process-wide), unless the
+    environment chose a count (:data:`BLAS_THREAD_VARIABLES`).
+
+    A sentence encoder's matrices are small (a query is ~20 tokens): OpenBLAS's threads cost
+    more to wake and join than they save, and two threads of ours in OpenBLAS at once (a
+    query beside the archive's indexing) queue for its one pool. Measured on 2 cores
+    (benchmarks/semantic_query.py): a MiniLM query took ~64 ms of wall time on OpenBLAS's 2
+    threads against ~14 ms on one, and ~490 ms against ~40 ms beside indexing.
+
+    Returns:
+        The count before, when it was changed; otherwise ``None``.
+    """
+    if any(os.environ.get(name) for name in BLAS_THREAD_VARIABLES):
+        return None
+    with _blas_lock:
+        found = _openblas()
+        if found is None:
+            return None
+        setter, getter = found
+        before = int(getter())
+        if before <= threads:
+            return None
+        setter(int(threads))
+    logger.info(
+        f"semantic recall: numpy's OpenBLAS runs on {threads} thread(s) now (was {before}); "
+        "set OPENBLAS_NUM_THREADS to choose otherwise"
+    )
+    return before
+
+
 class _LazyModel:
     """A model loaded on first use, once, under a lock (loading is blocking: a worker thread
     calls :meth:`load`)."""
@@ -194,9 +277,16 @@ class MiniLMEmbedder(_LazyModel):
     Costs (benchmarks/semantic_models.py): a query ~5-20 ms of one core; an archive ~50-200
     short messages a second. Semantic recall runs both off the event loop.
 
+    Loading it sets numpy's OpenBLAS to one thread, process-wide (see
+    :func:`limit_blas_threads`), unless ``OPENBLAS_NUM_THREADS`` (or ``OMP_NUM_THREADS``)
+    is set: on OpenBLAS's own threads a query waited behind the archive's indexing for up
+    to a second on 2 cores.
+
     Args:
         max_tokens: Tokens of a text read (the model was trained on 128; a longer text is cut).
         batch: Texts per forward pass (sorted by length, so a batch pads little).
+        blas_threads: numpy's OpenBLAS threads once the model loads (process-wide);
+            ``None`` leaves them as they are.
 
     Raises:
         ImportError: If the ``semantic`` extra is not installed.
@@ -205,16 +295,20 @@ class MiniLMEmbedder(_LazyModel):
     dim = 384
     _MODEL_DIR = ("data", "embeddings", "sentence-transformers__all-MiniLM-L6-v2")
 
-    def __init__(self, max_tokens: int = 128, batch: int = 16):
+    def __init__(self, max_tokens: int = 128, batch: int = 16, blas_threads: int | None = 1):
         """Check the packages are installed (the model loads on first use)."""
         missing = model_missing("minilm")
         if missing is not None:
             raise ImportError(missing)
-        self.max_tokens, self.batch = max_tokens, batch
+        if blas_threads is not None and blas_threads < 1:
+            raise ValueError(f"blas_threads must be at least 1 or None, got {blas_threads}")
+        self.max_tokens, self.batch, self.blas_threads = max_tokens, batch, blas_threads
         self._lock = threading.Lock()
         self._model: tuple[Any, tuple, list] | None = None
 
     def _build(self) -> tuple[Any, tuple, list]:
+        if self.blas_threads is not None:
+            limit_blas_threads(self.blas_threads)
         return _load_minilm(self._MODEL_DIR, self.max_tokens)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -401,14 +495,17 @@ class SemanticRecall(SemanticRecallParams):
 
 
 __all__ = [
+    "BLAS_THREAD_VARIABLES",
     "EXTRA_HINT",
     "MAX_EMBED_CHARS",
     "Embedder",
     "MiniLMEmbedder",
     "SemanticRecall",
     "WordLlamaEmbedder",
+    "blas_threads",
     "cached_vectors",
     "embedder_for",
+    "limit_blas_threads",
     "load_semantic_model",
     "unit_rows",
 ]
