@@ -23,14 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from pipecat_summarizer._compaction.clearing import is_cleared
 from pipecat_summarizer._record.interrupted import archived_form
 from pipecat_summarizer._session.resume import (
-    CALLS_READ,
     MARKED_DROPPED,
+    Origin,
     Resumed,
-    dropped_within,
-    previous_call,
-    restore,
+    is_notice,
+    read_dropped,
+    reference_json,
 )
 from pipecat_summarizer.params import MemoryParams
 from pipecat_summarizer.store._writer import StoreWriter
@@ -116,6 +117,13 @@ class CallRecorder:
         self._load_deadline = 0.0
         self._load_done_at: float | None = None
         self._resumed: Resumed | None = None  # a dropped call to resume, until taken
+        # the messages a resume restored, by id: (the message, where it is archived); they
+        # were archived by the call they were said in, never again by this one
+        self._restored: dict[int, tuple[Any, Origin]] = {}
+        self._references = 0  # rows pointing at a restored message's archived row
+        # tool calls whose result was cleared (its original archived as "cleared"): their
+        # placeholder is our text, archived unsearchable so recall never returns it
+        self._cleared_calls: set[str] = set()
         self._dropped = False  # the application said this call dropped (mark_dropped)
         # the store's forget count for this caller when the call started: a forget during
         # the call (this process) stops what the call would write back about them
@@ -159,20 +167,19 @@ class CallRecorder:
         if not window or self.user_id is None:
             return None
         try:
-            calls = await self.store.calls(self.user_id, limit=CALLS_READ)
-            last = previous_call(calls, session_id=self.session_id, started_at=self.started_at)
-            if last is None or not dropped_within(
-                last, started_at=self.started_at, window_s=window
-            ):
-                return None
-            archived = await self.store.messages(last.call_id)
+            return await read_dropped(
+                self.store,
+                self.user_id,
+                session_id=self.session_id,
+                started_at=self.started_at,
+                window_s=window,
+            )
         except Exception as e:  # the memory is still applied: only the resume is lost
             logger.warning(
                 f"memory store (call {self.call_id}): reading the dropped call to resume "
                 f"failed ({error_reason(e)}); the caller's memory joins without it"
             )
             return None
-        return restore(last, archived, started_at=self.started_at)
 
     @property
     def memory_pending(self) -> bool:
@@ -257,6 +264,10 @@ class CallRecorder:
         """The dropped call this call resumes, exactly once, once the caller's memory was
         taken (:meth:`take_memory`); ``None`` when there is none (or not yet)."""
         resumed, self._resumed = self._resumed, None
+        if resumed is not None:
+            for message, origin in zip(resumed.messages, resumed.origins, strict=False):
+                if origin is not None:
+                    self._restored[id(message)] = (message, origin)
         return resumed
 
     def mark_dropped(self) -> None:
@@ -296,11 +307,24 @@ class CallRecorder:
     def archive(
         self, messages: Iterable[Any], removed_by: Removal, compaction: int | None = None
     ) -> None:
-        """Messages that left the context (oldest first)."""
+        """Messages that left the context (oldest first).
+
+        Each message is archived once: one a resume restored was archived by the call it was
+        said in (at the end, a row without text points at it, for the next resume), and a
+        resume's notice is not conversation. A cleared result's placeholder is archived
+        without searchable text: recall returns the original (``"cleared"``), never ours.
+        """
         if self._forgotten():
             return
         now = self.now()
         for message in messages:
+            restored = self._restored.get(id(message))
+            if (restored is not None and restored[0] is message) or is_notice(message):
+                if restored is not None and removed_by == "in_context_at_end":
+                    self._references += 1
+                    position, self._archived = self._archived, self._archived + 1
+                    self._submit(message, position, "", reference_json(restored[1]), now)
+                continue
             kept = self._pending_pos.pop(id(message), None)
             evicted_turn = None
             if kept is not None and kept[1] is message:
@@ -310,23 +334,42 @@ class CallRecorder:
             if removed_by == "evicted":  # the same message may be summarized later
                 evicted_turn = self.turns
                 self._pending_pos[id(message)] = (position, message, evicted_turn)
-            role = message.get("role", "unknown") if isinstance(message, dict) else "unknown"
-            self.writer.submit(
-                ArchivedMessage(
-                    call_id=self.session_id,
-                    position=position,
-                    role=str(role),
-                    content=message_text(message),
-                    message_json=message_json(archived_form(message, self.is_cut(message))),
-                    tool_call_ids=tuple(tool_call_ids(message)),
-                    removed_by=removed_by,
-                    compaction=compaction,
-                    turn=self.turns,
-                    at=now,
-                    user_id=self.user_id,
-                    evicted_turn=evicted_turn,
-                )
+            calls = self._cleared_calls
+            if removed_by == "cleared" and isinstance(message, dict):
+                calls.add(str(message.get("tool_call_id")))
+            ours = is_cleared(message) and str(message.get("tool_call_id")) in calls
+            text = "" if ours and removed_by != "cleared" else message_text(message)
+            form = message_json(archived_form(message, self.is_cut(message)))
+            self._submit(message, position, text, form, now, removed_by, compaction, evicted_turn)
+
+    def _submit(
+        self,
+        message: Any,
+        position: int,
+        text: str,
+        form: str,
+        at: float,
+        removed_by: Removal = "in_context_at_end",
+        compaction: int | None = None,
+        evicted_turn: int | None = None,
+    ) -> None:
+        role = message.get("role", "unknown") if isinstance(message, dict) else "unknown"
+        self.writer.submit(
+            ArchivedMessage(
+                call_id=self.session_id,
+                position=position,
+                role=str(role),
+                content=text,
+                message_json=form,
+                tool_call_ids=tuple(tool_call_ids(message)),
+                removed_by=removed_by,
+                compaction=compaction,
+                turn=self.turns,
+                at=at,
+                user_id=self.user_id,
+                evicted_turn=evicted_turn,
             )
+        )
 
     def applied(
         self,
@@ -472,7 +515,7 @@ class CallRecorder:
                     for f in facts
                 ),
                 messages_in_context=messages_in_context,
-                messages_archived=self._archived,
+                messages_archived=self._archived - self._references,
                 compactions=compactions,
                 turns=self.turns,
                 resumed=self.resumed,

@@ -20,7 +20,13 @@ for a call still running (Pipecat's ``IN_PROGRESS``, an async tool's "started" m
 no final result) is settled the same way: nothing will ever update it in the new call. A
 tool result whose call is not in view is dropped.
 
-Pure: no asyncio, no store; the recorder reads the store, the session writes the context.
+Each message is archived once, by the call it was said in: a resumed call archives nothing it
+restored; a restored message still in view at its end gets a row without text pointing at the
+row that archived it (``{"restored_from": [call_id, position]}``), which the next resume
+follows. The notice is not archived.
+
+Pure rules, plus :func:`read_dropped` (the one store read they need); the recorder calls it,
+the session writes the context.
 """
 
 from __future__ import annotations
@@ -28,13 +34,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipecat.processors.aggregators import async_tool_messages
 
 from pipecat_summarizer._compaction.plan import head_length
 from pipecat_summarizer._record.interrupted import provider_form
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
+
+if TYPE_CHECKING:
+    from pipecat_summarizer.store.base import MemoryStore
 
 #: How a dropped call's row says it ended (``ended_by``); ``end`` (an ``EndFrame``) is a goodbye.
 DROPPED_ENDS = frozenset({"cancel", "cleanup", "dropped"})
@@ -56,6 +65,11 @@ IN_PROGRESS = "IN_PROGRESS"
 ROLES = frozenset({"user", "assistant", "tool", "system", "developer"})
 #: Newest calls read to find the one before this call (this call's own row among them).
 CALLS_READ = 4
+#: The key of a reference row's ``message_json``: a restored message still in view at the end
+#: of the call that resumed it points at the row that archived it (never archived twice).
+RESTORED_FROM = "restored_from"
+#: Where a restored message was archived: ``(call_id, position)`` of its row.
+Origin = tuple[str, int]
 _NAME_CHARS, _ARGS_CHARS = 64, 200
 
 
@@ -82,6 +96,8 @@ class Resumed:
         skipped: Archived messages that could not be restored (not a message, a
             provider-specific object, an earlier notice).
         repairs: Tool results added, settled or dropped so that every call is paired.
+        origins: Where each of ``messages`` is archived (``None``: written by this resume,
+            a lost result or the notice), so the new call never archives it again.
     """
 
     call_id: str
@@ -92,6 +108,7 @@ class Resumed:
     gap_s: float = 0.0
     skipped: int = 0
     repairs: int = 0
+    origins: tuple[Origin | None, ...] = ()
 
 
 def previous_call(
@@ -117,10 +134,58 @@ def dropped_within(call: CallRecord | None, *, started_at: float, window_s: floa
     )
 
 
-def restore(call: CallRecord, archived: Iterable[ArchivedMessage], *, started_at: float) -> Resumed:
+def reference_json(origin: Origin) -> str:
+    """The ``message_json`` of a reference row: a restored message still in view at the end
+    of the call that resumed it, archived by the call it was said in (at ``origin``)."""
+    return json.dumps({RESTORED_FROM: [origin[0], origin[1]]})
+
+
+def _reference(text: str) -> Origin | None:
+    """The origin a reference row points at, or ``None`` (not a reference)."""
+    if not text.startswith('{"' + RESTORED_FROM):  # cheap: every other row is a message
+        return None
+    try:
+        value = json.loads(text).get(RESTORED_FROM)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+    ):
+        return value[0], value[1]
+    return None
+
+
+def referenced_calls(archived: Iterable[ArchivedMessage]) -> set[str]:
+    """The calls whose rows ``archived``'s reference rows point at (read them as
+    :func:`restore`'s ``origins``)."""
+    return {
+        origin[0]
+        for a in archived
+        if a.removed_by == "in_context_at_end" and (origin := _reference(a.message_json))
+    }
+
+
+def restore(
+    call: CallRecord,
+    archived: Iterable[ArchivedMessage],
+    *,
+    started_at: float,
+    origins: Mapping[Origin, ArchivedMessage] | None = None,
+) -> Resumed:
     """What a call started at ``started_at`` resumes of the dropped ``call``, from its
     archived messages (``store.messages(call.call_id)``): those in view at its end, in
-    order, repaired (see the module docstring), then the notice."""
+    order, repaired (see the module docstring), then the notice.
+
+    Args:
+        call: The dropped call's row.
+        archived: Its archived messages.
+        started_at: When the new call started.
+        origins: The rows its reference rows point at (a message it had restored itself,
+            archived by the call it was said in), by ``(call_id, position)``.
+    """
     at_end = sorted(
         (
             a
@@ -129,13 +194,21 @@ def restore(call: CallRecord, archived: Iterable[ArchivedMessage], *, started_at
         ),
         key=lambda a: a.position,
     )
-    messages, skipped = [], 0
+    messages, where, skipped = [], {}, 0
     for a in at_end:
-        message = _message(a.message_json)
+        origin: Origin | None = (a.call_id, a.position)
+        row: ArchivedMessage | None = a
+        pointed = _reference(a.message_json)
+        if pointed is not None:  # restored by that call: read where it was archived
+            origin, row = pointed, (origins or {}).get(pointed)
+            if row is not None and row.user_id != call.user_id:
+                row = None
+        message = _message(row.message_json) if row is not None else None
         if message is None:
             skipped += 1
         else:
             messages.append(message)
+            where[id(message)] = origin
     repaired, pending, repairs = repair_tool_pairs(messages)
     gap = max(0.0, started_at - (call.ended_at or started_at))
     facts = [dict(f) for f in call.facts if isinstance(f, Mapping)]
@@ -148,7 +221,30 @@ def restore(call: CallRecord, archived: Iterable[ArchivedMessage], *, started_at
         gap_s=gap,
         skipped=skipped,
         repairs=repairs,
+        origins=(*(where.get(id(m)) for m in repaired), None),
     )
+
+
+async def read_dropped(
+    store: MemoryStore, user_id: str, *, session_id: str, started_at: float, window_s: float
+) -> Resumed | None:
+    """What the session ``session_id`` of ``user_id``, started at ``started_at``, resumes:
+    their previous call if it dropped within ``window_s`` (the one read these rules need:
+    its row, its messages and the rows its references point at), else ``None``.
+
+    Raises:
+        Exception: Whatever the store raises (the caller's memory still joins without it).
+    """
+    calls = await store.calls(user_id, limit=CALLS_READ)
+    last = previous_call(calls, session_id=session_id, started_at=started_at)
+    if last is None or not dropped_within(last, started_at=started_at, window_s=window_s):
+        return None
+    archived = await store.messages(last.call_id)
+    origins = {}  # what it had restored itself is archived by the call it came from
+    for origin_call in referenced_calls(archived):
+        for row in await store.messages(origin_call):
+            origins[(row.call_id, row.position)] = row
+    return restore(last, archived, started_at=started_at, origins=origins)
 
 
 def _message(text: str) -> dict | None:
@@ -313,6 +409,8 @@ __all__ = [
     "LOST_RESULT",
     "MARKED_DROPPED",
     "NOTICE_HEADER",
+    "RESTORED_FROM",
+    "Origin",
     "PendingCall",
     "Resumed",
     "dropped_within",
@@ -320,6 +418,9 @@ __all__ = [
     "notice",
     "place_restored",
     "previous_call",
+    "read_dropped",
+    "reference_json",
+    "referenced_calls",
     "repair_tool_pairs",
     "restore",
 ]
