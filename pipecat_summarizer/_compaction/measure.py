@@ -137,14 +137,100 @@ def removed_by_rewrite(seen: Sequence[Any], messages: Sequence[Any]) -> Rewrite 
     return Rewrite(tuple(removed), replaced=removed[0] is seen[0])
 
 
+class Edit(NamedTuple):
+    """One message put in, replaced or taken out at a known place by our own rewrite, so
+    the meter counts that message alone (:meth:`ContextMeter.invalidate`; built by
+    :func:`single_edit`).
+
+    Parameters:
+        at: Where: the inserted (or replacing) message's index in the new list, the
+            removed message's in the old one.
+        removed: The message taken out, by identity (``None``: an insertion).
+        inserted: The message put in, by identity (``None``: a removal).
+        left: The message just before ``at``, in both lists.
+        right: The message just after the edit, in both lists.
+    """
+
+    at: int
+    removed: Any
+    inserted: Any
+    left: Any
+    right: Any
+
+
+def _rindex(messages: Sequence[Any], message: Any) -> int | None:
+    # by identity, from the end: the recalled block sits there
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i] is message:
+            return i
+    return None
+
+
+def without_one(messages: Sequence[Any], message: Any) -> list[Any] | None:
+    """``messages`` without ``message`` (by identity, looked up from the end, where the
+    recalled block sits), or ``None`` when it is not there. Placed once, taken out once."""
+    i = None if message is None else _rindex(messages, message)
+    return None if i is None else [*messages[:i], *messages[i + 1 :]]
+
+
+def single_edit(
+    before: Sequence[Any], after: Sequence[Any], *, removed: Any = None, inserted: Any = None
+) -> Edit | None:
+    """The edit that turns ``before`` into ``after`` by taking ``removed`` out and/or
+    putting ``inserted`` in at one place (both by identity), or ``None`` when ``after`` is
+    not that, or the place is either end of the list (then the meter recounts).
+
+    Cheap near the end of the list (the messages are looked up from there): the lists are
+    checked around the place only, as the meter checks an append.
+
+    Args:
+        before: The messages before the rewrite.
+        after: The messages after it.
+        removed: The message taken out, if any.
+        inserted: The message put in its place (or anywhere, for an insertion), if any.
+
+    Returns:
+        The edit, or ``None``.
+    """
+    if removed is None and inserted is None:
+        return None
+    delta = (inserted is not None) - (removed is not None)
+    if len(after) != len(before) + delta:
+        return None
+    i = _rindex(before, removed) if inserted is None else _rindex(after, inserted)
+    if i is None or i == 0:
+        return None
+    # where the message after the edit sits, in each list
+    right_before, right_after = i + (removed is not None), i + (inserted is not None)
+    if right_before >= len(before) or right_after >= len(after):
+        return None
+    left, right = before[i - 1], before[right_before]
+    if after[i - 1] is not left or after[right_after] is not right:
+        return None
+    if removed is not None and before[i] is not removed:
+        return None
+    if inserted is not None and removed is None and before[i] is not right:
+        return None
+    return Edit(i, removed, inserted, left, right)
+
+
 class ContextMeter:
     """Incrementally measures a context so the per-frame cost does not grow with its length.
 
     The common case is append-only growth: the meter checks that the messages it saw are
     still where it saw them (identity of the first and the last seen message, the size of
     the last one, and the content of every tool placeholder Pipecat may overwrite in place)
-    and counts only the new ones. Anything else (a splice, ``set_messages``, a tool result
-    written over its placeholder) triggers a full, cached recount.
+    and counts only the new ones. A rewrite of ours that put in, replaced or took out one
+    message (the recalled block each turn) is counted by that message alone when the meter
+    is told it (``invalidate(edit)``, :func:`single_edit`) and the context checks out
+    around its place. Anything else (a splice, ``set_messages``, a tool result written over
+    its placeholder, an edit that does not check out) triggers a full, cached recount
+    (:attr:`recounts`).
+
+    Whether a message is protected may depend on the messages before it only until an
+    unprotected one precedes it (as :func:`~pipecat_summarizer._compaction.plan.make_protection`'s
+    head rule does): an edit after the first unprotected message changes no other
+    message's protection.
 
     A rewrite the meter was not told about (:meth:`invalidate`) that removed conversation
     messages it saw (``LLMMessagesUpdateFrame``, a Flows reset, a truncating transform) is
@@ -171,6 +257,13 @@ class ContextMeter:
         self._watch: list[tuple[Any, Any]] = []  # (placeholder message, its content)
         self._seen: list[Any] = []  # the conversation messages seen, in order
         self._expected = False  # invalidate() was called: the next rewrite is ours
+        self._edit: Edit | None = None  # the one-message rewrite invalidate() was told of
+        self._open: set[int] = set()  # ids of the messages in _seen (counted unprotected)
+        self._first_open: int | None = None  # index of the first unprotected message
+        self._summary_at = -1  # index of the summary message (-1: not in the context)
+        #: Full recounts so far (the first measurement included): a rewrite the meter could
+        #: not follow message by message.
+        self.recounts = 0
         self._removed: list[Any] = []  # removed by others' rewrites, not yet taken
         self._replaced = False
         # the provider's reported usage scales what the trigger compares (set by the ceiling's
@@ -182,11 +275,15 @@ class ContextMeter:
         """The cached counter used by this meter."""
         return self._counter
 
-    def invalidate(self) -> None:
-        """Force a full recount on the next measurement (the caller rewrote the context)."""
-        self._seen_len = 0
-        self._first = self._last = None
+    def invalidate(self, edit: Edit | None = None) -> None:
+        """The caller rewrote the context: the next measurement recounts it in full, or,
+        given the rewrite's one-message ``edit`` (:func:`single_edit`), counts that message
+        alone if the context checks out around its place."""
         self._expected = True
+        self._edit = edit
+        if edit is None:
+            self._seen_len = 0
+            self._first = self._last = None
 
     @property
     def rewritten(self) -> bool:
@@ -214,10 +311,14 @@ class ContextMeter:
         n = len(messages)
         start = self._seen_len
         last, watch = self._last, self._watch
+        edit, self._edit = self._edit, None
+        if edit is not None:
+            # our own one-message rewrite: that message alone, if the context checks out
+            start = n if self._apply(edit, messages, summary_message) else 0
         # the messages seen are still where they were (the common, append-only case); tool
         # results Pipecat writes over their placeholders in place, anywhere in the list, and
         # anything else (a splice, set_messages) mean a full recount
-        if not (
+        elif not (
             start
             and n >= start
             and summary_message is self._summary
@@ -227,6 +328,8 @@ class ContextMeter:
             and (not watch or all(m.get("content") is c for m, c in watch))
         ):
             start = 0
+        if not start:
+            self.recounts += 1
             if not self._expected:
                 rewrite = removed_by_rewrite(self._seen, messages)
                 if rewrite is not None:  # kept until taken: a later recount must not lose it
@@ -236,8 +339,10 @@ class ContextMeter:
             self._summary = summary_message
             self._watch = []
             self._seen = []
+            self._open = set()
+            self._first_open, self._summary_at = None, -1
         self._expected = False
-        seen = self._seen
+        seen, opened = self._seen, self._open
         # locals: in a running pipeline this loop runs cold, every lookup counts
         count, is_protected, watch = self._counter.count_message, self._is_protected, self._watch
         total, reducible, since = self._total, self._reducible, self._since
@@ -250,11 +355,15 @@ class ContextMeter:
             if is_protected(i, msg, messages):
                 continue
             reducible += tokens
+            if self._first_open is None:
+                self._first_open = i
             if msg is summary_message:
                 since = 0
+                self._summary_at = i
             else:
                 # conversation messages only: the summary is the processor's own
                 seen.append(msg)
+                opened.add(id(msg))
                 since += 1
         self._total, self._reducible, self._since = total, reducible, since
         if watch and start < n:
@@ -268,3 +377,72 @@ class ContextMeter:
         calibration = self.calibration
         scale = 1.0 if calibration is None else calibration.scale
         return Measurement(self._total, self._reducible, self._since, n, scale)
+
+    def _apply(self, edit: Edit, messages: list, summary_message: Any) -> bool:
+        """Count ``edit``'s one message in or out of the measurement; False (nothing
+        changed) when the context does not check out around its place, or the edit is one
+        the meter cannot follow alone (the summary, the head, an unknown message)."""
+        i, removed, inserted = edit.at, edit.removed, edit.inserted
+        n, first_open, last, watch = len(messages), self._first_open, self._last, self._watch
+        delta = (inserted is not None) - (removed is not None)
+        right = i + (inserted is not None)  # where the message after the edit sits now
+        if not (
+            self._seen_len
+            and n == self._seen_len + delta
+            and summary_message is self._summary
+            and (summary_message is None or summary_message is not removed)
+            and (summary_message is None or summary_message is not inserted)
+            and first_open is not None
+            and first_open < i
+            and len(self._open) == len(self._seen)  # no message twice among them
+            and right < n
+            and messages[i - 1] is edit.left
+            and messages[right] is edit.right
+            and (inserted is None or messages[i] is inserted)
+            and messages[0] is self._first
+            and messages[-1] is last
+            and content_size(last) == self._last_size
+            and (not watch or all(m.get("content") is c for m, c in watch))
+        ):
+            return False
+        seen, opened, count = self._seen, self._open, self._counter.count_message
+        # decided before anything changes: a check that fails leaves the meter as it was
+        out = removed is not None and id(removed) in opened  # counted unprotected
+        at = _rindex(seen, removed) if out else None
+        if out and at is None:
+            return False
+        into = inserted is not None and not self._is_protected(i, inserted, messages)
+        summary_at = self._summary_at
+        if removed is not None:
+            tokens = count(removed)
+            self._total -= tokens
+            if out:
+                self._reducible -= tokens
+                self._since -= i > summary_at
+                del seen[at]  # type: ignore[arg-type]
+                opened.discard(id(removed))
+            if watch:
+                self._watch = [w for w in watch if w[0] is not removed]
+            if i < summary_at:
+                summary_at -= 1
+        if inserted is not None:
+            if i <= summary_at:
+                summary_at += 1
+            tokens = count(inserted)
+            self._total += tokens
+            if isinstance(inserted, dict) and is_placeholder(inserted):
+                self._watch.append((inserted, inserted.get("content")))
+            if into:
+                self._reducible += tokens
+                self._since += i > summary_at
+                # its place among the conversation messages: those after it, from the end
+                k, j = n - 1, len(seen) - 1
+                while k > i:
+                    if j >= 0 and messages[k] is seen[j]:
+                        j -= 1
+                    k -= 1
+                seen.insert(j + 1, inserted)
+                opened.add(id(inserted))
+        self._summary_at = summary_at
+        self._seen_len = n
+        return True

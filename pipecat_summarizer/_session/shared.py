@@ -20,7 +20,13 @@ from pipecat.utils.context.llm_context_summarization import (
 
 from pipecat_summarizer._compaction.ceiling import RequestCeiling
 from pipecat_summarizer._compaction.eviction import pending_places, with_pending
-from pipecat_summarizer._compaction.measure import ContextMeter, Measurement
+from pipecat_summarizer._compaction.measure import (
+    ContextMeter,
+    Edit,
+    Measurement,
+    single_edit,
+    without_one,
+)
 from pipecat_summarizer._compaction.plan import SYSTEM_ROLES, head_length, make_protection
 from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer._record.corrections import unread
@@ -38,6 +44,12 @@ from pipecat_summarizer.events import (
 )
 from pipecat_summarizer.params import ContextSummarizerParams
 from pipecat_summarizer.summarizers.base import Summarizer
+
+
+def _noted_in_place(messages: list, noted: Any, edited: int) -> bool:
+    # right after the head, before the edit: as ConversationRecord.place leaves it
+    head = head_length(messages)
+    return head < edited and messages[head] is noted
 
 
 def _holds(messages: list, message: Any) -> bool:
@@ -186,12 +198,13 @@ class SharedContext:
         if messages is not None:
             self.write(messages)
 
-    def write(self, messages: list) -> None:
+    def write(self, messages: list, *, removed: Any = None, inserted: Any = None) -> None:
         """Set the context's messages (the only place that does).
 
         A replacement by the application is judged on the context as this write found it:
         after the write, our own messages would be in the new context and the meter would
-        take the rewrite for ours.
+        take the rewrite for ours. ``removed`` / ``inserted``: the write takes out and/or
+        puts in that one message (the recalled block), so the meter counts it alone.
         """
         record = self.record
         noted, app = record.noted_message, record.app_message
@@ -205,14 +218,22 @@ class SharedContext:
             ]
             messages = [m for m in messages if all(m is not x for x in stale)]
             messages = record.render(messages) or messages
-        self._write(messages)
+            removed = inserted = None
+        edit = None
+        if removed is not None or inserted is not None:
+            edit = single_edit(self.context.messages, messages, removed=removed, inserted=inserted)
+        self._write(messages, edit)
 
-    def _write(self, messages: list) -> None:
-        # every rewrite keeps the conversation-facts message right after the head; the
-        # meter's cheap append check cannot see a rewrite that keeps the length
-        self.context.set_messages(self.record.place(messages))
+    def _write(self, messages: list, edit: Edit | None = None) -> None:
+        # every rewrite keeps the conversation-facts message right after the head (a known
+        # one-message edit after it leaves it there); the meter's cheap append check cannot
+        # see a rewrite that keeps the length
+        noted = self.record.noted_message
+        if edit is None or not (noted is None or _noted_in_place(messages, noted, edit.at)):
+            messages, edit = self.record.place(messages), None
+        self.context.set_messages(messages)
         self.writes += 1
-        self.meter.invalidate()
+        self.meter.invalidate(edit)
         # measured now, so the meter's anchors are this write's and a later replacement
         # is compared with what we left, never taken for our own rewrite
         self.measure()
@@ -466,10 +487,10 @@ class SharedContext:
             return
         try:
             self.reclaim_own()  # a copy of last turn's block is still last turn's block
-            kept = recall.without_message(self.context.messages)
+            kept = without_one(self.context.messages, recall.message)
             if kept is not None:
                 # still known as ours while written: never taken for the application's removal
-                self.write(kept)
+                self.write(kept, removed=recall.message)
         except Exception as e:  # recall never costs the turn
             logger.error(f"{self}: recall clear failed ({type(e).__name__})")
         finally:
@@ -481,9 +502,9 @@ class SharedContext:
         recall = self.recall
         if recall is None or recall.message is None:
             return False
-        kept = recall.without_message(self.context.messages)
+        kept = without_one(self.context.messages, recall.message)
         if kept is not None:
-            self.write(kept)
+            self.write(kept, removed=recall.message)
         recall.message = None
         return kept is not None
 
@@ -496,4 +517,5 @@ class SharedContext:
 
     def place_recalled(self, messages: list | None) -> None:
         """Write the context with this turn's recalled message placed (``None``: none)."""
-        self.put(messages)
+        if messages is not None:
+            self.write(messages, inserted=self.recalled)

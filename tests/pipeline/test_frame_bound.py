@@ -1,0 +1,108 @@
+"""The frame's work after recall's search is bounded: placing and clearing the recalled
+block each turn are counted message by message, never by recounting the whole context.
+
+Through a real pipeline (the aggregators, ``ContextSummarizer`` with a real SQLite store and
+``RecallParams``, Pipecat's OpenAI service against the local OpenAI-protocol server)."""
+
+from __future__ import annotations
+
+import json
+
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.tests.utils import run_test
+
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer._compaction.measure import ContextMeter
+from pipecat_summarizer._recall.render import is_recall_message
+from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
+from pipecat_summarizer.store import ArchivedMessage, SQLiteMemoryStore
+from tests.support.pipeline_utils import build, cfg, main_llm, turns
+
+FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+EARLIER = [
+    "We are staying at the Hotel Marquis in Lisbon, room 418.",
+    "My daughter Ines is allergic to peanuts.",
+    "The rental car is a blue Fiat, plate AB-12-CD.",
+    "Our flight home is TP 1354 on Sunday at 18:40.",
+    "The museum tickets are for the Gulbenkian on Saturday morning.",
+    "The restaurant booking is at Taberna Sal Grosso, 20:30.",
+]
+QUESTIONS = [
+    "Which hotel and room are we in again?",
+    "What is my daughter Ines allergic to?",
+    "What was the plate of the rental car?",
+    "When is our flight home on Sunday?",
+    "Which museum tickets did we get?",
+    "Where was the restaurant booking?",
+]
+
+
+def _archived(user_id: str) -> list[ArchivedMessage]:
+    out = []
+    for i, text in enumerate(EARLIER):
+        for j, (role, content) in enumerate((("user", text), ("assistant", "Noted."))):
+            out.append(
+                ArchivedMessage(
+                    call_id="earlier-call",
+                    position=2 * i + j,
+                    role=role,
+                    content=content,
+                    message_json=json.dumps({"role": role, "content": content}),
+                    turn=i,
+                    at=1_700_000_000 + 2 * i + j,
+                    user_id=user_id,
+                )
+            )
+    return out
+
+
+def _meter(processor: ContextSummarizer) -> ContextMeter:
+    # the session's meter: its recount counter is public, the session is the processor's
+    return processor._session.meter  # noqa: SLF001
+
+
+async def test_the_recalled_block_is_placed_and_cleared_without_recounting_the_context(
+    openai_server, tmp_path
+):
+    store = SQLiteMemoryStore(tmp_path / "memory.db")
+    try:
+        await store.write(_archived("alice"))
+        history: list[dict] = [{"role": "system", "content": "You are a travel concierge."}]
+        for k in range(60):  # a long call already: a recount is worth avoiding
+            history.append({"role": "user", "content": f"Small talk number {k} about weather."})
+            history.append({"role": "assistant", "content": f"Reply number {k}, sunny."})
+        context = LLMContext(messages=history)
+        summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
+        processor = ContextSummarizer(
+            context=context,
+            config=cfg(messages=10_000, keep=2),  # nothing is summarized: no splice
+            summarizer=summarizer,
+            store=store,
+            call_id="this-call",
+            user_id="alice",
+            memory=MemoryParams(writer=FAST, resume=False),
+            recall=RecallParams(latency_budget_s=5.0),  # on time: a block every turn
+        )
+        try:
+            await run_test(
+                build(context, processor, main_llm(openai_server.base_url)),
+                frames_to_send=[*turns(QUESTIONS, gap=0.2)],
+            )
+        finally:
+            await summarizer.aclose()
+    finally:
+        await store.close()
+    step = processor.recall_step
+    assert step is not None
+    requests = [r for r in openai_server.chat_requests if r.get("model") == "main-model"]
+    with_block = [r for r in requests if any(is_recall_message(m) for m in r["messages"])]
+    # the block was placed on (nearly) every turn, and cleared before the next
+    assert step.recalled >= len(QUESTIONS) - 1 and len(with_block) == step.recalled
+    # each placement and each clearing was a write: before, each recounted the context
+    # (2 a turn); now the meter follows them, and recounts only at the call's start
+    meter = _meter(processor)
+    assert meter.recounts < step.recalled, (meter.recounts, step.recalled)
+    fresh = ContextMeter(meter.counter, lambda i, m, ms: m["role"] == "system")
+    assert meter.measure(context.messages).total_tokens == (
+        fresh.measure(context.messages).total_tokens
+    )
