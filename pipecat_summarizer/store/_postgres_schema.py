@@ -25,6 +25,23 @@ SCOPED_TSV = (
 #: most 400 kB of UTF-8, whose tsvector stays under PostgreSQL's 1 MB limit.
 TSV_CHARS = 100_000
 
+#: What the caller's word index holds (schema v5), for a message ``{m}`` (``NEW`` in the
+#: triggers; ``m`` of ``{source}`` when the migration fills it): a row per lexeme of its
+#: ``tsv``, keyed by the caller (``md5`` as a UUID) and the lexeme, then the message's id,
+#: with how many positions the lexeme has (``tf``) and the message's time. A search by
+#: caller reads each query word's latest rows in the primary key's order, never the
+#: caller's whole archive, and ranks them from ``tf`` alone (see
+#: ``_postgres_search.caller_search_sql``). ``tf`` is negative when a position was clamped
+#: to the tsvector's last one (16,383): two lexemes may share it there, and ``ts_rank_cd``
+#: must read the row itself.
+_WORDS_OF = (
+    "SELECT md5({m}.user_id)::uuid, u.lexeme, {m}.id, "
+    "(CASE WHEN 16383 = ANY(u.positions) THEN -1 ELSE 1 END) "
+    "* COALESCE(cardinality(u.positions), 1), {m}.at "
+    "FROM {source}unnest({m}.tsv) u"
+)
+_ADD_NEW = f"INSERT INTO message_words {_WORDS_OF.format(m='NEW', source='')}"
+
 
 def migrations(config: str) -> dict[int, list[str]]:
     """The statements of each schema version, for the text-search configuration ``config``
@@ -108,6 +125,48 @@ def migrations(config: str) -> dict[int, list[str]]:
             f"""CREATE INDEX messages_scoped ON messages USING GIN({SCOPED_TSV})
                 WITH (fastupdate = off)""",
             "ANALYZE messages",
+        ],
+        # v5: the caller's word index (see WORDS_DOC): one row per (caller, lexeme,
+        # message), kept by triggers, filled from the messages already there
+        5: [
+            """CREATE TABLE message_words(
+                scope UUID NOT NULL, word TEXT NOT NULL, id BIGINT NOT NULL,
+                tf SMALLINT NOT NULL, at DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY(scope, word, id) INCLUDE (tf, at))""",
+            f"""CREATE FUNCTION message_words_add() RETURNS trigger LANGUAGE plpgsql AS $f$
+                BEGIN
+                    {_ADD_NEW};
+                    RETURN NULL;
+                END $f$""",
+            """CREATE FUNCTION message_words_drop() RETURNS trigger LANGUAGE plpgsql AS $f$
+                BEGIN
+                    DELETE FROM message_words w USING gone g, unnest(g.tsv) u
+                    WHERE g.user_id IS NOT NULL AND w.scope = md5(g.user_id)::uuid
+                        AND w.word = u.lexeme AND w.id = g.id;
+                    RETURN NULL;
+                END $f$""",
+            f"""CREATE FUNCTION message_words_move() RETURNS trigger LANGUAGE plpgsql AS $f$
+                BEGIN
+                    DELETE FROM message_words w USING unnest(OLD.tsv) u
+                    WHERE OLD.user_id IS NOT NULL AND w.scope = md5(OLD.user_id)::uuid
+                        AND w.word = u.lexeme AND w.id = OLD.id;
+                    IF NEW.user_id IS NOT NULL THEN
+                        {_ADD_NEW};
+                    END IF;
+                    RETURN NULL;
+                END $f$""",
+            """CREATE TRIGGER message_words_ai AFTER INSERT ON messages FOR EACH ROW
+                WHEN (NEW.user_id IS NOT NULL) EXECUTE FUNCTION message_words_add()""",
+            # one statement for a forget's or a purge's many rows
+            """CREATE TRIGGER message_words_ad AFTER DELETE ON messages
+                REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+                EXECUTE FUNCTION message_words_drop()""",
+            # the writes' upsert sets neither column: it never fires this
+            """CREATE TRIGGER message_words_au AFTER UPDATE OF content, user_id, at ON messages
+                FOR EACH ROW EXECUTE FUNCTION message_words_move()""",
+            f"""INSERT INTO message_words {_WORDS_OF.format(m="m", source="messages m, ")}
+                WHERE m.user_id IS NOT NULL""",
+            "ANALYZE message_words",
         ],
     }
 

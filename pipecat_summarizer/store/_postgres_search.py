@@ -1,5 +1,8 @@
 """The PostgreSQL store's search: ``tsvector`` matches inside the caller's scope, ranked
 by how many of the query's words a message holds, then ``ts_rank_cd``.
+
+Recall's search (any of the words, by caller) reads the caller's word index (schema v5,
+``message_words``); other searches read the scoped GIN index. Both rank the same way.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ def search_sql(
     words = query_words(query)
     if not words or int(limit) <= 0:
         return None
+    if user_id is not None and call_id is None and any_word and all(w.isascii() for w in words):
+        return caller_search_sql(cfg, words, user_id, int(limit))
     # plain words only, joined by the operator: no tsquery syntax from the caller
     text = (" or " if any_word else " ").join(words)
     args: list[Any] = [text, sorted(set(words))]
@@ -86,3 +91,55 @@ def search_sql(
         ) r JOIN messages m ON m.id = r.id
         ORDER BY r.score DESC, m.at DESC, m.id DESC"""
     return (sql, *args)
+
+
+def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> tuple[Any, ...]:
+    """An any-word search of a caller's archive through their word index (schema v5), with
+    the hits and the scores of :func:`search_sql`'s statement: the same window (the latest
+    ``RANK_MATCHES`` matches), the same score, the same ties.
+
+    Each query word's latest rows are read in the index's order (``LIMIT``): the window is
+    the latest of their union. The score needs no message: ``hits`` is how many query words
+    have the message's lexeme, and for a query of words joined by OR, ``ts_rank_cd`` (weight
+    D, normalization 32) counts a cover per matched position, so it depends only on how many
+    positions the matched lexemes have together (``total``): it is computed once per total,
+    on a tsvector of that many positions. Only the best rows are read whole, and a message
+    whose positions were clamped (``tf`` < 0) is ranked on its own ``tsv``.
+
+    ``words`` are ASCII letters and digits (each one token of PostgreSQL's parser, so at
+    most one lexeme).
+    """
+    window = max(RANK_MATCHES, limit)
+    sql = f"""
+        WITH w AS MATERIALIZED (
+            SELECT lx, count(*)::int AS n FROM (
+                SELECT (SELECT min(lexeme) FROM unnest(to_tsvector('{cfg}', x))) AS lx
+                FROM unnest($2::text[]) x) q
+            WHERE lx IS NOT NULL GROUP BY lx),
+        c AS MATERIALIZED (
+            SELECT id, sum(n)::int AS hits, sum(abs(tf))::int AS total, min(tf) AS tf,
+                max(at) AS at
+            FROM w, LATERAL (
+                SELECT id, tf, at FROM message_words
+                WHERE scope = md5($3)::uuid AND word = w.lx ORDER BY id DESC LIMIT {window}) p
+            GROUP BY id ORDER BY id DESC LIMIT {window}),
+        t AS (SELECT hits FROM c ORDER BY hits DESC LIMIT 1 OFFSET $4 - 1),
+        k AS MATERIALIZED (SELECT * FROM c WHERE hits >= COALESCE((SELECT hits FROM t), 0)),
+        r AS MATERIALIZED (
+            SELECT n AS total, ts_rank_cd(('a:' || array_to_string(
+                ARRAY(SELECT generate_series(1, n)), ','))::tsvector, 'a'::tsquery, 32) AS rank
+            FROM (SELECT DISTINCT total AS n FROM k WHERE tf > 0) d),
+        s AS (
+            SELECT k.id, k.at, (k.hits + r.rank)::float8 AS score
+            FROM k JOIN r ON r.total = k.total WHERE k.tf > 0
+            UNION ALL
+            SELECT m.id, m.at,
+                (k.hits + ts_rank_cd(m.tsv, websearch_to_tsquery('{cfg}', $1), 32))::float8
+            FROM k JOIN messages m ON m.id = k.id WHERE k.tf < 0)
+        SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by,
+            r.score, m.user_id
+        FROM (SELECT * FROM s ORDER BY score DESC, at DESC, id DESC LIMIT $4) r
+        JOIN messages m ON m.id = r.id
+        WHERE m.user_id = $3
+        ORDER BY r.score DESC, m.at DESC, m.id DESC"""
+    return (sql, " or ".join(words), sorted(set(words)), user_id, limit)

@@ -139,6 +139,7 @@ MIGRATIONS: dict[int, list[str]] = {
             ORDER BY at DESC, seq DESC) AS n FROM facts WHERE user_id IS NOT NULL) WHERE n = 1""",
         "CREATE TABLE forgotten(user_hash TEXT PRIMARY KEY, at REAL NOT NULL)",
     ],
+    5: [],  # v5 adds PostgreSQL's caller word index only
 }
 
 

@@ -28,7 +28,9 @@ from pipecat_summarizer.store.records import (
 #: id never merges two callers), each caller's current facts (``caller_facts``: a returning
 #: caller's memory reads those, not their whole history) and forget tombstones
 #: (``forgotten``).
-SCHEMA_VERSION = 4
+#: v5 (PostgreSQL): each caller's word index (``message_words``), which recall's search
+#: reads; nothing changes on SQLite.
+SCHEMA_VERSION = 5
 
 
 def query_words(query: str, limit: int = 32) -> list[str]:

@@ -376,13 +376,17 @@ class PostgresMemoryStore(MemoryStore):
         of the id, and the time) so that no session of theirs that started before now writes
         anything again, in this process or another. Then ``VACUUM`` the tables it touched,
         after the commit: deleted rows are dead tuples, holding the words, until a vacuum
-        reclaims them (PostgreSQL's WAL archive and backups keep them until they rotate)."""
+        reclaims them (PostgreSQL's WAL archive and backups keep them until they rotate); the
+        caller's word index (``message_words``) is vacuumed too."""
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
         at = self._forgotten_now(user_id)  # a live call of this process stops at once
         async with await self._acquire() as conn:
-            return await _postgres_writes.forget(conn, user_id, at)
+            n = await _postgres_writes.forget(conn, user_id, at)
+            # the caller's word index (schema v5) holds their words too: its dead rows go
+            await conn.execute("VACUUM message_words")
+            return n
 
     async def purge_older_than(self, days: float) -> int:
         """Delete records older than ``days`` days."""

@@ -1,4 +1,4 @@
-"""PostgreSQL search latency without timing: what the server does for a search (schema v3).
+"""PostgreSQL search latency without timing: what the server does for a search (schema v5).
 
 A search must read only the scope's matches through the scoped GIN index, whatever the
 table's statistics (right after a bulk load there are none) and however often the same
@@ -116,12 +116,16 @@ async def test_a_search_right_after_a_bulk_load_reads_only_the_scopes_matches(pg
         await store.close()
     assert len(by_caller) == 30 and {h.user_id for h in by_caller} == {"alice"}
     assert len(by_call) == 30 and {h.call_id for h in by_call} == {"alice-7"}
-    for sql, values in ((caller_sql, caller_args), (call_sql, call_args)):
-        plan = await _plan(dsn, sql, values)
-        assert "Bitmap Index Scan on messages_scoped" in plan, plan
-        assert "messages_user" not in plan, plan
-        assert "messages_call_id_position_key" not in plan, plan
-        assert "Seq Scan on messages" not in plan, plan
+    # by caller: each word's latest rows of the caller's word index (schema v5)
+    plan = await _plan(dsn, caller_sql, caller_args)
+    assert "Index Only Scan Backward using message_words_pkey" in plan, plan
+    assert "messages_scoped" not in plan and "messages_user" not in plan, plan
+    assert "Seq Scan on message" not in plan, plan
+    plan = await _plan(dsn, call_sql, call_args)
+    assert "Bitmap Index Scan on messages_scoped" in plan, plan
+    assert "messages_user" not in plan, plan
+    assert "messages_call_id_position_key" not in plan, plan
+    assert "Seq Scan on messages" not in plan, plan
 
 
 async def test_the_same_search_statement_is_planned_with_its_own_words_every_time(pg_server):
@@ -137,7 +141,7 @@ async def test_the_same_search_statement_is_planned_with_its_own_words_every_tim
             await store.search(q, user_id="alice", any_word=True, limit=20)
         rows = await store._fetch(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-            "WHERE statement LIKE '%WITH c AS MATERIALIZED%' "
+            "WHERE statement LIKE '%FROM message_words%' "
             "AND statement NOT LIKE '%pg_prepared_statements%' "
             # the connection's warm-up ran its own searches once each (see postgres._warm)
             "AND generic_plans + custom_plans > 1"
@@ -145,7 +149,8 @@ async def test_the_same_search_statement_is_planned_with_its_own_words_every_tim
         setting = await store._fetch("SHOW plan_cache_mode")
     finally:
         await store.close()
-    assert [tuple(r) for r in rows] == [(0, 12)]
+    # one statement text for any number of words: the warm-up's search was its first run
+    assert [tuple(r) for r in rows] == [(0, 13)]
     assert setting[0][0] == "force_custom_plan"
 
 
@@ -170,7 +175,7 @@ async def test_a_search_and_the_batched_read_are_one_statement_each(pg_server):
         await store.close()
     assert len(hits) == 5 and len(replies) == 5
     assert len(sent) == 5, sent  # search, read, BEGIN, ROLLBACK (asyncpg's), SELECT
-    assert "WITH c AS MATERIALIZED" in sent[0] and "unnest" in sent[1]
+    assert "FROM message_words" in sent[0] and "unnest" in sent[1]
     assert not any("RESET" in q or "UNLISTEN" in q for q in sent), sent
     assert sent[3] == "ROLLBACK"
     assert name[0][0] != "left open"  # the next statement is outside that transaction
