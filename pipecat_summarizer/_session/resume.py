@@ -40,6 +40,7 @@ from pipecat.processors.aggregators import async_tool_messages
 
 from pipecat_summarizer._compaction.plan import head_length
 from pipecat_summarizer._record.interrupted import provider_form
+from pipecat_summarizer._text.vocabulary import FACTS, OPEN_QUESTIONS
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 
 if TYPE_CHECKING:
@@ -370,6 +371,12 @@ def notice(gap_s: float, pending: Sequence[PendingCall]) -> dict:
     """The user-role notice that closes the restored conversation: what happened to the
     connection, and the tool calls still pending then (so none is called twice unknowingly).
 
+    It is the application's text, in a user-role message as the summary message is (never
+    system/developer: it quotes the pending calls' arguments, which come from the
+    conversation), and written as the summary is, a record under its headings: a summarizer
+    reads it as the application's record, never as the caller's words. What a later summary
+    keeps of it: the connection dropped, and each lost result as an open question.
+
     Args:
         gap_s: Seconds from the drop to the new call's start.
         pending: The tool calls pending at the drop.
@@ -377,19 +384,22 @@ def notice(gap_s: float, pending: Sequence[PendingCall]) -> dict:
     lines = [
         NOTICE_HEADER,
         f"The caller's previous connection dropped about {_duration(gap_s)} before this "
-        "one; the conversation above is restored from it.",
+        "one; the conversation above is restored from it. "
+        + (
+            "Some tool calls were pending."
+            if pending
+            else "No tool call was pending when it dropped."
+        ),
+        f"{FACTS}:",
+        "- The call's connection dropped and the caller reconnected.",
+        f"{OPEN_QUESTIONS}:",
     ]
-    if pending:
-        lines.append(
-            "Tool calls still pending when it dropped (their results were lost; whether they "
-            "took effect is unknown):"
-        )
-        lines += [
-            f"- {p.name}({_short(p.arguments, _ARGS_CHARS)}) [call id {p.tool_call_id}]"
-            for p in pending
-        ]
-    else:
-        lines.append("No tool call was pending when it dropped.")
+    lines += [
+        f"- Tool {p.name}({_short(p.arguments, _ARGS_CHARS)}) [call id {p.tool_call_id}] was "
+        "pending when the connection dropped: its result was lost; whether it took effect "
+        "is unknown."
+        for p in pending
+    ] or ["- none"]
     return {"role": "user", "content": "\n".join(lines)}
 
 

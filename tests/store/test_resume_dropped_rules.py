@@ -142,8 +142,9 @@ def test_the_notice_is_user_data_naming_each_pending_call_briefly():
     assert message["role"] == "user"
     lines = message["content"].splitlines()
     assert lines[0] == NOTICE_HEADER and "about 42 seconds" in lines[1]
-    assert lines[-1].startswith("- refund(") and "[call id c1]" in lines[-1]
-    assert len(lines[-1]) < 260  # the arguments are cut
+    assert lines[-1].startswith("- Tool refund(") and "[call id c1]" in lines[-1]
+    assert "result was lost" in lines[-1] and lines[-2] == "OPEN QUESTIONS:"
+    assert len(lines[-1]) < 360  # the arguments are cut (to 200 characters)
     assert "about 1 second before" in notice(0.2, [])["content"]
     assert "about 5 minutes before" in notice(300, [])["content"]
 
