@@ -7,6 +7,7 @@ and written as a JSON string (quoted data, never an instruction). Pure.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import time
@@ -69,9 +70,28 @@ _NUMBERS = "zero one two three four five six seven eight nine ten eleven twelve"
 
 
 def date_text(at: float) -> str:
-    """``4 May 2023, 14:05`` (UTC) for a time in seconds since the epoch."""
+    """``4 May 2023, 14:05 UTC`` for a time in seconds since the epoch (the label says its
+    zone: the model must not read it as the caller's local time).
+
+    Raises:
+        OverflowError / OSError / ValueError: ``at`` beyond what the platform's calendar
+            renders (see :func:`snippet_when`, which falls back to no date).
+    """
     t = time.gmtime(at)
-    return f"{t.tm_mday} {_MONTHS[t.tm_mon - 1]} {t.tm_year}, {t.tm_hour:02d}:{t.tm_min:02d}"
+    return f"{t.tm_mday} {_MONTHS[t.tm_mon - 1]} {t.tm_year}, {t.tm_hour:02d}:{t.tm_min:02d} UTC"
+
+
+def calendar_days(at: float, now: float) -> int | None:
+    """UTC calendar days from ``at``'s date to ``now``'s (1: ``at`` was yesterday, however
+    few hours ago), or ``None`` when either is beyond the platform's calendar."""
+    try:
+        return _utc_date(now).toordinal() - _utc_date(at).toordinal()
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _utc_date(at: float) -> dt.date:
+    return dt.datetime.fromtimestamp(at, dt.UTC).date()
 
 
 def _count(n: int, unit: str) -> str:
@@ -80,38 +100,51 @@ def _count(n: int, unit: str) -> str:
     return f"{_NUMBERS[n] if n < len(_NUMBERS) else n} {unit}s ago"
 
 
-def ago(seconds: float) -> str | None:
+def ago(seconds: float, days: int | None = None) -> str | None:
     """How long ago, in words (``"three weeks ago"``, ``"yesterday"``), for ``seconds`` of
-    age; ``None`` for a time in the future (clocks apart)."""
-    if seconds < 0:
+    age; ``None`` for a time in the future (clocks apart). ``days``: the calendar days
+    between the two dates (:func:`calendar_days`), so that the words agree with the date
+    they stand beside ("yesterday" for 23:30 asked at 10:00 next day); default: whole days
+    of ``seconds``."""
+    if seconds < 0 or (days is not None and days < 0):
         return None
-    days = seconds / 86400
+    if days is None:
+        days = int(seconds // 86400)
     if days < 1:
         return "earlier today" if seconds >= 3600 else "less than an hour ago"
     if days < 2:
         return "yesterday"
     if days < 7:
-        return _count(int(days), "day")
+        return _count(days, "day")
     if days < 30:
-        return _count(int(days // 7), "week")
+        return _count(days // 7, "week")
     if days < 365:
         return _count(max(1, int(days // 30.4)), "month")
-    return _count(int(days // 365), "year")
+    return _count(days // 365, "year")
 
 
 def snippet_when(
     snippet: Snippet, call_id: str | None, *, now: float | None = None, relative: bool = False
 ) -> str:
-    """``this call, by turn 12`` or ``call of 2 November 2026, 14:05``; with ``relative``
+    """``this call, by turn 12`` or ``call of 2 November 2026, 14:05 UTC``; with ``relative``
     (a question about time) and ``now`` (the conversation's clock), how long ago too:
-    ``call three weeks ago, on 2 November 2026, 14:05``."""
+    ``call three weeks ago, on 2 November 2026, 14:05 UTC``. A date beyond the platform's
+    calendar (a row written in microseconds by another tool) reads ``an earlier call``: it
+    costs its own label, never the turn's recall."""
     if call_id is not None and snippet.call_id == call_id:
         return f"this call, by turn {snippet.turn}"
     if snippet.at > 0:
-        when = ago(now - snippet.at) if relative and now is not None else None
+        try:
+            date = date_text(snippet.at)
+        except (OverflowError, OSError, ValueError):
+            return "an earlier call"
+        when = None
+        if relative and now is not None:
+            days = calendar_days(snippet.at, now)
+            when = ago(now - snippet.at, days) if days is not None else None
         if when is not None:
-            return f"call {when}, on {date_text(snippet.at)}"
-        return "call of " + date_text(snippet.at)
+            return f"call {when}, on {date}"
+        return "call of " + date
     return "an earlier call"
 
 

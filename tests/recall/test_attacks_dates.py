@@ -149,11 +149,6 @@ def _said_day(label: str) -> tuple[str | None, dt.date]:
     ],
     ids=["spring-forward", "fall-back", "midnight"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: render.ago counts elapsed hours, not calendar days: 'earlier today, on 28 March' "
-    "asked on 29 March, 'yesterday, on 24 October' asked on 26 October (bugs.md, Q)",
-)
 async def test_the_relative_form_agrees_with_the_date_it_stands_beside(
     openai_server, tmp_path, said_at, asked_at
 ):
@@ -173,11 +168,6 @@ async def test_the_relative_form_agrees_with_the_date_it_stands_beside(
         assert (today - day).days == _DAY_WORDS[word], label
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a snippet's label is UTC without saying so; the model reads '14:05' as the "
-    "caller's local time (bugs.md, Q)",
-)
 async def test_the_label_names_its_time_zone(openai_server, tmp_path):
     # the label's clock is UTC: without saying so, "14:05" reads as the caller's local time
     # (an hour off in Lisbon in summer, five in New York)
@@ -248,7 +238,7 @@ async def test_caller_text_that_looks_like_a_date_label_cannot_forge_one(
     lines = block.split("\n")[1:]
     assert len(lines) == len(FORGERIES), block
     for line in block.splitlines()[1:]:  # Python's own line breaks (\u2028, \x85 too)
-        m = re.match(r"- \[call of (\d+) May 2026, 14:05\] caller: ", line)
+        m = re.match(r"- \[call of (\d+) May 2026, 14:05 UTC\] caller: ", line)
         assert m, line  # every line starts with a genuine label, nothing else does
         # what follows the label is one JSON string: the caller's words, all of them data
         quote, end = json.JSONDecoder().raw_decode(line, m.end())
@@ -260,11 +250,6 @@ async def test_caller_text_that_looks_like_a_date_label_cannot_forge_one(
     assert "January 2020" not in "".join(labels(block))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: render.date_text raises OSError for a row dated past the platform's calendar; "
-    "recall_turn logs ERROR and the whole turn goes without recall (bugs.md, Q)",
-)
 async def test_a_row_dated_past_the_calendar_costs_its_own_snippet_not_the_turn(
     openai_server, tmp_path, logs
 ):

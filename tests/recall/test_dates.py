@@ -7,11 +7,15 @@ and a real PostgreSQL."""
 from __future__ import annotations
 
 import calendar
+import datetime as dt
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipecat_summarizer._recall.query import asks_when
-from pipecat_summarizer._recall.render import ago, date_text
+from pipecat_summarizer._recall.render import ago, calendar_days, date_text, snippet_when
+from pipecat_summarizer._recall.select import Snippet
 from pipecat_summarizer.params import MemoryParams, RecallParams
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer_cli.replay.locomo import session_note, session_time
@@ -87,10 +91,10 @@ async def test_an_earlier_call_is_recalled_with_the_date_the_application_gave(
     finally:
         await store.close()
     assert archived and all(MAY_4 <= m.at < MAY_4 + 3600 for m in archived)
-    assert "Hotel Marquis" in plain and "[call of 4 May 2026, 14:05]" in plain
+    assert "Hotel Marquis" in plain and "[call of 4 May 2026, 14:05 UTC]" in plain
     assert "ago" not in plain  # a question not about time gets the date alone
     assert "Hotel Marquis" in timed
-    assert "[call three weeks ago, on 4 May 2026, 14:05]" in timed
+    assert "[call three weeks ago, on 4 May 2026, 14:05 UTC]" in timed
 
 
 def test_a_question_about_time_is_recognised():
@@ -117,7 +121,40 @@ def test_how_long_ago_in_words():
     assert ago(21 * day + 3600) == "three weeks ago"
     assert ago(65 * day) == "two months ago"
     assert ago(800 * day) == "two years ago"
-    assert date_text(MAY_4) == "4 May 2026, 14:05"
+    assert date_text(MAY_4) == "4 May 2026, 14:05 UTC"  # the label names its zone
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    at=st.floats(min_value=0, max_value=4e9),
+    age=st.floats(min_value=0, max_value=3 * 365 * 86400.0),
+)
+def test_the_relative_words_agree_with_the_calendar_date_beside_them(at, age):
+    # "yesterday" beside yesterday's date, "earlier today" beside today's, however few
+    # hours apart (23:30 asked at 10:00 next morning was "earlier today, on <yesterday>")
+    now = at + age
+    days = calendar_days(at, now)
+    words = ago(now - at, days)
+    assert days is not None and words is not None
+    said = dt.datetime.fromtimestamp(at, dt.UTC).date()
+    asked = dt.datetime.fromtimestamp(now, dt.UTC).date()
+    assert days == (asked - said).days
+    if words in ("earlier today", "less than an hour ago"):
+        assert said == asked
+    elif words == "yesterday":
+        assert (asked - said).days == 1
+    else:
+        assert (asked - said).days >= 2
+
+
+def test_a_date_beyond_the_calendar_costs_its_label_only():
+    # a row written in microseconds by another tool: no date, never an error
+    for at in (1e17, 1e30):
+        with pytest.raises((OverflowError, OSError, ValueError)):
+            date_text(at)
+        assert calendar_days(at, MAY_4) is None
+        snippet = Snippet("c1", 0, 1, at, "user", "the hotel", relevance=1.0, rank=0)
+        assert snippet_when(snippet, "c2", now=MAY_4, relative=True) == "an earlier call"
 
 
 def test_locomo_session_dates_are_read_from_the_session_note():
