@@ -205,7 +205,8 @@ def test_render_labels_turn_speaker_and_earlier_calls():
         items, query="hotel Lisbon", call_id="c1", max_tokens=300, max_snippet_tokens=80
     )
     lines = rendered.split("\n")
-    assert lines[1].startswith("- [call of 1 January 1970, 00:00 UTC] caller:")  # earlier call first
+    # the earlier call first
+    assert lines[1].startswith("- [call of 1 January 1970, 00:00 UTC] caller:")
     assert lines[2].startswith("- [this call, by turn 2] caller:")
 
 
