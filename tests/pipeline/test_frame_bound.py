@@ -1,14 +1,23 @@
-"""The frame's work after recall's search is bounded: placing and clearing the recalled
-block each turn are counted message by message, never by recounting the whole context.
+"""The time a user turn's frame spends in the processor with recall is bounded by recall's
+latency budget: placing and clearing the recalled block each turn are counted message by
+message, never by recounting the whole context; and what runs after the search (ranking,
+rendering) comes out of the budget too, however large the archived messages are.
 
 Through a real pipeline (the aggregators, ``ContextSummarizer`` with a real SQLite store and
 ``RecallParams``, Pipecat's OpenAI service against the local OpenAI-protocol server)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
+import time
 
+import pytest
+from pipecat.frames.frames import LLMContextFrame
+from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
@@ -16,6 +25,7 @@ from pipecat_summarizer._compaction.measure import ContextMeter
 from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import ArchivedMessage, SQLiteMemoryStore
+from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
@@ -106,3 +116,108 @@ async def test_the_recalled_block_is_placed_and_cleared_without_recounting_the_c
     assert meter.measure(context.messages).total_tokens == (
         fresh.measure(context.messages).total_tokens
     )
+
+
+# -- what runs after the search comes out of the budget --------------------------------------
+
+BUDGET_S = 0.1  # room for a loaded test machine's scheduling (the default is 10 ms)
+SEARCH_S = 0.07  # the archive answers within the budget, with little of it left
+WORDS = "amber basil cedar dune ember fjord grove heron iris jade kelp lotus maple".split()
+
+
+class SlowSQLite(SQLiteMemoryStore):
+    """A real store whose search answers after ``SEARCH_S`` (a busy disk), within budget."""
+
+    async def search(self, query, **kwargs):
+        await asyncio.sleep(SEARCH_S)
+        return await super().search(query, **kwargs)
+
+
+class TimeInProcessor(BaseObserver):
+    """Each user turn's frame: from its push into ``processor`` to the processor's push on."""
+
+    def __init__(self, processor) -> None:
+        super().__init__()
+        self._processor = processor
+        self._entered: dict[int, float] = {}
+        self.seconds: list[float] = []
+
+    async def on_push_frame(self, data: FramePushed):
+        frame = data.frame
+        if not isinstance(frame, LLMContextFrame) or data.direction != FrameDirection.DOWNSTREAM:
+            return
+        if data.destination is self._processor:
+            self._entered[frame.id] = time.perf_counter()
+        elif data.source is self._processor and frame.id in self._entered:
+            self.seconds.append(time.perf_counter() - self._entered.pop(frame.id))
+
+
+def _tool_results(user_id: str) -> list[ArchivedMessage]:
+    """Earlier calls' bulky tool results (as clearing archives them verbatim: ~30 KB each),
+    each naming the booking the caller asks about."""
+    rng = random.Random(5)
+    out = []
+    for i in range(60):
+        body = " ".join(f"{rng.choice(WORDS)}{rng.randrange(1000)}" for _ in range(4000))
+        text = f"Booking reference {i} for the Marquis hotel in Lisbon: {body}"
+        out.append(
+            ArchivedMessage(
+                call_id=f"earlier-{i // 10}",
+                position=i % 10,
+                role="tool",
+                content=text,
+                message_json=json.dumps({"role": "tool", "tool_call_id": f"t{i}", "content": text}),
+                turn=i % 10,
+                at=1_700_000_000 + i,
+                user_id=user_id,
+            )
+        )
+    return out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ranking and rendering after the search are not bounded by the budget: "
+    "bugs.md, F -> R/Q (step.py reserves at most half the budget for them, none on the "
+    "first turn; select_hits stems every hit's whole text)",
+)
+async def test_a_frame_with_bulky_archived_results_stays_near_the_budget(openai_server, tmp_path):
+    """The archive answers within the budget, with hits of ~30 KB each (cleared tool
+    results): the frame must still leave the processor near the budget, not after ranking
+    and rendering every hit's whole text (a generous 3x bound: what is tested is whether the
+    work after the search is bounded at all, not how fast a machine is)."""
+    openai_server.handler = lambda body: Reply("Sure thing.")
+    store = SlowSQLite(tmp_path / "memory.db")
+    try:
+        await store.write(_tool_results("alice"))
+        context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
+        summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
+        processor = ContextSummarizer(
+            context=context,
+            config=cfg(messages=10_000, keep=2),
+            summarizer=summarizer,
+            store=store,
+            call_id="this-call",
+            user_id="alice",
+            memory=MemoryParams(writer=FAST, resume=False),
+            recall=RecallParams(latency_budget_s=BUDGET_S),
+        )
+        timer = TimeInProcessor(processor)
+        asks = [
+            "What was the booking reference for the Marquis hotel in Lisbon?",
+            "Remind me of the Lisbon Marquis hotel booking reference.",
+            "Which booking reference did the Marquis hotel in Lisbon give?",
+        ]
+        try:
+            await run_test(
+                build(context, processor, main_llm(openai_server.base_url)),
+                frames_to_send=[*turns(asks, gap=0.3)],
+                observers=[timer],
+            )
+        finally:
+            await summarizer.aclose()
+    finally:
+        await store.close()
+    step = processor.recall_step
+    assert step is not None and step.turns == len(asks) and len(timer.seconds) == len(asks)
+    assert max(timer.seconds) <= 3 * BUDGET_S, [round(s, 3) for s in timer.seconds]
