@@ -14,6 +14,10 @@ from pipecat_summarizer.store.base import (
 )
 
 LOCK_KEY = 0x5C_0A_11  # advisory lock for migrations
+#: How long a migration's statement (and a second opener's wait for the migration's lock)
+#: may take: v5 fills the word index from the whole archive (~30 s per 200,000 messages on a
+#: loaded 2-core machine), past the pool's 30 s command timeout, which would roll it back.
+MIGRATION_TIMEOUT_S = 3600.0
 
 #: What the full-text index holds (schema v2): the message's words plus a lexeme for its
 #: caller and one for its call, so a caller's search finds only their own matches in the
@@ -174,8 +178,9 @@ def migrations(config: str) -> dict[int, list[str]]:
 async def migrate(conn, config: str) -> None:
     """Create the schema, or bring it to ``SCHEMA_VERSION``, in one transaction under an
     advisory lock (concurrent first uses migrate once)."""
+    wait = MIGRATION_TIMEOUT_S  # not the pool's command timeout: see MIGRATION_TIMEOUT_S
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY)
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY, timeout=wait)
         await conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)")
         version = await conn.fetchval("SELECT MAX(version) FROM schema_version") or 0
         if version > SCHEMA_VERSION:
@@ -183,7 +188,7 @@ async def migrate(conn, config: str) -> None:
         for v, statements in sorted(migrations(config).items()):
             if v > version:
                 for statement in statements:
-                    await conn.execute(statement)
+                    await conn.execute(statement, timeout=wait)
                 await conn.execute("INSERT INTO schema_version VALUES ($1)", v)
 
 
