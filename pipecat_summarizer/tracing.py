@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from pipecat_summarizer._recall.hooks import RecallObserver, RecallOutcome
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
@@ -124,8 +126,8 @@ class SummarizerTracer:
 
     Registered on the processor's public events (``on_context_compacted``,
     ``on_summary_failed``, ``on_messages_evicted``, and ``on_tool_results_cleared`` where the
-    processor has it); recall is timed around the recall step's ``prepare`` (a user turn's)
-    and ``lookup`` (the ``recall_memory`` tool's).
+    processor has it); recall through the recall step's observer hook (:class:`RecallSpans`:
+    a user turn's recall and the ``recall_memory`` tool's).
 
     Args:
         processor: The ``ContextSummarizer``.
@@ -150,7 +152,7 @@ class SummarizerTracer:
             processor.add_event_handler("on_tool_results_cleared", self._cleared)
         step = getattr(processor, "recall_step", None)
         if step is not None:
-            _time_recall(self, step)
+            step.add_observer(RecallSpans(self))
 
     # -- where a span goes ----------------------------------------------------------------
 
@@ -280,69 +282,32 @@ def _event_names(processor: Any) -> frozenset[str]:
     return frozenset(handlers) if isinstance(handlers, dict) else frozenset()
 
 
-def _time_recall(tracer: SummarizerTracer, step: Any) -> None:
-    """Time the recall step's ``prepare`` (a user turn's recall) and ``lookup`` (the
-    ``recall_memory`` tool) on this one step object. The step has no event of its own yet;
-    its counters (``turns``, ``recalled``, ``missed``, ``late_served``, ``errors``) tell the
-    outcome, so nothing of what it found is read."""
-    prepare, lookup = step.prepare, step.lookup
+class RecallSpans(RecallObserver):
+    """A recall step's observer that makes each recall a span: a user turn's (``prepare``,
+    kind ``turn``) and the ``recall_memory`` tool's (``lookup``, kind ``tool``), with the
+    outcome, the latency and, for a placed block, its tokens; for the tool, how many records
+    it returned. Nothing of what was found is read."""
 
-    async def traced_prepare(*args: Any, **kwargs: Any) -> Any:
-        start = time.time_ns()
-        before = _counters(step)
-        try:
-            placed = await prepare(*args, **kwargs)
-        except BaseException as e:
-            _recall_span(tracer, "turn", start, "error", error=type(e).__name__)
-            raise
-        after = _counters(step)
-        delta = {k: after[k] - before[k] for k in after}
-        if delta["turns"] == 0:
-            outcome = "skipped"  # no question to search for, or no room for a block
-        elif placed is not None and delta["recalled"]:
-            outcome = "late" if delta["late_served"] else "recalled"
-        elif delta["errors"]:
-            outcome = "error"
-        elif delta["missed"]:
-            outcome = "missed_budget"
-        else:
-            outcome = "nothing_new"
+    def __init__(self, tracer: SummarizerTracer):
+        """Spans go to ``tracer``."""
+        self._tracer = tracer
+
+    def on_recall(self, outcome: RecallOutcome) -> None:
+        """One span for the recall that just ended."""
         attrs: dict[str, Any] = {}
-        message = step.message if placed is not None else None
-        if isinstance(message, dict) and isinstance(message.get("content"), str):
-            attrs[NS + "recall.tokens"] = step.count(message["content"])
-        _recall_span(tracer, "turn", start, outcome, attrs)
-        return placed
-
-    async def traced_lookup(*args: Any, **kwargs: Any) -> Any:
-        start = time.time_ns()
-        try:
-            found = await lookup(*args, **kwargs)
-        except TimeoutError:
-            _recall_span(tracer, "tool", start, "timeout", error="timeout")
-            raise
-        except BaseException as e:
-            _recall_span(tracer, "tool", start, "error", error=type(e).__name__)
-            raise
-        count = len(found)
+        if outcome.kind == "turn" and outcome.tokens is not None:
+            attrs[NS + "recall.tokens"] = outcome.tokens
+        elif outcome.kind == "tool" and outcome.error is None:
+            attrs["gen_ai.memory.record.count"] = outcome.snippets
         _recall_span(
-            tracer,
-            "tool",
-            start,
-            "found" if count else "nothing",
-            {"gen_ai.memory.record.count": count},
+            self._tracer,
+            outcome.kind,
+            outcome.started_ns,
+            outcome.outcome,
+            attrs,
+            end_ns=outcome.ended_ns,
+            error=outcome.error,
         )
-        return found
-
-    setattr(step, "prepare", traced_prepare)  # noqa: B010 (an instance attribute, on purpose)
-    setattr(step, "lookup", traced_lookup)  # noqa: B010
-
-
-def _counters(step: Any) -> dict[str, int]:
-    return {
-        k: int(getattr(step, k, 0))
-        for k in ("turns", "recalled", "missed", "late_served", "errors")
-    }
 
 
 def _recall_span(
@@ -352,9 +317,10 @@ def _recall_span(
     outcome: str,
     attrs: dict[str, Any] | None = None,
     *,
+    end_ns: int,
     error: str | None = None,
 ) -> None:
-    end = time.time_ns()
+    end = end_ns
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "search_memory",
         NS + "recall.kind": kind,

@@ -7,10 +7,11 @@ and starts the search the turn will ask for (the same words: it builds the turn'
 from the context as it will be, with the caller's words as its last message), so the turn's
 recall finds the answer ready, or well on its way, instead of starting it then.
 
-The hand-over is :class:`PrefetchingArchive`, the recall step's archive with the searches
-started early: a search asked with exactly the words and scope of one started early (still
-running or finished, started at most :data:`MAX_AGE_S` ago, the caller not forgotten since)
-is answered by it; any other goes to the archive as before. So the turn's recall, its
+The hand-over is :class:`PrefetchingArchive`, the archive with the searches started early,
+handed to the step through its public hook (``RecallStep.use_early_searches``): a search
+asked with exactly the words and scope of one started early (still running or finished,
+started at most :data:`MAX_AGE_S` ago, the caller not forgotten since) is answered by it; any
+other goes to the archive as before. So the turn's recall, its
 ranking and its budget are unchanged; only the wait is shorter.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from loguru import logger
@@ -56,7 +57,8 @@ class PrefetchingArchive:
     """A recall archive whose searches can be started before the turn asks for them.
 
     Everything but ``search`` is the wrapped archive's (``message``, ``messages_at``,
-    ``forget_generation``, ...).
+    ``forget_generation``, ...). It is also the recall step's source of early searches
+    (:meth:`take`, see :class:`~pipecat_summarizer._recall.hooks.EarlySearches`).
 
     Args:
         archive: The archive searched (the call's store).
@@ -123,6 +125,40 @@ class PrefetchingArchive:
         task = early.task
         return not task.done() or (not task.cancelled() and task.exception() is None)
 
+    def take(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        call_id: str | None = None,
+        limit: int = 10,
+        any_word: bool = False,
+    ) -> Awaitable[Sequence[Any]] | None:
+        """The answer of the early search of these words and scope, taken (each early
+        search answers one turn), or ``None`` when there is no usable one. Should the early
+        search fail, the answer is the archive's own search."""
+        key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
+        early = self._early.pop(key, None)
+        if early is None or not self._usable(early, user_id, time.monotonic()):
+            return None
+        return self._answer(early, key)
+
+    async def _answer(self, early: _Early, key: _Key) -> Sequence[Any]:
+        try:
+            found = await asyncio.shield(early.task)
+        except asyncio.CancelledError:
+            if not early.task.cancelled():
+                raise  # the turn itself was cancelled
+        except Exception:  # noqa: BLE001 - the early one failed: ask again
+            pass
+        else:
+            self.served += 1
+            return found
+        query, user_id, call_id, limit, any_word = key
+        return await self.archive.search(
+            query, user_id=user_id, call_id=call_id, limit=limit, any_word=any_word
+        )
+
     async def search(
         self,
         query: str,
@@ -133,20 +169,10 @@ class PrefetchingArchive:
         any_word: bool = False,
     ) -> Sequence[Any]:
         """The archive's search, answered by the early search of the same words and scope
-        when there is a usable one (each early search answers one turn)."""
-        key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
-        early = self._early.pop(key, None)
-        if early is not None and self._usable(early, user_id, time.monotonic()):
-            try:
-                found = await asyncio.shield(early.task)
-            except asyncio.CancelledError:
-                if not early.task.cancelled():
-                    raise  # the turn itself was cancelled
-            except Exception:  # noqa: BLE001 - the early one failed: ask again
-                pass
-            else:
-                self.served += 1
-                return found
+        when there is a usable one (see :meth:`take`)."""
+        answer = self.take(query, user_id=user_id, call_id=call_id, limit=limit, any_word=any_word)
+        if answer is not None:
+            return await answer
         return await self.archive.search(
             query, user_id=user_id, call_id=call_id, limit=limit, any_word=any_word
         )
@@ -160,12 +186,14 @@ class PrefetchingArchive:
 
 
 def prefetching_archive(step: RecallStep) -> PrefetchingArchive:
-    """The step's archive as a :class:`PrefetchingArchive` (wrapped once, in place: the
-    step searches ``step.archive`` each turn)."""
-    archive = step.archive
-    if not isinstance(archive, PrefetchingArchive):
-        archive = PrefetchingArchive(archive)
-        step.archive = archive
+    """The step's archive as a :class:`PrefetchingArchive`, handed to the step as its source
+    of early searches (once: two companions of one step share it). ``step.archive`` stays
+    the store."""
+    early = step.early_searches
+    if isinstance(early, PrefetchingArchive):
+        return early
+    archive = PrefetchingArchive(step.archive)
+    step.use_early_searches(archive)
     return archive
 
 

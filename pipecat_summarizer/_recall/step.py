@@ -11,7 +11,8 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from functools import partial
+from typing import Any
 
 from loguru import logger
 
@@ -29,6 +30,15 @@ from pipecat_summarizer._recall.gather import (
     second_search,
     with_gathered,
     with_meaning,
+)
+from pipecat_summarizer._recall.hooks import (
+    RecallArchive,
+    RecallHooks,
+    RecallObserver,
+    RecallOutcome,
+    notify,
+    observe_lookup,
+    observe_turn,
 )
 from pipecat_summarizer._recall.query import (
     ContextTerms,
@@ -64,29 +74,6 @@ from pipecat_summarizer._text.vocabulary import words
 from pipecat_summarizer.params import RecallParams
 
 
-@runtime_checkable
-class RecallArchive(Protocol):
-    """What recall needs of an archive: the store's ``search`` (``MemoryStore`` has it).
-
-    ``search`` returns hits best first, each with ``call_id``, ``position``, ``turn``, ``at``,
-    ``role`` and ``content`` (a :class:`~pipecat_summarizer.store.SearchHit`). An archive
-    that also has ``message(call_id, position)`` (``MemoryStore`` does) lets a recalled
-    question bring its answer along.
-    """
-
-    async def search(
-        self,
-        query: str,
-        *,
-        user_id: str | None = None,
-        call_id: str | None = None,
-        limit: int = 10,
-        any_word: bool = False,
-    ) -> Sequence[Any]:
-        """Full-text search of archived messages, best first."""
-        ...
-
-
 def search_words(query: str, terms: Sequence[str] | None = None) -> str:
     """The words sent to the archive: the query's topic words, unstemmed (the archive stems
     in its own language), so a question's function words do not weigh in the ranking; only
@@ -100,7 +87,7 @@ def search_words(query: str, terms: Sequence[str] | None = None) -> str:
     return " ".join(seen)
 
 
-class RecallStep:
+class RecallStep(RecallHooks):
     """Recall for one call: the search within budget, the late answer, the placed message.
 
     Args:
@@ -130,6 +117,7 @@ class RecallStep:
         now: Callable[[], float] = time.time,
     ):
         """Create the step."""
+        super().__init__()
         if not isinstance(archive, RecallArchive):
             raise TypeError(f"recall needs an archive with search(), got {type(archive).__name__}")
         if not isinstance(params, RecallParams):
@@ -195,9 +183,13 @@ class RecallStep:
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
         generation = self._generation()
         index = self.semantic if semantic else None
-        search = self.archive.search(
-            search_words(query, terms), limit=limit, any_word=True, **scope
-        )
+        sent = search_words(query, terms)
+        notify(self._observers, "on_search_started", sent)
+        # a search started early of these very words (RecallPrefetch's) answers, if any
+        early = self._early
+        search = None if early is None else early.take(sent, limit=limit, any_word=True, **scope)
+        if search is None:
+            search = self.archive.search(sent, limit=limit, any_word=True, **scope)
         noticed = getattr(self.archive, "noticed_forget", None)
         # a forget run by another process: its tombstone is read beside the search (the rows
         # are gone already; what this call holds in memory must go too)
@@ -342,8 +334,22 @@ class RecallStep:
             started: When the frame reached the processor (the running loop's ``time()``): the
                 latency budget counts from there. Defaults to now.
         """
-        params = self.params
         started = _now() if started is None else started
+        run = partial(self._prepare, messages, view_texts, room, started)
+        if not self._observers:
+            return await run([0, 0])
+        budget = self.params.latency_budget_s
+        return await observe_turn(self, self._observers, run, lambda: _now() - started > budget)
+
+    async def _prepare(
+        self,
+        messages: Callable[[], Sequence[Any]],
+        view_texts: Callable[[], Iterable[str]],
+        room: Callable[[], int | None],
+        started: float,
+        tally: list[int],
+    ) -> list[Any] | None:
+        params = self.params
         before = messages()
         context = self._context
         context.update(before)
@@ -359,6 +365,7 @@ class RecallStep:
         # the search and what runs after it (ranking, rendering) come out of it too
         wait = search_wait(params.latency_budget_s, _now() - started, self._after_search_s)
         (hits, replies), how = await self.hits_for_turn(query, terms, wait_s=wait)
+        tally[0] = len(hits)
         if not hits:
             return None
         more: Found = ([], {})
@@ -368,6 +375,7 @@ class RecallStep:
             left = search_wait(params.latency_budget_s, _now() - started, self._after_search_s)
             if gathered and left > 0:  # only with time left in the turn's budget
                 more = await self._gather(gathered, hits, left)
+                tally[0] += len(more[0])
         found = _now()
         current = list(messages())
         at = latest_user_index(current)
@@ -416,6 +424,7 @@ class RecallStep:
         if placed is None:
             return None
         self.message = message
+        tally[1] = len(snippets)
         self.recalled += 1
         self.late_served += how == "late"
         return placed
@@ -437,6 +446,10 @@ class RecallStep:
         Raises:
             TimeoutError: If the archive did not answer in time.
         """
+        run = partial(self._lookup, query, max_snippets)
+        return await (observe_lookup(self._observers, run) if self._observers else run([0, 0]))
+
+    async def _lookup(self, query: str, max_snippets: int | None, tally: list[int]) -> list[dict]:
         params = self.params
         timeout = params.tool_timeout_s
         if self._settle is not None:
@@ -451,6 +464,7 @@ class RecallStep:
             task.add_done_callback(consume)
             raise
         hits, replies = self._result(task)
+        tally[0] = len(hits)
         limit = max_snippets or params.max_snippets
         snippets = select_hits(
             hits,
@@ -464,6 +478,7 @@ class RecallStep:
         gathered = gather_words(hits, query, terms, params.min_score) if params.gather else []
         if gathered and snippets:  # the model waits anyway: the second search has time
             more = await self._gather(gathered, hits, max(timeout / 2, 0.001))
+            tally[0] += len(more[0])
             if more[0]:
                 snippets = with_gathered(
                     snippets, more, query, View("", frozenset()), gathered, params
@@ -487,6 +502,7 @@ class RecallStep:
                 break
             used += cost
             out.append(item)
+        tally[1] = len(out)
         return out
 
     def _min_similarity(self) -> float | None:
@@ -513,6 +529,8 @@ def _now() -> float:
 __all__ = [
     "MIN_RECALL_TOKENS",
     "RecallArchive",
+    "RecallObserver",
+    "RecallOutcome",
     "RecallStep",
     "Snippet",
     "fits",
