@@ -15,6 +15,17 @@ from pipecat_summarizer.store.base import query_words
 #: A search ranks at most this many of the scope's matches, the latest (as on SQLite): the
 #: ranking reads every row it scores.
 RANK_MATCHES = 3000
+#: PostgreSQL's own text-search configurations: a snowball stemmer (or ``simple``) gives a
+#: word at most one lexeme, which the word index's search needs (see
+#: ``caller_search_sql``); another configuration (an ispell or thesaurus dictionary may
+#: give several) searches through the GIN index.
+ONE_LEXEME_CONFIGS = frozenset(
+    (
+        "simple arabic armenian basque catalan danish dutch english finnish french german "
+        "greek hindi hungarian indonesian irish italian lithuanian nepali norwegian "
+        "portuguese romanian russian serbian spanish swedish tamil turkish yiddish"
+    ).split()
+)
 
 
 def search_sql(
@@ -31,7 +42,13 @@ def search_sql(
     words = query_words(query)
     if not words or int(limit) <= 0:
         return None
-    if user_id is not None and call_id is None and any_word and all(w.isascii() for w in words):
+    if (
+        user_id is not None
+        and call_id is None
+        and any_word
+        and cfg in ONE_LEXEME_CONFIGS
+        and all(w.isascii() for w in words)
+    ):
         return caller_search_sql(cfg, words, user_id, int(limit))
     # plain words only, joined by the operator: no tsquery syntax from the caller
     text = (" or " if any_word else " ").join(words)
@@ -106,8 +123,9 @@ def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> t
     on a tsvector of that many positions. Only the best rows are read whole, and a message
     whose positions were clamped (``tf`` < 0) is ranked on its own ``tsv``.
 
-    ``words`` are ASCII letters and digits (each one token of PostgreSQL's parser, so at
-    most one lexeme).
+    ``words`` are ASCII letters and digits (each one token of PostgreSQL's parser, whatever
+    the database's locale), and ``cfg`` one of ``ONE_LEXEME_CONFIGS``: a word has at most
+    one lexeme.
     """
     window = max(RANK_MATCHES, limit)
     sql = f"""

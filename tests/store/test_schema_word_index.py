@@ -230,3 +230,40 @@ async def test_a_message_whose_positions_were_clamped_is_ranked_on_its_own_row(p
         await conn.close()
     assert clamped == 2  # hotel and train of the long message
     assert [(h.position, h.score) for h in hits] == [(r[0], pytest.approx(r[1])) for r in want]
+
+
+async def test_a_word_beyond_ascii_is_searched_through_the_gin_index_with_the_same_ranking(
+    pg_server,
+):
+    # the database's locale decides how PostgreSQL's parser splits such a word: the word
+    # index's search (one lexeme per word) is not used for it
+    import asyncpg
+
+    from pipecat_summarizer.store import _postgres_search
+
+    dsn = pg_server.create_database(f"accents_{random.randrange(10**9)}")
+    records = _archive(per_user=60) + [
+        _msg("alice-c", i, f"Café {word} near the hotel", "alice") for i, word in enumerate(VOCAB)
+    ]
+    store = open_store(dsn)
+    try:
+        await store.write(records)
+        plain = await store.search("hotel museum", user_id="alice", any_word=True, limit=20)
+        accented = await store.search("café hotel museum", user_id="alice", any_word=True)
+    finally:
+        await store.close()
+    statement = _postgres_search.search_sql(
+        "english", "café hotel", user_id="alice", call_id=None, limit=10, any_word=True
+    )
+    assert statement is not None and "message_words" not in statement[0]
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert [(h.call_id, h.position) for h in plain] == await _reference(
+            conn, "alice", "hotel museum", 20
+        )
+        assert [(h.call_id, h.position) for h in accented] == await _reference(
+            conn, "alice", "café hotel museum", 10
+        )
+    finally:
+        await conn.close()
+    assert accented[0].call_id == "alice-c"  # café, hotel and museum
