@@ -93,6 +93,19 @@ async def second_search(
     return unseen(found, hits), replies
 
 
+async def within(task: asyncio.Task, deadline: float) -> tuple[bool, Any]:
+    """``(True, task's result)`` once ``task`` is done by ``deadline`` (the loop's clock),
+    else ``(False, None)``: it is left running (never cancelled: what it also awaits, a
+    forget's watch, still lands) and its exception is read when it ends."""
+    if not task.done():
+        left = deadline - asyncio.get_running_loop().time()
+        await asyncio.wait({task}, timeout=max(0.0, left))
+    if not task.done():
+        task.add_done_callback(consume)
+        return False, None
+    return True, task.result()
+
+
 def unseen(found: Sequence[Any], hits: Sequence[Any]) -> list[Any]:
     """The hits of ``found`` that are not among ``hits`` (by call and position)."""
     seen = {(h.call_id, h.position) for h in hits}
@@ -138,4 +151,5 @@ __all__ = [
     "unseen",
     "with_gathered",
     "with_meaning",
+    "within",
 ]

@@ -30,6 +30,7 @@ from pipecat_summarizer._recall.gather import (
     second_search,
     with_gathered,
     with_meaning,
+    within,
 )
 from pipecat_summarizer._recall.hooks import (
     RecallArchive,
@@ -62,6 +63,7 @@ from pipecat_summarizer._recall.select import (
     Snippet,
     View,
     block_budget,
+    block_cap,
     context_view,
     gather_words,
     select_hits,
@@ -158,6 +160,8 @@ class RecallStep(RecallHooks):
         self.missed = 0
         self.late_served = 0
         self.errors = 0
+        #: Turns whose ranking by meaning was late: they went with the lexical hits alone.
+        self.semantic_late = 0
         # what ranking and rendering the hits took lately (seconds), kept out of the wait
         self._after_search_s = 0.0
         # the context's words, kept from turn to turn: a turn reads only its new messages
@@ -171,15 +175,25 @@ class RecallStep(RecallHooks):
 
     # -- the archive ----------------------------------------------------------------------
 
-    def _search(self, query: str, limit: int, terms: Sequence[str] | None = None) -> asyncio.Task:
-        return asyncio.ensure_future(self._search_with_replies(query, limit, terms))
+    def _search(
+        self, query: str, limit: int, terms: Sequence[str] | None, wait_s: float
+    ) -> asyncio.Task:
+        return asyncio.ensure_future(self._search_with_replies(query, limit, terms, wait_s=wait_s))
 
     async def _search_with_replies(
-        self, query: str, limit: int, terms: Sequence[str] | None = None, *, semantic: bool = True
+        self,
+        query: str,
+        limit: int,
+        terms: Sequence[str] | None = None,
+        *,
+        semantic: bool = True,
+        wait_s: float | None = None,
     ) -> Found:
         """The hits, and the message that followed each of the first ones (the answer to a
         question, the rest of a story): one search, then one read per hit that can be
-        recalled, all within the same budget."""
+        recalled, all within the same budget. The ranking by meaning runs beside the search
+        and joins when ready within :data:`RANK_SHARE` of ``wait_s``; a later one never
+        costs the lexical hits (``semantic_late`` counts those turns)."""
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
         generation = self._generation()
         index = self.semantic if semantic else None
@@ -204,7 +218,18 @@ class RecallStep(RecallHooks):
                 await watch
             return await index.rank_soon(query) if index is not None else None
 
-        found, ranked = await asyncio.gather(search, rank())
+        started = _now()
+        ranking = asyncio.ensure_future(rank())
+        try:
+            found = await search
+        except BaseException:
+            ranking.add_done_callback(consume)
+            raise
+        if index is not None and wait_s is not None:
+            ready, ranked = await within(ranking, started + RANK_SHARE * wait_s)
+            self.semantic_late += not ready
+        else:
+            ranked = await ranking  # the forget watch alone: awaited in full, as ever
         hits = list(found or [])
         replies: dict[tuple[str, int], tuple[str, str]] = {}
         if index is not None and ranked is not None:
@@ -260,8 +285,8 @@ class RecallStep(RecallHooks):
                 return ([], {}), "busy"
             self._inflight = None
             late = self._result(previous)
-        task = self._search(query, self.params.search_limit, terms)
         budget = self.params.latency_budget_s if wait_s is None else wait_s
+        task = self._search(query, self.params.search_limit, terms, budget)
         if not task.done() and budget > 0:
             await asyncio.wait({task}, timeout=budget)
         if task.done():
@@ -402,7 +427,10 @@ class RecallStep(RecallHooks):
             snippets = still_relevant(snippets, query, params.min_score)
         size = params.max_tokens
         if params.adaptive:
-            size = block_budget(snippets, params.min_tokens, params.max_tokens)
+            # the cap follows the context: a new call's empty context leaves the most room
+            cap, most = block_cap(params, context.tokens())
+            snippets = snippets[:most]
+            size = block_budget(snippets, params.min_tokens, cap)
         budget = recall_budget(size, room())
         if budget is None:
             return None  # the conversation grew meanwhile: recall gives way
@@ -457,7 +485,7 @@ class RecallStep(RecallHooks):
             started = time.monotonic()
             await self._settle(timeout / 2)
             timeout -= time.monotonic() - started
-        task = self._search(query, params.search_limit)
+        task = self._search(query, params.search_limit, None, timeout)
         try:
             await asyncio.wait_for(asyncio.shield(task), max(timeout, 0.001))
         except TimeoutError:
@@ -519,6 +547,10 @@ class RecallStep(RecallHooks):
                 await self.semantic.close()
             except Exception as e:  # closing must never break End/Cancel
                 logger.warning(f"closing recall failed ({type(e).__name__})")
+
+
+#: The share of the search's wait the ranking by meaning may take (the rest: the replies' read).
+RANK_SHARE = 0.75
 
 
 def _now() -> float:

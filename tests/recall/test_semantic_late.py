@@ -57,11 +57,6 @@ def wordllama() -> SemanticRecallParams:
     return options
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the step to stop waiting for a late ranking by meaning (_recall/step.py, "
-    "helper R: /work/briefs/s5/bugs.md 'S -> R'); remove this mark with that fix",
-)
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 async def test_the_lexical_hit_comes_back_while_the_ranking_by_meaning_is_late(
     openai_server, store_target, wordllama
