@@ -258,7 +258,6 @@ class ContextMeter:
         self._seen: list[Any] = []  # the conversation messages seen, in order
         self._expected = False  # invalidate() was called: the next rewrite is ours
         self._edit: Edit | None = None  # the one-message rewrite invalidate() was told of
-        self._open: set[int] = set()  # ids of the messages in _seen (counted unprotected)
         self._first_open: int | None = None  # index of the first unprotected message
         self._summary_at = -1  # index of the summary message (-1: not in the context)
         #: Full recounts so far (the first measurement included): a rewrite the meter could
@@ -339,13 +338,13 @@ class ContextMeter:
             self._summary = summary_message
             self._watch = []
             self._seen = []
-            self._open = set()
             self._first_open, self._summary_at = None, -1
         self._expected = False
-        seen, opened = self._seen, self._open
+        seen = self._seen
         # locals: in a running pipeline this loop runs cold, every lookup counts
         count, is_protected, watch = self._counter.count_message, self._is_protected, self._watch
         total, reducible, since = self._total, self._reducible, self._since
+        first_open, summary_at = self._first_open, self._summary_at
         for i in range(start, n):
             msg = messages[i]
             tokens = count(msg)
@@ -355,17 +354,17 @@ class ContextMeter:
             if is_protected(i, msg, messages):
                 continue
             reducible += tokens
-            if self._first_open is None:
-                self._first_open = i
+            if first_open is None:
+                first_open = i
             if msg is summary_message:
                 since = 0
-                self._summary_at = i
+                summary_at = i
             else:
                 # conversation messages only: the summary is the processor's own
                 seen.append(msg)
-                opened.add(id(msg))
                 since += 1
         self._total, self._reducible, self._since = total, reducible, since
+        self._first_open, self._summary_at = first_open, summary_at
         if watch and start < n:
             # results written over their placeholders no longer need watching
             self._watch = [w for w in watch if is_placeholder(w[0])]
@@ -394,7 +393,6 @@ class ContextMeter:
             and (summary_message is None or summary_message is not inserted)
             and first_open is not None
             and first_open < i
-            and len(self._open) == len(self._seen)  # no message twice among them
             and right < n
             and messages[i - 1] is edit.left
             and messages[right] is edit.right
@@ -405,12 +403,15 @@ class ContextMeter:
             and (not watch or all(m.get("content") is c for m, c in watch))
         ):
             return False
-        seen, opened, count = self._seen, self._open, self._counter.count_message
-        # decided before anything changes: a check that fails leaves the meter as it was
-        out = removed is not None and id(removed) in opened  # counted unprotected
-        at = _rindex(seen, removed) if out else None
-        if out and at is None:
-            return False
+        seen, count = self._seen, self._counter.count_message
+        # the conversation messages after the edit, matched from the end (the recalled block
+        # sits near it): seen[j] is then the last one before them, the removed message
+        # itself when it was counted as conversation (by what was decided then, not now)
+        j = len(seen) - 1
+        for k in range(n - 1, right - 1, -1):
+            if j >= 0 and messages[k] is seen[j]:
+                j -= 1
+        out = removed is not None and j >= 0 and seen[j] is removed
         into = inserted is not None and not self._is_protected(i, inserted, messages)
         summary_at = self._summary_at
         if removed is not None:
@@ -419,8 +420,8 @@ class ContextMeter:
             if out:
                 self._reducible -= tokens
                 self._since -= i > summary_at
-                del seen[at]  # type: ignore[arg-type]
-                opened.discard(id(removed))
+                del seen[j]
+                j -= 1
             if watch:
                 self._watch = [w for w in watch if w[0] is not removed]
             if i < summary_at:
@@ -435,14 +436,7 @@ class ContextMeter:
             if into:
                 self._reducible += tokens
                 self._since += i > summary_at
-                # its place among the conversation messages: those after it, from the end
-                k, j = n - 1, len(seen) - 1
-                while k > i:
-                    if j >= 0 and messages[k] is seen[j]:
-                        j -= 1
-                    k -= 1
-                seen.insert(j + 1, inserted)
-                opened.add(id(inserted))
+                seen.insert(j + 1, inserted)  # after the conversation messages before it
         self._summary_at = summary_at
         self._seen_len = n
         return True
