@@ -9,7 +9,9 @@ recall's rendering applies to its snippets:
   out: the corrected value is in view, the old one would only contradict it;
 - a snippet that a later snippet of the same block corrects ("make that 21 March") is kept,
   marked ``[superseded: later corrected to 21 March]``, so the old value is never read as
-  the current one.
+  the current one; so is a snippet that a later archived text given as ``later`` corrects
+  (found by searching the values the snippets state, :func:`stated_values`: a correction in
+  a later call may share no word with the question).
 
 Pure: no state, no store.
 """
@@ -51,14 +53,39 @@ def _states(text: str, value: str) -> bool:
     return any(" ".join(v.text.lower().split()) == value.lower() for v in values(text))
 
 
-def supersede(snippets: Sequence[S], in_view: Iterable[str] = ()) -> list[S]:
+def stated_values(snippets: Sequence[ArchivedText], limit: int = 3) -> list[str]:
+    """The values (dates, times, amounts, ids, counts) ``snippets`` state, best snippet
+    first, each once, at most ``limit``: what to search the caller's archive for, so that a
+    correction made in a later call that shares no other word with the question ("make that
+    21 March, not 14 March") reaches :func:`supersede` as ``later``."""
+    found: list[str] = []
+    for s in snippets:
+        for v in values(s.content):
+            if v.kind != "name" and v.text.lower() not in (f.lower() for f in found):
+                found.append(v.text)
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def _key(s: ArchivedText) -> tuple[float, str, int]:
+    return (s.at, s.call_id, s.position)
+
+
+def supersede(
+    snippets: Sequence[S], in_view: Iterable[str] = (), later: Iterable[ArchivedText] = ()
+) -> list[S]:
     """``snippets`` without those whose detail a correction in view replaced, and with those
     a later snippet corrects marked (see the module docstring); the order is kept.
 
     Args:
         snippets: Recalled snippets (anything with the archived text's fields).
         in_view: The texts the model sees besides the turns (summary, pinned facts).
+        later: Archived texts found besides the snippets (a search of
+            :func:`stated_values`): one said after a snippet that corrects it marks it too;
+            they are never added to the snippets.
     """
+    extra = sorted(later, key=_key)
     corrections = _in_view_corrections(in_view)
     kept: list[S] = []
     for s in snippets:
@@ -72,13 +99,15 @@ def supersede(snippets: Sequence[S], in_view: Iterable[str] = ()) -> list[S]:
     order = sorted(range(len(kept)), key=lambda i: (kept[i].at, kept[i].call_id, kept[i].position))
     out = list(kept)
     for n, i in enumerate(order):
-        for j in order[n + 1 :]:
-            later = find_correction(kept[j].content, [(None, kept[i].content)])
-            if later is not None:
-                mark = SUPERSEDED_MARK.format(new=later.new)
+        after: list[ArchivedText] = [kept[j] for j in order[n + 1 :]]
+        after += [e for e in extra if _key(e) > _key(kept[i])]
+        for text in after:
+            correction = find_correction(text.content, [(None, kept[i].content)])
+            if correction is not None:
+                mark = SUPERSEDED_MARK.format(new=correction.new)
                 out[i] = dataclasses.replace(kept[i], content=mark + kept[i].content)
                 break
     return out
 
 
-__all__ = ["SUPERSEDED_MARK", "supersede"]
+__all__ = ["SUPERSEDED_MARK", "stated_values", "supersede"]
