@@ -100,7 +100,9 @@ async def recall_turn(session: ContextSession, started: float) -> None:
     (counted from ``started``, when the frame reached the processor). Never raises: recall
     never costs the turn."""
     recall = session.recall
-    if recall is None or not recall.params.enabled:
+    if recall is None or not recall.params.enabled or session.schedule.ended:
+        # after the call's end no search has a turn to serve (Pipecat's user aggregator
+        # pushes a turn still being spoken after the EndFrame): it would outlive the call
         return
     try:
         placed = await recall.prepare(
