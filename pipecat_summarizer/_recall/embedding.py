@@ -150,6 +150,8 @@ def _openblas() -> tuple[Any, Any] | None:
     except OSError:
         return None
     for path in paths:
+        if not os.path.isfile(path):  # "(deleted)", or a name that is not a file
+            continue
         try:
             lib = ctypes.CDLL(path)  # already loaded: the same handle, nothing runs
         except OSError:
