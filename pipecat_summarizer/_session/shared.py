@@ -208,7 +208,7 @@ class SharedContext:
         """
         record = self.record
         noted, app = record.noted_message, record.app_message
-        if self.check_replaced():
+        if self.check_replaced(placing=inserted):
             # rendered before the replacement was known: the facts messages may quote the
             # old conversation's evicted messages, now unpinned
             stale = [
@@ -238,10 +238,11 @@ class SharedContext:
         # is compared with what we left, never taken for our own rewrite
         self.measure()
 
-    def reclaim_own(self) -> None:
+    def reclaim_own(self, placing: Any = None) -> None:
         """Take back our own messages (facts, summary, recalled block) that the application
         put back as copies (a deep-copied ``LLMMessagesUpdateFrame``, a restored state):
-        equal role and content where the original is gone. Cheap when nothing was copied."""
+        equal role and content where the original is gone. Cheap when nothing was copied.
+        ``placing``: a message of ours about to be written, not missing (no copy sought)."""
         record, recall = self.record, self.recall
         if (
             record.app_message is None
@@ -252,7 +253,7 @@ class SharedContext:
             return  # nothing of ours placed (the common case before the first summary)
         messages: list[Any] = self.context.messages
         own = record.own_messages()
-        if recall is not None and recall.message is not None:
+        if recall is not None and recall.message is not None and recall.message is not placing:
             own.append(recall.message)
         missing = [x for x in own if not _holds(messages, x)]
         if not missing:
@@ -268,19 +269,20 @@ class SharedContext:
             else:
                 self.record.reclaim(old, copy)
 
-    def check_replaced(self, measured: bool = False) -> bool:
+    def check_replaced(self, measured: bool = False, placing: Any = None) -> bool:
         """Archive what the application removed from the context (``"replaced"``), and drop
         the pending queue once it cut the conversation's start (a replacement, a Flows
         reset, a truncating update): the queue is older than everything it dropped.
 
         Args:
             measured: The context was just measured (no need to measure again).
+            placing: A message of ours about to be written (see :meth:`reclaim_own`).
 
         Returns:
             True if the context was found replaced (once per replacement).
         """
         if not measured:
-            self.reclaim_own()  # before the meter takes a copy of ours for conversation
+            self.reclaim_own(placing)  # before the meter takes a copy of ours for conversation
             self.measure()
         rewrite = self.meter.take_rewrite()
         if rewrite is None:

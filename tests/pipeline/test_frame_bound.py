@@ -66,6 +66,19 @@ def _archived(user_id: str) -> list[ArchivedMessage]:
     return out
 
 
+class Compared(dict):
+    """A context message that counts how often it is compared by value (``==``): our own
+    messages are found by identity; a search by value reads the whole context."""
+
+    compared = 0
+
+    def __eq__(self, other):
+        Compared.compared += 1
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def _meter(processor: ContextSummarizer) -> ContextMeter:
     # the session's meter: its recount counter is public, the session is the processor's
     return processor._session.meter  # noqa: SLF001
@@ -79,8 +92,9 @@ async def test_the_recalled_block_is_placed_and_cleared_without_recounting_the_c
         await store.write(_archived("alice"))
         history: list[dict] = [{"role": "system", "content": "You are a travel concierge."}]
         for k in range(60):  # a long call already: a recount is worth avoiding
-            history.append({"role": "user", "content": f"Small talk number {k} about weather."})
-            history.append({"role": "assistant", "content": f"Reply number {k}, sunny."})
+            history.append(Compared(role="user", content=f"Small talk number {k} about weather."))
+            history.append(Compared(role="assistant", content=f"Reply number {k}, sunny."))
+        Compared.compared = 0
         context = LLMContext(messages=history)
         summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
         processor = ContextSummarizer(
@@ -113,6 +127,8 @@ async def test_the_recalled_block_is_placed_and_cleared_without_recounting_the_c
     # (2 a turn); now the meter follows them, and recounts only at the call's start
     meter = _meter(processor)
     assert meter.recounts < step.recalled, (meter.recounts, step.recalled)
+    # nor was the context searched by value for a copy of the block about to be placed
+    assert Compared.compared == 0
     fresh = ContextMeter(meter.counter, lambda i, m, ms: m["role"] == "system")
     assert meter.measure(context.messages).total_tokens == (
         fresh.measure(context.messages).total_tokens
