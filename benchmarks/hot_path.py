@@ -44,10 +44,12 @@ earlier calls (frame_delay's template; ``--recall`` implies ``--store``). ``--bu
 a third processor to the rotation: a pass-through that also runs Pipecat's built-in
 summarizer's check on each frame (its whole-context token estimate). ``--profile N``, after
 the timed runs, profiles ours' ``process_frame`` on ``--profile-frames`` more frames at size
-``N`` (cProfile) and prints the library's functions by cumulative and by own time, per frame.
+``N`` (cProfile) and prints the library's functions by cumulative and by own time, per frame
+(the ``--profile-top`` first of each). benchmarks/frame_bound.py times the frame with recall
+against recall's budget at archive sizes from 1k to 1M, on SQLite and PostgreSQL.
 
     .venv/bin/python benchmarks/hot_path.py [--sizes 10,1000,5000] [--frames 800] [--turns 20]
-        [--store] [--recall] [--builtin] [--profile 5000] [--no-gc]
+        [--store] [--recall] [--builtin] [--profile 5000] [--profile-top 10] [--no-gc]
 """
 
 from __future__ import annotations
@@ -494,7 +496,7 @@ async def run(args: argparse.Namespace) -> str:
         for size in sorted(args.profile):
             profiler = cProfile.Profile()
             samples = await measure(size, args.profile_frames, args.turns, mode, profiler)
-            out.append(profile_report(profiler, size, len(samples.own[OURS])))
+            out.append(profile_report(profiler, size, len(samples.own[OURS]), args.profile_top))
         return "\n\n".join(out)
     finally:
         if workdir is not None:
@@ -514,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", default="", help="comma-separated sizes to profile ours at (cProfile)"
     )
     parser.add_argument("--profile-frames", type=int, default=200, help="frames profiled")
+    parser.add_argument("--profile-top", type=int, default=10, help="functions listed")
     parser.add_argument(
         "--builtin", action="store_true", help="also Pipecat's built-in check (a third column)"
     )
