@@ -16,15 +16,60 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import is_dataclass
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from pipecat_summarizer._recall.select import Snippet, View, select_hits
 from pipecat_summarizer._text.vocabulary import search_stem as stem
 from pipecat_summarizer.params import RecallParams
 
+#: The most of an archived message's text recall reads (characters, ~500 tokens: more than a
+#: spoken turn; a cleared tool result can be 30 KB): the part around the first searched word.
+#: What follows a search (selection, rendering, corrections) then costs the same for any
+#: message, so the frame's time after the search is bounded by construction.
+MAX_HIT_CHARS = 2_000
+
 #: A search's hits (best first) and the replies read for them, by ``(call_id, position)``:
 #: ``(role, content)`` of the message that followed the hit.
 Found = tuple[list[Any], dict[tuple[str, int], tuple[str, str]]]
+
+
+def clip(text: str, words: Sequence[str], max_chars: int = MAX_HIT_CHARS) -> str:
+    """``text`` as it is when at most ``max_chars`` long, else the ``max_chars`` around the
+    first place one of ``words`` starts (a quarter before it; the start when none is
+    found), cut at spaces: a substring, so the "already in view" checks still hold (pure)."""
+    if len(text) <= max_chars:
+        return text
+    low = text.lower()
+    places = [low.find(w[:4].lower()) for w in words if w]
+    found = [i for i in places if i >= 0]
+    lo = max(0, min(found, default=0) - max_chars // 4)
+    hi = min(len(text), lo + max_chars)
+    lo = max(0, hi - max_chars)
+    if lo > 0:  # whole words: start after a space, end before one
+        space = text.find(" ", lo, hi)
+        lo = space + 1 if space >= 0 else lo
+    if hi < len(text):
+        space = text.rfind(" ", lo, hi)
+        hi = space if space > lo else hi
+    return text[lo:hi]
+
+
+def clipped(found: Found, words: Sequence[str], max_chars: int = MAX_HIT_CHARS) -> Found:
+    """``found`` with each hit's and reply's text cut by :func:`clip` (hits are copied only
+    when longer; a hit that is not a dataclass is kept whole)."""
+    hits, replies = found
+    out = []
+    for h in hits:
+        text = getattr(h, "content", None)
+        if isinstance(text, str) and len(text) > max_chars and is_dataclass(h):
+            h = dc_replace(h, content=clip(text, words, max_chars))  # type: ignore[type-var]
+        out.append(h)
+    for key, (role, text) in replies.items():
+        if len(text) > max_chars:
+            replies[key] = (role, clip(text, words, max_chars))
+    return out, replies
 
 
 async def read_replies(
@@ -144,7 +189,10 @@ def consume(task: asyncio.Task) -> None:
 
 
 __all__ = [
+    "MAX_HIT_CHARS",
     "Found",
+    "clip",
+    "clipped",
     "consume",
     "read_replies",
     "second_search",

@@ -25,6 +25,7 @@ from pipecat_summarizer._recall.budget import (
 )
 from pipecat_summarizer._recall.gather import (
     Found,
+    clipped,
     consume,
     read_replies,
     second_search,
@@ -242,7 +243,7 @@ class RecallStep(RecallHooks):
                 index.kick(self.archive)
         if self._generation() != generation:
             return [], {}  # the caller was forgotten while the archive answered
-        return hits, replies
+        return clipped((hits, replies), sent.split())  # a 30 KB tool result: read in part
 
     def _result(self, task: asyncio.Task) -> Found:
         """A finished search's hits and replies; a failure costs the recall, never the call."""
