@@ -14,7 +14,9 @@ The archive is written through the store's own write path (``store.write``, 20,0
 records per transaction); SQLite files are kept under ``--cache`` (default ``/tmp/G``, by
 corpus and size: a 1M archive takes minutes to write once) and reused. PostgreSQL's are
 written again each run, timed right after the bulk load: no ANALYZE has run (autovacuum
-may come by during the timing), the least favourable state for its planner.
+may come by during the timing), the least favourable state for its planner. On PostgreSQL
+recall's search (any word, by caller) reads the callers' word index (schema v5,
+``message_words``); the line per size gives its size on disk beside the messages'.
 
     .venv/bin/python benchmarks/recall.py [--sizes 1000 10000 100000 1000000] [--queries 500]
     .venv/bin/python benchmarks/recall.py --corpus synthetic
@@ -228,6 +230,19 @@ async def time_recall(
     return search, turn, least
 
 
+async def _pg_sizes(store) -> str:
+    """The PostgreSQL archive's size on disk: the messages (with their GIN index) and the
+    callers' word index that recall's search reads (schema v5), when there is one."""
+    rows = await store._fetch(
+        "SELECT relname, pg_total_relation_size(oid) FROM pg_class "
+        "WHERE relname IN ('messages', 'message_words') AND relkind = 'r'"
+    )
+    sizes = {r[0]: r[1] / 2**20 for r in rows}
+    words = sizes.get("message_words")
+    index = f", word index {words:.0f} MB" if words is not None else ""
+    return f"messages {sizes.get('messages', 0):.0f} MB{index}"
+
+
 def _server_cpu_ns(pids: list[int]) -> int:
     """Nanoseconds the processes ``pids`` have run on a CPU (Linux schedstat)."""
     total = 0
@@ -324,11 +339,15 @@ async def run(
                     filled = time.perf_counter() - t0
                     queries = corpus_questions(corpus, random.Random(n), n_queries)
                     search, turn, least = await time_recall(store, queries, repeat)
+                    if backend == "PostgreSQL":
+                        how_big = await _pg_sizes(store)
                 finally:
                     await store.close()
                 row = (backend, n, search, turn, least)
                 rows.append(row)
                 how = "cached" if cached else f"written in {filled:.1f}s"
+                if backend == "PostgreSQL":
+                    how += f"; {how_big}"
                 print(
                     f"{backend:10s} {n:>9,} archived: search p50 {pct(search, 50):.2f} ms "
                     f"p99 {pct(search, 99):.2f} ms; turn p50 {pct(turn, 50):.2f} ms "
