@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from pipecat_summarizer._text.messages import spoken_text
+from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer._text.vocabulary import (
     RECALL_STOPWORDS,
     normalize_verbatim,
@@ -287,7 +288,7 @@ _INSTRUCTIONS = ("system", "developer")
 class _Read:
     """One context message as recall read it (kept while the message is in the context)."""
 
-    __slots__ = ("content", "message", "norm", "role", "terms", "text")
+    __slots__ = ("content", "message", "norm", "role", "size", "terms", "text")
 
     def __init__(self, message: Any) -> None:
         self.message = message  # held, so its id is not reused while cached
@@ -297,6 +298,7 @@ class _Read:
         self.text = spoken_text(message)
         self.terms: tuple[str, ...] = _topic_terms(self.text) if self.text else ()
         self.norm = normalize_verbatim(self.text) if self.text else ""  # for the view
+        self.size = estimate_text_tokens(self.text) if self.text else 0  # for the block's cap
 
     def changed(self) -> bool:
         # a tool result is written into its placeholder message in place (Pipecat)
@@ -342,6 +344,7 @@ class ContextTerms:
         # each word of the normalized texts (space-delimited) -> the messages that have it
         self._tokens: dict[str, dict[_Read, int]] = {}
         self._joined: str | None = None  # the normalized texts joined, when needed
+        self._size = 0  # the texts' estimated tokens
         self.read = 0
 
     def update(self, messages: Sequence[Any]) -> None:
@@ -382,6 +385,7 @@ class ContextTerms:
     def _add(self, r: _Read) -> None:
         if r.text:
             self._texts += 1
+            self._size += r.size
             for t in r.terms:
                 self._df[t] = self._df.get(t, 0) + 1
             for token in set(r.norm.split(" ")):
@@ -391,6 +395,7 @@ class ContextTerms:
     def _remove(self, r: _Read) -> None:
         if r.text:
             self._texts -= 1
+            self._size -= r.size
             for t in r.terms:
                 n = self._df[t] - 1
                 if n:
@@ -423,6 +428,10 @@ class ContextTerms:
     def rare(self, query: str, terms: Sequence[str]) -> set[str]:
         """:func:`rare_terms` of the context's texts."""
         return {t for t in set(terms) & specific_terms(query) if self._df.get(t, 0) <= 1}
+
+    def tokens(self) -> int:
+        """The context's texts' estimated tokens (kept by :meth:`update`, not recounted)."""
+        return self._size
 
     def terms(self) -> Container[str]:
         """Every topic word of the context's texts (answered term by term)."""

@@ -64,6 +64,7 @@ from pipecat_summarizer._recall.select import (
     Snippet,
     View,
     block_budget,
+    block_cap,
     context_view,
     gather_words,
     select_hits,
@@ -427,7 +428,10 @@ class RecallStep(RecallHooks):
             snippets = still_relevant(snippets, query, params.min_score)
         size = params.max_tokens
         if params.adaptive:
-            size = block_budget(snippets, params.min_tokens, params.max_tokens)
+            # the cap follows the context: a new call's empty context leaves the most room
+            cap, most = block_cap(params, context.tokens())
+            snippets = snippets[:most]
+            size = block_budget(snippets, params.min_tokens, cap)
         budget = recall_budget(size, room())
         if budget is None:
             return None  # the conversation grew meanwhile: recall gives way

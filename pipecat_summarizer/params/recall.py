@@ -107,18 +107,22 @@ class RecallParams:
 
     The default block adapts its size to what was found (``adaptive``): one hit that has all
     of the question's words gets a small block (``min_tokens``), a weak match or a question
-    whose pieces are in several calls a larger one, up to ``max_tokens``.
-    :meth:`small` keeps every block small (the defaults of 0.1) for tight budgets.
+    whose pieces are in several calls a larger one, up to a cap that follows the context
+    (``request_tokens``): ``max_tokens`` in a new call, whose context holds nothing of the
+    caller's past, less as the call's own context grows. :meth:`small` keeps every block
+    small (the defaults of 0.1) for tight budgets.
 
     Parameters:
         enabled: Recall on each user turn. ``False`` keeps the ``recall_memory`` tool only.
         max_tokens: Budget of the recalled message (header and quotes included): the cap
-            of an adaptive block.
-        max_snippets: Most snippets in it.
+            of an adaptive block (in a short context, see ``request_tokens``).
+        max_snippets: Most snippets in it (an adaptive block's cap below ``max_tokens`` has
+            as many in proportion).
         min_score: Least relevance for a snippet: the share of the query's topic words it
             contains (0..1, the same scale on every backend; the backend's own rank only
             orders the hits). A snippet must also contain two of them when the query has
-            three or more: one shared word ("open") is not a strong match.
+            three or more: one shared word ("open") is not a strong match; 0.25 lets two
+            shared words of a query of up to eight be a strong match.
         latency_budget_s: How long the turn waits for the archive's answer. Later, the turn
             goes without recall, and the late answer may serve the next turn if it is still
             relevant to that turn's query.
@@ -142,12 +146,16 @@ class RecallParams:
         gather: When the question's pieces may be in several calls (the first hits point
             at names and things the question does not say), a second search on them, if
             the turn's budget has time left (the ``recall_memory`` tool always has).
+        request_tokens: What the context and an adaptive block share: the block's cap is
+            what this leaves after the context's tokens (estimated), between ``min_tokens``
+            and ``max_tokens`` (see :func:`~pipecat_summarizer._recall.select.block_cap`).
+            ``None``: every adaptive block may take ``max_tokens``.
     """
 
     enabled: bool = True
-    max_tokens: int = 2400
-    max_snippets: int = 24
-    min_score: float = 0.3
+    max_tokens: int = 4800
+    max_snippets: int = 48
+    min_score: float = 0.25
     latency_budget_s: float = 0.010
     search_limit: int = 60
     max_snippet_tokens: int = 120
@@ -158,11 +166,13 @@ class RecallParams:
     adaptive: bool = True
     min_tokens: int = 400
     gather: bool = True
+    request_tokens: int | None = 5000
 
     @classmethod
     def small(cls, semantic: SemanticRecallParams | None = None, **overrides: Any) -> RecallParams:
         """A small block for tight budgets: at most 800 tokens and 8 snippets, 30 hits
-        searched, no adaptive sizing and no second search (the defaults of 0.1).
+        searched, no adaptive sizing and no second search (the defaults of 0.1, with
+        ``min_score`` 0.25).
 
         Args:
             semantic: Semantic recall as well (see ``semantic``).
@@ -177,16 +187,20 @@ class RecallParams:
             "search_limit": 30,
             "adaptive": False,
             "gather": False,
+            "request_tokens": None,
         }
         return cls(**{**fields, "semantic": semantic, **overrides})
 
     @classmethod
     def broad(cls, semantic: SemanticRecallParams | None = None, **overrides: Any) -> RecallParams:
-        """A larger recalled block: up to 3,500 tokens, 35 snippets, 70 hits searched.
+        """A recalled block of up to 3,500 tokens, 35 snippets, 70 hits searched, at any
+        context size (``request_tokens=None``).
 
-        The defaults cap an adaptive block at 2,400 tokens and 24 snippets; this preset
-        raises the cap, trading input tokens for recall when callers often come back to
-        details said long ago (LoCoMo figures: benchmarks/README.md). Measured with the
+        The defaults cap an adaptive block by the context: 4,800 tokens in a new call, less
+        as the call's context grows (about 2,000 late in a long one); this preset keeps the
+        cap at 3,500 however long the call, trading input tokens for recall when callers
+        often come back to details said long ago (LoCoMo figures: benchmarks/README.md).
+        Measured with the
         fixed blocks of 0.1, at question time, answer recall and input against the full
         buffer's: 79.6% at 11.8% with the 800-token block (:meth:`small`), 83.8% at 17.0%
         with this preset (the full buffer: 90.8%). The block is filled only as far as
@@ -200,7 +214,12 @@ class RecallParams:
         Returns:
             The params (validated like any other).
         """
-        fields: dict[str, Any] = {"max_tokens": 3500, "max_snippets": 35, "search_limit": 70}
+        fields: dict[str, Any] = {
+            "max_tokens": 3500,
+            "max_snippets": 35,
+            "search_limit": 70,
+            "request_tokens": None,
+        }
         return cls(**{**fields, "semantic": semantic, **overrides})
 
     def __post_init__(self):
@@ -231,6 +250,10 @@ class RecallParams:
             raise ValueError("recall.max_question_words must not be negative")
         if self.max_tokens < 40:
             raise ValueError("recall.max_tokens must be at least 40 (the header alone is ~25)")
+        if self.request_tokens is not None and self.request_tokens < 1:
+            raise ValueError(
+                f"recall.request_tokens must be None or at least 1, got {self.request_tokens!r}"
+            )
         if self.adaptive and self.min_tokens > self.max_tokens:
             raise ValueError(
                 f"recall.min_tokens must be at most max_tokens ({self.max_tokens}), "
