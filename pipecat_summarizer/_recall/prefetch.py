@@ -33,7 +33,8 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 
 from pipecat_summarizer._recall.query import ContextTerms, focus, recall_query
-from pipecat_summarizer._recall.step import RecallStep, search_words
+from pipecat_summarizer._recall.search import search_words
+from pipecat_summarizer._recall.step import RecallStep
 
 #: How long an early search's answer may serve a turn, from when it started (seconds): the
 #: end of speech usually follows the final transcription within a second or two.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -25,20 +25,13 @@ from pipecat_summarizer._recall.budget import (
 )
 from pipecat_summarizer._recall.gather import (
     Found,
-    clipped,
     consume,
-    read_replies,
-    second_search,
     with_gathered,
-    with_meaning,
-    within,
 )
 from pipecat_summarizer._recall.hooks import (
     RecallArchive,
-    RecallHooks,
     RecallObserver,
     RecallOutcome,
-    notify,
     observe_lookup,
     observe_turn,
 )
@@ -60,6 +53,8 @@ from pipecat_summarizer._recall.render import (
     window,
     without_recall,
 )
+from pipecat_summarizer._recall.search import ArchiveSearch, search_words
+from pipecat_summarizer._recall.search import loop_time as _now
 from pipecat_summarizer._recall.select import (
     Snippet,
     View,
@@ -71,27 +66,12 @@ from pipecat_summarizer._recall.select import (
     still_relevant,
 )
 from pipecat_summarizer._text.tokens import estimate_text_tokens as estimate_tokens
-from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS as STOPWORDS
-from pipecat_summarizer._text.vocabulary import search_stem as stem
-from pipecat_summarizer._text.vocabulary import words
 from pipecat_summarizer.params import RecallParams
 
 
-def search_words(query: str, terms: Sequence[str] | None = None) -> str:
-    """The words sent to the archive: the query's topic words, unstemmed (the archive stems
-    in its own language), so a question's function words do not weigh in the ranking; only
-    those whose stem is in ``terms`` when given."""
-    seen: dict[str, None] = {}
-    keep = set(terms) if terms is not None else None
-    for w in words(query):
-        if w not in STOPWORDS and (len(w) > 1 or w.isdigit()):
-            if keep is None or stem(w) in keep:
-                seen.setdefault(w, None)
-    return " ".join(seen)
-
-
-class RecallStep(RecallHooks):
-    """Recall for one call: the search within budget, the late answer, the placed message.
+class RecallStep(ArchiveSearch):
+    """Recall for one call: the turn's recalled message, and the ``recall_memory`` tool's
+    answer, from the archive searched within the budget (:class:`ArchiveSearch`).
 
     Args:
         archive: Where archived messages are searched (the call's store).
@@ -120,49 +100,17 @@ class RecallStep(RecallHooks):
         now: Callable[[], float] = time.time,
     ):
         """Create the step."""
-        super().__init__()
-        if not isinstance(archive, RecallArchive):
-            raise TypeError(f"recall needs an archive with search(), got {type(archive).__name__}")
-        if not isinstance(params, RecallParams):
-            raise TypeError(f"recall must be a RecallParams, got {type(params).__name__}")
-        self.archive = archive
-        self.params = params
-        self.call_id = call_id
-        self.user_id = user_id
+        super().__init__(archive, params, call_id=call_id, user_id=user_id)
         self.count = count
         self._settle = settle
         self.now = now
-        #: Semantic recall's embedded archive (``None`` unless ``params.semantic``).
-        self.semantic: Any = None
-        if params.semantic is not None:
-            from pipecat_summarizer._recall.semantic import SemanticIndex
-
-            for name in ("calls", "messages", "message"):
-                if not callable(getattr(archive, name, None)):
-                    raise TypeError(
-                        f"semantic recall needs an archive with {name}() (a MemoryStore), "
-                        f"got {type(archive).__name__}"
-                    )
-            self.semantic = SemanticIndex(params.semantic, call_id=call_id, user_id=user_id)
         #: The recalled message now in the context (replaced each turn).
         self.message: dict | None = None
-        self._inflight: asyncio.Task | None = None
-        self._failing = False
-        # the store's forget count for this caller: when it moves, nothing found before
-        # (a late answer, the placed message) is quoted again
-        self._forget_gen = self._generation()
-        # when this call started (wall clock, as the forget tombstones): a forget by another
-        # process after it counts here too (see _search_with_replies)
-        self._since = time.time()
-        # counters (no conversation text): turns asked, recalled, missed the budget,
-        # served by a late answer, failed
+        # counters (no conversation text): turns asked, recalled, served by a late answer
+        # (the searches' own, missed and errors, are ArchiveSearch's)
         self.turns = 0
         self.recalled = 0
-        self.missed = 0
         self.late_served = 0
-        self.errors = 0
-        #: Turns whose ranking by meaning was late: they went with the lexical hits alone.
-        self.semantic_late = 0
         # what ranking and rendering the hits took lately (seconds), kept out of the wait
         self._after_search_s = 0.0
         # the context's words, kept from turn to turn: a turn reads only its new messages
@@ -173,150 +121,6 @@ class RecallStep(RecallHooks):
         """How many context messages' text recall has read in this call (each once while
         it stays in the context: a turn reads what is new since the last)."""
         return self._context.read
-
-    # -- the archive ----------------------------------------------------------------------
-
-    def _search(
-        self, query: str, limit: int, terms: Sequence[str] | None, wait_s: float
-    ) -> asyncio.Task:
-        return asyncio.ensure_future(self._search_with_replies(query, limit, terms, wait_s=wait_s))
-
-    async def _search_with_replies(
-        self,
-        query: str,
-        limit: int,
-        terms: Sequence[str] | None = None,
-        *,
-        semantic: bool = True,
-        wait_s: float | None = None,
-    ) -> Found:
-        """The hits, and the message that followed each of the first ones (the answer to a
-        question, the rest of a story): one search, then one read per hit that can be
-        recalled, all within the same budget. The ranking by meaning runs beside the search
-        and joins when ready within :data:`RANK_SHARE` of ``wait_s``; a later one never
-        costs the lexical hits (``semantic_late`` counts those turns)."""
-        scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
-        generation = self._generation()
-        index = self.semantic if semantic else None
-        sent = search_words(query, terms)
-        notify(self._observers, "on_search_started", sent)
-        # a search started early of these very words (RecallPrefetch's) answers, if any
-        early = self._early
-        search = None if early is None else early.take(sent, limit=limit, any_word=True, **scope)
-        if search is None:
-            search = self.archive.search(sent, limit=limit, any_word=True, **scope)
-        noticed = getattr(self.archive, "noticed_forget", None)
-        # a forget run by another process: its tombstone is read beside the search (the rows
-        # are gone already; what this call holds in memory must go too)
-        watch = None
-        if self.user_id is not None and callable(noticed):
-            watch = noticed(self.user_id, self._since)
-
-        async def rank() -> tuple[list, Mapping] | None:
-            # by meaning (a sentence model embeds the query in its own thread, ~20 ms of
-            # CPU): beside the lexical search, not after it, once a forget has been seen
-            if watch is not None:
-                await watch
-            return await index.rank_soon(query) if index is not None else None
-
-        started = _now()
-        ranking = asyncio.ensure_future(rank())
-        try:
-            found = await search
-        except BaseException:
-            ranking.add_done_callback(consume)
-            raise
-        if index is not None and wait_s is not None:
-            ready, ranked = await within(ranking, started + RANK_SHARE * wait_s)
-            self.semantic_late += not ready
-        else:
-            ranked = await ranking  # the forget watch alone: awaited in full, as ever
-        hits = list(found or [])
-        replies: dict[tuple[str, int], tuple[str, str]] = {}
-        if index is not None and ranked is not None:
-            hits, replies = with_meaning(hits, ranked, index)
-        try:  # a few spare for the in-view filter; semantic hits' replies come from the index
-            await read_replies(self.archive, hits[: self.params.max_snippets + 2], replies)
-        finally:
-            if index is not None:
-                # what was archived since the last turn: read and embedded in the
-                # background, after this turn's reads (a store serves its queries in turn)
-                index.kick(self.archive)
-        if self._generation() != generation:
-            return [], {}  # the caller was forgotten while the archive answered
-        return clipped((hits, replies), sent.split())  # a 30 KB tool result: read in part
-
-    def _result(self, task: asyncio.Task) -> Found:
-        """A finished search's hits and replies; a failure costs the recall, never the call."""
-        if task.cancelled():
-            return [], {}
-        error = task.exception()
-        if error is None:
-            if self._failing:
-                self._failing = False
-                logger.info(f"recall (call {self.call_id}): the archive answers again")
-            return task.result()
-        self.errors += 1
-        if not self._failing:  # one WARNING per outage, no conversation text
-            self._failing = True
-            logger.warning(
-                f"recall (call {self.call_id}): archive search failed "
-                f"({type(error).__name__}); turns go without recall until it answers"
-            )
-        return [], {}
-
-    async def hits_for_turn(
-        self, query: str, terms: Sequence[str] | None = None, *, wait_s: float | None = None
-    ) -> tuple[Found, str]:
-        """The hits for this turn's query, within the latency budget (or ``wait_s``, what
-        is left of it for the search).
-
-        Returns:
-            ``((hits, replies), how)``: ``how`` is ``"on_time"``, ``"late"`` (a previous turn's late
-            answer, still relevant to this query), ``"missed"`` or ``"busy"`` (the
-            previous search is still running: no second search is stacked on a slow
-            archive).
-        """
-        late: Found = ([], {})
-        self.forgotten()  # a late answer from before a forget is dropped
-        previous = self._inflight
-        if previous is not None:
-            if not previous.done():
-                self.missed += 1
-                return ([], {}), "busy"
-            self._inflight = None
-            late = self._result(previous)
-        budget = self.params.latency_budget_s if wait_s is None else wait_s
-        task = self._search(query, self.params.search_limit, terms, budget)
-        if not task.done() and budget > 0:
-            await asyncio.wait({task}, timeout=budget)
-        if task.done():
-            return self._result(task), "on_time"
-        self.missed += 1
-        self._inflight = task  # may serve the next turn
-        task.add_done_callback(consume)
-        if late[0]:
-            return late, "late"
-        return ([], {}), "missed"
-
-    def _generation(self) -> int:
-        generation = getattr(self.archive, "forget_generation", None)
-        if self.user_id is None or not callable(generation):
-            return 0
-        return int(generation(self.user_id))
-
-    def forgotten(self) -> bool:
-        """True once after the caller was forgotten (``MemoryStore.forget``) since the last
-        check: the late answer still running is dropped, and the caller must take the placed
-        message out (it quotes the forgotten text)."""
-        now = self._generation()
-        if now == self._forget_gen:
-            return False
-        self._forget_gen = now
-        task, self._inflight = self._inflight, None
-        if task is not None and not task.done():
-            task.cancel()
-        return True
 
     # -- the turn -------------------------------------------------------------------------
 
@@ -458,13 +262,6 @@ class RecallStep(RecallHooks):
         self.late_served += how == "late"
         return placed
 
-    async def _gather(self, gathered: Sequence[str], hits: Sequence[Any], wait_s: float) -> Found:
-        # the second search, without recall by meaning (see gather.second_search)
-        def search(words_: str) -> Awaitable[Found]:
-            return self._search_with_replies(words_, self.params.search_limit, semantic=False)
-
-        return await second_search(search, self._result, gathered, hits, wait_s)
-
     # -- the tool -------------------------------------------------------------------------
 
     async def lookup(self, query: str, *, max_snippets: int | None = None) -> list[dict]:
@@ -534,10 +331,6 @@ class RecallStep(RecallHooks):
         tally[1] = len(out)
         return out
 
-    def _min_similarity(self) -> float | None:
-        semantic = self.params.semantic
-        return None if self.semantic is None or semantic is None else semantic.min_similarity
-
     async def close(self) -> None:
         """Cancel a search (and a semantic indexing) still running (the call is over)."""
         task, self._inflight = self._inflight, None
@@ -548,15 +341,6 @@ class RecallStep(RecallHooks):
                 await self.semantic.close()
             except Exception as e:  # closing must never break End/Cancel
                 logger.warning(f"closing recall failed ({type(e).__name__})")
-
-
-#: The share of the search's wait the ranking by meaning may take (the rest: the replies' read).
-RANK_SHARE = 0.75
-
-
-def _now() -> float:
-    # the loop's clock, on which the budget is waited (a simulated-time loop governs both)
-    return asyncio.get_running_loop().time()
 
 
 __all__ = [
