@@ -291,7 +291,10 @@ class RecallStep(ArchiveSearch):
             raise
         hits, replies = self._result(task)
         tally[0] = len(hits)
-        limit = max_snippets or params.max_snippets
+        cap, most = params.max_tokens, params.max_snippets
+        if params.adaptive:  # the context and what recall adds share request_tokens
+            cap, most = block_cap(params, self._context.tokens())
+        limit = max_snippets or most
         snippets = select_hits(
             hits,
             query,
@@ -324,7 +327,7 @@ class RecallStep(ArchiveSearch):
                     "text": window(s.reply, terms, params.max_snippet_tokens, self.count),
                 }
             cost = self.count(json.dumps(item, ensure_ascii=False))
-            if used + cost > params.max_tokens and out:
+            if used + cost > cap and out:
                 break
             used += cost
             out.append(item)

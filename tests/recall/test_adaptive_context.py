@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pipecat_summarizer._recall.query import ContextTerms
 from pipecat_summarizer._recall.select import block_cap
+from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer._text.messages import spoken_text
 from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer.params import MemoryParams, RecallParams
@@ -204,3 +205,30 @@ async def test_a_long_context_gets_a_smaller_block_than_a_new_call(openai_server
     assert estimate_text_tokens(long_) <= RECALL.request_tokens - estimate_text_tokens(LONG_SYSTEM)
     plants = [d.split(" the ")[1].split(" grows")[0] for d in DETAILS]
     assert all(any(p in line for p in plants) for line in _snippets(long_))  # still details
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_the_recall_memory_tool_shares_request_tokens_with_the_context(store_target):
+    # the tool's answer joins the context as well: a long context leaves it less room
+    store = open_store(store_target)
+    try:
+        for k, text in enumerate(DETAILS):
+            await store.write(_records(k, text, "ann"))
+        found = {}
+        for name, system in (
+            ("short", "You are a garden centre's assistant."),
+            ("long", LONG_SYSTEM),
+        ):
+            step = RecallStep(store, RECALL, call_id=f"q-{name}", user_id="ann")
+            context = [{"role": "system", "content": system}, {"role": "user", "content": "Hi."}]
+            await step.prepare(lambda c=context: c, lambda: ())  # the turn reads the context
+            found[name] = await step.lookup(QUESTION)
+            await step.close()
+    finally:
+        await store.close()
+    assert len(found["short"]) == len(DETAILS)
+    cap, most = block_cap(RECALL, estimate_text_tokens(LONG_SYSTEM) + 1)
+    assert 1 <= len(found["long"]) <= most < len(DETAILS)
+    assert (
+        sum(estimate_text_tokens(json.dumps(i, ensure_ascii=False)) for i in found["long"]) <= cap
+    )
