@@ -40,8 +40,18 @@ HOSTILE = (
 )
 
 
-async def _call(server, store, texts, *, recall, ceiling=None, user_id="mallory", gap=0.25):
-    context = LLMContext(messages=[{"role": "system", "content": "You are a travel desk."}])
+async def _call(
+    server,
+    store,
+    texts,
+    *,
+    recall,
+    ceiling=None,
+    user_id="mallory",
+    gap=0.25,
+    system="You are a travel desk.",
+):
+    context = LLMContext(messages=[{"role": "system", "content": system}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
     params = None
     if ceiling is not None:
@@ -181,3 +191,33 @@ async def test_a_100_kb_question_still_gets_its_turn_and_a_bounded_block(
         assert block.startswith(RECALL_HEADER)
         assert estimate_text_tokens(block) <= recall.max_tokens
     assert processor.recall_step is not None and processor.recall_step.errors == 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_the_default_block_and_a_long_context_share_request_tokens(
+    openai_server, store_target
+):
+    # the defaults: an adaptive block whose cap is what request_tokens leaves after the
+    # context; a context of ~3,000 tokens (a long system prompt) leaves ~2,000, however much
+    # of the hostile archive matches
+    openai_server.handler = plain
+    recall = RecallParams(latency_budget_s=5.0)
+    assert recall.adaptive and recall.request_tokens is not None
+    system = "You are a travel desk. " + "Follow the booking policy carefully. " * 300
+    store = open_store(store_target)
+    try:
+        for k in range(4):
+            lines = [f"{HOSTILE}{k}-{i} " * 2 for i in range(30)]
+            await store.write(
+                archived(lines, call_id=f"c{k}", at=utc(2026, 5, 1 + k), user_id="mallory")
+            )
+        await _call(openai_server, store, QUESTIONS[:1], recall=recall, system=system)
+    finally:
+        await store.close()
+    (body,) = openai_server.chat_requests
+    counter = EstimateTokenCounter()
+    block = [m for m in body["messages"] if is_recall_message(m)]
+    context = sum(counter.count_message(m) for m in body["messages"] if not is_recall_message(m))
+    assert len(block) == 1 and 2_500 < context < recall.request_tokens - recall.min_tokens
+    size = counter.count_message(block[0])
+    assert recall.min_tokens <= size <= recall.request_tokens - context + 50, (size, context)
