@@ -65,8 +65,10 @@ async def call(
     """One call of ``user`` on the store at ``target``: a pause (the caller connects), the
     turns, then ``end``: ``"end"`` (a goodbye, EndFrame), ``"cancel"`` (a CancelFrame, the
     transport dropped) or ``"mark"`` (``mark_dropped()``, then an EndFrame). A summary is due
-    past ``messages`` messages."""
+    past ``messages`` messages. The store is opened first (a loaded machine's PostgreSQL
+    connection takes longer than the pause), so the caller's memory has loaded by the turn."""
     store = open_store(target)
+    await store.calls(user, limit=1)
     context = LLMContext(messages=[dict(SYSTEM)])
     context.set_tools(
         ToolsSchema(
@@ -98,7 +100,7 @@ async def call(
         await never.wait()
 
     llm.register_function(TOOL, lookup)
-    frames = [SleepFrame(sleep=0.3), *turns(texts, gap=0.4)]
+    frames = [SleepFrame(sleep=0.5), *turns(texts, gap=0.4)]
     if end == "cancel":
         frames.append(CancelFrame())
     if end == "mark":

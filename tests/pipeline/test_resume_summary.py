@@ -40,6 +40,7 @@ async def resumed_call(server, target: str) -> ContextSummarizer:
     """Call 2 of ``alice``: it resumes the dropped call, then summarizes with the offline
     summarizer what it restored, the notice included."""
     store = open_store(target)
+    await store.calls("alice", limit=1)  # opened first: the memory loads within the pause
     context = LLMContext(messages=[dict(SYSTEM)])
     schema = FunctionSchema(name=TOOL, description=".", properties={}, required=[])
     context.set_tools(ToolsSchema(standard_tools=[schema]))
@@ -59,7 +60,7 @@ async def resumed_call(server, target: str) -> ContextSummarizer:
         await never.wait()
 
     llm.register_function(TOOL, lookup)
-    frames = [SleepFrame(sleep=0.3), *turns([AGAIN, *LATER], gap=0.4)]
+    frames = [SleepFrame(sleep=0.5), *turns([AGAIN, *LATER], gap=0.4)]
     try:
         await run_test(build(context, processor, llm), frames_to_send=frames)
     finally:
