@@ -129,7 +129,7 @@ async def second_search(
         wait_s: How long the search may take.
     """
     task = asyncio.ensure_future(search(" ".join(gathered)))
-    await asyncio.wait({task}, timeout=max(wait_s, 0.0))
+    await wait_for_task(task, max(wait_s, 0.0))
     if not task.done():
         task.add_done_callback(consume)
         task.cancel()
@@ -144,7 +144,7 @@ async def within(task: asyncio.Task, deadline: float) -> tuple[bool, Any]:
     forget's watch, still lands) and its exception is read when it ends."""
     if not task.done():
         left = deadline - asyncio.get_running_loop().time()
-        await asyncio.wait({task}, timeout=max(0.0, left))
+        await wait_for_task(task, max(0.0, left))
     if not task.done():
         task.add_done_callback(consume)
         return False, None
@@ -182,6 +182,18 @@ def with_gathered(
     return (snippets + kept)[: params.max_snippets]
 
 
+async def wait_for_task(task: asyncio.Task, timeout: float) -> None:
+    """Wait for ``task`` at most ``timeout`` seconds (it is left running after); if the
+    waiting itself is cancelled (the turn's frame, the call), ``task`` is cancelled too and
+    its exception read: a cancelled turn leaves no search behind."""
+    try:
+        await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.add_done_callback(consume)
+        task.cancel()
+        raise
+
+
 def consume(task: asyncio.Task) -> None:
     """Read a late search's exception, so asyncio never logs it as never retrieved."""
     if not task.cancelled():
@@ -197,6 +209,7 @@ __all__ = [
     "read_replies",
     "second_search",
     "unseen",
+    "wait_for_task",
     "with_gathered",
     "with_meaning",
     "within",

@@ -149,7 +149,8 @@ class PrefetchingArchive:
             found = await asyncio.shield(early.task)
         except asyncio.CancelledError:
             if not early.task.cancelled():
-                raise  # the turn itself was cancelled
+                early.task.cancel()  # the turn itself was cancelled: its search goes too
+                raise
         except Exception:  # noqa: BLE001 - the early one failed: ask again
             pass
         else:

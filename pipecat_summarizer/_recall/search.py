@@ -25,6 +25,7 @@ from pipecat_summarizer._recall.gather import (
     consume,
     read_replies,
     second_search,
+    wait_for_task,
     with_meaning,
     within,
 )
@@ -223,7 +224,7 @@ class ArchiveSearch(RecallHooks):
         budget = self.params.latency_budget_s if wait_s is None else wait_s
         task = self._search(query, self.params.search_limit, terms, budget)
         if not task.done() and budget > 0:
-            await asyncio.wait({task}, timeout=budget)
+            await wait_for_task(task, budget)
         if task.done():
             return self._result(task), "on_time"
         self.missed += 1

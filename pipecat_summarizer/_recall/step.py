@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -26,6 +25,7 @@ from pipecat_summarizer._recall.budget import (
 from pipecat_summarizer._recall.gather import (
     Found,
     consume,
+    wait_for_task,
     with_gathered,
 )
 from pipecat_summarizer._recall.hooks import (
@@ -284,11 +284,11 @@ class RecallStep(ArchiveSearch):
             await self._settle(timeout / 2)
             timeout -= time.monotonic() - started
         task = self._search(query, params.search_limit, None, timeout)
-        try:
-            await asyncio.wait_for(asyncio.shield(task), max(timeout, 0.001))
-        except TimeoutError:
+        await wait_for_task(task, max(timeout, 0.001))
+        if not task.done():
             task.add_done_callback(consume)
-            raise
+            raise TimeoutError(f"recall_memory: no answer within {params.tool_timeout_s} s")
+        task.result()  # the archive's failure is the tool's error, not an empty answer
         hits, replies = self._result(task)
         tally[0] = len(hits)
         cap, most = params.max_tokens, params.max_snippets

@@ -38,11 +38,6 @@ async def _end_searches() -> None:
     await asyncio.gather(*running, return_exceptions=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a turn cancelled while RecallStep waits for the archive leaves its search "
-    "task running (and a failing one unread): the step never cancels it (bugs.md, R)",
-)
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 @pytest.mark.parametrize("how", ["slow", "failing"])
 async def test_a_call_cancelled_while_recall_waits_leaves_no_search_behind(

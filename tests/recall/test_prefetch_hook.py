@@ -5,8 +5,10 @@ of the same words. A real SQLite store."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
@@ -71,4 +73,41 @@ async def test_the_companion_hands_searches_over_and_leaves_the_archive_alone(tm
         assert step.early_searches is None
     finally:
         await summarizer.aclose()
+        await store.close()
+
+
+class _SlowSQLite(SQLiteMemoryStore):
+    """A real store whose search answers after 5 s (a stalled fleet database); it counts
+    the searches cancelled before they answered."""
+
+    cancelled = 0
+
+    async def search(self, query, **kwargs):
+        try:
+            await asyncio.sleep(5.0)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return await super().search(query, **kwargs)
+
+
+async def test_a_cancelled_turn_takes_its_early_search_down_with_it(tmp_path):
+    # the turn took the early search (no one else can): cancelled, it must not leave it running
+    store = _SlowSQLite(tmp_path / "m.db")
+    archive = PrefetchingArchive(store)
+    try:
+        assert archive.prefetch("hotel", user_id="alice", any_word=True)
+        answer = archive.take("hotel", user_id="alice", any_word=True)
+        assert answer is not None
+        turn = asyncio.ensure_future(answer)
+        await asyncio.sleep(0.05)
+        turn.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await turn
+        await asyncio.sleep(0.05)
+        assert store.cancelled == 1  # the early search itself, not left to run its 5 s
+        assert not archive.in_flight()
+        assert archive.take("hotel", user_id="alice", any_word=True) is None  # taken once
+    finally:
+        archive.clear()
         await store.close()
