@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -64,6 +65,10 @@ READ_PAUSE_S = 0.02
 #: Longest a turn's ranking waits for the first piece of the call's first refresh (see
 #: ``SemanticIndex._first_piece``).
 FIRST_PIECE_WAIT_S = 0.5
+
+#: Query vectors an index keeps, by the query's text (see ``SemanticIndex.prepare_query``):
+#: the caller's words embedded before their turn ends, the final and a few interim forms.
+QUERY_VECTORS = 8
 
 
 # -- the shell -------------------------------------------------------------------------
@@ -170,6 +175,10 @@ class SemanticIndex:
         self._failing = False
         self._refreshing = asyncio.Lock()
         self._grew: asyncio.Event | None = None  # set when the index first grows
+        # query text -> unit vector, embedded early (prepare_query) or by a ranking; read
+        # and written by the query thread and the loop, under the lock
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._queries_lock = threading.Lock()
         #: Refreshes done, refreshes that failed, and times a forget emptied the index
         #: (counters, no text).
         self.refreshes = 0
@@ -303,7 +312,9 @@ class SemanticIndex:
         self._check_forgotten()
         await self._first_piece()
         state, epoch = self._state, self._epoch
-        if len(state.messages) <= INLINE_ROWS and getattr(self.embedder, "fast_query", False):
+        inline = getattr(self.embedder, "fast_query", False) or self._prepared(query)
+        if len(state.messages) <= INLINE_ROWS and inline:
+            # a fast model, or a query embedded already: one matrix product, no thread hop
             return self._rank(state, query)
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(_query_executor(), self._rank, state, query)
@@ -311,6 +322,26 @@ class SemanticIndex:
         if self._epoch != epoch:  # forgotten while it ranked
             return [], {}
         return found
+
+    def prepare_query(self, query: str) -> bool:
+        """Embed ``query`` now, in the query thread, for a turn about to ask it (the caller's
+        transcribed words, before their turn ends: see
+        :class:`~pipecat_summarizer._recall.prefetch.RecallPrefetch`): that turn's ranking
+        then only multiplies, on the loop, instead of embedding (~15 ms of a sentence
+        model's CPU, more than the default 10 ms budget). Returns whether it was started
+        (not for a blank query, a model not loaded yet, or one fast enough without it).
+        Only the exact text is reused; the last :data:`QUERY_VECTORS` are kept."""
+        if self._closed or not query.strip() or getattr(self.embedder, "fast_query", False):
+            return False
+        if not getattr(self.embedder, "loaded", True):
+            return False
+        if self._prepared(query):
+            return True
+        future = asyncio.get_running_loop().run_in_executor(
+            _query_executor(), self._query_vector, query
+        )
+        future.add_done_callback(_read_error)
+        return True
 
     def reply(self, call_id: str, position: int) -> tuple[str, str] | None:
         """The message that followed ``(call_id, position)``, when it is indexed."""
@@ -343,12 +374,30 @@ class SemanticIndex:
             return [], {}
         if not getattr(self.embedder, "loaded", True):
             return [], {}
-        q = unit_rows(self.embedder.embed([query]))[0]
-        sims = vectors @ q
+        sims = vectors @ self._query_vector(query)
         floor = self.semantic.min_similarity  # set by the params (the model's own default)
         top = top_matches(sims, self.semantic.candidates, -1.0 if floor is None else floor)
         hits = [SemanticHit(*state.messages[r], similarity=s) for r, s in top]
         return hits, _SimilarityView(state.rows, sims)
+
+    def _prepared(self, query: str) -> bool:
+        with self._queries_lock:
+            return query in self._queries
+
+    def _query_vector(self, query: str) -> np.ndarray:
+        """(Query thread, or the loop for a fast model.) ``query``'s unit vector: the one
+        embedded already, else embedded now (and kept)."""
+        with self._queries_lock:
+            vector = self._queries.get(query)
+            if vector is not None:
+                self._queries.move_to_end(query)
+                return vector
+        vector = unit_rows(self.embedder.embed([query]))[0]
+        with self._queries_lock:
+            self._queries[query] = vector
+            while len(self._queries) > QUERY_VECTORS:
+                self._queries.popitem(last=False)
+        return vector
 
     async def _first_piece(self) -> None:
         """A question asked while the call's first refresh has embedded nothing yet (a
@@ -396,6 +445,8 @@ class SemanticIndex:
             return
         dropped = len(self._state.messages)
         self._state, self._next, self._open = _State(), {}, None
+        with self._queries_lock:
+            self._queries.clear()  # the caller's own questions, embedded
         self._epoch += 1
         self.forgets += 1
         logger.info(
@@ -473,6 +524,12 @@ class _SimilarityView(Mapping[tuple[str, int], float]):
 
     def __len__(self) -> int:
         return len(self._rows)
+
+
+def _read_error(future: asyncio.Future) -> None:
+    # an early embedding that failed costs nothing: the turn embeds its query itself
+    if not future.cancelled():
+        future.exception()
 
 
 def _message(m: Any) -> _Message:
