@@ -276,22 +276,6 @@ class CallRecorder:
         ``MemoryParams.resume_dropped_within_s`` resumes it."""
         self._dropped = True
 
-    async def memory_for_first_turn(self) -> tuple[list[dict], str | None] | None:
-        """Deprecated (frames never wait for the store): waits for the load until
-        ``load_timeout_s`` after the start, then :meth:`take_memory`."""
-        task = self._load
-        if task is not None and not task.done():
-            try:
-                remaining = max(0.0, self._load_deadline - time.monotonic())
-                await asyncio.wait_for(asyncio.shield(task), remaining)
-            except asyncio.CancelledError:
-                if task.cancelled():
-                    return None
-                raise
-            except Exception:  # timed out, or failed: take_memory says which
-                pass
-        return self.take_memory()
-
     def restoring(self, on: bool) -> None:
         """Fact changes while ``on`` are recorded as ``restored``."""
         self._restoring = on
