@@ -194,6 +194,21 @@ async def wait_for_task(task: asyncio.Task, timeout: float) -> None:
         raise
 
 
+def mark_later(snippets: list[Snippet], later: Sequence[Any]) -> list[Snippet]:
+    """``snippets`` with those a ``later`` archived message corrects marked superseded (see
+    :func:`~pipecat_summarizer._recall.superseded.supersede`); only those: a correction among
+    the snippets themselves is marked once, when the block is rendered (pure)."""
+    seen = {(s.call_id, s.position) for s in snippets}
+    extra = [h for h in later if (h.call_id, h.position) not in seen]
+    if not extra or not snippets:
+        return snippets
+    from pipecat_summarizer._recall.superseded import supersede
+
+    marked, alone = supersede(snippets, (), extra), supersede(snippets)
+    pairs = zip(snippets, marked, alone, strict=True)
+    return [m if m is not s and a is s else s for s, m, a in pairs]
+
+
 def consume(task: asyncio.Task) -> None:
     """Read a late search's exception, so asyncio never logs it as never retrieved."""
     if not task.cancelled():
@@ -206,6 +221,7 @@ __all__ = [
     "clip",
     "clipped",
     "consume",
+    "mark_later",
     "read_replies",
     "second_search",
     "unseen",

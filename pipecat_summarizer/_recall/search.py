@@ -30,6 +30,7 @@ from pipecat_summarizer._recall.gather import (
     within,
 )
 from pipecat_summarizer._recall.hooks import RecallArchive, RecallHooks, notify
+from pipecat_summarizer._recall.superseded import stated_values
 from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS as STOPWORDS
 from pipecat_summarizer._text.vocabulary import search_stem as stem
 from pipecat_summarizer._text.vocabulary import words
@@ -259,6 +260,30 @@ class ArchiveSearch(RecallHooks):
             return self._search_with_replies(words_, self.params.search_limit, semantic=False)
 
         return await second_search(search, self._result, gathered, hits, wait_s)
+
+    async def _later(self, hits: Sequence[Any], wait_s: float) -> list[Any]:
+        """The caller's archived messages that state a value the first ``hits`` state (a
+        correction made in a later call, "make that 21 March, not 14 March", may share no
+        other word with the question), within ``wait_s``: nothing when late (cancelled)."""
+        values = stated_values(hits[: self.params.max_snippets])
+        if not values:
+            return []
+        scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
+        generation = self._generation()
+
+        async def search() -> list[Any]:
+            asked = [self.archive.search(v, limit=10, **scope) for v in values]
+            return [h for found in await asyncio.gather(*asked) for h in found]
+
+        task = asyncio.ensure_future(search())
+        await wait_for_task(task, max(wait_s, 0.0))
+        if not task.done():
+            task.add_done_callback(consume)
+            task.cancel()
+            return []
+        if task.cancelled() or task.exception() is not None or self._generation() != generation:
+            return []  # a failing archive costs the marks, never the turn
+        return clipped((task.result(), {}), values)[0]
 
     def _min_similarity(self) -> float | None:
         semantic = self.params.semantic

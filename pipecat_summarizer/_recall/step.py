@@ -25,6 +25,7 @@ from pipecat_summarizer._recall.budget import (
 from pipecat_summarizer._recall.gather import (
     Found,
     consume,
+    mark_later,
     wait_for_task,
     with_gathered,
 )
@@ -206,6 +207,10 @@ class RecallStep(ArchiveSearch):
             if gathered and left > 0:  # only with time left in the turn's budget
                 more = await self._gather(gathered, hits, left)
                 tally[0] += len(more[0])
+        later: list[Any] = []
+        if how == "on_time":  # a value the hits state may have been corrected in a later call
+            left = search_wait(params.latency_budget_s, _now() - started, self._after_search_s)
+            later = await self._later([*hits, *more[0]], left) if left > 0 else []
         found = _now()
         current = list(messages())
         at = latest_user_index(current)
@@ -230,6 +235,7 @@ class RecallStep(ArchiveSearch):
             snippets = with_gathered(snippets, more, query, view, gathered, params)
         if how == "late":
             snippets = still_relevant(snippets, query, params.min_score)
+        snippets = mark_later(snippets, later)
         size = params.max_tokens
         if params.adaptive:
             # the cap follows the context: a new call's empty context leaves the most room

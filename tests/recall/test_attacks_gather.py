@@ -178,11 +178,6 @@ CORRECTED = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a recalled snippet whose value a later call corrected is quoted unmarked when "
-    "the correction itself is not among the block's snippets nor in view (bugs.md, X/R)",
-)
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 @pytest.mark.parametrize(
     "question", [ASK, "When do Marta and I fly to Lisbon?"], ids=["gathered", "asked"]
