@@ -51,13 +51,13 @@ def _handler(body: dict) -> Reply:
     return Reply("Here it is." if last.get("role") == "tool" else "Sure thing.")
 
 
-async def _one_call(server, target: str, said: list[str]) -> None:
+async def _one_call(server, target: str, said: list[str], config=None) -> None:
     """One call of the caller ``ann``: bulky lookups are cleared (the latest one kept)."""
     store = open_store(target)
     context = LLMContext(messages=[{"role": "system", "content": "Be brief."}])
     processor = ContextSummarizer(
         context=context,
-        config=cfg(tokens=1500, messages=60, keep=4),
+        config=config or cfg(tokens=1500, messages=60, keep=4),
         params=ContextSummarizerParams(
             clearing=ClearingParams(keep_latest=1, min_result_tokens=0, min_freed_tokens=100)
         ),
@@ -111,10 +111,35 @@ async def test_recall_memory_returns_the_cleared_original_never_its_placeholder(
     assert any("ZEBRA417" in a.content for a in cleared)  # the original, archived verbatim
     openai_server.requests.clear()
 
-    await _one_call(openai_server, store_target, [ASKED])
-    (answer,) = _tool_results(openai_server, "call_recall")
+    await _one_call(openai_server, store_target, [ASKED, "thanks"])
+    answer = _tool_results(openai_server, "call_recall")[0]  # resent with later requests
     found = json.loads(answer)["found"]
     assert found, answer
     assert "ZEBRA417" in answer  # the original comes back
     assert PLACEHOLDER_PREFIX not in answer  # our placeholder never passes for a result
     assert "was cleared from the context" not in answer
+
+
+async def test_within_the_call_a_summarized_placeholder_never_comes_back(
+    openai_server, store_target
+):
+    """The lookups are cleared first (the token threshold), then their calls and placeholders
+    are summarized (the message threshold) in the same call; asked later in that call,
+    recall_memory returns the original, never the placeholder, and no archived row holds the
+    placeholder's text."""
+    openai_server.handler = _handler
+    said = [*(f"Look up order {o}" for o in TRACKING), "ok", "fine", ASKED, "thanks"]
+    await _one_call(openai_server, store_target, said, cfg(tokens=1000, messages=16, keep=4))
+    assert openai_server.summary_requests  # the cleared lookups were summarized
+    answer = _tool_results(openai_server, "call_recall")[0]  # resent with later requests
+    assert "ZEBRA417" in answer and PLACEHOLDER_PREFIX not in answer, answer
+    store = open_store(store_target)
+    try:
+        (call,) = await store.calls("ann", limit=1)
+        archived = await store.messages(call.call_id)
+    finally:
+        await store.close()
+    a17 = [a for a in archived if "call_A17" in a.tool_call_ids and a.role == "tool"]
+    assert {a.removed_by for a in a17} == {"cleared", "summarized"}, a17  # cleared, then summarized
+    assert [a.content for a in a17 if a.removed_by == "summarized"] == [""]  # ours: unsearchable
+    assert not any(a.content.startswith(PLACEHOLDER_PREFIX) for a in archived)
