@@ -199,17 +199,24 @@ def prefetching_archive(step: RecallStep) -> PrefetchingArchive:
     return archive
 
 
-def turn_search(
+def turn_query(
     step: RecallStep, messages: Sequence[Any], said: str, terms: ContextTerms
 ) -> str | None:
-    """The words the turn's recall will send to the archive if the caller's turn is ``said``
-    and the context is otherwise ``messages``: what ``RecallStep.prepare`` computes, on the
-    context as it will be (``None``: that turn will not search). ``terms`` is this
-    companion's own :class:`ContextTerms`, kept from turn to turn as the step keeps its."""
+    """The query the turn's recall will ask if the caller's turn is ``said`` and the context
+    is otherwise ``messages``: what ``RecallStep.prepare`` computes, on the context as it
+    will be (``None``: that turn will not search). ``terms`` is this companion's own
+    :class:`ContextTerms`, kept from turn to turn as the step keeps its."""
     kept = step.without_message(messages)  # last turn's block goes before the turn's recall
     current = [*(messages if kept is None else kept), {"role": "user", "content": said}]
     terms.update(current)
-    query = recall_query(current, step.params.max_question_words, terms.names())
+    return recall_query(current, step.params.max_question_words, terms.names())
+
+
+def turn_search(
+    step: RecallStep, messages: Sequence[Any], said: str, terms: ContextTerms
+) -> str | None:
+    """The words the turn's recall will send to the archive (see :func:`turn_query`)."""
+    query = turn_query(step, messages, said, terms)
     if query is None:
         return None
     return search_words(query, focus(query, terms.common())) or None
@@ -221,8 +228,8 @@ class RecallPrefetch(FrameProcessor):
     Place it before the user aggregator (``[stt, RecallPrefetch(summarizer),
     pair.user(), summarizer, llm, ...]``): it passes every frame on at once and, on each
     final transcription (and on interim ones while no early search is running), starts the
-    search the turn's recall will ask for. A summarizer without recall makes it a
-    pass-through.
+    search the turn's recall will ask for (with semantic recall, its query is embedded
+    then too). A summarizer without recall makes it a pass-through.
 
     Args:
         summarizer: The ``ContextSummarizer`` whose recall it serves (``recall=`` set).
@@ -282,8 +289,13 @@ class RecallPrefetch(FrameProcessor):
         if step is None or archive is None or not step.params.enabled:
             return
         try:
-            words = turn_search(step, self._context.get_messages(), said, self._terms)
-            if words is None:
+            query = turn_query(step, self._context.get_messages(), said, self._terms)
+            if query is None:
+                return
+            if step.semantic is not None:  # the ranking by meaning then only multiplies
+                step.semantic.prepare_query(query)
+            words = search_words(query, focus(query, self._terms.common()))
+            if not words:
                 return
             scope = {"user_id": step.user_id} if step.user_id else {"call_id": step.call_id}
             archive.prefetch(words, limit=step.params.search_limit, any_word=True, **scope)
