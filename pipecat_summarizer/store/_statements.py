@@ -69,10 +69,26 @@ def purge_cutoff(days: float) -> float:
 
 def purge_statements(mark: str) -> list[tuple[str, bool]]:
     """A purge's deletes (parameter 1: the cutoff), each with whether its rows count in
-    the number deleted (a caller's current facts are a copy of their fact history)."""
+    the number deleted (a caller's current facts are a copy of their fact history).
+
+    Rows go by their ``at`` (the conversation's date), a call's row by when it was recorded
+    (its end, else its start), and also a call whose messages all go now: an imported
+    transcript dated far back (``MemoryParams(conversation_started_at=...)``) recorded today
+    would otherwise keep its call row without a message. So the calls go before the
+    messages they are judged by."""
+    old_call = (
+        f"COALESCE(ended_at, started_at) < {mark}1 OR (call_id IN (SELECT call_id FROM "
+        f"messages WHERE at < {mark}1) AND NOT EXISTS (SELECT 1 FROM messages m WHERE "
+        f"m.call_id = calls.call_id AND m.at >= {mark}1))"
+    )
     return [
-        *((f"DELETE FROM {table} WHERE at < {mark}1", True) for table in CALL_TABLES),
-        (f"DELETE FROM calls WHERE COALESCE(ended_at, started_at) < {mark}1", True),
+        *(
+            (f"DELETE FROM {table} WHERE at < {mark}1", True)
+            for table in CALL_TABLES
+            if table != "messages"
+        ),
+        (f"DELETE FROM calls WHERE {old_call}", True),
+        (f"DELETE FROM messages WHERE at < {mark}1", True),
         (f"DELETE FROM caller_facts WHERE at < {mark}1", False),
     ]
 

@@ -33,12 +33,6 @@ def _open(target: str, **kwargs):
     return SQLiteMemoryStore(target, **kwargs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: retention purges messages by their conversation date but calls by when they "
-    "were recorded: an imported call recorded today keeps its row and loses every message "
-    "at the next open (bugs.md, P)",
-)
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 async def test_an_imported_call_keeps_its_messages_or_goes_whole(openai_server, store_target):
     openai_server.handler = plain
