@@ -60,6 +60,15 @@ def _stems(text: str) -> frozenset[str]:
     return frozenset(search_stem(w) for w in words(text))
 
 
+@lru_cache(maxsize=256)  # one query's terms, judged against every hit of the turn
+def _split_when(terms: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``terms`` as (its core, its date and time words not in the core): the core is the
+    terms that are not date words, or all of them when the query has nothing else."""
+    core = tuple(t for t in terms if not is_when(t)) or terms
+    in_core = set(core)  # a set: a 100 KB question has thousands of terms
+    return core, tuple(t for t in terms if t not in in_core)
+
+
 def relevance(
     terms: Sequence[str],
     text: str,
@@ -80,9 +89,9 @@ def relevance(
     if not terms:
         return 0.0
     present = _stems(text)
-    core = [t for t in terms if not is_when(t)] or list(terms)
+    core, when_terms = _split_when(tuple(terms))
     shared = [t for t in core if t in present]
-    when = sum(1 for t in terms if t not in core and t in present)
+    when = sum(1 for t in when_terms if t in present)
     # two shared words for a query of three or more besides its date words (an absent
     # date word changes nothing); a date word present counts as one of the two
     if need is None:
