@@ -26,7 +26,6 @@ import asyncio
 import copy
 import json
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -211,22 +210,18 @@ async def _settle(store: MemoryStore, call_id: str, poll_s: float = 0.1) -> None
         seen = n
 
 
-async def _index_settled(summarizer: ContextSummarizer, poll_s: float = 0.1) -> None:
-    """With semantic recall, wait until the call's index has embedded the archive (its size
-    steady between two polls). In a real call it indexes all along, minutes before anyone
-    asks; the replay asks at once, and on a loaded machine the first questions went lexical
-    only because the index was still catching up."""
+async def _index_settled(summarizer: ContextSummarizer) -> None:
+    """With semantic recall, wait until the call's index has embedded the whole archive. In
+    a real call it indexes all along, minutes before anyone asks; the replay asks at once,
+    and on a loaded machine the first questions went lexical only because the index was
+    still catching up."""
     step = summarizer.recall_step
     index = getattr(step, "semantic", None) if step is not None else None
-    if index is None:
+    if step is None or index is None:
         return
-    deadline = time.monotonic() + 60.0
-    seen = -1
-    while time.monotonic() < deadline:
-        await asyncio.sleep(poll_s)
-        if index.ready and index.size == seen:
-            return
-        seen = index.size
+    # the refresh running now (started with the call) ends, then one more reads what is
+    # left: a size steady between two polls was true while one chunk was still embedding
+    await asyncio.wait_for(index.refresh(step.archive), 600.0)
 
 
 async def _replay(
