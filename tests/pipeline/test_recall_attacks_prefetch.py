@@ -239,19 +239,23 @@ async def test_two_callers_pipelines_on_one_store_never_swap_early_searches(
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("by", ["the call's store", "another process"])
 async def test_a_forget_between_the_early_search_and_the_turn_is_honoured(
-    openai_server, store_target
+    openai_server, store_target, by
 ):
-    # the early search has finished with alice's rows; she is forgotten; then her turn ends
+    # the early search has finished with alice's rows; she is forgotten (through the call's
+    # store, or another store object: an admin tool, another worker, whose forget this
+    # process never counted); then her turn ends
     openai_server.handler = lambda body: Reply("Sure.")
     store = _store(store_target)
+    admin = store if by == "the call's store" else _store(store_target)
     try:
         await _seed(store)
         context, summarizer, processor = _processor(
             openai_server, store, user_id="alice", recall=RECALL
         )
         companion = RecallPrefetch(processor)
-        forgetter = _Forgetter(store)
+        forgetter = _Forgetter(admin)
         frames = [
             *_speech("Which hotel did I book with you last time?"),
             SleepFrame(sleep=0.3),  # the early search is over
@@ -267,6 +271,8 @@ async def test_a_forget_between_the_early_search_and_the_turn_is_honoured(
             await summarizer.aclose()
     finally:
         await store.close()
+        if admin is not store:
+            await admin.close()
     assert forgetter.forgotten and forgetter.forgotten[0] > 0
     assert store.ended[0] == "done"  # the early search did find alice's rows
     assert _blocks(openai_server.chat_requests) == []
