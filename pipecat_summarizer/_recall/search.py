@@ -272,6 +272,8 @@ class ArchiveSearch(RecallHooks):
         generation = self._generation()
 
         async def search() -> list[Any]:
+            for v in values:
+                notify(self._observers, "on_search_started", v)
             asked = [self.archive.search(v, limit=10, **scope) for v in values]
             return [h for found in await asyncio.gather(*asked) for h in found]
 

@@ -23,7 +23,8 @@ from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
-HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418, arriving Friday."
+# no date, time, amount or number: no search for a later correction of one (see test_step_later)
+HOTEL = "We are staying at the Hotel Marquis in Lisbon, the one by the river."
 ASK = "Which hotel did I book with you last time?"
 
 
