@@ -86,11 +86,14 @@ async def _one_call(server, target: str, said: list[str], config=None) -> None:
 
 
 def _tool_results(server, call_id: str) -> list[str]:
+    """The tool's results as requests carried them (not Pipecat's placeholder of a call still
+    running, which a turn asked meanwhile carries)."""
     return [
         m["content"]
         for b in server.chat_requests
         for m in b["messages"]
         if m["role"] == "tool" and m.get("tool_call_id") == call_id
+        if m["content"] != "IN_PROGRESS"
     ]
 
 
