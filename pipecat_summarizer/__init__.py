@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time s
     from pipecat_summarizer._compaction.calibration import TokenCalibrationReport
     from pipecat_summarizer._compaction.prompt import DEFAULT_PROMPT, SummaryRequest
     from pipecat_summarizer._recall.embedding import load_semantic_model
+    from pipecat_summarizer._recall.hooks import RecallObserver, RecallOutcome
     from pipecat_summarizer._recall.prefetch import RecallPrefetch
     from pipecat_summarizer._recall.render import is_recall_message
     from pipecat_summarizer._record.pinned import Fact, Kind, Source
@@ -98,6 +99,8 @@ __all__ = [
     "ContextSummarizer",
     "LLMRequestGuard",
     "RecallPrefetch",  # placed before the user aggregator: recall starts on the caller's words
+    "RecallObserver",  # processor.recall_step.add_observer(...): each recall's counts, no text
+    "RecallOutcome",
     # configuration (every params group lives in pipecat_summarizer.params)
     "CalibrationParams",  # the estimate calibrated by the provider's reported usage
     "CeilingParams",
@@ -162,6 +165,8 @@ _EXPORTS: dict[str, str] = {
     "CalibrationParams": "pipecat_summarizer.params",
     "ClearingParams": "pipecat_summarizer.params",
     "RecallPrefetch": "pipecat_summarizer._recall.prefetch",
+    "RecallObserver": "pipecat_summarizer._recall.hooks",
+    "RecallOutcome": "pipecat_summarizer._recall.hooks",
     "SummaryUsage": "pipecat_summarizer.summarizers",
     "TokenCalibrationReport": "pipecat_summarizer._compaction.calibration",
     "ToolResultsClearedEvent": "pipecat_summarizer.events",

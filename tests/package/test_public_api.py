@@ -43,6 +43,8 @@ PUBLIC_API = [
     "Reason",
     "RecallParams",
     "RecallPrefetch",
+    "RecallObserver",
+    "RecallOutcome",
     "RetryParams",
     "SemanticRecallParams",
     "Source",
