@@ -302,8 +302,26 @@ def _render_calls(data: dict) -> str:
     return "\n".join([f"{head}:", *("  " + _call_line(c) for c in data["calls"])])
 
 
+def _shown(m: dict) -> str:
+    """A row's text; a row archived without text says what it stands for (a resumed call's
+    reference to where a restored message is archived, or our placeholder of a cleared result)."""
+    if m["content"]:
+        return m["content"]
+    try:
+        form = json.loads(m.get("message_json") or "{}")
+    except ValueError:
+        return m["content"]
+    origin = form.get("restored_from") if isinstance(form, dict) else None
+    if isinstance(origin, list) and len(origin) == 2:
+        return f"(restored: archived as call {origin[0]} message {origin[1]})"
+    if isinstance(form, dict) and form.get("role") == "tool" and form.get("content"):
+        # the only tool row archived without its text: our placeholder (recall skips it)
+        return "(placeholder of a cleared tool result; the original is archived as cleared)"
+    return m["content"]
+
+
 def _message_line(m: dict) -> str:
-    return f"[{m['position']}] {m['role']}: {_preview(m['content'])}"
+    return f"[{m['position']}] {m['role']}: {_preview(_shown(m))}"
 
 
 def render_call(data: dict) -> str:
@@ -376,7 +394,7 @@ def _render_message(m: dict) -> str:
             f"call {m['call_id']}  message {m['position']}  {m['role']}  turn {m['turn']}  "
             f"{_when(m['at'])}  {state}" + (f"  tool calls {ids}" if ids else ""),
             "",
-            m["content"],
+            _shown(m),
         ]
     )
 

@@ -162,3 +162,43 @@ def test_inspect_reports_what_is_missing(store_target, tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "typo.db")]) == 2
     assert "no such SQLite file" in capsys.readouterr().err
     assert not (tmp_path / "typo.db").exists()  # never created by looking
+
+
+def test_inspect_says_what_a_row_without_text_stands_for(tmp_path, capsys):
+    """A resumed call's reference row and a cleared result's placeholder are archived without
+    text (so recall never returns them); inspect says what each stands for, not a blank."""
+    target = str(tmp_path / "rows.db")
+    placeholder = "[tool result cleared] The result of lookup_order (about 900 tokens) was cleared"
+
+    async def write():
+        store = open_store(target)
+        await store.write(
+            [
+                CallRecord("call-2", "bob", started_at=1_700_000_000),
+                ArchivedMessage(
+                    "call-2",
+                    0,
+                    "user",
+                    "",
+                    json.dumps({"restored_from": ["call-1", 4]}),
+                    user_id="bob",
+                ),
+                ArchivedMessage(
+                    "call-2",
+                    1,
+                    "tool",
+                    "",
+                    json.dumps({"role": "tool", "tool_call_id": "t1", "content": placeholder}),
+                    user_id="bob",
+                ),
+            ]
+        )
+        await store.close()
+
+    asyncio.run(write())
+    assert main(["inspect", target, "--call", "call-2"]) == 0
+    out = capsys.readouterr().out
+    assert "restored: archived as call call-1 message 4" in out
+    assert "placeholder of a cleared tool result" in out
+    assert main(["inspect", target, "--call", "call-2", "--message", "0"]) == 0
+    assert "restored: archived as call call-1 message 4" in capsys.readouterr().out
