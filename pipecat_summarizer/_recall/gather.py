@@ -15,6 +15,7 @@ that search join the snippets after the first search's own (:func:`with_gathered
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import is_dataclass
 from dataclasses import replace as dc_replace
@@ -164,9 +165,15 @@ def with_gathered(
     view: View,
     gathered: Sequence[str],
     params: RecallParams,
+    *,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> list[Snippet]:
     """``snippets`` and, after them, the second search's hits (``more``) that have one of the
-    gathered words, not already among them, within ``params.max_snippets``."""
+    gathered words, not already among them, within ``params.max_snippets``; none once the
+    frame's ``deadline`` (``clock``'s time, see :func:`select_hits`) has passed."""
+    if deadline is not None and clock() >= deadline:
+        return snippets
     stems = [stem(w) for w in gathered]
     extra = select_hits(
         more[0],
@@ -176,6 +183,8 @@ def with_gathered(
         replies=more[1],
         terms=stems,  # judged on the gathered words: it need not share the query's
         rare=stems,
+        deadline=deadline,
+        clock=clock,
     )
     seen = {(s.call_id, s.position) for s in snippets}
     kept = [s for s in extra if (s.call_id, s.position) not in seen]

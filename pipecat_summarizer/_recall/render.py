@@ -183,6 +183,8 @@ def render_recall(
     count: Callable[[str], int] = estimate_text_tokens,
     in_view: Sequence[str] = (),
     now: float | None = None,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> str | None:
     """The recalled message's text, within ``max_tokens``, or ``None`` if nothing fits.
 
@@ -192,7 +194,9 @@ def render_recall(
     whose detail was corrected since is left out when ``in_view`` (the summary and pinned
     facts) holds the correction, else marked superseded (:func:`supersede`). ``now``: the
     conversation's clock; when the query asks about time (:func:`asks_when`) an earlier
-    call's label says how long ago too.
+    call's label says how long ago too. ``deadline``: when the frame's time is up
+    (``clock``'s time): once it has passed no more snippets are rendered (the first always
+    is), the block holds those rendered so far.
     """
     snippets = supersede(snippets, in_view)
     terms = topic_terms(query)
@@ -200,7 +204,7 @@ def render_recall(
     budget = max_tokens - count(RECALL_HEADER) - 1
     chosen: list[tuple[Snippet, str]] = []
     for s in snippets:
-        if budget <= 8:
+        if budget <= 8 or (deadline is not None and chosen and clock() >= deadline):
             break
         room = min(max_snippet_tokens * (2 if s.reply else 1), budget - 16)
         if room < 6:

@@ -8,6 +8,7 @@ Pure.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -195,6 +196,9 @@ def select_hits(
     exclude_roles: Iterable[str] = ("system", "developer"),
     min_similarity: float | None = None,
     parts: Sequence[Sequence[str]] = (),
+    most: int | None = None,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> list[Snippet]:
     """The hits worth recalling: not in view, no duplicates; the strong matches first
     (relevant enough, see ``params.min_score``), then, with ``params.fill``, the other hits
@@ -220,6 +224,13 @@ def select_hits(
         parts: The terms of each part of a two-part question (see
             :func:`~pipecat_summarizer._recall.query.query_parts`): a hit relevant to one
             part is relevant.
+        most: The caller keeps only the first ``most`` snippets: the hits stop being
+            judged once that many strong matches are chosen (the first ``most`` are the
+            same as without it).
+        deadline: When the frame's time is up (``clock``'s time): hits are judged best
+            first, and once it has passed (and a strong match is chosen) no more are, what is
+            chosen so far is returned. ``None``: every hit is judged.
+        clock: The clock ``deadline`` is on (the running loop's, for the recall step).
 
     Returns:
         At most ``params.max_snippets`` snippets (texts not yet cut).
@@ -230,7 +241,10 @@ def select_hits(
     out: list[Snippet] = []
     weak: list[Snippet] = []  # filling: share a topic word, not a strong match
     seen: set[str] = set()
+    enough = params.max_snippets if most is None else max(1, min(most, params.max_snippets))
     for rank, hit in enumerate(hits):
+        if deadline is not None and out and clock() >= deadline:
+            break  # the frame's time is up: what is chosen so far is placed
         text = str(getattr(hit, "content", "") or "")
         role = str(getattr(hit, "role", "") or "")
         if role in excluded or not text.strip():
@@ -281,7 +295,7 @@ def select_hits(
                 reply=reply,
             )
         )
-        if len(out) >= params.max_snippets:
+        if len(out) >= enough:
             break
     if not out:
         return []  # filling needs a strong match

@@ -115,6 +115,9 @@ class RecallStep(ArchiveSearch):
         self.late_served = 0
         # what ranking and rendering the hits took lately (seconds), kept out of the wait
         self._after_search_s = 0.0
+        # what marking, rendering and placing took lately after the selection (seconds),
+        # kept out of the selection's time
+        self._after_select_s = 0.0
         # the context's words, kept from turn to turn: a turn reads only its new messages
         self._context = ContextTerms()
 
@@ -223,6 +226,14 @@ class RecallStep(ArchiveSearch):
         texts = list(view_texts())  # the summary and pinned facts: corrections included
         view = context_view(context, texts)
         rare = context.rare(query, terms)
+        most: int | None = None
+        if params.adaptive:
+            # the cap follows the context: a new call's empty context leaves the most room
+            cap, most = block_cap(params, context.tokens())
+        # the frame's time bounds what runs after the search: hits are judged best first
+        # until the deadline, and what is chosen by then is placed
+        deadline = started + params.latency_budget_s
+        choose_by = deadline - min(self._after_select_s, params.latency_budget_s / 2)
         snippets = select_hits(
             hits,
             query,
@@ -233,16 +244,20 @@ class RecallStep(ArchiveSearch):
             rare=rare,
             min_similarity=self._min_similarity(),
             parts=query_parts(query, terms),
+            most=None if more[0] or how == "late" else most,
+            deadline=choose_by,
+            clock=_now,
         )
         if more[0]:
-            snippets = with_gathered(snippets, more, query, view, gathered, params)
+            snippets = with_gathered(
+                snippets, more, query, view, gathered, params, deadline=choose_by, clock=_now
+            )
+        chosen = _now()
         if how == "late":
             snippets = still_relevant(snippets, query, params.min_score)
         snippets = mark_later(snippets, later)
         size = params.max_tokens
-        if params.adaptive:
-            # the cap follows the context: a new call's empty context leaves the most room
-            cap, most = block_cap(params, context.tokens())
+        if most is not None:
             snippets = snippets[:most]
             size = block_budget(snippets, params.min_tokens, cap)
         budget = recall_budget(size, room())
@@ -257,12 +272,15 @@ class RecallStep(ArchiveSearch):
             count=self.count,
             in_view=texts,
             now=self.now(),
+            deadline=deadline,
+            clock=_now,
         )
-        self._after_search_s = after_search(self._after_search_s, _now() - found)
         if text is None:
+            self._measured(found, chosen)
             return None
         message = recall_message(text)
         placed = place_recall(current, message, self.message)
+        self._measured(found, chosen)
         if placed is None:
             return None
         self.message = message
@@ -270,6 +288,13 @@ class RecallStep(ArchiveSearch):
         self.recalled += 1
         self.late_served += how == "late"
         return placed
+
+    def _measured(self, found: float, chosen: float) -> None:
+        # measured, not guessed: the reserves the next turn keeps for the work after the
+        # search (out of its wait) and after the selection (out of the selection's time)
+        end = _now()
+        self._after_search_s = after_search(self._after_search_s, end - found)
+        self._after_select_s = after_search(self._after_select_s, end - chosen)
 
     # -- the tool -------------------------------------------------------------------------
 

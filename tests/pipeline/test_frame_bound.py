@@ -238,3 +238,87 @@ async def test_a_frame_with_bulky_archived_results_stays_near_the_budget(openai_
     assert step is not None and step.turns == len(asks) and len(timer.seconds) == len(asks)
     seen = {"cpu": [round(s, 3) for s in timer.cpu_seconds], "wall": timer.seconds}
     assert max(timer.cpu_seconds) <= 3 * BUDGET_S, seen
+
+
+# -- the selection and the rendering stop at the frame's deadline ----------------------------
+
+LONG_BUDGET_S = 0.05  # the archive (SQLite, 2,000 characters a hit) answers well within it
+
+
+def _long_hits(user_id: str, n: int = 240) -> list[ArchivedMessage]:
+    """Earlier calls' long messages (~2,000 characters, the most recall reads of one), each
+    naming the booking the caller asks about among many words of its own: every one is a
+    strong match, none is in view, and judging and quoting each costs the loop real work."""
+    rng = random.Random(7)
+    out = []
+    for i in range(n):
+        body = " ".join(f"{rng.choice(WORDS)}{rng.randrange(100_000)}" for _ in range(220))
+        text = f"Booking reference {i} for the Marquis hotel in Lisbon: {body}"
+        out.append(
+            ArchivedMessage(
+                call_id=f"earlier-{i // 20}",
+                position=i % 20,
+                role="user",
+                content=text,
+                message_json=json.dumps({"role": "user", "content": text}),
+                turn=i % 20,
+                at=1_700_000_000 + i,
+                user_id=user_id,
+            )
+        )
+    return out
+
+
+async def test_a_frame_with_many_long_hits_stops_choosing_at_the_deadline(openai_server, tmp_path):
+    """Hundreds of strong, long hits (a recall asked for up to 240 snippets): judging and
+    quoting all of them takes the loop far longer than the budget. The frame must still
+    leave the processor near the budget: hits are judged best first and quoted until the
+    frame's deadline, what is chosen by then is placed. Judged on the loop's CPU time in the
+    frame, with a generous 3x bound (what is tested is whether that work is bounded at all,
+    not how fast or how loaded the machine is)."""
+    openai_server.handler = lambda body: Reply("Sure thing.")
+    store = SQLiteMemoryStore(tmp_path / "memory.db")
+    try:
+        await store.write(_long_hits("alice"))
+        context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
+        summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
+        recall = RecallParams(
+            latency_budget_s=LONG_BUDGET_S,
+            search_limit=240,
+            max_snippets=240,
+            max_tokens=200_000,
+            request_tokens=None,
+            adaptive=False,
+        )
+        processor = ContextSummarizer(
+            context=context,
+            config=cfg(messages=10_000, keep=2),
+            summarizer=summarizer,
+            store=store,
+            call_id="this-call",
+            user_id="alice",
+            memory=MemoryParams(writer=FAST, resume=False),
+            recall=recall,
+        )
+        timer = TimeInProcessor(processor)
+        asks = [
+            "What was the booking reference for the Marquis hotel in Lisbon?",
+            "Remind me of the Lisbon Marquis hotel booking reference.",
+            "Which booking reference did the Marquis hotel in Lisbon give?",
+        ]
+        try:
+            await run_test(
+                build(context, processor, main_llm(openai_server.base_url)),
+                frames_to_send=[*turns(asks, gap=0.3)],
+                observers=[timer],
+            )
+        finally:
+            await summarizer.aclose()
+    finally:
+        await store.close()
+    step = processor.recall_step
+    assert step is not None and step.turns == len(asks) and len(timer.seconds) == len(asks)
+    # the archive answered and a block was placed: the bound is not bought by recalling nothing
+    assert step.recalled >= 1
+    seen = {"cpu": [round(s, 3) for s in timer.cpu_seconds], "wall": timer.seconds}
+    assert max(timer.cpu_seconds) <= 3 * LONG_BUDGET_S, seen
