@@ -115,8 +115,10 @@ def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> t
     the hits and the scores of :func:`search_sql`'s statement: the same window (the latest
     ``RANK_MATCHES`` matches), the same score, the same ties.
 
-    Each query word's latest rows are read in the index's order (``LIMIT``): the window is
-    the latest of their union. The score needs no message: ``hits`` is how many query words
+    Each query word's latest rows are read in the index's order, the words' reads merged by
+    id (newest first) and grouped as they come: the window is the latest ids of their union,
+    so the merge stops there, and a common word's rows older than the window are never read
+    (nor hashed or sorted). The score needs no message: ``hits`` is how many query words
     have the message's lexeme, and for a query of words joined by OR, ``ts_rank_cd`` (weight
     D, normalization 32) counts a cover per matched position, so it depends only on how many
     positions the matched lexemes have together (``total``): it is computed once per total,
@@ -128,18 +130,29 @@ def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> t
     one lexeme.
     """
     window = max(RANK_MATCHES, limit)
+    distinct = sorted(set(words))
+    # one read per word (the i-th lexeme; none when words share a lexeme or a word has
+    # none), each in the index's order. Its LIMIT is a subquery: the planner cannot fold it,
+    # so it plans the read for its first rows (a backward index scan that stops early)
+    # whatever the table's statistics; with a constant, and none right after a bulk load
+    # (a few rows estimated), it read every row of the word (bitmap scan) and sorted them.
+    reads = " UNION ALL ".join(
+        f"""(SELECT id, tf, at, (SELECT n FROM w WHERE i = {i}) AS n FROM message_words
+            WHERE scope = md5($3)::uuid AND word = (SELECT lx FROM w WHERE i = {i})
+            ORDER BY id DESC LIMIT (SELECT {window}))"""
+        for i in range(1, len(distinct) + 1)
+    )
     sql = f"""
         WITH w AS MATERIALIZED (
-            SELECT lx, count(*)::int AS n FROM (
-                SELECT (SELECT min(lexeme) FROM unnest(to_tsvector('{cfg}', x))) AS lx
-                FROM unnest($2::text[]) x) q
-            WHERE lx IS NOT NULL GROUP BY lx),
+            SELECT row_number() OVER (ORDER BY lx)::int AS i, lx, n FROM (
+                SELECT lx, count(*)::int AS n FROM (
+                    SELECT (SELECT min(lexeme) FROM unnest(to_tsvector('{cfg}', x))) AS lx
+                    FROM unnest($2::text[]) x) q
+                WHERE lx IS NOT NULL GROUP BY lx) g),
         c AS MATERIALIZED (
             SELECT id, sum(n)::int AS hits, sum(abs(tf))::int AS total, min(tf) AS tf,
                 max(at) AS at
-            FROM w, LATERAL (
-                SELECT id, tf, at FROM message_words
-                WHERE scope = md5($3)::uuid AND word = w.lx ORDER BY id DESC LIMIT {window}) p
+            FROM (SELECT * FROM ({reads}) u ORDER BY id DESC) p
             GROUP BY id ORDER BY id DESC LIMIT {window}),
         t AS (SELECT hits FROM c ORDER BY hits DESC LIMIT 1 OFFSET $4 - 1),
         k AS MATERIALIZED (SELECT * FROM c WHERE hits >= COALESCE((SELECT hits FROM t), 0)),
@@ -160,4 +173,4 @@ def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> t
         JOIN messages m ON m.id = r.id
         WHERE m.user_id = $3
         ORDER BY r.score DESC, m.at DESC, m.id DESC"""
-    return (sql, " or ".join(words), sorted(set(words)), user_id, limit)
+    return (sql, " or ".join(words), distinct, user_id, limit)

@@ -66,6 +66,8 @@ _MESSAGES_AT = (
     "AS k(c, p) ON m.call_id = k.c AND m.position = k.p"
 )
 _FORGOTTEN_AT = "SELECT at FROM forgotten WHERE user_hash = $1"
+#: The numbers of distinct words whose caller search a new connection prepares (see _warm).
+WARM_WORDS = range(1, 9)
 
 
 async def _warm(conn, config: str) -> None:
@@ -79,10 +81,11 @@ async def _warm(conn, config: str) -> None:
         (_FORGOTTEN_AT, nobody),
         (_MESSAGES_AT, [nobody], [0]),
     ]
-    for user_id, call_id in ((nobody, None), (None, nobody)):
-        found = search_sql(
-            config, "warm up", user_id=user_id, call_id=call_id, limit=10, any_word=True
-        )
+    # the caller's search has one statement text per number of distinct words (one read of
+    # the word index each): those of up to WARM_WORDS words; the call's search has one
+    queries = [(" ".join(f"warm{i}" for i in range(n)), nobody, None) for n in WARM_WORDS]
+    for query, user_id, call_id in [*queries, ("warm up", None, nobody)]:
+        found = search_sql(config, query, user_id=user_id, call_id=call_id, limit=10, any_word=True)
         if found is not None:
             statements.append(found)
     for sql, *args in statements:
