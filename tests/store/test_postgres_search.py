@@ -173,7 +173,7 @@ async def test_the_same_search_statement_is_planned_with_its_own_words_every_tim
         setting = await store._fetch("SHOW plan_cache_mode")
     finally:
         await store.close()
-    # one statement text for any number of words: the warm-up's search was its first run
+    # one statement text per number of words: the twelve three-word searches and the warm-up's
     assert [tuple(r) for r in rows] == [(0, 13)]
     assert setting[0][0] == "force_custom_plan"
 
