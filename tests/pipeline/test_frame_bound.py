@@ -12,6 +12,7 @@ import asyncio
 import json
 import random
 import time
+from typing import Any
 
 from pipecat.frames.frames import LLMContextFrame
 from pipecat.observers.base_observer import BaseObserver, FramePushed
@@ -202,40 +203,10 @@ async def test_a_frame_with_bulky_archived_results_stays_near_the_budget(openai_
     and rendering every hit's whole text. Judged on the loop's CPU time in the frame, with a
     generous 3x bound: what is tested is whether the work after the search is bounded at
     all, not how fast (or how loaded) a machine is."""
-    openai_server.handler = lambda body: Reply("Sure thing.")
     store = SlowSQLite(tmp_path / "memory.db")
-    try:
-        await store.write(_tool_results("alice"))
-        context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
-        summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
-        processor = ContextSummarizer(
-            context=context,
-            config=cfg(messages=10_000, keep=2),
-            summarizer=summarizer,
-            store=store,
-            call_id="this-call",
-            user_id="alice",
-            memory=MemoryParams(writer=FAST, resume=False),
-            recall=RecallParams(latency_budget_s=BUDGET_S),
-        )
-        timer = TimeInProcessor(processor)
-        asks = [
-            "What was the booking reference for the Marquis hotel in Lisbon?",
-            "Remind me of the Lisbon Marquis hotel booking reference.",
-            "Which booking reference did the Marquis hotel in Lisbon give?",
-        ]
-        try:
-            await run_test(
-                build(context, processor, main_llm(openai_server.base_url)),
-                frames_to_send=[*turns(asks, gap=0.3)],
-                observers=[timer],
-            )
-        finally:
-            await summarizer.aclose()
-    finally:
-        await store.close()
-    step = processor.recall_step
-    assert step is not None and step.turns == len(asks) and len(timer.seconds) == len(asks)
+    _, timer = await _three_asks(
+        openai_server, store, _tool_results("alice"), RecallParams(latency_budget_s=BUDGET_S)
+    )
     seen = {"cpu": [round(s, 3) for s in timer.cpu_seconds], "wall": timer.seconds}
     assert max(timer.cpu_seconds) <= 3 * BUDGET_S, seen
 
@@ -276,20 +247,40 @@ async def test_a_frame_with_many_long_hits_stops_choosing_at_the_deadline(openai
     frame's deadline, what is chosen by then is placed. Judged on the loop's CPU time in the
     frame, with a generous 3x bound (what is tested is whether that work is bounded at all,
     not how fast or how loaded the machine is)."""
-    openai_server.handler = lambda body: Reply("Sure thing.")
+    recall = RecallParams(
+        latency_budget_s=LONG_BUDGET_S,
+        search_limit=240,
+        max_snippets=240,
+        max_tokens=200_000,
+        request_tokens=None,
+        adaptive=False,
+    )
     store = SQLiteMemoryStore(tmp_path / "memory.db")
+    step, timer = await _three_asks(openai_server, store, _long_hits("alice"), recall)
+    # the archive answered and a block was placed: the bound is not bought by recalling nothing
+    assert step.recalled >= 1
+    seen = {"cpu": [round(s, 3) for s in timer.cpu_seconds], "wall": timer.seconds}
+    assert max(timer.cpu_seconds) <= 3 * LONG_BUDGET_S, seen
+
+
+ASKS = [
+    "What was the booking reference for the Marquis hotel in Lisbon?",
+    "Remind me of the Lisbon Marquis hotel booking reference.",
+    "Which booking reference did the Marquis hotel in Lisbon give?",
+]
+
+
+async def _three_asks(
+    openai_server: Any, store: Any, archive: list[ArchivedMessage], recall: RecallParams
+) -> tuple[Any, TimeInProcessor]:
+    """Alice's archive written, then her three questions about the booking through a real
+    pipeline with recall; the recall step (checked: one turn per question, each timed) and
+    the frames' times in the processor."""
+    openai_server.handler = lambda body: Reply("Sure thing.")
     try:
-        await store.write(_long_hits("alice"))
+        await store.write(archive)
         context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
         summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
-        recall = RecallParams(
-            latency_budget_s=LONG_BUDGET_S,
-            search_limit=240,
-            max_snippets=240,
-            max_tokens=200_000,
-            request_tokens=None,
-            adaptive=False,
-        )
         processor = ContextSummarizer(
             context=context,
             config=cfg(messages=10_000, keep=2),
@@ -301,15 +292,10 @@ async def test_a_frame_with_many_long_hits_stops_choosing_at_the_deadline(openai
             recall=recall,
         )
         timer = TimeInProcessor(processor)
-        asks = [
-            "What was the booking reference for the Marquis hotel in Lisbon?",
-            "Remind me of the Lisbon Marquis hotel booking reference.",
-            "Which booking reference did the Marquis hotel in Lisbon give?",
-        ]
         try:
             await run_test(
                 build(context, processor, main_llm(openai_server.base_url)),
-                frames_to_send=[*turns(asks, gap=0.3)],
+                frames_to_send=[*turns(ASKS, gap=0.3)],
                 observers=[timer],
             )
         finally:
@@ -317,8 +303,5 @@ async def test_a_frame_with_many_long_hits_stops_choosing_at_the_deadline(openai
     finally:
         await store.close()
     step = processor.recall_step
-    assert step is not None and step.turns == len(asks) and len(timer.seconds) == len(asks)
-    # the archive answered and a block was placed: the bound is not bought by recalling nothing
-    assert step.recalled >= 1
-    seen = {"cpu": [round(s, 3) for s in timer.cpu_seconds], "wall": timer.seconds}
-    assert max(timer.cpu_seconds) <= 3 * LONG_BUDGET_S, seen
+    assert step is not None and step.turns == len(ASKS) and len(timer.seconds) == len(ASKS)
+    return step, timer
