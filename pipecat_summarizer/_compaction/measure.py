@@ -166,13 +166,6 @@ def _rindex(messages: Sequence[Any], message: Any) -> int | None:
     return None
 
 
-def without_one(messages: Sequence[Any], message: Any) -> list[Any] | None:
-    """``messages`` without ``message`` (by identity, looked up from the end, where the
-    recalled block sits), or ``None`` when it is not there. Placed once, taken out once."""
-    i = None if message is None else _rindex(messages, message)
-    return None if i is None else [*messages[:i], *messages[i + 1 :]]
-
-
 def single_edit(
     before: Sequence[Any], after: Sequence[Any], *, removed: Any = None, inserted: Any = None
 ) -> Edit | None:

@@ -255,8 +255,10 @@ def without_recall(messages: Sequence[Any], current: Any = None) -> list[Any] | 
     not rewrite."""
     if current is None:
         return None
-    kept = [m for m in messages if m is not current]
-    return kept if len(kept) != len(messages) else None
+    for i in range(len(messages) - 1, -1, -1):  # from the end, where the block sits
+        if messages[i] is current:
+            return [*messages[:i], *messages[i + 1 :]]  # placed once, taken out once
+    return None
 
 
 def place_recall(messages: Sequence[Any], message: Any, previous: Any = None) -> list[Any] | None:

@@ -136,12 +136,6 @@ class RecallStep(ArchiveSearch):
         if self.semantic is not None:
             self.semantic.kick(self.archive)
 
-    def clear(self, messages: Sequence[Any]) -> list[Any] | None:
-        """``messages`` without last turn's recalled message (forgotten), or ``None`` if it
-        is not there."""
-        kept, self.message = self.without_message(messages), None
-        return kept
-
     def without_message(self, messages: Sequence[Any]) -> list[Any] | None:
         """``messages`` without the recalled message now placed (by identity: a caller's
         turn that reads like one is the caller's), or ``None`` if it is not there."""

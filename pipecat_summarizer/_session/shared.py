@@ -25,7 +25,6 @@ from pipecat_summarizer._compaction.measure import (
     Edit,
     Measurement,
     single_edit,
-    without_one,
 )
 from pipecat_summarizer._compaction.plan import SYSTEM_ROLES, head_length, make_protection
 from pipecat_summarizer._recall.step import RecallStep
@@ -489,7 +488,7 @@ class SharedContext:
             return
         try:
             self.reclaim_own()  # a copy of last turn's block is still last turn's block
-            kept = without_one(self.context.messages, recall.message)
+            kept = recall.without_message(self.context.messages)
             if kept is not None:
                 # still known as ours while written: never taken for the application's removal
                 self.write(kept, removed=recall.message)
@@ -504,7 +503,7 @@ class SharedContext:
         recall = self.recall
         if recall is None or recall.message is None:
             return False
-        kept = without_one(self.context.messages, recall.message)
+        kept = recall.without_message(self.context.messages)
         if kept is not None:
             self.write(kept, removed=recall.message)
         recall.message = None
