@@ -104,6 +104,20 @@ def register(subparsers: Any) -> None:
     p.add_argument("--recall-search-limit", type=int, metavar="N", help="search_limit (preset's)")
     p.add_argument("--recall-snippet-tokens", type=int, default=RecallParams.max_snippet_tokens)
     p.add_argument(
+        "--recall-request-tokens",
+        type=_request_tokens,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="request_tokens: what the context and an adaptive block share; 'none': the cap "
+        "is always max_tokens (preset's)",
+    )
+    p.add_argument(
+        "--recall-min-tokens",
+        type=int,
+        metavar="N",
+        help="min_tokens: an adaptive block's least size (preset's)",
+    )
+    p.add_argument(
         "--recall-no-fill",
         action="store_true",
         help="strong matches only (no filling of the block with weaker hits)",
@@ -144,6 +158,16 @@ def register(subparsers: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _request_tokens(value: str) -> int | None:
+    """``--recall-request-tokens``: a number, or ``none`` (the cap is always ``max_tokens``)."""
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'none', got {value!r}") from None
+
+
 def recall_params(args: argparse.Namespace) -> RecallParams:
     """The ``RecallParams`` the command's options ask for (``--semantic``: with a
     ``SemanticRecallParams`` whose model is loaded now, once for the run).
@@ -169,10 +193,14 @@ def recall_params(args: argparse.Namespace) -> RecallParams:
         "max_tokens": args.recall_tokens,
         "max_snippets": args.recall_snippets,
         "search_limit": args.recall_search_limit,
+        "min_tokens": args.recall_min_tokens,
     }
+    given = {k: v for k, v in chosen.items() if v is not None}
+    if "recall_request_tokens" in args:  # None is a value here: no request-sized cap
+        given["request_tokens"] = args.recall_request_tokens
     recall = replace(
         preset,
-        **{k: v for k, v in chosen.items() if v is not None},
+        **given,
         min_score=args.recall_min_score,
         latency_budget_s=args.recall_budget_ms / 1000,
         max_snippet_tokens=args.recall_snippet_tokens,

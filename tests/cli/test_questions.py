@@ -192,3 +192,16 @@ def test_questions_command_recall_preset_and_overrides():
     assert tuned == RecallParams.broad(max_tokens=2000, fill=False)
     with pytest.raises(ValueError, match="recall.max_snippets"):
         params("--recall-snippets", "0")
+    # the adaptive cap's levers: a number, 'none' (a preset's request_tokens replaced by no
+    # request-sized cap) or not given (the preset's own)
+    sized = params("--recall-request-tokens", "6000", "--recall-min-tokens", "600")
+    assert (sized.request_tokens, sized.min_tokens) == (6000, 600)
+    assert params("--recall-request-tokens", "none").request_tokens is None
+    assert params("--recall-preset", "small").request_tokens is None
+    assert params().request_tokens == RecallParams.request_tokens
+    with pytest.raises(ValueError, match="recall.request_tokens"):
+        params("--recall-request-tokens", "0")
+    with pytest.raises(ValueError, match="recall.min_tokens"):
+        params("--recall-min-tokens", "9000")
+    with pytest.raises(SystemExit):
+        params("--recall-request-tokens", "lots")
