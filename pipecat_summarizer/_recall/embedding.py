@@ -69,56 +69,93 @@ VECTOR_CACHE_ROWS = 20_000
 
 
 class _VectorCache:
-    """The most recent ``most`` vectors of one model, by a hash of the text (touched only by
-    the indexing thread)."""
+    """The most recent ``most`` vectors of one model, by a hash of the text, each with the
+    callers whose messages it embeds (so a forget drops them: :func:`forget_vectors`).
+
+    Filled by the indexing thread, emptied of a caller on the event loop: under a lock.
+    """
 
     def __init__(self, most: int):
         self.most = most
         self.rows: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self.owners: dict[bytes, set[str]] = {}
+        self.lock = threading.Lock()
 
-    def get(self, key: bytes) -> np.ndarray | None:
-        row = self.rows.get(key)
-        if row is not None:
+    def get(self, key: bytes, owner: str | None = None) -> np.ndarray | None:
+        with self.lock:
+            row = self.rows.get(key)
+            if row is not None:
+                self.rows.move_to_end(key)
+                if owner is not None:
+                    self.owners.setdefault(key, set()).add(owner)
+            return row
+
+    def put(self, key: bytes, row: np.ndarray, owner: str | None = None) -> None:
+        with self.lock:
+            self.rows[key] = row
             self.rows.move_to_end(key)
-        return row
+            if owner is not None:
+                self.owners.setdefault(key, set()).add(owner)
+            while len(self.rows) > self.most:
+                old, _ = self.rows.popitem(last=False)
+                self.owners.pop(old, None)
 
-    def put(self, key: bytes, row: np.ndarray) -> None:
-        self.rows[key] = row
-        self.rows.move_to_end(key)
-        while len(self.rows) > self.most:
-            self.rows.popitem(last=False)
+    def drop_owner(self, owner: str) -> int:
+        """Drop every vector that embeds a message of ``owner``; how many."""
+        with self.lock:
+            keys = [k for k, who in self.owners.items() if owner in who]
+            for k in keys:
+                self.rows.pop(k, None)
+                del self.owners[k]
+            return len(keys)
 
 
 _CACHES: weakref.WeakKeyDictionary[Any, _VectorCache] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
 
 
 def _cache_for(embedder: Embedder) -> _VectorCache | None:
     try:
-        cache = _CACHES.get(embedder)
-        if cache is None:
-            cache = _CACHES[embedder] = _VectorCache(VECTOR_CACHE_ROWS)
-        return cache
+        with _CACHES_LOCK:
+            cache = _CACHES.get(embedder)
+            if cache is None:
+                cache = _CACHES[embedder] = _VectorCache(VECTOR_CACHE_ROWS)
+            return cache
     except TypeError:  # an embedder of the application's that takes no weak reference
         return None
 
 
-def cached_vectors(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarray, int]:
+def _text_key(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def cached_vectors(
+    embedder: Embedder, texts: Sequence[str], owner: str | None = None
+) -> tuple[np.ndarray, int]:
     """(Indexing thread.) Unit rows for ``texts``, each text embedded only if this process
-    has not embedded it with this model lately; and how many came from the cache."""
+    has not embedded it with this model lately; and how many came from the cache.
+    ``owner``: the caller whose messages these are (their vectors go with their forget)."""
     cache = _cache_for(embedder)
     if cache is None:
         return unit_rows(embedder.embed(list(texts))), 0
-    keys = [
-        hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest() for t in texts
-    ]
-    rows: list[np.ndarray | None] = [cache.get(k) for k in keys]
+    keys = [_text_key(t) for t in texts]
+    rows: list[np.ndarray | None] = [cache.get(k, owner) for k in keys]
     missing = [i for i, row in enumerate(rows) if row is None]
     if missing:
         fresh = unit_rows(embedder.embed([texts[i] for i in missing]))
         for j, i in enumerate(missing):
             rows[i] = fresh[j].copy()
-            cache.put(keys[i], rows[i])  # type: ignore[arg-type]
+            cache.put(keys[i], rows[i], owner)  # type: ignore[arg-type]
     return np.stack(rows), len(texts) - len(missing)  # type: ignore[arg-type]
+
+
+def forget_vectors(owner: str) -> int:
+    """Drop every cached vector (of every model) that embeds a message of ``owner``: the
+    caller was forgotten, and an embedding of their words must not outlive their text.
+    Returns how many were dropped."""
+    with _CACHES_LOCK:
+        caches = list(_CACHES.values())
+    return sum(cache.drop_owner(owner) for cache in caches)
 
 
 #: Environment variables by which the application chose numpy's BLAS threads itself: when
@@ -507,6 +544,7 @@ __all__ = [
     "blas_threads",
     "cached_vectors",
     "embedder_for",
+    "forget_vectors",
     "limit_blas_threads",
     "load_semantic_model",
     "unit_rows",

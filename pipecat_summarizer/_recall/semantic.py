@@ -16,7 +16,8 @@ indexing thread (``semantic-embed``, one per process, off the event loop, a chun
 and a turn embeds its query in the query thread (``semantic-query``) and ranks with one matrix
 product (brute force over the caller's messages; no vector database).
 A message the store returns with another ``user_id`` is never indexed, and the store's
-``forget`` of the caller empties the index before its next ranking. Any
+``forget`` of the caller empties the index before its next ranking (and drops the caller's
+vectors from the process's cache, :func:`~pipecat_summarizer._recall.embedding.forget_vectors`). Any
 :class:`~pipecat_summarizer.store.MemoryStore` works (SQLite and PostgreSQL alike), since
 only its ``calls``, ``messages`` and ``message`` reads are used (and ``forget_generation``,
 when it has one).
@@ -40,7 +41,13 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from pipecat_summarizer._recall.embedding import Embedder, cached_vectors, embedder_for, unit_rows
+from pipecat_summarizer._recall.embedding import (
+    Embedder,
+    cached_vectors,
+    embedder_for,
+    forget_vectors,
+    unit_rows,
+)
 from pipecat_summarizer._recall.fusion import SemanticHit, top_matches
 from pipecat_summarizer.params import SemanticRecallParams
 
@@ -121,12 +128,17 @@ def _query_executor() -> ThreadPoolExecutor:
 
 
 def _embed_into(
-    embedder: Embedder, texts: list[str], buffer: np.ndarray | None, n: int
+    embedder: Embedder,
+    texts: list[str],
+    buffer: np.ndarray | None,
+    n: int,
+    owner: str | None = None,
 ) -> tuple[np.ndarray, int]:
     """(Worker thread.) ``buffer`` with the vectors of ``texts`` in rows ``n`` on: the same
     array when it has room (rows from ``n`` on are read by no one yet), else a grown copy;
-    and how many vectors came from the cache."""
-    vectors, reused = cached_vectors(embedder, texts)
+    and how many vectors came from the cache (``owner``'s, see
+    :func:`~pipecat_summarizer._recall.embedding.cached_vectors`)."""
+    vectors, reused = cached_vectors(embedder, texts, owner)
     need = n + len(vectors)
     if buffer is None or need > len(buffer) or buffer.shape[1] != vectors.shape[1]:
         grown = np.zeros((max(need, 2 * n, 256), vectors.shape[1]), dtype=np.float32)
@@ -286,10 +298,15 @@ class SemanticIndex:
                 [m[5] for m in chunk],
                 state.buffer,
                 len(state.messages),
+                self.user_id,
             )
             self._check_forgotten()
             if self._epoch != epoch or self._state is not state:
-                return None  # forgotten meanwhile: these vectors are dropped with the rest
+                # forgotten meanwhile: these vectors are dropped with the rest, and from the
+                # process's cache, which this chunk filled after the forget emptied it
+                if self.user_id:
+                    forget_vectors(self.user_id)
+                return None
             self._append(state, chunk, buffer)
             self.reused += reused
             done += len(chunk)
@@ -447,11 +464,14 @@ class SemanticIndex:
         self._state, self._next, self._open = _State(), {}, None
         with self._queries_lock:
             self._queries.clear()  # the caller's own questions, embedded
+        # the process's cache of vectors by text keeps the caller's too (for their next
+        # call): an embedding of forgotten words goes with them
+        cached = forget_vectors(self.user_id)
         self._epoch += 1
         self.forgets += 1
         logger.info(
             f"semantic recall (call {self.call_id}): the caller was forgotten; "
-            f"dropped {dropped} embedded messages"
+            f"dropped {dropped} embedded messages and {cached} cached vectors"
         )
 
     def _mine(self, m: Any) -> bool:
