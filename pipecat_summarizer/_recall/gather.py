@@ -206,16 +206,35 @@ async def wait_for_task(task: asyncio.Task, timeout: float) -> None:
 def mark_later(snippets: list[Snippet], later: Sequence[Any]) -> list[Snippet]:
     """``snippets`` with those a ``later`` archived message corrects marked superseded (see
     :func:`~pipecat_summarizer._recall.superseded.supersede`); only those: a correction among
-    the snippets themselves is marked once, when the block is rendered (pure)."""
+    the snippets themselves is marked once, when the block is rendered (pure).
+
+    Only a later text with a correction's cue can correct anything, and each is tried
+    against the snippets said before it: linear in the snippets, where judging every pair
+    of snippets (as the rendering does) cost the frame several milliseconds at 40 snippets.
+    """
+    from pipecat_summarizer._record.corrections import has_cue
+
     seen = {(s.call_id, s.position) for s in snippets}
-    extra = [h for h in later if (h.call_id, h.position) not in seen]
+    extra = [h for h in later if (h.call_id, h.position) not in seen and has_cue(h.content)]
     if not extra or not snippets:
         return snippets
     from pipecat_summarizer._recall.superseded import supersede
 
-    marked, alone = supersede(snippets, (), extra), supersede(snippets)
-    pairs = zip(snippets, marked, alone, strict=True)
-    return [m if m is not s and a is s else s for s, m, a in pairs]
+    def key(s: Any) -> tuple[float, str, int]:
+        return (s.at, s.call_id, s.position)
+
+    cued = [t for t in snippets if has_cue(t.content)]  # only these can correct a snippet
+    out = list(snippets)
+    for i, s in enumerate(snippets):
+        (marked,) = supersede([s], (), extra)
+        if marked is s:
+            continue
+        # a snippet of the block said later corrects it too: the rendering marks it, once
+        after = [t for t in cued if key(t) > key(s)]
+        if after and supersede([s, *after])[0] is not s:
+            continue
+        out[i] = marked
+    return out
 
 
 def consume(task: asyncio.Task) -> None:
