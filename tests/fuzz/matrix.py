@@ -20,8 +20,8 @@ from tests.fuzz import harness
 from tests.fuzz.fault_server import FAILING, FAULTS
 from tests.fuzz.harness import Event, Params, Result, Schedule, TurnPlan, run_schedule
 
-OUTAGE_TURNS = 10
-HEALTHY_TURNS = 4
+OUTAGE_TURNS = 9  # a timing-out streak fails three times by the sixth turn (ERROR_AFTER)
+HEALTHY_TURNS = 3  # a summary lands on the first
 STREAKS = 2
 BACKOFF_V = 0.4  # virtual seconds: 0.02 s real, doubled per failure
 MAX_BACKOFF_V = 3.2  # 0.16 s real
