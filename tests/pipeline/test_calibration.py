@@ -4,8 +4,10 @@ set multiple of our estimate would; usage metrics on, as ``PipelineParams`` turn
 
 from __future__ import annotations
 
+import asyncio
 import math
 
+import pytest_asyncio
 from pipecat.frames.frames import MetricsFrame
 from pipecat.metrics.metrics import LLMUsageMetricsData
 from pipecat.pipeline.pipeline import Pipeline
@@ -18,10 +20,19 @@ from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
 from pipecat_summarizer.params import CeilingParams, ContextSummarizerParams, TriggerParams
 from pipecat_summarizer.params.compaction import CalibrationParams
-from tests.support.openai_server import Reply, is_summary_request
+from tests.support.openai_server import FakeOpenAIServer, Reply, is_summary_request
 from tests.support.pipeline_utils import cfg, echo_summary, main_llm, turns
 
 ESTIMATE = EstimateTokenCounter()
+
+
+@pytest_asyncio.fixture
+async def other_server():
+    """A second local server, so that the two calls a test compares run side by side."""
+    server = FakeOpenAIServer()
+    await server.start()
+    yield server
+    await server.stop()
 
 
 def provider(factor: float, reported: list[int], *, summary_status: int = 200, cached=0):
@@ -91,7 +102,7 @@ def lines(n: int, words: int = 40) -> list[str]:
 
 
 async def test_reported_usage_moves_the_token_threshold_as_the_calibration_says(
-    openai_server, logs
+    openai_server, other_server, logs
 ):
     """A provider counting twice our estimate: the token threshold trips on the turn the
     calibrated count reaches it, where the estimate alone would still wait."""
@@ -99,8 +110,11 @@ async def test_reported_usage_moves_the_token_threshold_as_the_calibration_says(
     params = ContextSummarizerParams(trigger=TriggerParams(soft_ratio=1.0))
     reported: list[int] = []
     openai_server.handler = provider(2.0, reported, cached=100)
-    calibrated = await Call(openai_server, config, params, metrics=True).run(lines(8))
-    estimated = await Call(openai_server, config, params, metrics=False).run(lines(8))
+    other_server.handler = provider(2.0, [], cached=100)
+    calibrated, estimated = await asyncio.gather(
+        Call(openai_server, config, params, metrics=True).run(lines(8)),
+        Call(other_server, config, params, metrics=False).run(lines(8)),
+    )
 
     assert [e.reason for e in calibrated.applied][:1] == ["tokens"]
     assert estimated.applied == []  # the estimate alone never reached 1,200
@@ -119,18 +133,21 @@ async def test_reported_usage_moves_the_token_threshold_as_the_calibration_says(
     assert "detail" not in line and "requests=" in line and "cache_hit_rate=" in line
 
 
-async def test_without_usage_metrics_the_decisions_are_those_of_the_estimate(openai_server):
+async def test_without_usage_metrics_the_decisions_are_those_of_the_estimate(
+    openai_server, other_server
+):
     """Usage metrics off (calibration on by default) and usage metrics on with calibration
     off decide the same compactions at the same turns, whatever the provider reports."""
     config = cfg(tokens=900, messages=10, keep=2)
-    reported: list[int] = []
-    openai_server.handler = provider(3.0, reported)
-    off = await Call(openai_server, config, ContextSummarizerParams(), metrics=False).run(lines(12))
-    planned_off = [r["messages"][1]["content"] for r in openai_server.summary_requests]
+    openai_server.handler = provider(3.0, [])
+    other_server.handler = provider(3.0, [])
     disabled = ContextSummarizerParams(calibration=CalibrationParams(enabled=False))
-    on = await Call(openai_server, config, disabled, metrics=True).run(lines(12))
-    planned_on = [r["messages"][1]["content"] for r in openai_server.summary_requests]
-    planned_on = planned_on[len(planned_off) :]
+    off, on = await asyncio.gather(
+        Call(openai_server, config, ContextSummarizerParams(), metrics=False).run(lines(12)),
+        Call(other_server, config, disabled, metrics=True).run(lines(12)),
+    )
+    planned_off = [r["messages"][1]["content"] for r in openai_server.summary_requests]
+    planned_on = [r["messages"][1]["content"] for r in other_server.summary_requests]
 
     # the decisions: why each compaction started and what it summarized (its transcript);
     # when its summary lands (tokens_before) depends on the turn it meets, not compared
@@ -143,26 +160,26 @@ async def test_without_usage_metrics_the_decisions_are_those_of_the_estimate(ope
     assert on.processor.token_calibration.requests_reported == 0
 
 
-async def test_the_ceiling_holds_in_reported_tokens_while_calibrating(openai_server):
+async def test_the_ceiling_holds_in_reported_tokens_while_calibrating(openai_server, other_server):
     """A tokenizer counting 1.5x the estimate, summaries failing (only eviction holds the
     ceiling): no request the provider counted is over max_request_tokens; the estimate
     alone lets them through."""
     config = cfg(tokens=50_000, messages=200, keep=2)
     ceiling = CeilingParams(max_request_tokens=900)
     reported: list[int] = []
-    openai_server.handler = provider(1.5, reported, summary_status=500)
-    call = Call(openai_server, config, ContextSummarizerParams(ceiling=ceiling), metrics=True)
-    await call.run(lines(16))
-    assert call.evicted, "the ceiling had to evict"
-    assert len(reported) == 16
-    assert max(reported) <= 900, reported
-
     uncalibrated: list[int] = []
-    openai_server.handler = provider(1.5, uncalibrated, summary_status=500)
+    openai_server.handler = provider(1.5, reported, summary_status=500)
+    other_server.handler = provider(1.5, uncalibrated, summary_status=500)
+    call = Call(openai_server, config, ContextSummarizerParams(ceiling=ceiling), metrics=True)
     disabled = ContextSummarizerParams(
         ceiling=ceiling, calibration=CalibrationParams(enabled=False)
     )
-    await Call(openai_server, config, disabled, metrics=True).run(lines(16))
+    await asyncio.gather(
+        call.run(lines(16)), Call(other_server, config, disabled, metrics=True).run(lines(16))
+    )
+    assert call.evicted, "the ceiling had to evict"
+    assert len(reported) == 16
+    assert max(reported) <= 900, reported
     assert max(uncalibrated) > 900  # what the estimate alone lets through
 
 
