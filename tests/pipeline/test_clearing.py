@@ -21,43 +21,12 @@ from pipecat_summarizer.params import (
     ContextSummarizerParams,
     MemoryParams,
     RecallParams,
-    WriterParams,
 )
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.tools import RECALL_MEMORY, register_recall_memory
-from tests.support.openai_server import Reply, is_summary_request
+from pipecat_summarizer.tools import register_recall_memory
+from tests.support.order_tools import ASKED, order_desk, order_result, tool_results
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
-
-FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
-ORDERS = {"A17": "ZEBRA417", "B23": "OTTER523", "C31": "HERON631", "D47": "LYNX747"}
-ASKED = "What was the tracking code of order A17?"
-
-
-def _order(order: str) -> dict:
-    """A bulky lookup result (~650 tokens), its one detail near the start."""
-    return {"order": order, "tracking": ORDERS[order], "history": "scanned at depot " * 150}
-
-
-def _call(call_id: str, name: str, arguments: dict) -> Reply:
-    function = {"name": name, "arguments": json.dumps(arguments)}
-    return Reply(tool_calls=[{"id": call_id, "type": "function", "function": function}])
-
-
-def _handler(body: dict) -> Reply:
-    if is_summary_request(body):
-        return Reply("FACTS:\n- orders were looked up")
-    last = body["messages"][-1]
-    text = last.get("content") if last.get("role") == "user" else None
-    if text == ASKED:
-        return _call("call_recall", RECALL_MEMORY, {"query": "tracking code A17"})
-    if isinstance(text, str) and text.startswith("Look up order "):
-        order = text.rsplit(" ", 1)[1]
-        return _call(f"call_{order}", "lookup_order", {"order": order})
-    if text == "Open my customer record":
-        return _call("call_crm", "crm", {})
-    if text == "Start the background check":
-        return _call("call_slow", "slow_check", {})
-    return Reply("Here it is." if last.get("role") == "tool" else "Sure thing.")
+from tests.support.recall_calls import FAST
 
 
 def _schema(name: str) -> FunctionSchema:
@@ -68,7 +37,7 @@ async def _call_with_tools(server, processor, context) -> None:
     llm = main_llm(server.base_url)
 
     async def lookup_order(params):
-        await params.result_callback(_order(params.arguments["order"]))
+        await params.result_callback(order_result(params.arguments["order"]))
 
     async def crm(params):
         await params.result_callback({"customer": "record " * 300})
@@ -108,19 +77,10 @@ def _assert_paired(request: dict) -> None:
     assert set(called) <= answered
 
 
-def _results(server, call_id: str) -> list[str]:
-    return [
-        m["content"]
-        for b in server.chat_requests
-        for m in b["messages"]
-        if m["role"] == "tool" and m.get("tool_call_id") == call_id
-    ]
-
-
 async def test_clearing_frees_tokens_without_an_llm_call_and_recall_brings_it_back(
     openai_server, store_target
 ):
-    openai_server.handler = _handler
+    openai_server.handler = order_desk
     store = open_store(store_target)
     context = LLMContext(messages=[{"role": "system", "content": "Be brief."}])
     clearing = ClearingParams(
@@ -153,19 +113,19 @@ async def test_clearing_frees_tokens_without_an_llm_call_and_recall_brings_it_ba
     assert openai_server.summary_requests == []
     for request in openai_server.chat_requests:
         _assert_paired(request)  # the provider request stays valid
-    a17 = _results(openai_server, "call_A17")
+    a17 = tool_results(openai_server, "call_A17")
     assert "ZEBRA417" in a17[0] and a17[-1].startswith(PLACEHOLDER_PREFIX)
     assert "lookup_order" in a17[-1]
     # the excluded tool's result and the running async tool's message are never touched
-    assert all("record record" in c for c in _results(openai_server, "call_crm"))
-    slow = _results(openai_server, "call_slow")
+    assert all("record record" in c for c in tool_results(openai_server, "call_crm"))
+    slow = tool_results(openai_server, "call_slow")
     assert slow and all('"async_tool"' in c for c in slow)
     # the original is archived verbatim, and recall_memory brings it back
     cleared = [a for a in archived if a.removed_by == "cleared"]
     assert any("ZEBRA417" in a.content for a in cleared)
     original = next(a for a in cleared if "ZEBRA417" in a.content)
     assert json.loads(original.message_json)["tool_call_id"] == "call_A17"
-    recalled = _results(openai_server, "call_recall")
+    recalled = tool_results(openai_server, "call_recall")
     assert recalled and "ZEBRA417" in recalled[0]
     # what is in the context now is the placeholder, still paired with its call
     a17_now = [m for m in context.messages if m.get("tool_call_id") == "call_A17"]
@@ -177,7 +137,7 @@ async def test_clearing_frees_tokens_without_an_llm_call_and_recall_brings_it_ba
 
 
 async def test_clearing_batched_with_a_compaction_is_reported_on_its_event(openai_server, tmp_path):
-    openai_server.handler = _handler
+    openai_server.handler = order_desk
     store = open_store(tmp_path / "m.db")
     context = LLMContext(messages=[{"role": "system", "content": "Be brief."}])
     processor = ContextSummarizer(
@@ -232,7 +192,7 @@ async def test_clearing_without_a_store_is_refused_unless_the_app_accepts_the_lo
 
 
 async def test_without_a_store_the_placeholder_says_the_text_is_gone(openai_server):
-    openai_server.handler = _handler
+    openai_server.handler = order_desk
     context = LLMContext(messages=[{"role": "system", "content": "Be brief."}])
     summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
     clearing = ClearingParams(keep_latest=1, min_result_tokens=0, without_store=True)

@@ -21,34 +21,14 @@ from pipecat_summarizer.params import (
     ContextSummarizerParams,
     MemoryParams,
     RecallParams,
-    WriterParams,
 )
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.tools import RECALL_MEMORY, register_recall_memory
-from tests.support.openai_server import Reply, is_summary_request
+from pipecat_summarizer.tools import register_recall_memory
+from tests.support.order_tools import ASKED, order_desk, order_result, tool_results
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.recall_calls import FAST
 
-FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
-TRACKING = {"A17": "ZEBRA417", "B23": "OTTER523", "C31": "HERON631"}
-ASKED = "What was the tracking code of order A17?"
-
-
-def _call(call_id: str, name: str, arguments: dict) -> Reply:
-    function = {"name": name, "arguments": json.dumps(arguments)}
-    return Reply(tool_calls=[{"id": call_id, "type": "function", "function": function}])
-
-
-def _handler(body: dict) -> Reply:
-    if is_summary_request(body):
-        return Reply("FACTS:\n- orders were looked up")
-    last = body["messages"][-1]
-    text = last.get("content") if last.get("role") == "user" else None
-    if text == ASKED:
-        return _call("call_recall", RECALL_MEMORY, {"query": "order A17 tracking code"})
-    if isinstance(text, str) and text.startswith("Look up order "):
-        order = text.rsplit(" ", 1)[1]
-        return _call(f"call_{order}", "lookup_order", {"order": order})
-    return Reply("Here it is." if last.get("role") == "tool" else "Sure thing.")
+LOOKED_UP = ("A17", "B23", "C31")
 
 
 async def _one_call(server, target: str, said: list[str], config=None) -> None:
@@ -70,9 +50,7 @@ async def _one_call(server, target: str, said: list[str], config=None) -> None:
     llm = main_llm(server.base_url)
 
     async def lookup_order(params):
-        order = params.arguments["order"]
-        history = "scanned at depot " * 120
-        await params.result_callback({"order": order, "tracking": TRACKING[order], "h": history})
+        await params.result_callback(order_result(params.arguments["order"], repeat=120))
 
     llm.register_function("lookup_order", lookup_order)
     register_recall_memory(llm, processor, context)
@@ -85,24 +63,12 @@ async def _one_call(server, target: str, said: list[str], config=None) -> None:
         await store.close()
 
 
-def _tool_results(server, call_id: str) -> list[str]:
-    """The tool's results as requests carried them (not Pipecat's placeholder of a call still
-    running, which a turn asked meanwhile carries)."""
-    return [
-        m["content"]
-        for b in server.chat_requests
-        for m in b["messages"]
-        if m["role"] == "tool" and m.get("tool_call_id") == call_id
-        if m["content"] != "IN_PROGRESS"
-    ]
-
-
 async def test_recall_memory_returns_the_cleared_original_never_its_placeholder(
     openai_server, store_target
 ):
-    openai_server.handler = _handler
-    await _one_call(openai_server, store_target, [*(f"Look up order {o}" for o in TRACKING), "ok"])
-    a17 = _tool_results(openai_server, "call_A17")
+    openai_server.handler = order_desk
+    await _one_call(openai_server, store_target, [*(f"Look up order {o}" for o in LOOKED_UP), "ok"])
+    a17 = tool_results(openai_server, "call_A17")
     assert a17[-1].startswith(PLACEHOLDER_PREFIX)  # it was cleared, and in view at the end
     store = open_store(store_target)
     try:
@@ -115,7 +81,7 @@ async def test_recall_memory_returns_the_cleared_original_never_its_placeholder(
     openai_server.requests.clear()
 
     await _one_call(openai_server, store_target, [ASKED, "thanks"])
-    answer = _tool_results(openai_server, "call_recall")[0]  # resent with later requests
+    answer = tool_results(openai_server, "call_recall")[0]  # resent with later requests
     found = json.loads(answer)["found"]
     assert found, answer
     assert "ZEBRA417" in answer  # the original comes back
@@ -130,11 +96,11 @@ async def test_within_the_call_a_summarized_placeholder_never_comes_back(
     are summarized (the message threshold) in the same call; asked later in that call,
     recall_memory returns the original, never the placeholder, and no archived row holds the
     placeholder's text."""
-    openai_server.handler = _handler
-    said = [*(f"Look up order {o}" for o in TRACKING), "ok", "fine", ASKED, "thanks"]
+    openai_server.handler = order_desk
+    said = [*(f"Look up order {o}" for o in LOOKED_UP), "ok", "fine", ASKED, "thanks"]
     await _one_call(openai_server, store_target, said, cfg(tokens=1000, messages=16, keep=4))
     assert openai_server.summary_requests  # the cleared lookups were summarized
-    answer = _tool_results(openai_server, "call_recall")[0]  # resent with later requests
+    answer = tool_results(openai_server, "call_recall")[0]  # resent with later requests
     assert "ZEBRA417" in answer and PLACEHOLDER_PREFIX not in answer, answer
     store = open_store(store_target)
     try:
