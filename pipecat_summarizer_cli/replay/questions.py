@@ -36,7 +36,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from pipecat_summarizer import RecallParams, SemanticRecallParams, load_semantic_model
@@ -123,6 +123,15 @@ def register(subparsers: Any) -> None:
         help="strong matches only (no filling of the block with weaker hits)",
     )
     p.add_argument(
+        "--recall-set",
+        action="append",
+        default=[],
+        type=_field_value,
+        metavar="FIELD=VALUE",
+        help="any other RecallParams field, e.g. adaptive=false, gather=false, "
+        "max_question_words=0 (repeatable; applied last)",
+    )
+    p.add_argument(
         "--semantic",
         action="store_true",
         help="semantic recall fused with the lexical one (the 'semantic' extra)",
@@ -168,6 +177,32 @@ def _request_tokens(value: str) -> int | None:
         raise argparse.ArgumentTypeError(f"expected an integer or 'none', got {value!r}") from None
 
 
+#: ``--recall-set``'s fields: the plain settings (``semantic`` has its own options).
+_SETTABLE = frozenset(f.name for f in fields(RecallParams)) - {"semantic"}
+
+
+def _field_value(value: str) -> tuple[str, Any]:
+    """``--recall-set FIELD=VALUE``: the field and its value, read as the type of the
+    field's default (``none`` for a field that may be ``None``); the params check the range."""
+    name, sep, text = value.partition("=")
+    name, text = name.strip(), text.strip()
+    if not sep or name not in _SETTABLE:
+        raise argparse.ArgumentTypeError(
+            f"expected FIELD=VALUE with FIELD one of {', '.join(sorted(_SETTABLE))}, got {value!r}"
+        )
+    default = getattr(RecallParams, name)
+    if text.lower() == "none" and name == "request_tokens":
+        return name, None
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"{name} must be true or false, got {text!r}")
+        return name, text.lower() == "true"
+    try:
+        return name, float(text) if isinstance(default, float) else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+
+
 def recall_params(args: argparse.Namespace) -> RecallParams:
     """The ``RecallParams`` the command's options ask for (``--semantic``: with a
     ``SemanticRecallParams`` whose model is loaded now, once for the run).
@@ -207,6 +242,8 @@ def recall_params(args: argparse.Namespace) -> RecallParams:
         fill=not args.recall_no_fill,
         semantic=semantic,
     )
+    if args.recall_set:
+        recall = replace(recall, **dict(args.recall_set))
     if semantic is not None:
         load_semantic_model(semantic)  # once: a call would go lexical meanwhile
     return recall

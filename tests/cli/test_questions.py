@@ -205,3 +205,13 @@ def test_questions_command_recall_preset_and_overrides():
         params("--recall-min-tokens", "9000")
     with pytest.raises(SystemExit):
         params("--recall-request-tokens", "lots")
+    # any other field, read as its default's type, applied last
+    other = params("--recall-set", "adaptive=false", "--recall-set", "max_question_words=0")
+    assert (other.adaptive, other.max_question_words) == (False, 0)
+    assert params("--recall-set", "request_tokens=none").request_tokens is None
+    assert params("--recall-set", "min_score=0.4").min_score == 0.4
+    for bad in ("adaptive=maybe", "max_snippets=many", "semantic=1", "nosuchfield=1", "fill"):
+        with pytest.raises(SystemExit):
+            params("--recall-set", bad)
+    with pytest.raises(ValueError, match="recall.max_question_words"):
+        params("--recall-set", "max_question_words=-1")
