@@ -58,6 +58,42 @@ async def _keep_session(conn) -> None:
     """The pool's reset: nothing to undo (see ``PostgresMemoryStore.open``)."""
 
 
+class _Lease:
+    """One use of a pool connection (``async with``). The wait for it may be cancelled (a
+    recall search the frame no longer waits for, the call's end), but a connection being
+    opened is never cancelled half-way: asyncpg would leave a failed future nobody reads
+    ("Future exception was never retrieved"). It opens in full and goes back to the pool."""
+
+    def __init__(self, pool: Any, settling: set[asyncio.Task]):
+        self._pool = pool
+        self._settling = settling
+        self._conn: Any = None
+
+    async def __aenter__(self) -> Any:
+        acquiring = asyncio.ensure_future(self._pool.acquire())
+        try:
+            self._conn = await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            acquiring.add_done_callback(self._give_back)
+            raise
+        return self._conn
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._pool.release(self._conn)
+
+    def _give_back(self, acquiring: asyncio.Future) -> None:
+        if acquiring.cancelled() or acquiring.exception() is not None:
+            return  # nothing was acquired (the exception is read: never reported)
+        release = asyncio.ensure_future(self._pool.release(acquiring.result()))
+        self._settling.add(release)  # held until done: a task only weakly held may vanish
+        release.add_done_callback(self._settled)
+
+    def _settled(self, release: asyncio.Future) -> None:
+        self._settling.discard(release)
+        if not release.cancelled():
+            release.exception()
+
+
 _CONFIG = re.compile(r"^[a-z_]+$")
 #: SQL: the session a ``call_id`` argument (``$1``) names.
 _SESSION = session_key(1)
@@ -158,6 +194,8 @@ class PostgresMemoryStore(MemoryStore):
         self.read_only = read_only
         self._pool: Any = None
         self._lock = asyncio.Lock()
+        # connections acquired for a use that was cancelled meanwhile, going back
+        self._settling: set[asyncio.Task] = set()
 
     def __repr__(self) -> str:
         """The DSN without its password."""
@@ -223,7 +261,7 @@ class PostgresMemoryStore(MemoryStore):
 
     async def _acquire(self):
         await self.open()
-        return self._pool.acquire()
+        return _Lease(self._pool, self._settling)
 
     async def write(self, records: Sequence[Record]) -> None:
         """Write ``records`` in one transaction."""
