@@ -142,6 +142,9 @@ class SQLiteMemoryStore(MemoryStore):
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._open_lock = threading.Lock()
+        # the job on the store's thread now (see _run): a read nobody waits for is interrupted
+        self._running: object | None = None
+        self._running_lock = threading.Lock()
         # common words' counts, kept across searches
         self._df: _sqlite_search.WordCounts = {}
 
@@ -151,18 +154,41 @@ class SQLiteMemoryStore(MemoryStore):
 
     # -- thread plumbing ------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, read: bool = False) -> T:
+        """``fn(conn)`` on the store's thread. A ``read`` whose caller stops waiting (a
+        recall search the frame gave up on, the call's end) is interrupted where it is, so
+        the thread is free for the next one: never left to finish for nobody, holding up
+        the next turn's search and taking the interpreter's lock from the event loop."""
         if self._executor is None:
             with self._open_lock:
                 if self._executor is None:
                     self._executor = ThreadPoolExecutor(1, thread_name_prefix="sqlite-store")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, fn)
+        job = object()
+        try:
+            return await loop.run_in_executor(self._executor, self._call, fn, job)
+        except asyncio.CancelledError:
+            if read:
+                self._interrupt(job)
+            raise
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _call(self, fn: Callable[[sqlite3.Connection], T], job: object = None) -> T:
         if self._conn is None:
             self._conn = self._connect()
-        return fn(self._conn)
+        with self._running_lock:
+            self._running = job
+        try:
+            return fn(self._conn)
+        finally:
+            with self._running_lock:
+                self._running = None
+
+    def _interrupt(self, job: object) -> None:
+        """Interrupt ``job``'s statement if it is the one running (a job not started yet
+        never runs: its future was cancelled; one that ended is left alone)."""
+        with self._running_lock:
+            if self._running is job and self._conn is not None:
+                self._conn.interrupt()
 
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
@@ -346,7 +372,7 @@ class SQLiteMemoryStore(MemoryStore):
                     found[(m.call_id, m.position)] = m
             return [found.get(key) for key in wanted]
 
-        return await self._run(read)
+        return await self._run(read, read=True)
 
     async def fact_history(
         self, *, call_id: str | None = None, user_id: str | None = None
@@ -385,7 +411,7 @@ class SQLiteMemoryStore(MemoryStore):
             call = None if call_id is None else session_key(conn, call_id)
             return _sqlite_search.find(conn, self._df, words, user_id, call, limit, any_word)
 
-        return [SearchHit(*r) for r in await self._run(find)]
+        return [SearchHit(*r) for r in await self._run(find, read=True)]
 
     async def forgotten_at(self, user_id: str) -> float | None:
         """When ``user_id`` was last forgotten (the tombstone's time), or ``None``."""
