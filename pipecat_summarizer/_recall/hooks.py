@@ -15,6 +15,9 @@ the store.
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,8 +97,10 @@ class RecallOutcome:
 class RecallObserver:
     """Told about a recall step's searches and recalls; subclass and override what you need.
 
-    Both methods run on the event loop, inside the turn: keep them cheap. An exception in
-    either is logged (its type only) and never costs the call.
+    Both methods run on the event loop, inside the turn: keep them cheap, and plain
+    functions (``async def`` ones are refused by ``add_observer``: the turn cannot await
+    them). An exception in either (``CancelledError`` too) is logged (its type only) and
+    never costs the call. Each observer is told its own copy of an outcome.
     """
 
     def on_search_started(self, query: str) -> None:
@@ -135,15 +140,29 @@ class RecallHooks:
 
     def add_observer(self, observer: RecallObserver) -> None:
         """Tell ``observer`` about this step's searches and recalls (see
-        :class:`~pipecat_summarizer._recall.hooks.RecallObserver`)."""
+        :class:`~pipecat_summarizer._recall.hooks.RecallObserver`); once, however often it
+        is added.
+
+        Raises:
+            TypeError: If ``observer`` is not a ``RecallObserver``, or one of its methods is
+                ``async def`` (the turn cannot wait for it).
+        """
         if not isinstance(observer, RecallObserver):
             raise TypeError(f"observer must be a RecallObserver, got {type(observer).__name__}")
-        self._observers.append(observer)
+        for method in ("on_search_started", "on_recall"):
+            if inspect.iscoroutinefunction(getattr(observer, method, None)):
+                raise TypeError(
+                    f"{type(observer).__name__}.{method} must be a plain function, not async def: "
+                    "recall runs inside the turn and cannot await it (start a task from it "
+                    "if you need to)"
+                )
+        # by identity: two observers that compare equal (dataclasses) are two observers
+        if not any(o is observer for o in self._observers):
+            self._observers.append(observer)
 
     def remove_observer(self, observer: RecallObserver) -> None:
-        """Stop telling ``observer`` (no error if it was not added)."""
-        if observer in self._observers:
-            self._observers.remove(observer)
+        """Stop telling ``observer`` (this very object; no error if it was not added)."""
+        self._observers[:] = [o for o in self._observers if o is not observer]
 
     @property
     def early_searches(self) -> EarlySearches | None:
@@ -239,14 +258,43 @@ def _told(
 
 def notify(observers: Sequence[RecallObserver], method: str, *args: Any) -> None:
     """Call ``method`` on each observer; a failing observer is logged (its type and the
-    exception's type) and the others are still told."""
-    for observer in observers:
+    exception's type) and the others are still told.
+
+    Each is told its own copy of an outcome (one that forces a change cannot change what
+    the next is told), and the observers as they were when this began (one that removes
+    itself never makes the next one missed)."""
+    for observer in tuple(observers):
+        told = tuple(copy.copy(a) if isinstance(a, RecallOutcome) else a for a in args)
         try:
-            getattr(observer, method)(*args)
-        except Exception as e:  # an observer never costs the call
+            result = getattr(observer, method)(*told)
+        # CancelledError too: raised by a plain function it is the observer's own (a
+        # cancelled task's result read), never this task's cancellation, which only an await
+        # delivers; left to rise it ended the turn's recall and hung the pipeline
+        except (Exception, asyncio.CancelledError) as e:  # an observer never costs the call
             logger.warning(
                 f"recall observer {type(observer).__name__}.{method} failed ({type(e).__name__})"
             )
+            continue
+        if inspect.isawaitable(result):
+            _unawaited(observer, method, result)
+
+
+_said_unawaited: set[tuple[type, str]] = set()
+
+
+def _unawaited(observer: RecallObserver, method: str, result: Any) -> None:
+    # a plain function that returned a coroutine (add_observer refuses async def ones): it is
+    # closed, so it never warns "never awaited" far from here, and said once per class
+    close = getattr(result, "close", None)
+    if callable(close):
+        close()
+    key = (type(observer), method)
+    if key not in _said_unawaited:
+        _said_unawaited.add(key)
+        logger.warning(
+            f"recall observer {type(observer).__name__}.{method} returned an awaitable; "
+            "observers must be synchronous: it was not run"
+        )
 
 
 __all__ = [
