@@ -12,15 +12,13 @@ import logging
 
 import pytest
 from pipecat.frames.frames import CancelFrame
-from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer.params import MemoryParams, RecallParams
+from pipecat_summarizer.params import RecallParams
 from tests.pipeline.test_recall_attacks_prefetch import _searches_running, _seed, _store
 from tests.support.openai_server import Reply
-from tests.support.pipeline_utils import build, cfg, main_llm, user_turn
-from tests.support.recall_calls import FAST
+from tests.support.pipeline_utils import build, main_llm, user_turn
+from tests.support.recall_calls import travel_desk
 
 
 async def _end_searches() -> None:
@@ -47,18 +45,8 @@ async def test_a_call_cancelled_while_recall_waits_leaves_no_search_behind(
     store = _store(store_target)
     store.delay_s = 5.0 if how == "slow" else 0.6
     store.fail = how == "failing"
-    context = LLMContext(messages=[{"role": "system", "content": "You are a travel desk."}])
-    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=40, keep=4),
-        summarizer=summarizer,
-        store=store,
-        call_id="now",
-        user_id="alice",
-        memory=MemoryParams(writer=FAST),
-        recall=RecallParams(latency_budget_s=2.0),  # the turn is still waiting at the cancel
-    )
+    recall = RecallParams(latency_budget_s=2.0)  # the turn is still waiting at the cancel
+    context, processor, summarizer = travel_desk(openai_server, store, recall, call_id="now")
     try:
         await _seed(store)
         with caplog.at_level(logging.WARNING):

@@ -7,7 +7,6 @@ real SQLite files and the real PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 from pipecat.frames.frames import (
@@ -29,13 +28,13 @@ from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall import prefetch as prefetch_module
 from pipecat_summarizer._recall.prefetch import PrefetchingArchive, RecallPrefetch
 from pipecat_summarizer._recall.render import is_recall_message
-from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
+from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store import PostgresMemoryStore, SQLiteMemoryStore
 from pipecat_summarizer.store.records import ArchivedMessage
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import cfg, main_llm
+from tests.support.recall_calls import archived_call, travel_desk
 
-FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418, arriving Friday."
 ASK = "Which hotel did I book with you last time?"
 SEARCH_S = 0.6  # the archive's answer time: four times the turn's budget (BUDGET_S)
@@ -71,19 +70,7 @@ def _slow_store(target: str):
 
 def _earlier_call(user_id: str = "alice") -> list[ArchivedMessage]:
     lines = [HOTEL, "Noted, the Hotel Marquis in Lisbon.", "Thanks, bye."]
-    return [
-        ArchivedMessage(
-            call_id="c1",
-            position=i,
-            role="user" if i % 2 == 0 else "assistant",
-            content=text,
-            message_json=json.dumps({"role": "user", "content": text}),
-            turn=i // 2,
-            at=1_700_000_000 + i,
-            user_id=user_id,
-        )
-        for i, text in enumerate(lines)
-    ]
+    return archived_call(lines, user_id=user_id)
 
 
 def _turn(*parts: str, interim: str | None = None) -> list:
@@ -97,17 +84,8 @@ def _turn(*parts: str, interim: str | None = None) -> list:
 
 
 async def _call(server, store, frames: list, *, early: bool):
-    context = LLMContext(messages=[{"role": "system", "content": "You are a travel desk."}])
-    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=40, keep=4),
-        summarizer=summarizer,
-        store=store,
-        call_id="c2",
-        user_id="alice",
-        memory=MemoryParams(writer=FAST),
-        recall=RecallParams(latency_budget_s=BUDGET_S),
+    context, processor, summarizer = travel_desk(
+        server, store, RecallParams(latency_budget_s=BUDGET_S)
     )
     # turns come as frames here (the default stop strategy loads a smart-turn model)
     pair = LLMContextAggregatorPair(

@@ -6,23 +6,22 @@ model was sent. Real SQLite stores; the archive is counted by a subclass of the 
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
-from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.hooks import RecallObserver, RecallOutcome
 from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer._recall.step import RecallStep
-from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
+from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from pipecat_summarizer.store.records import ArchivedMessage
 from tests.support.openai_server import Reply
-from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.pipeline_utils import build, main_llm, turns
+from tests.support.recall_calls import FAST, archived_call, travel_desk
 
-FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
+__all__ = ["ASK", "FAST", "Seen", "_earlier_call"]  # what tests/recall/test_attacks2_* share
+
 # no date, time, amount or number: no search for a later correction of one (see test_step_later)
 HOTEL = "We are staying at the Hotel Marquis in Lisbon, the one by the river."
 ASK = "Which hotel did I book with you last time?"
@@ -61,37 +60,15 @@ class Seen(RecallObserver):
 
 
 def _earlier_call() -> list[ArchivedMessage]:
-    lines = [HOTEL, "Noted, the Hotel Marquis in Lisbon.", "Thanks, bye."]
-    return [
-        ArchivedMessage(
-            call_id="c1",
-            position=i,
-            role="user" if i % 2 == 0 else "assistant",
-            content=text,
-            message_json=json.dumps({"role": "user", "content": text}),
-            turn=i // 2,
-            at=1_700_000_000 + i,
-            user_id="alice",
-        )
-        for i, text in enumerate(lines)
-    ]
+    return archived_call([HOTEL, "Noted, the Hotel Marquis in Lisbon.", "Thanks, bye."])
 
 
 async def test_an_observer_sees_a_turns_recall_through_a_real_pipeline(openai_server, tmp_path):
     openai_server.handler = lambda body: Reply("Sure.")
     store = CountingSQLite(tmp_path / "m.db")
-    context = LLMContext(messages=[{"role": "system", "content": "You are a travel desk."}])
-    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=40, keep=4),
-        summarizer=summarizer,
-        store=store,
-        call_id="c2",
-        user_id="alice",
-        memory=MemoryParams(writer=FAST),
-        # a generous budget: what is tested is what the observer is told, not speed
-        recall=RecallParams(latency_budget_s=2.0),
+    # a generous budget: what is tested is what the observer is told, not speed
+    context, processor, summarizer = travel_desk(
+        openai_server, store, RecallParams(latency_budget_s=2.0)
     )
     seen = Seen()
     step = processor.recall_step

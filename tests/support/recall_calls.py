@@ -4,6 +4,8 @@ against the local OpenAI-protocol server; and the recalled block of the last req
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from pipecat.processors.aggregators.llm_context import LLMContext
@@ -12,6 +14,7 @@ from pipecat.tests.utils import run_test
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
+from pipecat_summarizer.store.records import ArchivedMessage
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
 
 #: A writer that flushes at once, so the next call finds what this one archived.
@@ -57,3 +60,43 @@ def recall_block(server: Any) -> str:
     recalled = [m for m in server.chat_requests[-1]["messages"] if is_recall_message(m)]
     assert len(recalled) == 1
     return str(recalled[0]["content"])
+
+
+def archived_call(
+    lines: Sequence[str], *, call_id: str = "c1", user_id: str = "alice"
+) -> list[ArchivedMessage]:
+    """An earlier call of ``user_id`` as the archive holds it: ``lines`` said in turn by the
+    caller and the assistant, a second apart (November 2023)."""
+    return [
+        ArchivedMessage(
+            call_id=call_id,
+            position=i,
+            role="user" if i % 2 == 0 else "assistant",
+            content=text,
+            message_json=json.dumps({"role": "user", "content": text}),
+            turn=i // 2,
+            at=1_700_000_000 + i,
+            user_id=user_id,
+        )
+        for i, text in enumerate(lines)
+    ]
+
+
+def travel_desk(
+    server: Any, store: Any, recall: RecallParams, *, call_id: str = "c2"
+) -> tuple[LLMContext, ContextSummarizer, OpenAISummarizer]:
+    """A travel desk's call of ``alice`` with ``recall`` on ``store`` (no summary before 40
+    messages): its context, its processor and its summarizer (the caller closes it)."""
+    context = LLMContext(messages=[{"role": "system", "content": "You are a travel desk."}])
+    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=40, keep=4),
+        summarizer=summarizer,
+        store=store,
+        call_id=call_id,
+        user_id="alice",
+        memory=MemoryParams(writer=FAST),
+        recall=recall,
+    )
+    return context, processor, summarizer
