@@ -12,6 +12,18 @@ from __future__ import annotations
 #: The least room worth a recalled block: the header (~25 tokens) and one short quote.
 MIN_RECALL_TOKENS = 40
 
+#: The most of the latency budget kept back for the frame's time the recall step cannot see
+#: or stop (see :func:`planned_budget`).
+MARGIN_S = 0.001
+
+
+def planned_budget(budget_s: float) -> float:
+    """The part of the latency budget the recall step plans its work in: the budget less a
+    tenth of it, at most :data:`MARGIN_S`, for what the step cannot see or stop: the frame's
+    queue hop and the processor's work before the step, placing the block and pushing the
+    frame after it, the last hit judged past the deadline, a timer that fires late."""
+    return max(0.0, budget_s - min(budget_s / 10, MARGIN_S))
+
 
 def search_wait(budget_s: float, elapsed_s: float, after_s: float) -> float:
     """How long a turn waits for the archive: the latency budget less what the frame has
@@ -41,4 +53,12 @@ def fits(room: int | None) -> bool:
     return room is None or room >= MIN_RECALL_TOKENS
 
 
-__all__ = ["MIN_RECALL_TOKENS", "after_search", "fits", "recall_budget", "search_wait"]
+__all__ = [
+    "MARGIN_S",
+    "MIN_RECALL_TOKENS",
+    "after_search",
+    "fits",
+    "planned_budget",
+    "recall_budget",
+    "search_wait",
+]

@@ -261,12 +261,13 @@ class ArchiveSearch(RecallHooks):
 
         return await second_search(search, self._result, gathered, hits, wait_s)
 
-    async def _later(self, hits: Sequence[Any], wait_s: float) -> list[Any]:
+    async def _later(self, hits: Sequence[Any], until: float) -> list[Any]:
         """The caller's archived messages that state a value the first ``hits`` state (a
         correction made in a later call, "make that 21 March, not 14 March", may share no
-        other word with the question), within ``wait_s``: nothing when late (cancelled)."""
+        other word with the question), by ``until`` (the loop's clock: reading the values
+        comes out of the wait): nothing when late (cancelled)."""
         values = stated_values(hits[: self.params.max_snippets])
-        if not values:
+        if not values or loop_time() >= until:
             return []
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
         generation = self._generation()
@@ -278,7 +279,7 @@ class ArchiveSearch(RecallHooks):
             return [h for found in await asyncio.gather(*asked) for h in found]
 
         task = asyncio.ensure_future(search())
-        await wait_for_task(task, max(wait_s, 0.0))
+        await wait_for_task(task, max(until - loop_time(), 0.0))
         if not task.done():
             task.add_done_callback(consume)
             task.cancel()

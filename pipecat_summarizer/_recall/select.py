@@ -184,6 +184,11 @@ def in_view(text: str, view: View, query_terms: Sequence[str]) -> bool:
     return all(t in view.terms for t in own)
 
 
+#: How many more hits :func:`select_hits` judges past the frame's deadline for a first
+#: strong match, when none is chosen yet (each costs the frame ~0.1 ms).
+PAST_DEADLINE_HITS = 4
+
+
 def select_hits(
     hits: Sequence[Any],
     query: str,
@@ -228,8 +233,10 @@ def select_hits(
             judged once that many strong matches are chosen (the first ``most`` are the
             same as without it).
         deadline: When the frame's time is up (``clock``'s time): hits are judged best
-            first, and once it has passed (and a strong match is chosen) no more are, what is
-            chosen so far is returned. ``None``: every hit is judged.
+            first, and once it has passed no more are once a strong match is chosen, nor
+            after :data:`PAST_DEADLINE_HITS` more without one (a late answer to an earlier
+            question may hold none: judging all of it held the frame for milliseconds);
+            what is chosen so far is returned. ``None``: every hit is judged.
         clock: The clock ``deadline`` is on (the running loop's, for the recall step).
 
     Returns:
@@ -242,9 +249,12 @@ def select_hits(
     weak: list[Snippet] = []  # filling: share a topic word, not a strong match
     seen: set[str] = set()
     enough = params.max_snippets if most is None else max(1, min(most, params.max_snippets))
+    past = 0  # hits judged after the deadline
     for rank, hit in enumerate(hits):
-        if deadline is not None and out and clock() >= deadline:
-            break  # the frame's time is up: what is chosen so far is placed
+        if deadline is not None and clock() >= deadline:
+            if out or past >= PAST_DEADLINE_HITS:
+                break  # the frame's time is up: what is chosen so far is placed
+            past += 1  # none chosen yet: a strong match among the next few is still worth it
         text = str(getattr(hit, "content", "") or "")
         role = str(getattr(hit, "role", "") or "")
         if role in excluded or not text.strip():

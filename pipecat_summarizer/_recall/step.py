@@ -19,6 +19,7 @@ from pipecat_summarizer._recall.budget import (
     MIN_RECALL_TOKENS,
     after_search,
     fits,
+    planned_budget,
     recall_budget,
     search_wait,
 )
@@ -191,8 +192,12 @@ class RecallStep(ArchiveSearch):
         terms = focus(query, context.common())
         self.turns += 1
         # the budget bounds the frame's time here, not only the search: what ran before
-        # the search and what runs after it (ranking, rendering) come out of it too
-        wait = search_wait(params.latency_budget_s, _now() - started, self._after_search_s)
+        # the search and what runs after it (ranking, rendering) come out of it too. Every
+        # wait for the archive in this frame ends at one moment, ``until``: the work done
+        # between the waits (the values to search, the gathered words) comes out of it
+        planned = planned_budget(params.latency_budget_s)
+        wait = search_wait(planned, _now() - started, self._after_search_s)
+        until = _now() + wait
         (hits, replies), how = await self.hits_for_turn(query, terms, wait_s=wait)
         tally[0] = len(hits)
         if not hits:
@@ -201,17 +206,18 @@ class RecallStep(ArchiveSearch):
         gathered: list[str] = []
         if params.gather and how == "on_time":
             gathered = gather_words(hits, query, terms, params.min_score)
-            left = search_wait(params.latency_budget_s, _now() - started, self._after_search_s)
+            left = until - _now()
             if gathered and left > 0:  # only with time left in the turn's budget
                 more = await self._gather(gathered, hits, left)
                 tally[0] += len(more[0])
         later: list[Any] = []
         # a value the hits state may have been corrected in a later call: searched when the
         # question asks about time or gathers (each such search costs the frame ~2-3 ms)
-        if how == "on_time" and (asks_when(query) or gathers(query)):
-            left = search_wait(params.latency_budget_s, _now() - started, self._after_search_s)
-            later = await self._later([*hits, *more[0]], left) if left > 0 else []
-        found = _now()
+        if how == "on_time" and (asks_when(query) or gathers(query)) and _now() < until:
+            later = await self._later([*hits, *more[0]], until)
+        # a wait that ran to its end resumed a little after it (the loop's timer, the
+        # interpreter's lock): measured from ``until``, the reserve covers that too
+        found = min(_now(), until)
         current = list(messages())
         at = latest_user_index(current)
         if at is None or current[at] is not asking:
@@ -226,8 +232,8 @@ class RecallStep(ArchiveSearch):
             cap, most = block_cap(params, context.tokens())
         # the frame's time bounds what runs after the search: hits are judged best first
         # until the deadline, and what is chosen by then is placed
-        deadline = started + params.latency_budget_s
-        choose_by = deadline - min(self._after_select_s, params.latency_budget_s / 2)
+        deadline = started + planned
+        choose_by = deadline - min(self._after_select_s, planned / 2)
         snippets = select_hits(
             hits,
             query,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from pipecat_summarizer._recall.gather import with_gathered
 from pipecat_summarizer._recall.render import render_recall
-from pipecat_summarizer._recall.select import make_view, select_hits
+from pipecat_summarizer._recall.select import PAST_DEADLINE_HITS, make_view, select_hits
 from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store.records import SearchHit
 
@@ -75,19 +75,41 @@ def test_at_the_deadline_what_is_chosen_so_far_is_kept(rows, seen, p, reads):
     hits, replies = _found(rows)
     view = make_view(seen)
     full = select_hits(hits, QUERY, view, p, replies=replies)
+    # the clock is read once per hit judged: the deadline passes at the hit ranked ``reads``
     bounded = select_hits(hits, QUERY, view, p, replies=replies, deadline=reads, clock=ticks())
-    # a strong match is chosen whenever there is one (the first, judged best first) ...
-    assert bool(bounded) == bool(full)
-    if full:
+    # the first strong match is chosen when it is ranked before the deadline, or among the
+    # few hits judged past it with none chosen yet; never a hit the full selection lacks
+    reachable = bool(full) and full[0].rank < reads + PAST_DEADLINE_HITS
+    assert bool(bounded) == reachable
+    if reachable:
         assert bounded[0] == full[0]
     assert len(bounded) <= p.max_snippets
     if not p.fill:
         # ... and without filling, what is chosen is the start of the full selection
         assert bounded == full[: len(bounded)]
-    # past from the start: one hit judged beyond the first strong match, no more
+    # past from the start: the first few hits judged, one strong match at most
     past = select_hits(hits, QUERY, view, p, replies=replies, deadline=-1.0, clock=ticks())
-    if full and not p.fill:
-        assert past == full[:1]
+    if not p.fill:
+        assert past == (full[:1] if full and full[0].rank < PAST_DEADLINE_HITS else [])
+
+
+def test_past_the_deadline_a_late_answer_without_a_strong_match_is_not_judged_to_its_end():
+    """A late answer (an earlier question's hits, judged against this turn's) may hold no
+    strong match at all: past the deadline only a few more hits are judged for one."""
+    rows = [("user", f"Porto train Sunday {i}", False) for i in range(39)]
+    rows.append(("user", "hotel room Lisbon", True))
+    hits, replies = _found(rows)
+    p = RecallParams(max_snippets=8)
+    full = select_hits(hits, QUERY, make_view([]), p, replies=replies)
+    assert full and full[0].rank == 39  # the only strong match, last
+    reads = []
+
+    def clock() -> float:
+        reads.append(1)
+        return 1.0
+
+    past = select_hits(hits, QUERY, make_view([]), p, replies=replies, deadline=0.0, clock=clock)
+    assert past == [] and len(reads) == PAST_DEADLINE_HITS + 1
 
 
 @settings(deadline=None, max_examples=100)
