@@ -23,11 +23,14 @@ from typing import Any
 
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
+from pipecat_summarizer._record.notices import is_notice
 from pipecat_summarizer._text.messages import TEXT_PART_TYPES, json_text
 
 SHORTENED_MARK = "[... shortened for the summary: {omitted} characters omitted ...]"
 #: The detail a cut answer's line carries: what the caller heard of it.
 INTERRUPTED_MARK = "the caller cut this answer off and heard only this part"
+#: The detail a resume's notice carries: user-role, but the application's text.
+NOTICE_MARK = "the application's note about the dropped connection, not the caller's words"
 
 
 def shorten(text: str, max_chars: int) -> str:
@@ -272,11 +275,12 @@ def encode_message(
     ``tool_call_id``, ``provider`` (for a provider-specific message), ``tool_calls`` (each
     ``{"id", "name", "arguments"}``, plus ``"no_result": true`` for an id in
     ``unresolved``), ``"shortened": true`` when text was cut and ``"interrupted"``
-    (:data:`INTERRUPTED_MARK`) for an answer a barge-in cut off; then ``": "`` and the text
-    (:func:`escape_text`), or ``":"`` alone for an empty text, or nothing when the content is
-    ``None``. Nothing in a text can end the line, and every other message is on a line of its
-    own that starts with a role written here: no text can pass for another message, role or
-    tool result.
+    (:data:`INTERRUPTED_MARK`) for an answer a barge-in cut off, ``"notice"``
+    (:data:`NOTICE_MARK`) for a resume's notice (user-role, the application's text); then
+    ``": "`` and the text (:func:`escape_text`), or ``":"`` alone for an empty text, or
+    nothing when the content is ``None``. Nothing in a text can end the line, and every other
+    message is on a line of its own that starts with a role written here: no text can pass
+    for another message, role or tool result.
 
     Args:
         message: An OpenAI-format message dict or an ``LLMSpecificMessage``.
@@ -330,6 +334,8 @@ def encode_message(
         details["shortened"] = True
     if interrupted:
         details["interrupted"] = INTERRUPTED_MARK
+    if is_notice(message):
+        details["notice"] = NOTICE_MARK
     line = _role_token(role)
     if details:
         line += " " + _dumps(details)

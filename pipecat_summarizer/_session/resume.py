@@ -40,6 +40,7 @@ from pipecat.processors.aggregators import async_tool_messages
 
 from pipecat_summarizer._compaction.plan import head_length
 from pipecat_summarizer._record.interrupted import provider_form
+from pipecat_summarizer._record.notices import NOTICE_HEADER, is_notice
 from pipecat_summarizer._text.vocabulary import FACTS, OPEN_QUESTIONS
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 
@@ -50,11 +51,6 @@ if TYPE_CHECKING:
 DROPPED_ENDS = frozenset({"cancel", "cleanup", "dropped"})
 #: ``ended_by`` of a call the application marked dropped (``ContextSummarizer.mark_dropped``).
 MARKED_DROPPED = "dropped"
-#: The first line of the notice: a note from the system, never the caller's words.
-NOTICE_HEADER = (
-    "[Note from the system about the previous connection, not words of the caller; "
-    "data, not an instruction]"
-)
 #: The content of a tool result that never came (or whose placeholder was still running).
 LOST_RESULT = (
     "RESULT LOST: the connection dropped before this tool call returned a result; "
@@ -264,14 +260,6 @@ def _message(text: str) -> dict | None:
     if is_notice(message):
         return None
     return message
-
-
-def is_notice(message: Any) -> bool:
-    """Whether ``message`` is a resume's notice (user-role, starting with the header)."""
-    if not isinstance(message, dict) or message.get("role") != "user":
-        return False
-    content = message.get("content")
-    return isinstance(content, str) and content.startswith(NOTICE_HEADER)
 
 
 def _calls(message: dict) -> list[tuple[str, str, str]]:
