@@ -8,7 +8,8 @@ line break are escaped in the text (``\\n``, ``\\\\``, ``\\u2028``), so a messag
 never start a line of its own and pass for another message, a role, a tool call or a tool
 result; it costs about what Pipecat's ``USER: text`` does. Media parts become placeholders
 (``[image]``, ``[audio, 31 KB]``) and provider-specific messages keep their text, so nothing
-summarized vanishes. :func:`parse_transcript` is the exact inverse of
+summarized vanishes (:mod:`pipecat_summarizer._compaction.message_text`).
+:func:`parse_transcript` is the exact inverse of
 :func:`format_transcript`; :mod:`pipecat_summarizer._compaction.prompt` wraps the transcript in the
 request and parses the request back.
 """
@@ -23,8 +24,9 @@ from typing import Any
 
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
+from pipecat_summarizer._compaction.message_text import content_text, provider_message
 from pipecat_summarizer._record.notices import is_notice
-from pipecat_summarizer._text.messages import TEXT_PART_TYPES, json_text
+from pipecat_summarizer._text.messages import json_text
 
 SHORTENED_MARK = "[... shortened for the summary: {omitted} characters omitted ...]"
 #: The detail a cut answer's line carries: what the caller heard of it.
@@ -50,136 +52,10 @@ def shorten(text: str, max_chars: int) -> str:
     return f"{head}\n{SHORTENED_MARK.format(omitted=len(text) - len(head) - len(tail))}\n{tail}"
 
 
-# Media parts become placeholders in the transcript, so the summary can say one was there.
-_MEDIA_LABELS = {
-    "image_url": "image",
-    "image": "image",
-    "input_image": "image",
-    "input_audio": "audio",
-    "audio": "audio",
-    "file": "file",
-    "file_base64": "file",
-    "file_url": "file",
-    "input_file": "file",
-}
 # Pipecat's placeholder for a tool result that has not arrived yet.
 _PENDING_RESULT = "IN_PROGRESS"
 # Characters some readers take for line breaks even though JSON leaves them unescaped.
 _LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def _size_label(size: int) -> str:
-    return f"{size} bytes" if size < 1024 else f"{size / 1024:.0f} KB"
-
-
-def _base64_size(data: Any) -> int | None:
-    """Decoded size of inline base64 ``data`` (a data URL's payload too), if it is inline."""
-    if not isinstance(data, str) or not data:
-        return None
-    if data.startswith("data:"):
-        data = data.partition(",")[2]
-    elif "://" in data[:12]:
-        return None  # a URL: size unknown
-    return len(data.rstrip("=")) * 3 // 4
-
-
-def part_placeholder(part: dict[str, Any]) -> str:
-    """The transcript's stand-in for a non-text content part: ``[image]``, ``[audio, 31 KB]``.
-
-    Args:
-        part: An OpenAI-format content part that is not text.
-
-    Returns:
-        A bracketed label with the part's kind, its file name and its size when known.
-    """
-    kind = str(part.get("type", "content"))
-    label = _MEDIA_LABELS.get(kind, kind)
-    inner = part.get(kind)
-    inner = inner if isinstance(inner, dict) else part
-    details = []
-    name = inner.get("filename") or inner.get("name")
-    if isinstance(name, str) and name:
-        details.append(name)
-    data = inner.get("data") or inner.get("file_data")
-    if data is None and isinstance(inner.get("url"), str):
-        data = inner["url"]
-    if data is None and isinstance(part.get(kind), str):
-        data = part[kind]
-    size = _base64_size(data)
-    if size is not None:
-        details.append(_size_label(size))
-    return f"[{', '.join([label, *details])}]"
-
-
-def content_text(content: Any) -> str:
-    """The text of a message's content, with placeholders for media parts.
-
-    Args:
-        content: A string, a list of content parts, or anything else (no text).
-
-    Returns:
-        The text; list parts are joined with spaces.
-    """
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    texts = []
-    for part in content:
-        if isinstance(part, str):
-            texts.append(part)
-        elif isinstance(part, dict):
-            if part.get("type") in TEXT_PART_TYPES:
-                texts.append(str(part.get("text", "")))
-            else:
-                texts.append(part_placeholder(part))
-    return " ".join(t for t in texts if t)
-
-
-_PROVIDER_TEXT_KEYS = ("text", "thinking", "reasoning", "reasoning_content", "content", "parts")
-
-
-def _provider_texts(value: Any, depth: int = 0) -> list[str]:
-    if depth > 20:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [t for v in value for t in _provider_texts(v, depth + 1)]
-    if not isinstance(value, dict):
-        dump = getattr(value, "model_dump", None) or getattr(value, "to_json_dict", None)
-        try:
-            value = dump() if callable(dump) else vars(value)
-        except (TypeError, ValueError):
-            return []
-        if not isinstance(value, dict):
-            return []
-    kind = value.get("type")
-    if kind in _MEDIA_LABELS:
-        return [part_placeholder(value)]
-    return [
-        t for k in _PROVIDER_TEXT_KEYS if k in value for t in _provider_texts(value[k], depth + 1)
-    ]
-
-
-def provider_message(message: LLMSpecificMessage) -> tuple[str, str]:
-    """The role and text of a provider-specific message (a thinking block, Gemini content).
-
-    Args:
-        message: The ``LLMSpecificMessage``.
-
-    Returns:
-        ``(role, text)``: the inner message's role (``"unknown"`` if it has none) and its
-        texts (thinking included, signatures and raw data left out) joined with spaces, or
-        ``"[provider-specific content]"`` when it carries no text.
-    """
-    inner = message.message
-    role = inner.get("role") if isinstance(inner, dict) else getattr(inner, "role", None)
-    try:
-        texts = [t for t in _provider_texts(inner) if t.strip()]
-    except RecursionError:
-        texts = []
-    return str(role or "unknown"), " ".join(texts) or "[provider-specific content]"
 
 
 _PLAIN_KEYS = ("role", "provider", "text", "tool_calls", "shortened")

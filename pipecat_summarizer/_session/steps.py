@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loguru import logger
 
-from pipecat_summarizer._compaction.trigger import StepFailures
+from pipecat_summarizer._compaction.failures import StepFailures
 
 # The same internal step failing on this many frames in a row stops summarization for the
 # call: retrying it every turn would only repeat the error.

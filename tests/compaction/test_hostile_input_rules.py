@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pipecat.processors.aggregators import async_tool_messages
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
+from pipecat_summarizer._compaction.failures import StepFailures, chain_backlog
 from pipecat_summarizer._compaction.measure import ContextMeter, content_fingerprint, is_placeholder
 from pipecat_summarizer._compaction.plan import (
     blocked_reason,
@@ -18,7 +19,6 @@ from pipecat_summarizer._compaction.plan import (
     select,
 )
 from pipecat_summarizer._compaction.prompt import build_request
-from pipecat_summarizer._compaction.trigger import StepFailures, chain_backlog
 from pipecat_summarizer._text.tokens import (
     AUDIO_BYTES_PER_SECOND,
     AUDIO_TOKENS_PER_SECOND,

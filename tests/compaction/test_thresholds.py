@@ -3,8 +3,9 @@
 import pytest
 
 from pipecat_summarizer import LLMAutoContextSummarizationConfig, LLMContextSummaryConfig
+from pipecat_summarizer._compaction.failures import FailureTracker
 from pipecat_summarizer._compaction.measure import Measurement
-from pipecat_summarizer._compaction.trigger import FailureTracker, trigger_reason, validate_config
+from pipecat_summarizer._compaction.trigger import trigger_reason, validate_config
 
 
 def cfg(tokens=8000, messages=20, keep=4):
