@@ -43,6 +43,18 @@ from pipecat_summarizer.params.recall import model_missing
 MAX_EMBED_CHARS = 2000
 
 
+def embeddable(text: str) -> str:
+    """``text`` as a model reads it: its first :data:`MAX_EMBED_CHARS` characters, a lone
+    surrogate (invalid Unicode a client's JSON can carry into a transcription) replaced by
+    U+FFFD: the tokenizers raise on one, which cost the turn its ranking by meaning."""
+    text = text[:MAX_EMBED_CHARS]
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """What semantic recall needs of a model: unit-length float32 vectors for texts."""
@@ -303,7 +315,7 @@ class WordLlamaEmbedder(_LazyModel):
             self.load()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        cut = [t[:MAX_EMBED_CHARS] for t in texts]
+        cut = [embeddable(t) for t in texts]
         return unit_rows(self._model.embed(cut))
 
 
@@ -361,7 +373,7 @@ class MiniLMEmbedder(_LazyModel):
         live = [i for i, t in enumerate(texts) if t.strip()]
         if not live:
             return out
-        encoded = tokenizer.encode_batch([texts[i][:MAX_EMBED_CHARS] for i in live])
+        encoded = tokenizer.encode_batch([embeddable(texts[i]) for i in live])
         ids_of = {i: e.ids for i, e in zip(live, encoded, strict=True)}
         order = sorted(live, key=lambda i: len(ids_of[i]))
         for start in range(0, len(order), self.batch):
@@ -543,6 +555,7 @@ __all__ = [
     "WordLlamaEmbedder",
     "blas_threads",
     "cached_vectors",
+    "embeddable",
     "embedder_for",
     "forget_vectors",
     "limit_blas_threads",
