@@ -29,16 +29,15 @@ The store plugs in here: :attr:`ConversationRecord.on_facts_changed` sees every 
 :meth:`ConversationRecord.load` gives a returning caller their facts and earlier-calls
 summary; recall reads :meth:`ConversationRecord.texts_in_view`. How the record changes
 (pinning, unpinning, evicted facts, the budget, loading) is in
-:mod:`pipecat_summarizer._record.changes`, a base of the class.
+:mod:`pipecat_summarizer._record.changes`, a base of the class; the summary message's text
+(the template, the facts and corrections written into it) in
+:mod:`pipecat_summarizer._record.summary_text`.
 """
 
 from __future__ import annotations
 
-import re
 import warnings
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
+from collections.abc import Callable, Sequence
 from itertools import chain
 from typing import Any
 
@@ -59,8 +58,14 @@ from pipecat_summarizer._record.pinned import _quote as quote_fact
 from pipecat_summarizer._record.sections import (
     parse_sections,
     record_items,
-    with_items,
     without_items,
+)
+from pipecat_summarizer._record.summary_text import (
+    SummaryDraft,
+    render_template,
+    summary_items,
+    with_corrections,
+    with_facts,
 )
 from pipecat_summarizer._text.messages import spoken_text
 from pipecat_summarizer._text.tokens import estimate_text_tokens
@@ -68,57 +73,6 @@ from pipecat_summarizer._text.vocabulary import SPEAKER_RE, normalize_fact
 from pipecat_summarizer.params import PinningParams
 
 Messages = list[Any]
-
-
-def render_template(template: str, summary: str) -> str:
-    """The summary message's text: ``template`` with ``{summary}`` filled in (literally,
-    when the template has other braces that ``str.format`` cannot take)."""
-    try:
-        return template.format(summary=summary)
-    except (KeyError, IndexError, ValueError):
-        return template.replace("{summary}", summary)
-
-
-def with_facts(text: str | None, facts: Iterable[Fact]) -> str:
-    """``text`` (a summary record) with ``facts`` written into FACTS / CONSTRAINTS."""
-    items: dict[str, list[str]] = {"FACTS": [], "CONSTRAINTS": []}
-    for fact in facts:
-        items["CONSTRAINTS" if fact.kind == "constraint" else "FACTS"].append(fact.text)
-    return with_items(text or "", items, normalize_fact)
-
-
-_BULLET_LINE = re.compile(r"^(\s*(?:[-*•]|\d+[.)])\s+)(.*?)\s*$")
-
-
-def with_corrections(text: str, corrections: Sequence[Correction]) -> str:
-    """``text`` (a summary record) with each bullet that states a corrected detail as it was
-    rewritten with the new value (:attr:`Correction.text`), in the order they were made."""
-    if not corrections or not text:
-        return text
-    lines = text.splitlines()
-    for correction in corrections:
-        old = normalize_fact(correction.target)
-        for i, line in enumerate(lines):
-            bullet = _BULLET_LINE.match(line)
-            if bullet and normalize_fact(bullet.group(2)) == old:
-                lines[i] = bullet.group(1) + correction.text
-    return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class SummaryDraft:
-    """A summary ready to be spliced: :meth:`ConversationRecord.absorb` makes it, the
-    processor splices ``message`` in, then :meth:`ConversationRecord.commit` adopts it."""
-
-    message: dict
-    text: str
-    config: LLMContextSummaryConfig
-
-
-@lru_cache(maxsize=4)
-def _summary_items(text: str) -> tuple[str, ...]:
-    # the summary changes once per compaction; corrections read it on many turns
-    return tuple(record_items(text))
 
 
 class ConversationRecord(RecordChanges):
@@ -443,7 +397,7 @@ class ConversationRecord(RecordChanges):
                 continue  # most messages: no detail and no pinned fact is read
             facts = [f for f in self.facts.facts if f.source not in AUTHORITATIVE]
             details = chain(  # read only when the text has a cue and a value
-                ((None, item) for item in _summary_items(self.summary_text or "")),
+                ((None, item) for item in summary_items(self.summary_text or "")),
                 ((f.key, f.text) for f in facts),
             )
             correction = find_correction(text, details)

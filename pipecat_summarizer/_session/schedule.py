@@ -24,7 +24,7 @@ from pipecat_summarizer._compaction.measure import Measurement
 from pipecat_summarizer._compaction.plan import Plan, blocked_reason, select
 from pipecat_summarizer._compaction.prompt import SummaryRequest, build_request
 from pipecat_summarizer._compaction.trigger import CompactionTrigger, validate_summary_config
-from pipecat_summarizer._record.record import SummaryDraft
+from pipecat_summarizer._record.summary_text import SummaryDraft
 from pipecat_summarizer._text.tokens import CachedCounter, count_text
 from pipecat_summarizer.events import (
     ContextCompactedEvent,

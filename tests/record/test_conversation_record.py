@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer._record.pinned import NOTED_HEADER, Fact
-from pipecat_summarizer._record.record import ConversationRecord, render_template, with_facts
+from pipecat_summarizer._record.record import ConversationRecord
+from pipecat_summarizer._record.summary_text import render_template, with_facts
 from pipecat_summarizer.params import PinningParams
 
 SYSTEM = {"role": "system", "content": "You are a nutrition assistant."}

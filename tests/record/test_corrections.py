@@ -16,7 +16,8 @@ from pipecat_summarizer._record.corrections import (
     unread,
 )
 from pipecat_summarizer._record.pinned import PinnedFacts
-from pipecat_summarizer._record.record import ConversationRecord, with_corrections
+from pipecat_summarizer._record.record import ConversationRecord
+from pipecat_summarizer._record.summary_text import with_corrections
 from pipecat_summarizer.store.records import fact_changes, fact_snapshot
 
 DETAILS = [
