@@ -9,6 +9,8 @@ ceiling before it evicts conversation (:func:`recall_budget`, :func:`fits`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 #: The least room worth a recalled block: the header (~25 tokens) and one short quote.
 MIN_RECALL_TOKENS = 40
 
@@ -40,6 +42,36 @@ def after_search(previous_s: float, seconds: float) -> float:
     return seconds if seconds > previous_s else 0.8 * previous_s + 0.2 * seconds
 
 
+@dataclass(frozen=True)
+class Reserves:
+    """What a turn keeps back of its budget for the work after the search, measured on the
+    turns before it (seconds, each by :func:`after_search`).
+
+    Parameters:
+        wait: The work after the search that the deadline cannot cut (reading the context,
+            the view, marking, rendering, placing): kept out of the search's wait. The
+            selection's own time is not in it: the selection stops at the deadline, so a
+            search answering late still leaves its first strong matches.
+        extra: All the work after the search: kept out of the extra searches' waits
+            (gathered words, corrected values), which take only what the selection leaves.
+        select: The work after the selection: kept out of the selection's time.
+    """
+
+    wait: float = 0.0
+    extra: float = 0.0
+    select: float = 0.0
+
+    def measured(self, found: float, picking: float, chosen: float, end: float) -> Reserves:
+        """The reserves after a turn whose search answered (or its wait ended) at
+        ``found``, whose selection ran from ``picking`` to ``chosen``, and which ended at
+        ``end`` (one clock)."""
+        return Reserves(
+            wait=after_search(self.wait, (picking - found) + (end - chosen)),
+            extra=after_search(self.extra, end - found),
+            select=after_search(self.select, end - chosen),
+        )
+
+
 def recall_budget(max_tokens: int, room: int | None) -> int | None:
     """The recalled block's budget: ``max_tokens``, cut to the ``room`` the request ceiling
     leaves (``None``: no ceiling); ``None`` when less than :data:`MIN_RECALL_TOKENS` is left,
@@ -56,6 +88,7 @@ def fits(room: int | None) -> bool:
 __all__ = [
     "MARGIN_S",
     "MIN_RECALL_TOKENS",
+    "Reserves",
     "after_search",
     "fits",
     "planned_budget",

@@ -17,7 +17,7 @@ from loguru import logger
 
 from pipecat_summarizer._recall.budget import (
     MIN_RECALL_TOKENS,
-    after_search,
+    Reserves,
     fits,
     planned_budget,
     recall_budget,
@@ -114,11 +114,9 @@ class RecallStep(ArchiveSearch):
         self.turns = 0
         self.recalled = 0
         self.late_served = 0
-        # what ranking and rendering the hits took lately (seconds), kept out of the wait
-        self._after_search_s = 0.0
-        # what marking, rendering and placing took lately after the selection (seconds),
-        # kept out of the selection's time
-        self._after_select_s = 0.0
+        # what the work after the search took lately: kept out of the waits and of the
+        # selection's time (see Reserves)
+        self._reserves = Reserves()
         # the context's words, kept from turn to turn: a turn reads only its new messages
         self._context = ContextTerms()
 
@@ -191,32 +189,39 @@ class RecallStep(ArchiveSearch):
         asking = before[latest_user_index(before)]  # type: ignore[index]
         terms = focus(query, context.common())
         self.turns += 1
-        # the budget bounds the frame's time here, not only the search: what ran before
-        # the search and what runs after it (ranking, rendering) come out of it too. Every
-        # wait for the archive in this frame ends at one moment, ``until``: the work done
-        # between the waits (the values to search, the gathered words) comes out of it
+        # the budget bounds the frame's time here, not only the search: what ran before the
+        # search and what must run after it come out of it too. The search waits until the
+        # reserve for the work after it that the deadline cannot cut (reading the context,
+        # placing the block); the selection then judges hits until the deadline (a search
+        # answering late leaves the first strong matches, not nothing)
         planned = planned_budget(params.latency_budget_s)
-        wait = search_wait(planned, _now() - started, self._after_search_s)
+        wait = search_wait(planned, _now() - started, self._reserves.wait)
         until = _now() + wait
         (hits, replies), how = await self.hits_for_turn(query, terms, wait_s=wait)
         tally[0] = len(hits)
         if not hits:
             return None
+        # the extra searches (gathered words, corrected values) only take what the whole
+        # work after the search leaves; every wait of theirs ends at one moment, so the work
+        # between them (reading the values to search) comes out of it too
+        extra = min(until, started + planned - min(self._reserves.extra, planned / 2))
         more: Found = ([], {})
         gathered: list[str] = []
         if params.gather and how == "on_time":
             gathered = gather_words(hits, query, terms, params.min_score)
-            left = until - _now()
+            left = extra - _now()
             if gathered and left > 0:  # only with time left in the turn's budget
+                until = extra
                 more = await self._gather(gathered, hits, left)
                 tally[0] += len(more[0])
         later: list[Any] = []
         # a value the hits state may have been corrected in a later call: searched when the
         # question asks about time or gathers (each such search costs the frame ~2-3 ms)
-        if how == "on_time" and (asks_when(query) or gathers(query)) and _now() < until:
-            later = await self._later([*hits, *more[0]], until)
+        if how == "on_time" and (asks_when(query) or gathers(query)) and _now() < extra:
+            until = extra
+            later = await self._later([*hits, *more[0]], extra)
         # a wait that ran to its end resumed a little after it (the loop's timer, the
-        # interpreter's lock): measured from ``until``, the reserve covers that too
+        # interpreter's lock): measured from its end, the reserves cover that too
         found = min(_now(), until)
         current = list(messages())
         at = latest_user_index(current)
@@ -233,7 +238,8 @@ class RecallStep(ArchiveSearch):
         # the frame's time bounds what runs after the search: hits are judged best first
         # until the deadline, and what is chosen by then is placed
         deadline = started + planned
-        choose_by = deadline - min(self._after_select_s, planned / 2)
+        choose_by = deadline - min(self._reserves.select, planned / 2)
+        picking = _now()
         snippets = select_hits(
             hits,
             query,
@@ -276,11 +282,11 @@ class RecallStep(ArchiveSearch):
             clock=_now,
         )
         if text is None:
-            self._measured(found, chosen)
+            self._measured(found, picking, chosen)
             return None
         message = recall_message(text)
         placed = place_recall(current, message, self.message)
-        self._measured(found, chosen)
+        self._measured(found, picking, chosen)
         if placed is None:
             return None
         self.message = message
@@ -289,12 +295,9 @@ class RecallStep(ArchiveSearch):
         self.late_served += how == "late"
         return placed
 
-    def _measured(self, found: float, chosen: float) -> None:
-        # measured, not guessed: the reserves the next turn keeps for the work after the
-        # search (out of its wait) and after the selection (out of the selection's time)
-        end = _now()
-        self._after_search_s = after_search(self._after_search_s, end - found)
-        self._after_select_s = after_search(self._after_select_s, end - chosen)
+    def _measured(self, found: float, picking: float, chosen: float) -> None:
+        # measured, not guessed: what the next turn keeps back of its budget
+        self._reserves = self._reserves.measured(found, picking, chosen, _now())
 
     # -- the tool -------------------------------------------------------------------------
 
