@@ -3,7 +3,8 @@
 :class:`SharedContext` holds what must stay consistent with the context's messages (the
 pending queue and its positions, the view without our own messages, replaced-context
 detection, the reclaiming of our own messages' copies, the recalled block's place) and
-makes every write of them; it is the ceiling's ``CeilingHost``.
+makes every write of them; it is the ceiling's ``CeilingHost``. Where the recalled block goes
+is :class:`~pipecat_summarizer._session.recalled_block.RecalledBlock`'s, a base.
 :class:`~pipecat_summarizer._session.owner.ContextSession` adds the summary's life (the plan
 in flight, the splice of its result). Synchronous: no ``await`` anywhere.
 """
@@ -31,6 +32,7 @@ from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer._record.corrections import unread
 from pipecat_summarizer._record.pinned import Fact
 from pipecat_summarizer._record.record import ConversationRecord
+from pipecat_summarizer._session.recalled_block import RecalledBlock
 from pipecat_summarizer._session.recorder import CallRecorder
 from pipecat_summarizer._session.schedule import (
     CompactionSchedule,
@@ -60,7 +62,7 @@ def _holds(messages: list, message: Any) -> bool:
     return any(m is message for m in reversed(messages))
 
 
-class SharedContext:
+class SharedContext(RecalledBlock):
     """The context's state and its one write path (the base of ``owner.ContextSession``).
 
     Args:
@@ -477,46 +479,3 @@ class SharedContext:
     def ceiling_pending(self) -> int:
         """Messages waiting in the pending queue."""
         return len(self.pending)
-
-    # -- the recalled block ---------------------------------------------------------------
-
-    def clear_recalled(self) -> None:
-        """Take last turn's recalled message out before anything measures or plans: it is
-        replaced each turn, never accumulated, summarized or archived."""
-        recall = self.recall
-        if recall is None:
-            return
-        try:
-            self.reclaim_own()  # a copy of last turn's block is still last turn's block
-            kept = recall.without_message(self.context.messages)
-            if kept is not None:
-                # still known as ours while written: never taken for the application's removal
-                self.write(kept, removed=recall.message)
-        except Exception as e:  # recall never costs the turn
-            logger.error(f"{self}: recall clear failed ({type(e).__name__})")
-        finally:
-            recall.message = None
-
-    def recall_gives_way(self) -> bool:
-        """Take the recalled block out (a request over the ceiling loses it before any
-        conversation is evicted). Returns True if it was in the context."""
-        recall = self.recall
-        if recall is None or recall.message is None:
-            return False
-        kept = recall.without_message(self.context.messages)
-        if kept is not None:
-            self.write(kept, removed=recall.message)
-        recall.message = None
-        return kept is not None
-
-    def recall_room(self) -> int | None:
-        """What the ceiling leaves for the recalled block (``None``: no ceiling)."""
-        if self.params.ceiling is None:
-            return None
-        total = self.measure().total_tokens
-        return self.ceiling.room(total, self.request_overhead_tokens())
-
-    def place_recalled(self, messages: list | None) -> None:
-        """Write the context with this turn's recalled message placed (``None``: none)."""
-        if messages is not None:
-            self.write(messages, inserted=self.recalled)
