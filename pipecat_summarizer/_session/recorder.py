@@ -3,7 +3,8 @@
 The processor calls it at a handful of hook points (a summary applied or failed, messages
 evicted or discarded, pinned facts changed, start and end of the call). Each hook builds
 records from values already in memory and hands them to the :class:`StoreWriter` queue:
-nothing here waits for the database, except :meth:`end` (the flush, bounded by a timeout).
+nothing here waits for the database, except :meth:`end` (the flush, bounded by a timeout;
+:class:`~pipecat_summarizer._session.call_end.CallEnd`, a base).
 A returning caller's memory loads in the background and is taken, without waiting, by
 :meth:`CallRecorder.take_memory` once it is there.
 
@@ -25,8 +26,8 @@ from loguru import logger
 
 from pipecat_summarizer._compaction.clearing import is_cleared
 from pipecat_summarizer._record.interrupted import archived_form
+from pipecat_summarizer._session.call_end import CallEnd
 from pipecat_summarizer._session.resume import (
-    MARKED_DROPPED,
     Origin,
     Resumed,
     is_notice,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 EARLIER_CALLS_HEADER = "From earlier calls with this caller:"
 
 
-class CallRecorder:
+class CallRecorder(CallEnd):
     """One call's recorder.
 
     Args:
@@ -436,78 +437,6 @@ class CallRecorder:
                     user_id=self.user_id,
                 )
             )
-
-    # -- call end -------------------------------------------------------------------------
-
-    async def end_call(self, ended_by: str, state: dict[str, Any]) -> None:
-        """:meth:`end` for the processor: ``state`` is ``ContextSession.final_state()``; a
-        failure is logged, never raised (the end of the call must reach the pipeline)."""
-        try:
-            await self.end(ended_by=ended_by, **state)
-        except Exception as e:
-            logger.error(f"recording the end of the call failed ({type(e).__name__})")
-
-    async def end(
-        self,
-        *,
-        ended_by: str,
-        summary: str | None,
-        facts: Iterable[Any],
-        messages_in_context: int,
-        compactions: int,
-        in_context: Iterable[Any] = (),
-    ) -> bool:
-        """At ``EndFrame``/``CancelFrame``: record the final state and flush (bounded).
-
-        Args:
-            ended_by: ``end``, ``cancel`` or ``cleanup`` (recorded as ``dropped`` after
-                :meth:`mark_dropped`).
-            summary: The summary in the context at the end, if any.
-            facts: The pinned facts at the end.
-            messages_in_context: How many messages the context holds.
-            compactions: Summaries applied in the call.
-            in_context: The conversation messages still in the context (oldest first):
-                archived as ``in_context_at_end``, so a returning caller's earlier calls are
-                searchable in full, not only what left the context during the call.
-
-        Returns:
-            True if every record was written.
-        """
-        if self._ended:
-            return True
-        self._ended = True
-        if self._load is not None:
-            self._load.cancel()
-            self._load = None
-        if self._forgotten():
-            # forgotten during the call: nothing of it is written back (what is queued goes)
-            self.writer.discard()
-            self._pending_pos.clear()
-            return await self.writer.close(self.options.flush_timeout_s)
-        # only at the end: during the call these messages are in view, never in the archive
-        self.archive(in_context, "in_context_at_end")
-        self.writer.submit(
-            CallRecord(
-                call_id=self.session_id,
-                user_id=self.user_id,
-                started_at=self.started_at,
-                ended_at=time.time(),
-                ended_by=MARKED_DROPPED if self._dropped else ended_by,
-                summary=summary,
-                facts=tuple(
-                    {"key": f.key, "text": f.text, "kind": f.kind, "source": f.source}
-                    for f in facts
-                ),
-                messages_in_context=messages_in_context,
-                messages_archived=self._archived - self._references,
-                compactions=compactions,
-                turns=self.turns,
-                resumed=self.resumed,
-                label=self.call_id,
-            )
-        )
-        self._pending_pos.clear()
-        return await self.writer.close(self.options.flush_timeout_s)
 
 
 def __getattr__(name: str) -> object:
