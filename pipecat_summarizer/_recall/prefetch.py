@@ -110,6 +110,7 @@ class PrefetchingArchive:
         same search is already running or fresh (nothing started)."""
         key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
         now = time.monotonic()
+        self._prune(now)
         early = self._early.get(key)
         if early is not None and self._usable(early, user_id, now):
             return False
@@ -145,9 +146,20 @@ class PrefetchingArchive:
         search fail, the answer is the archive's own search."""
         key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
         early = self._early.pop(key, None)
+        self._prune(time.monotonic())
         if early is None or not self._usable(early, user_id, time.monotonic()):
             return None
         return self._answer(early, key)
+
+    def _prune(self, now: float) -> None:
+        """Drop the early searches no turn may use any more: stale, or of a caller forgotten
+        since (their answers hold the forgotten text: it must not stay in memory until the
+        call ends)."""
+        for key, early in list(self._early.items()):
+            if now - early.started > MAX_AGE_S or early.generation != self._generation(key[1]):
+                del self._early[key]
+                if not early.task.done():
+                    early.task.cancel()
 
     async def _answer(self, early: _Early, key: _Key) -> Sequence[Any]:
         try:

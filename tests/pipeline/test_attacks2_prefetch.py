@@ -11,7 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from pipecat.frames.frames import TranscriptionFrame, UserStartedSpeakingFrame
+from pipecat.frames.frames import (
+    InterimTranscriptionFrame,
+    TranscriptionFrame,
+    UserStartedSpeakingFrame,
+)
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
@@ -25,7 +29,7 @@ from pipecat_summarizer._recall.embedding import (
     MiniLMEmbedder,
     load_semantic_model,
 )
-from pipecat_summarizer._recall.prefetch import KEPT_CHARS, RecallPrefetch
+from pipecat_summarizer._recall.prefetch import KEPT_CHARS, PrefetchingArchive, RecallPrefetch
 from pipecat_summarizer._recall.semantic import SemanticIndex
 from pipecat_summarizer.params import RecallParams, SemanticRecallParams
 from pipecat_summarizer.store import SQLiteMemoryStore
@@ -169,3 +173,51 @@ async def test_a_lone_surrogate_in_the_callers_words_keeps_recall_by_meaning(tmp
     # the sentence encoder too (its tokenizer raised the same way)
     vectors = MiniLMEmbedder().embed(["\ud800 my pet", "\udfff"])
     assert vectors.shape == (2, 384)
+
+
+async def test_a_forgotten_callers_early_answers_leave_memory_at_the_next_look(tmp_path):
+    """Early searches whose caller was forgotten since hold the forgotten text in their
+    answers: the next turn's look (any words, any caller) drops them, instead of keeping
+    them until the call ends."""
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    archive = PrefetchingArchive(store)
+    try:
+        await _seed(store)
+        assert archive.prefetch("hotel", user_id="alice", any_word=True)
+        assert archive.prefetch("car", user_id="alice", any_word=True)
+        assert archive.prefetch("hotel", user_id="bob", any_word=True)
+        await asyncio.sleep(0.05)
+        assert await store.forget("alice") > 0
+        assert archive.take("museum", user_id="bob", any_word=True) is None
+        kept = [key[1] for key in archive._early]
+        assert kept == ["bob"]  # alice's answers are gone, bob's is still there to serve
+        assert await archive.search("hotel", user_id="bob", any_word=True)
+        assert archive.served == 1
+    finally:
+        archive.clear()
+        await store.close()
+
+
+async def test_a_100_kb_interim_reads_a_bounded_tail(openai_server, tmp_path, monkeypatch):
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    context, summarizer, processor = _processor(
+        openai_server, store, user_id="alice", recall=RECALL
+    )
+    companion = RecallPrefetch(processor)
+    read: list[int] = []
+    real = prefetch_module.turn_query
+
+    def recording(step, messages, said, terms):
+        read.append(len(said))
+        return real(step, messages, said, terms)
+
+    monkeypatch.setattr(prefetch_module, "turn_query", recording)
+    huge = (RAMBLE * 1200)[:100_000] + " " + ASK
+    frames = [UserStartedSpeakingFrame(), InterimTranscriptionFrame(huge, "alice", "t0")]
+    try:
+        await run_test(Pipeline([companion]), frames_to_send=frames)
+    finally:
+        await summarizer.aclose()
+        await store.close()
+    assert read == [KEPT_CHARS]
+    assert companion.archive is not None and companion.archive.started == 1
