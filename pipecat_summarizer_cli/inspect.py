@@ -313,7 +313,10 @@ def _shown(m: dict) -> str:
         return m["content"]
     origin = form.get("restored_from") if isinstance(form, dict) else None
     if isinstance(origin, list) and len(origin) == 2:
-        return f"(restored: archived as call {origin[0]} message {origin[1]})"
+        # decoded here, after the payload was made terminal-safe: JSON keeps a control
+        # character as the ASCII "\u001b", which decoding turns back into a raw escape
+        call, position = (terminal_safe(str(part)) for part in origin)
+        return f"(restored: archived as call {call} message {position})"
     if isinstance(form, dict) and form.get("role") == "tool" and form.get("content"):
         # the only tool row archived without its text: our placeholder (recall skips it)
         return "(placeholder of a cleared tool result; the original is archived as cleared)"
