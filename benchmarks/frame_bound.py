@@ -30,7 +30,7 @@ budget: too slow, or the previous turn's search still running), with the load av
 
     .venv/bin/python benchmarks/frame_bound.py [--sizes 1000,10000,100000,1000000]
         [--pg-max 100000] [--turns 200] [--context 100] [--cache /tmp/frame_bound]
-        [--no-postgres]
+        [--backends sqlite,postgres] [--no-postgres]
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     """Every backend and size."""
     rows: list[Row] = []
     server = None
-    if not args.no_postgres:
+    if "postgres" in args.backends:
         try:
             from tests.support.pg_server import PgServer
 
@@ -255,14 +255,15 @@ async def run(args: argparse.Namespace) -> list[Row]:
     work = Path(tempfile.mkdtemp(prefix="frame_bound_"))
     try:
         for n in args.sizes:
-            path, built = await sqlite_archive(args.cache, n)
-            copy = work / "memory.db"
-            shutil.copy(path, copy)  # the call's own writes never reach the cache
-            row = await one_call(str(copy), "SQLite", args, n)
-            row.built = built
-            copy.unlink()
-            rows.append(row)
-            print(_line(row), file=sys.stderr, flush=True)
+            if "sqlite" in args.backends:
+                path, built = await sqlite_archive(args.cache, n)
+                copy = work / "memory.db"
+                shutil.copy(path, copy)  # the call's own writes never reach the cache
+                row = await one_call(str(copy), "SQLite", args, n)
+                row.built = built
+                copy.unlink()
+                rows.append(row)
+                print(_line(row), file=sys.stderr, flush=True)
             if server is not None and n <= args.pg_max:
                 dsn = server.create_database(f"frame_bound_{n}")
                 t0 = time.perf_counter()
@@ -343,9 +344,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=200, help="timed questions per call")
     parser.add_argument("--context", type=int, default=100, help="messages in the context")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/frame_bound"))
-    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument(
+        "--backends", default="sqlite,postgres", help="which backends: sqlite, postgres or both"
+    )
+    parser.add_argument("--no-postgres", action="store_true", help="the same as --backends sqlite")
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    args.backends = {b.strip().lower() for b in args.backends.split(",") if b.strip()}
+    if args.no_postgres:
+        args.backends.discard("postgres")
+    if not args.backends or not args.backends <= {"sqlite", "postgres"}:
+        parser.error("--backends takes sqlite, postgres or both (comma-separated)")
     if args.turns < 1 or args.context < 2:
         parser.error("--turns must be at least 1 and --context at least 2")
     logger.remove()
