@@ -371,7 +371,9 @@ class SemanticIndex:
         return m[4], m[5]
 
     async def close(self) -> None:
-        """Cancel a refresh still running; no refresh starts afterwards."""
+        """Cancel a refresh still running; no refresh starts afterwards. A forget of the
+        caller seen during the call (its last turn's ranking may have ended with the call)
+        drops what is embedded, and the process's cached vectors, now."""
         self._closed = True
         task, self._task = self._task, None
         if task is not None and not task.done():
@@ -380,6 +382,7 @@ class SemanticIndex:
                 await task
             except asyncio.CancelledError:
                 pass
+        self._check_forgotten()
 
     # -- internals --
 

@@ -168,16 +168,17 @@ def test_forget_vectors_keeps_a_text_another_caller_shares_only_until_either_is_
 
     model = Fixed()
     shared, own = _unique("Thanks, that is all.", "shared"), _unique("My PIN hint is Rex.", "own")
-    embedding_module.cached_vectors(model, [shared, own], "al")
-    embedding_module.cached_vectors(model, [shared], "bob")
+    al, bob = _unique("al", "owner"), _unique("bob", "owner")  # the cache is the process's
+    embedding_module.cached_vectors(model, [shared, own], al)
+    embedding_module.cached_vectors(model, [shared], bob)
     cache = embedding_module._CACHES[model]
     assert {_text_key(shared), _text_key(own)} <= set(cache.rows)
-    assert forget_vectors("al") == 2
+    assert forget_vectors(al) == 2
     assert _text_key(own) not in cache.rows and _text_key(shared) not in cache.rows
-    assert forget_vectors("al") == 0
+    assert forget_vectors(al) == 0
     # an owner-less vector (a call without a caller) is never taken by a forget
     embedding_module.cached_vectors(model, [own])
-    assert forget_vectors("al") == 0 and _text_key(own) in cache.rows
+    assert forget_vectors(al) == 0 and _text_key(own) in cache.rows
 
 
 @pytest.mark.parametrize("by", ["the call's store", "another process"])
@@ -216,6 +217,7 @@ async def test_a_forget_during_a_call_leaves_no_vector_of_the_caller_pipeline(
             call_id="c2",
             user_id="al",
             lead=0.5,
+            gap=1.0,  # the forget (in the first turn's reply) is over before the question
         )
     finally:
         await store.close()
@@ -248,3 +250,27 @@ async def test_a_forget_after_the_call_ended_drops_the_cached_vectors(store_targ
         assert not _cached(semantic, pet)
     finally:
         await store.close()
+
+
+async def test_a_forget_noticed_during_the_call_drops_the_vectors_when_the_call_ends(
+    store_target, semantic
+):
+    """The step noticed the other process's forget (its tombstone, beside the last turn's
+    search), but the index never ranked again (the ranking came late, the call ended):
+    closing the index drops the caller's vectors."""
+    pet = _unique(PET, "closing")
+    store, admin = open_store(store_target), open_store(store_target)
+    await store.open()
+    await admin.open()
+    try:
+        since = time.time() - 1
+        await _archive(store, "al", "a1", [pet])
+        index = SemanticIndex(semantic, call_id="a2", user_id="al")
+        await index.refresh(store)
+        assert await admin.forget("al") > 0
+        assert await store.noticed_forget("al", since)  # the step's read, at the last turn
+        await index.close()  # the call ends: no ranking in between
+        assert index.forgets == 1 and index.size == 0 and not _cached(semantic, pet)
+    finally:
+        await store.close()
+        await admin.close()
