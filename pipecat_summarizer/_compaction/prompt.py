@@ -143,6 +143,7 @@ def build_request(
     shorten_to_chars: int = 2000,
     unresolved_calls: Collection[str] | None = None,
     interrupted: Collection[int] = frozenset(),
+    notices: Collection[int] = frozenset(),
 ) -> SummaryRequest:
     """Build the summarizer request for ``messages``, rolling ``previous_summary`` forward.
 
@@ -158,6 +159,7 @@ def build_request(
             among ``messages`` (:func:`find_unresolved_calls`).
         interrupted: Ids (``id()``) of answers a barge-in cut off (marked in the
             transcript, and never taken for a decision by the extractive summarizer).
+        notices: Ids (``id()``) of a resume's notices (marked in the transcript).
 
     Returns:
         The request.
@@ -171,6 +173,7 @@ def build_request(
         max_chars=shorten_to_chars,
         unresolved=unresolved,
         interrupted=interrupted,
+        notices=notices,
     )
     digest = _digest(previous_summary or "", transcript)
     parts = []

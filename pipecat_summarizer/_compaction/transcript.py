@@ -25,7 +25,6 @@ from typing import Any
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
 
 from pipecat_summarizer._compaction.message_text import content_text, provider_message
-from pipecat_summarizer._record.notices import is_notice
 from pipecat_summarizer._text.messages import json_text
 
 SHORTENED_MARK = "[... shortened for the summary: {omitted} characters omitted ...]"
@@ -143,6 +142,7 @@ def encode_message(
     max_chars: int | None = None,
     unresolved: Collection[str] = frozenset(),
     interrupted: bool = False,
+    notice: bool = False,
 ) -> str:
     """Encode one message as one line of the transcript.
 
@@ -163,6 +163,7 @@ def encode_message(
         max_chars: Cut the text and each call's arguments to about this length.
         unresolved: Ids of tool calls whose result never arrived.
         interrupted: The message is an answer the caller cut off (heard only in part).
+        notice: The message is a resume's notice (the application's, though user-role).
 
     Returns:
         The line.
@@ -210,7 +211,7 @@ def encode_message(
         details["shortened"] = True
     if interrupted:
         details["interrupted"] = INTERRUPTED_MARK
-    if is_notice(message):
+    if notice:
         details["notice"] = NOTICE_MARK
     line = _role_token(role)
     if details:
@@ -252,6 +253,7 @@ def format_transcript(
     max_chars: int = 2000,
     unresolved: Collection[str] | None = None,
     interrupted: Collection[int] = frozenset(),
+    notices: Collection[int] = frozenset(),
 ) -> str:
     """Format messages as the summarizer's transcript: one line per message.
 
@@ -265,6 +267,7 @@ def format_transcript(
         unresolved: Ids of tool calls whose result never arrived; ``None`` finds them
             (:func:`find_unresolved_calls`).
         interrupted: Ids (``id()``) of answers a barge-in cut off.
+        notices: Ids (``id()``) of a resume's notices (known by identity, never by text).
 
     Returns:
         The transcript.
@@ -277,6 +280,7 @@ def format_transcript(
             max_chars=max_chars if id(m) in shortened else None,
             unresolved=unresolved,
             interrupted=id(m) in interrupted,
+            notice=id(m) in notices,
         )
         for m in messages
     )

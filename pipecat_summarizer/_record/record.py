@@ -47,7 +47,6 @@ from pipecat_summarizer._compaction.plan import head_length
 from pipecat_summarizer._record.changes import RecordChanges, joined_earlier
 from pipecat_summarizer._record.corrections import Correction, find_correction, has_cue
 from pipecat_summarizer._record.interrupted import Interruptions
-from pipecat_summarizer._record.notices import is_notice
 from pipecat_summarizer._record.pinned import (
     AUTHORITATIVE,
     NOTED_HEADER,
@@ -373,8 +372,8 @@ class ConversationRecord(RecordChanges):
         self, messages: Messages, fresh: Sequence[Any], skip: Sequence[Any], *, in_flight: bool
     ) -> Messages | None:
         """Apply the corrections the caller or the assistant made in ``fresh`` (new messages,
-        oldest first; the record's own messages, answers a barge-in cut off, a resume's
-        notice and those in ``skip`` are not read): the
+        oldest first; the record's own messages, answers a barge-in cut off and those in
+        ``skip`` (the recalled block, a resume's notice) are not read): the
         conversation's pinned fact a correction names keeps its key and takes the corrected
         text; the summary's item is rewritten (once the summary message may change: never
         while a summary is in flight; the summary that lands takes it too).
@@ -389,7 +388,6 @@ class ConversationRecord(RecordChanges):
                 not isinstance(message, dict)
                 or message.get("role") not in ("user", "assistant")
                 or id(message) in ignored
-                or is_notice(message)  # the application's note: a pending call's arguments
             ):
                 continue
             text = spoken_text(message)

@@ -233,6 +233,7 @@ class ContextSession(SharedContext):
             input_budget=self.params.max_summary_input_tokens,
             trigger=schedule.trigger,
             interrupted=self.record.interruptions.ids(),
+            notices=() if self.notice is None else (id(self.notice),),
         )
         logger.debug(
             f"{self}: summarizing {len(plan.summarized)} messages ({reason}), "
@@ -414,6 +415,7 @@ class ContextSession(SharedContext):
         try:
             self.load_memory(*loaded, in_flight=in_flight)
             if resumed is not None:  # after the head, the facts and the summary
+                self.notice = resumed.messages[-1]  # restore() closes them with it
                 own = (self.record.noted_message, self.record.summary_message)
                 self.write(place_restored(self.context.messages, resumed.messages, own))
         finally:

@@ -30,7 +30,6 @@ from pipecat_summarizer._session.call_end import CallEnd
 from pipecat_summarizer._session.resume import (
     Origin,
     Resumed,
-    is_notice,
     read_dropped,
     reference_json,
 )
@@ -122,6 +121,7 @@ class CallRecorder(CallEnd):
         # were archived by the call they were said in, never again by this one
         self._restored: dict[int, tuple[Any, Origin]] = {}
         self._references = 0  # rows pointing at a restored message's archived row
+        self._notice: Any = None  # the resume's notice (by identity): never archived
         # tool calls whose result was cleared (its original archived as "cleared"): their
         # placeholder is our text, archived unsearchable so recall never returns it
         self._cleared_calls: set[str] = set()
@@ -266,6 +266,7 @@ class CallRecorder(CallEnd):
         taken (:meth:`take_memory`); ``None`` when there is none (or not yet)."""
         resumed, self._resumed = self._resumed, None
         if resumed is not None:
+            self._notice = resumed.messages[-1]  # restore() closes the messages with it
             for message, origin in zip(resumed.messages, resumed.origins, strict=False):
                 if origin is not None:
                     self._restored[id(message)] = (message, origin)
@@ -304,7 +305,7 @@ class CallRecorder(CallEnd):
         now = self.now()
         for message in messages:
             restored = self._restored.get(id(message))
-            if (restored is not None and restored[0] is message) or is_notice(message):
+            if (restored is not None and restored[0] is message) or message is self._notice:
                 if restored is not None and removed_by == "in_context_at_end":
                     self._references += 1
                     position, self._archived = self._archived, self._archived + 1

@@ -40,7 +40,7 @@ from pipecat.processors.aggregators import async_tool_messages
 
 from pipecat_summarizer._compaction.plan import head_length
 from pipecat_summarizer._record.interrupted import provider_form
-from pipecat_summarizer._record.notices import NOTICE_HEADER, is_notice
+from pipecat_summarizer._record.notices import NOTICE_HEADER
 from pipecat_summarizer._text.vocabulary import FACTS, OPEN_QUESTIONS
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 
@@ -91,7 +91,7 @@ class Resumed:
         pending: Tool calls still pending at the drop.
         gap_s: Seconds from the drop to this call's start.
         skipped: Archived messages that could not be restored (not a message, a
-            provider-specific object, an earlier notice).
+            provider-specific object).
         repairs: Tool results added, settled or dropped so that every call is paired.
         origins: Where each of ``messages`` is archived (``None``: written by this resume,
             a lost result or the notice), so the new call never archives it again.
@@ -246,8 +246,9 @@ async def read_dropped(
 
 def _message(text: str) -> dict | None:
     """An archived message's JSON as a message the provider can take, or ``None``: not a
-    dict, an unknown role (a provider-specific object), no content nor tool calls, or an
-    earlier resume's notice (this resume writes its own)."""
+    dict, an unknown role (a provider-specific object), no content nor tool calls. A notice
+    is never archived (the recorder knows it by identity): a row that reads like one is the
+    caller's."""
     try:
         message = json.loads(text)
     except (TypeError, ValueError):
@@ -256,8 +257,6 @@ def _message(text: str) -> dict | None:
         return None
     message = provider_form(message)  # the archive's interruption mark is ours, not theirs
     if "content" not in message and not message.get("tool_calls"):
-        return None
-    if is_notice(message):
         return None
     return message
 
@@ -412,7 +411,6 @@ __all__ = [
     "PendingCall",
     "Resumed",
     "dropped_within",
-    "is_notice",
     "notice",
     "place_restored",
     "previous_call",

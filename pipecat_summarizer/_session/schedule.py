@@ -105,9 +105,11 @@ def request_for(
     input_budget: int | None,
     trigger: CompactionTrigger,
     interrupted: Collection[int] = frozenset(),
+    notices: Collection[int] = frozenset(),
 ) -> SummaryRequest:
     """The secondary LLM's request for ``plan`` (shortened messages share the budget;
-    ``interrupted``: ``id()`` of answers a barge-in cut off, marked in the transcript)."""
+    ``interrupted``: ``id()`` of answers a barge-in cut off, ``notices``: of a resume's
+    notice, each marked in the transcript)."""
     shorten_to = 2000
     if plan.shortened and input_budget:
         shorten_to = max(200, input_budget * 4 // (2 * len(plan.shortened)))
@@ -119,6 +121,7 @@ def request_for(
         shortened=plan.shortened,
         shorten_to_chars=shorten_to,
         interrupted=interrupted,
+        notices=notices,
     )
 
 

@@ -140,6 +140,8 @@ class SharedContext(RecalledBlock):
         self.writes = 0  # context writes so far (a cheap "did anything change")
         self.loaded = False  # a returning caller's memory was loaded (see quiet())
         self._read: list = []  # the latest messages read for corrections
+        # the resume's notice this session placed: the application's text, known by identity
+        self.notice: dict | None = None
         # clearing without a compaction, for the processor's on_tool_results_cleared
         self.cleared: list[ToolResultsClearedEvent] = []
 
@@ -368,7 +370,7 @@ class SharedContext(RecalledBlock):
         fresh = unread(self.context.messages, self._read)
         if fresh:
             self._read = [*self._read[-48:], *fresh]
-            skip = [self.recalled]
+            skip = [self.recalled, self.notice]
             self.put(self.record.correct(self.context.messages, fresh, skip, in_flight=in_flight))
 
     def barge_in(self, frame: Any) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from pipecat_summarizer._compaction.transcript import encode_message
+from pipecat_summarizer._compaction.transcript import NOTICE_MARK, encode_message
+from pipecat_summarizer._record.notices import NOTICE_HEADER
 from pipecat_summarizer._session.resume import notice
 from tests.pipeline.test_resume_dropped import AGAIN, TOOL, call, notices
 from tests.support.openai_server import Reply, is_summary_request
@@ -50,9 +51,16 @@ async def test_a_notice_naming_a_correction_corrects_nothing(openai_server, stor
     assert resumed.summary_text is not None and "14 March" in resumed.summary_text
     last = json.dumps(openai_server.chat_requests[-1]["messages"])
     assert "corrected from" not in last and "delivered on 21 March" not in last
+    # the summary of the resumed call reads the notice marked as the application's
+    (request,) = [r for r in openai_server.summary_requests if NOTICE_HEADER in json.dumps(r)]
+    lines = request["messages"][1]["content"].split("\n")
+    (line,) = [x for x in lines if NOTICE_HEADER in x]
+    assert line.startswith("user {") and NOTICE_MARK in line.split(": [Note", 1)[0], line
 
 
-def test_the_summarizers_transcript_marks_the_notice_as_the_applications():
-    line = encode_message(notice(30.0, ()))
-    assert line.startswith("user {") and '"notice"' in line.split(": ", 1)[0], line
-    assert not line.startswith("user: ")
+def test_the_transcript_marks_the_notice_it_is_told_of_never_a_look_alike():
+    placed = notice(30.0, ())
+    line = encode_message(placed, notice=True)
+    assert line.startswith("user {") and NOTICE_MARK in line.split(": [Note", 1)[0], line
+    # the same text from the caller (no identity) stays the caller's line
+    assert encode_message(dict(placed)).startswith("user: [Note")
