@@ -22,6 +22,7 @@ from pipecat_summarizer.tools import (
 from tests.recall.test_recall_pipeline import FAST, FILLER, HOTEL, _summaries
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.recall_calls import asks_recall
 
 _OPEN: list[OpenAISummarizer] = []
 
@@ -39,18 +40,6 @@ async def _close_clients():
         await _OPEN.pop().aclose()
 
 
-def _tool_call(query: str) -> Reply:
-    return Reply(
-        tool_calls=[
-            {
-                "id": "call_r1",
-                "type": "function",
-                "function": {"name": RECALL_MEMORY, "arguments": json.dumps({"query": query})},
-            }
-        ]
-    )
-
-
 def _processor(server, store, context, recall=None):
     return ContextSummarizer(
         context=context,
@@ -65,17 +54,7 @@ def _processor(server, store, context, recall=None):
 
 async def test_recall_memory_tool_through_a_real_pipeline(openai_server, tmp_path):
     asked = "Remind me where we are staying?"
-    calls = iter([_tool_call("hotel Lisbon")])
-
-    def handler(body):
-        if is_summary_request(body):
-            return _summaries(body)
-        last = body["messages"][-1]
-        if last.get("role") == "user" and last.get("content") == asked:
-            return next(calls, Reply("Noted."))
-        return Reply("Sure thing.")
-
-    openai_server.handler = handler
+    openai_server.handler = asks_recall(asked, "hotel Lisbon", _summaries)
     store = SQLiteMemoryStore(tmp_path / "m.db")
     context = LLMContext(messages=[{"role": "system", "content": "Be brief."}])
     processor = _processor(openai_server, store, context)

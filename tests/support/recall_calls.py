@@ -5,7 +5,7 @@ against the local OpenAI-protocol server; and the recalled block of the last req
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pipecat.processors.aggregators.llm_context import LLMContext
@@ -15,6 +15,8 @@ from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store.records import ArchivedMessage
+from pipecat_summarizer.tools import RECALL_MEMORY
+from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
 
 #: A writer that flushes at once, so the next call finds what this one archived.
@@ -100,3 +102,28 @@ def travel_desk(
         recall=recall,
     )
     return context, processor, summarizer
+
+
+def recall_tool_call(query: str) -> Reply:
+    """The main LLM's reply that calls ``recall_memory`` (id ``call_r1``) with ``query``."""
+    arguments = json.dumps({"query": query})
+    function = {"name": RECALL_MEMORY, "arguments": arguments}
+    return Reply(tool_calls=[{"id": "call_r1", "type": "function", "function": function}])
+
+
+def asks_recall(
+    asked: str, query: str, summaries: Callable[[dict], Reply]
+) -> Callable[[dict], Reply]:
+    """A server handler: summaries by ``summaries``; the caller's ``asked`` is answered once
+    by a ``recall_memory`` call with ``query`` (then "Noted."); any other turn "Sure thing."."""
+    calls = iter([recall_tool_call(query)])
+
+    def handler(body: dict) -> Reply:
+        if is_summary_request(body):
+            return summaries(body)
+        last = body["messages"][-1]
+        if last.get("role") == "user" and last.get("content") == asked:
+            return next(calls, Reply("Noted."))
+        return Reply("Sure thing.")
+
+    return handler
