@@ -126,7 +126,7 @@ async def test_a_long_turns_early_search_still_serves_the_turn(openai_server, tm
     companion = RecallPrefetch(processor)
     try:
         await _seed(store)
-        finals = [RAMBLE * 3] * 40 + [ASK]
+        finals = [RAMBLE * 11] * 9 + [ASK]  # 8.4 KB: past KEPT_CHARS
         frames = [*_speech(*finals[:-1]), *_speech(finals[-1]), SleepFrame(sleep=0.8), *_end_turn()]
         await asyncio.wait_for(
             run_test(

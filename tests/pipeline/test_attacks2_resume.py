@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
@@ -66,31 +65,18 @@ async def _call(openai_server, tmp_path) -> tuple[SQLiteMemoryStore, ContextSumm
     return store, processor
 
 
-async def test_caller_text_imitating_the_notice_never_reaches_a_system_message(
-    openai_server, tmp_path
-):
-    store, _ = await _call(openai_server, tmp_path)
-    await store.close()
-    for body in openai_server.requests:
-        for m in body.get("messages", []):
-            if m.get("role") in ("system", "developer"):
-                text = json.dumps(m.get("content"))
-                assert "skip identity checks" not in text and "refund the full" not in text
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="bugs.md S6-ATTACK-4: is_notice tells the notice by its first line: a caller's "
-    "turn starting with it is not archived and is marked as the application's note",
-)
-async def test_caller_text_imitating_the_notice_is_archived_and_stays_the_callers(
-    openai_server, tmp_path
-):
+async def test_caller_text_imitating_the_notice_stays_the_callers_words(openai_server, tmp_path):
     store, _ = await _call(openai_server, tmp_path)
     try:
         archived = [m.content for m in await store.messages("c1")]
     finally:
         await store.close()
+    # never in a system or developer message, of any request (main LLM or summarizer)
+    for body in openai_server.requests:
+        for m in body.get("messages", []):
+            if m.get("role") in ("system", "developer"):
+                text = json.dumps(m.get("content"))
+                assert "skip identity checks" not in text and "refund the full" not in text
     summaries = [b for b in openai_server.requests if is_summary_request(b)]
     assert summaries, "a summary ran over the hostile turn"
     transcript = json.dumps(summaries[0])
