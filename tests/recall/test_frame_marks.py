@@ -51,7 +51,7 @@ def _hit(i: int, text: str, at: float) -> SearchHit:
 rows = st.lists(st.tuples(st.sampled_from(TEXTS), st.integers(0, 20)), max_size=12)
 
 
-@settings(deadline=None, max_examples=200)
+@settings(deadline=None, max_examples=100)
 @given(rows, rows)
 def test_the_marks_are_the_pairwise_rules(snippet_rows, later_rows):
     snippets = [_snippet(i, t, float(at)) for i, (t, at) in enumerate(snippet_rows)]
