@@ -172,6 +172,21 @@ def migrations(config: str) -> dict[int, list[str]]:
                 WHERE m.user_id IS NOT NULL""",
             "ANALYZE message_words",
         ],
+        # v6: TRUNCATE fires no row or DELETE trigger: an operator's TRUNCATE messages left
+        # every word row, and once the ids were reused (RESTART IDENTITY, a restore) a
+        # caller's search read the old rows as matches for the new messages
+        6: [
+            """CREATE FUNCTION message_words_clear() RETURNS trigger LANGUAGE plpgsql AS $f$
+                BEGIN
+                    TRUNCATE message_words;
+                    RETURN NULL;
+                END $f$""",
+            """CREATE TRIGGER message_words_at AFTER TRUNCATE ON messages
+                FOR EACH STATEMENT EXECUTE FUNCTION message_words_clear()""",
+            # a v5 database truncated before this trigger: its word rows with no message go
+            "DELETE FROM message_words w WHERE NOT EXISTS "
+            "(SELECT 1 FROM messages m WHERE m.id = w.id)",
+        ],
     }
 
 

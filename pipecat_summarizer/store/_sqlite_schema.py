@@ -140,6 +140,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE TABLE forgotten(user_hash TEXT PRIMARY KEY, at REAL NOT NULL)",
     ],
     5: [],  # v5 adds PostgreSQL's caller word index only
+    6: [],  # v6 keeps PostgreSQL's word index through TRUNCATE
 }
 
 

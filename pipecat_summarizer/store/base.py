@@ -30,7 +30,8 @@ from pipecat_summarizer.store.records import (
 #: (``forgotten``).
 #: v5 (PostgreSQL): each caller's word index (``message_words``), which recall's search
 #: reads; nothing changes on SQLite.
-SCHEMA_VERSION = 5
+#: v6 (PostgreSQL): the word index is emptied with the messages by a ``TRUNCATE``.
+SCHEMA_VERSION = 6
 
 
 def query_words(query: str, limit: int = 32) -> list[str]:

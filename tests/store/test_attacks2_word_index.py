@@ -142,11 +142,6 @@ async def test_hostile_words_stop_words_and_retention_keep_the_index_exact(pg_se
         await store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bugs.md S6-ATTACK-3: TRUNCATE fires no DELETE trigger: message_words keeps the "
-    "truncated messages' rows, and after RESTART IDENTITY they point at new messages (wrong hits)",
-)
 async def test_a_truncated_archive_leaves_no_word_rows(pg_server):
     """An operator empties the archive with ``TRUNCATE messages`` (the fast way to clear a
     table): the word index must go with it (a caller's search never returns another's
