@@ -15,6 +15,7 @@ that search join the snippets after the first search's own (:func:`with_gathered
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import is_dataclass
@@ -42,9 +43,10 @@ def clip(text: str, words: Sequence[str], max_chars: int = MAX_HIT_CHARS) -> str
     found), cut at spaces: a substring, so the "already in view" checks still hold (pure)."""
     if len(text) <= max_chars:
         return text
-    low = text.lower()
-    places = [low.find(w[:4].lower()) for w in words if w]
-    found = [i for i in places if i >= 0]
+    # found in ``text`` itself, case aside: ``text.lower()`` can be longer ("İ" lowers to two
+    # characters), and its places would drift off the word
+    places = [re.search(re.escape(w[:4]), text, re.IGNORECASE) for w in words if w]
+    found = [m.start() for m in places if m is not None]
     lo = max(0, min(found, default=0) - max_chars // 4)
     hi = min(len(text), lo + max_chars)
     lo = max(0, hi - max_chars)

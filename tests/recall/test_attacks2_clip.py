@@ -56,11 +56,6 @@ def test_a_boundary_inside_a_grapheme_keeps_the_hit_and_the_limit(unit):
     assert len(q) <= MAX_QUERY_CHARS and (unit * 3000).endswith(q)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bugs.md S6-ATTACK-2: clip finds the word in text.lower(), whose indexes drift from "
-    "text's when a character lowers to two ('İ'): the read misses the word",
-)
 def test_the_read_holds_the_word_after_characters_whose_lower_case_is_longer():
     text = "İ" * 1800 + " the Hotel Marquis by the river " + "x " * 2000
     out = clip(text, [WORD])
