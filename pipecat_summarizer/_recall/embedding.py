@@ -37,6 +37,7 @@ from loguru import logger
 from pipecat_summarizer.errors import SEMANTIC_EXTRA_HINT as EXTRA_HINT
 from pipecat_summarizer.params import SemanticRecallParams
 from pipecat_summarizer.params.recall import model_missing
+from pipecat_summarizer.store.base import on_forget
 
 #: Longest text embedded, in characters (a query or message beyond it is cut: the embedding
 #: is a mean of token vectors, and this bounds the work a turn does on the event loop).
@@ -168,6 +169,11 @@ def forget_vectors(owner: str) -> int:
     with _CACHES_LOCK:
         caches = list(_CACHES.values())
     return sum(cache.drop_owner(owner) for cache in caches)
+
+
+# a forget with no live index of the caller here (their call is over: the usual case) drops
+# their vectors too
+on_forget(forget_vectors)
 
 
 #: Environment variables by which the application chose numpy's BLAS threads itself: when

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from loguru import logger
 
 from pipecat_summarizer._text.vocabulary import words
 from pipecat_summarizer._validation import check_number
@@ -32,6 +34,39 @@ from pipecat_summarizer.store.records import (
 #: reads; nothing changes on SQLite.
 #: v6 (PostgreSQL): the word index is emptied with the messages by a ``TRUNCATE``.
 SCHEMA_VERSION = 6
+
+
+#: Told a caller's id each time this process counts a forget of them (its own, or another
+#: process's read from the tombstone): what the process keeps of the caller outside the
+#: store, whoever holds it (recall's cache of semantic vectors), goes too, even when no call
+#: of theirs is live here any more.
+_FORGET_LISTENERS: list[Callable[[str], object]] = []
+
+
+def on_forget(listener: Callable[[str], object]) -> Callable[[], None]:
+    """Have ``listener(user_id)`` called each time this process counts a forget (once per
+    listener, however often it is added). It runs inside the forget: keep it quick; one that
+    raises is logged by its exception's type and never fails the forget.
+
+    Returns:
+        A function that stops the calls.
+    """
+    if listener not in _FORGET_LISTENERS:
+        _FORGET_LISTENERS.append(listener)
+
+    def remove() -> None:
+        if listener in _FORGET_LISTENERS:
+            _FORGET_LISTENERS.remove(listener)
+
+    return remove
+
+
+def _tell_forget(user_id: str) -> None:
+    for listener in list(_FORGET_LISTENERS):
+        try:
+            listener(user_id)
+        except Exception as e:  # the rows are gone already: the forget stands
+            logger.warning(f"a forget's listener failed ({type(e).__name__})")
 
 
 def query_words(query: str, limit: int = 32) -> list[str]:
@@ -381,6 +416,7 @@ class MemoryStore(ABC):
         generations[user_id] = generations.get(user_id, 0) + 1
         at = time.time() if at is None else at
         self.__dict__.setdefault("_tombstones_seen", {})[user_id] = at
+        _tell_forget(user_id)
         return at
 
     async def __aenter__(self) -> MemoryStore:
