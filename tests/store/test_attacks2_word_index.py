@@ -14,7 +14,6 @@ import random
 import time
 
 import asyncpg
-import pytest
 
 from pipecat_summarizer.store import open_store
 from tests.store.test_schema_word_index import (
