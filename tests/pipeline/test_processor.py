@@ -52,14 +52,14 @@ async def test_barge_in_every_turn_does_not_discard_slow_summaries(openai_server
             return Reply("Sure thing.")
         in_flight += 1
         peak = max(peak, in_flight)
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(0.75)  # a summary spans five turns
         in_flight -= 1
         return Reply(echo_summary(body))
 
     openai_server.handler = handler
     r = Run(openai_server, cfg(messages=16, keep=4))
     said = [f"user message number {i}" for i in range(24)]
-    await r.run(turns(said, gap=0.3, interrupt=True), tail=2.0)
+    await r.run(turns(said, gap=0.15, interrupt=True), tail=1.0)
 
     requests = len(openai_server.summary_requests)
     assert 1 <= requests <= 5
@@ -308,7 +308,7 @@ async def test_failures_leave_the_context_untouched(openai_server, logs, reply):
         options=SummarizerOptions(retry_backoff_s=0),
     )
     said = [f"user message number {i}" for i in range(6)]
-    await r.run(turns(said, gap=0.1), tail=1.2)
+    await r.run(turns(said, gap=0.1), tail=0.6)  # the 0.3 s timeout has fired by then
     assert r.applied == [] and r.failed
     assert user_texts(r.context.messages) == said
     assert len(openai_server.chat_requests) == 6
