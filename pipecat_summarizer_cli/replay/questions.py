@@ -44,6 +44,7 @@ from pipecat_summarizer.store import MemoryStore
 from pipecat_summarizer_cli.replay.gold_answers import Corrections, load_answers
 from pipecat_summarizer_cli.replay.locomo import convert, load_samples, select_samples
 from pipecat_summarizer_cli.replay.question_calls import (
+    ANSWER_PAUSE_S,
     GREETING,
     GREETING_PAUSE_S,
     Plan,
@@ -155,6 +156,13 @@ def register(subparsers: Any) -> None:
         "--compact-at-end",
         action="store_true",
         help="across calls: end each call with a manual compaction of the whole conversation",
+    )
+    p.add_argument(
+        "--pause-ms",
+        type=float,
+        default=ANSWER_PAUSE_S * 1000,
+        help="the pause before each question a recalling strategy is asked (the caller "
+        "hears the last answer; default %(default)s)",
     )
     p.add_argument(
         "--answers",
@@ -274,6 +282,7 @@ def run(args: argparse.Namespace) -> int:
         store_factory=factory,
         tag=f"{int(time.time())}:",
         compact_at_end=args.compact_at_end,
+        pause_s=max(0.0, args.pause_ms / 1000),
     )
     return asyncio.run(_main(samples, plan, args, answers))
 
