@@ -80,10 +80,10 @@ async def test_barge_in_every_turn_does_not_discard_slow_summaries(openai_server
 
 
 async def test_messages_appended_while_in_flight_are_kept_in_order(openai_server):
-    openai_server.handler = scripted(delay=0.8)
+    openai_server.handler = scripted(delay=0.4)  # five turns arrive while it is in flight
     r = Run(openai_server, cfg(messages=6, keep=2))
     said = [f"user message number {i}" for i in range(12)]
-    await r.run(turns(said, gap=0.15), tail=1.2)
+    await r.run(turns(said, gap=0.08), tail=0.6)
     assert r.applied
     msgs = r.context.messages
     summary_at = next(
