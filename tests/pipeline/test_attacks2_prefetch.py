@@ -84,16 +84,13 @@ async def test_a_companion_after_the_user_aggregator_says_so_once_and_recall_sti
     assert any("Marquis" in b or "hotel" in b.lower() for b in _blocks(openai_server.chat_requests))
 
 
-async def test_a_long_turn_in_many_parts_reads_a_bounded_tail(openai_server, tmp_path, monkeypatch):
-    """300 final transcriptions with no end of turn between them (a caller who talks on, or
-    a muted caller whose words the aggregator drops): each early search reads the turn's
-    last ``KEPT_CHARS`` characters, not the whole turn again (O(turn^2) on the loop: 4.5 s
-    of CPU over 500 parts), and the companion keeps no more than that."""
+def _reading_companion(openai_server, tmp_path, monkeypatch):
+    """Alice's call's store, summarizer and companion, and how many characters each early
+    search read."""
     store = SQLiteMemoryStore(tmp_path / "m.db")
-    context, summarizer, processor = _processor(
+    _context, summarizer, processor = _processor(
         openai_server, store, user_id="alice", recall=RECALL
     )
-    companion = RecallPrefetch(processor)
     read: list[int] = []
     real = prefetch_module.turn_query
 
@@ -102,6 +99,15 @@ async def test_a_long_turn_in_many_parts_reads_a_bounded_tail(openai_server, tmp
         return real(step, messages, said, terms)
 
     monkeypatch.setattr(prefetch_module, "turn_query", recording)
+    return store, summarizer, RecallPrefetch(processor), read
+
+
+async def test_a_long_turn_in_many_parts_reads_a_bounded_tail(openai_server, tmp_path, monkeypatch):
+    """300 final transcriptions with no end of turn between them (a caller who talks on, or
+    a muted caller whose words the aggregator drops): each early search reads the turn's
+    last ``KEPT_CHARS`` characters, not the whole turn again (O(turn^2) on the loop: 4.5 s
+    of CPU over 500 parts), and the companion keeps no more than that."""
+    store, summarizer, companion, read = _reading_companion(openai_server, tmp_path, monkeypatch)
     frames = [UserStartedSpeakingFrame()]
     frames += [TranscriptionFrame(f"{RAMBLE}{i}", "alice", "t0") for i in range(300)]
     try:
@@ -199,19 +205,7 @@ async def test_a_forgotten_callers_early_answers_leave_memory_at_the_next_look(t
 
 
 async def test_a_100_kb_interim_reads_a_bounded_tail(openai_server, tmp_path, monkeypatch):
-    store = SQLiteMemoryStore(tmp_path / "m.db")
-    context, summarizer, processor = _processor(
-        openai_server, store, user_id="alice", recall=RECALL
-    )
-    companion = RecallPrefetch(processor)
-    read: list[int] = []
-    real = prefetch_module.turn_query
-
-    def recording(step, messages, said, terms):
-        read.append(len(said))
-        return real(step, messages, said, terms)
-
-    monkeypatch.setattr(prefetch_module, "turn_query", recording)
+    store, summarizer, companion, read = _reading_companion(openai_server, tmp_path, monkeypatch)
     huge = (RAMBLE * 1200)[:100_000] + " " + ASK
     frames = [UserStartedSpeakingFrame(), InterimTranscriptionFrame(huge, "alice", "t0")]
     try:
