@@ -147,14 +147,22 @@ async def test_an_observer_raising_cancelled_error_costs_only_itself_pipeline(
     assert any("Cancelling" in r["message"] and "CancelledError" in r["message"] for r in logs)
 
 
-async def test_an_observer_raising_cancelled_error_never_costs_a_lookup(tmp_path):
+async def _alices_step(
+    tmp_path, first: RecallObserver
+) -> tuple[SQLiteMemoryStore, RecallStep, Seen]:
+    """Alice's second call's recall step over her earlier call, told ``first`` then ``Seen``."""
     store = SQLiteMemoryStore(tmp_path / "m.db")
+    await store.write(_earlier_call())
+    step = RecallStep(store, RecallParams(), call_id="c2", user_id="alice")
+    seen = Seen()
+    step.add_observer(first)
+    step.add_observer(seen)
+    return store, step, seen
+
+
+async def test_an_observer_raising_cancelled_error_never_costs_a_lookup(tmp_path):
+    store, step, seen = await _alices_step(tmp_path, Cancelling())
     try:
-        await store.write(_earlier_call())
-        step = RecallStep(store, RecallParams(), call_id="c2", user_id="alice")
-        seen = Seen()
-        step.add_observer(Cancelling())
-        step.add_observer(seen)
         found = await step.lookup(LOOKUP)
         assert found and any("Hotel Marquis" in item["text"] for item in found)
         assert [o.outcome for o in seen.recalls] == ["found"]
@@ -285,13 +293,8 @@ async def test_an_observer_that_mutates_what_it_is_told_changes_nothing_for_the_
             object.__setattr__(outcome, "snippets", 999)
             object.__setattr__(outcome, "outcome", "error")
 
-    store = SQLiteMemoryStore(tmp_path / "m.db")
+    store, step, seen = await _alices_step(tmp_path, Forcer())
     try:
-        await store.write(_earlier_call())
-        step = RecallStep(store, RecallParams(), call_id="c2", user_id="alice")
-        seen = Seen()
-        step.add_observer(Forcer())
-        step.add_observer(seen)
         found = await step.lookup(LOOKUP)
         assert seen.recalls[0].outcome == "found"
         assert seen.recalls[0].snippets == len(found)

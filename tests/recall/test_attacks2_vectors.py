@@ -124,6 +124,16 @@ async def test_a_forget_drops_the_callers_cached_vectors_both_backends(store_tar
         await store.close()
 
 
+async def _indexed(store_target, semantic, text: str):
+    """The store with Al's earlier call saying ``text``, and his next call's index of it."""
+    store = open_store(store_target)
+    await store.open()
+    await _archive(store, "al", "a1", [text])
+    index = SemanticIndex(semantic, call_id="a2", user_id="al")
+    await index.refresh(store)
+    return store, index
+
+
 async def test_another_processs_forget_drops_the_cached_vectors_when_noticed(
     store_target, semantic
 ):
@@ -131,13 +141,9 @@ async def test_another_processs_forget_drops_the_cached_vectors_when_noticed(
     process learns of it from the tombstone (``noticed_forget``, read beside a turn's
     search); the index's next look drops the index and the cached vectors."""
     pet = _unique(PET, "other")
-    store = open_store(store_target)
-    await store.open()
+    since = time.time() - 1
+    store, index = await _indexed(store_target, semantic, pet)
     try:
-        since = time.time() - 1
-        await _archive(store, "al", "a1", [pet])
-        index = SemanticIndex(semantic, call_id="a2", user_id="al")
-        await index.refresh(store)
         assert _cached(semantic, pet)
         assert await _forget_elsewhere(store_target, "al") > 0
         index.rank(ASK)
@@ -280,13 +286,9 @@ async def test_a_forget_noticed_during_the_call_drops_the_vectors_when_the_call_
     search), but the index never ranked again (the ranking came late, the call ended):
     closing the index drops the caller's vectors."""
     pet = _unique(PET, "closing")
-    store = open_store(store_target)
-    await store.open()
+    since = time.time() - 1
+    store, index = await _indexed(store_target, semantic, pet)
     try:
-        since = time.time() - 1
-        await _archive(store, "al", "a1", [pet])
-        index = SemanticIndex(semantic, call_id="a2", user_id="al")
-        await index.refresh(store)
         assert await _forget_elsewhere(store_target, "al") > 0
         assert await store.noticed_forget("al", since)  # the step's read, at the last turn
         await index.close()  # the call ends: no ranking in between
