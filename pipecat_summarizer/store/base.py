@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -40,32 +41,55 @@ SCHEMA_VERSION = 6
 #: process's read from the tombstone): what the process keeps of the caller outside the
 #: store, whoever holds it (recall's cache of semantic vectors), goes too, even when no call
 #: of theirs is live here any more.
-_FORGET_LISTENERS: list[Callable[[str], object]] = []
+_FORGET_LISTENERS: list[tuple[object, Callable[[str], object]]] = []  # (the addition, listener)
+
+
+def _same(listener: Callable[[str], object]) -> tuple[int, object]:
+    """A listener's identity: the object itself, never its equality (two equal holders are
+    two listeners); a bound method by its object and function (each ``obj.method`` read is
+    a new bound method; a built-in one, ``list.append``, by its name)."""
+    owner = getattr(listener, "__self__", None)
+    if owner is not None:
+        func = getattr(listener, "__func__", None)
+        return id(owner), id(func) if func is not None else getattr(listener, "__name__", "")
+    return id(listener), 0
 
 
 def on_forget(listener: Callable[[str], object]) -> Callable[[], None]:
     """Have ``listener(user_id)`` called each time this process counts a forget (once per
     listener, however often it is added). It runs inside the forget: keep it quick; one that
-    raises is logged by its exception's type and never fails the forget.
+    raises is logged by its exception's type and never fails the forget. Listeners are
+    told apart by identity, never by equality.
 
     Returns:
-        A function that stops the calls.
+        A function that stops the calls of this addition (a listener added twice is called
+        until both additions are stopped).
     """
-    if listener not in _FORGET_LISTENERS:
-        _FORGET_LISTENERS.append(listener)
+    if not callable(listener):
+        raise TypeError(f"a forget's listener must be callable, got {type(listener).__name__}")
+    addition = object()
+    _FORGET_LISTENERS.append((addition, listener))
 
     def remove() -> None:
-        if listener in _FORGET_LISTENERS:
-            _FORGET_LISTENERS.remove(listener)
+        for i, (added, _) in enumerate(_FORGET_LISTENERS):
+            if added is addition:
+                del _FORGET_LISTENERS[i]
+                return
 
     return remove
 
 
 def _tell_forget(user_id: str) -> None:
-    for listener in list(_FORGET_LISTENERS):
+    told: set[tuple[int, object]] = set()
+    for _, listener in list(_FORGET_LISTENERS):  # a listener stopped meanwhile is still told
+        key = _same(listener)
+        if key in told:
+            continue
+        told.add(key)
         try:
             listener(user_id)
-        except Exception as e:  # the rows are gone already: the forget stands
+        except (Exception, asyncio.CancelledError) as e:
+            # an own forget tells before its rows go: a listener never stops them going
             logger.warning(f"a forget's listener failed ({type(e).__name__})")
 
 
