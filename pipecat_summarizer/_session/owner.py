@@ -450,9 +450,11 @@ class ContextSession(SharedContext):
         recorder, recall, then the session): nothing reads a part not yet built.
 
         Raises:
-            ValueError: A store option (``memory``, ``user_id``, ``call_id``) or ``recall``
-                without a store.
-            TypeError: ``recall`` is not a ``RecallParams``.
+            ValueError: A store option (``memory``, ``user_id``, ``call_id``), ``recall``
+                without a store, or a field of ``recall`` out of range (set after it was
+                built).
+            TypeError: ``recall`` is not a ``RecallParams``, or one of its fields has the
+                wrong type.
         """
         clearing = params.clearing
         if store is None and clearing is not None and not clearing.without_store:
@@ -471,6 +473,11 @@ class ContextSession(SharedContext):
         if recall is not None:
             if not isinstance(recall, RecallParams):
                 raise TypeError(f"recall must be a RecallParams, got {type(recall).__name__}")
+            # checked again, as the call's own copy: a field set after construction (a NaN
+            # budget turned recall off without a word, max_tokens 0 failed every turn) is
+            # refused here, and a later change to the application's object never reaches
+            # a live call half-way
+            recall = replace(recall)
             if store is None or recorder is None:
                 raise ValueError("recall needs a store (store=SQLiteMemoryStore(...))")
             step = RecallStep(

@@ -25,6 +25,10 @@ SEMANTIC_MODELS: dict[str, tuple[tuple[str, ...], str, float]] = {
     "wordllama": (("wordllama",), "semantic-wordllama", 0.25),
 }
 
+#: The most hits a search, or calls a semantic index, may ask of the archive: more is a
+#: whole archive ranked each turn, and past 2**63 a database refuses the number every turn.
+MAX_ASKED = 10_000
+
 
 def model_missing(model: str) -> str | None:
     """The ``ImportError`` message when ``model``'s extra is not installed, else ``None``."""
@@ -60,7 +64,8 @@ class SemanticRecallParams:
             default block and 0.2 with ``RecallParams.broad()``).
         candidates: Messages taken from the semantic ranking each turn (after the lexical
             hits).
-        max_calls: The caller's most recent calls whose messages are embedded.
+        max_calls: The caller's most recent calls whose messages are embedded (at most
+            10,000, as ``candidates``).
         embedder: A model of your own: anything with ``embed(texts)`` returning unit-length
             float32 rows (``model`` then only picks the default ``min_similarity``).
 
@@ -88,8 +93,8 @@ class SemanticRecallParams:
         if not -1.0 <= self.min_similarity <= 1.0:
             raise ValueError("recall.semantic.min_similarity must be between -1 and 1")
         for name in ("candidates", "max_calls"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"recall.semantic.{name} must be at least 1")
+            if not 1 <= getattr(self, name) <= MAX_ASKED:
+                raise ValueError(f"recall.semantic.{name} must be between 1 and {MAX_ASKED:,}")
         if self.embedder is None:
             missing = model_missing(self.model)
             if missing is not None:
@@ -126,7 +131,7 @@ class RecallParams:
         latency_budget_s: How long the turn waits for the archive's answer. Later, the turn
             goes without recall, and the late answer may serve the next turn if it is still
             relevant to that turn's query.
-        search_limit: Hits asked of the archive before filtering.
+        search_limit: Hits asked of the archive before filtering (at most 10,000).
         max_snippet_tokens: Longest single snippet; a longer message is cut to a window around
             the query's words.
         max_question_words: The assistant's last question joins the query when it has at
@@ -245,6 +250,10 @@ class RecallParams:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"recall.{name} must be at least 1")
+        if self.search_limit > MAX_ASKED:
+            raise ValueError(
+                f"recall.search_limit must be at most {MAX_ASKED:,}, got {self.search_limit!r}"
+            )
         if not 0.0 <= self.min_score <= 1.0:
             raise ValueError("recall.min_score must be between 0 and 1")
         if self.latency_budget_s < 0 or self.tool_timeout_s <= 0:
