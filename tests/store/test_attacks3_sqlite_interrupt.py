@@ -15,6 +15,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import pytest
 
@@ -118,7 +119,8 @@ async def test_a_held_search_cancelled_at_each_step_never_aborts_the_write_after
         steps = [*range(1, total - 100, 4), *range(max(1, total - 100), total + 1), AFTER]
         for step in steps:
             position += 1
-            await _held_then_cancelled(store, hold, step, lambda: store.write([_said(position)]))
+            write = [_said(position)]
+            await _held_then_cancelled(store, hold, step, partial(store.write, write))
             archived = await store.message("c1", position)
             assert archived is not None, f"the write after a search cancelled at {step} lost"
         # each step held the read, and the interrupt stopped it there
