@@ -1,7 +1,8 @@
 """The SQLite store's search: FTS5 inside the caller's scope, ranked by BM25.
 
-An any-word search ranks only its rarest words (see ``RANK_MATCHES``): BM25 over every
-match of a common word is what made a search slow on a large archive.
+An any-word search ranks only its rarest words (see ``RANK_MATCHES``), and first only their
+latest matches (``RANK_WINDOW``): BM25 over every match of a common word is what made a
+search slow on a large archive.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from collections.abc import Sequence
 from pipecat_summarizer.store import _sqlite_schema as schema
 
 #: An any-word search ranks its rarest words while their matches stay within this many
-#: messages (see ``rarest``), and of those the latest this many first:
-#: BM25 over every match of a common word costs ~20 ms at 100k archived messages.
+#: messages (see ``rarest``): BM25 over every match of a common word costs ~20 ms at 100k
+#: archived messages.
 RANK_MATCHES = 3000
+#: Of those words' matches BM25 scores the latest this many (at most ``RANK_MATCHES``)
+#: first, all of them only if that window holds too few of the caller's: each costs
+#: ~1.5 us (its document's length is read), a 3,000 window ~5 ms a turn at 1M archived.
+RANK_WINDOW = 1000
 #: How long a common word's document count (at least ``DF_CACHE_MIN``) is reused.
 DF_TTL_S = 60.0
 DF_CACHE_MIN = 200
@@ -46,13 +51,13 @@ def find(
     match = (" OR " if any_word else " ").join(f'"{w}"' for w in ranked)
     lo, hi = bounds
     if any_word:
-        # even the rarest word may match thousands: rank its latest RANK_MATCHES
+        # even the rarest word may match thousands: rank the latest RANK_WINDOW
         # matches in the scope (a rowid range is cheap for FTS5); all of them only if
         # that window holds too few of this caller's
         edge = conn.execute(
             "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
             "AND rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-            (match, lo, hi, RANK_MATCHES),
+            (match, lo, hi, min(RANK_WINDOW, RANK_MATCHES)),
         ).fetchone()
         if edge is not None:
             rows = best_matches(conn, match, (edge[0] + 1, hi), user_id, call_id, limit)
