@@ -25,6 +25,9 @@ RANK_WINDOW = 1000
 DF_TTL_S = 60.0
 DF_CACHE_MIN = 200
 
+#: A hit row's score (``SearchHit.score``, BM25 negated).
+SCORE = 7
+
 #: (scope bounds, word) -> (messages matching, when): see ``rarest``.
 WordCounts = dict[tuple[tuple[int, int], str], tuple[int, float]]
 
@@ -48,7 +51,8 @@ def find(
     if not ranked:
         return []
     # every word quoted: FTS5 operators in the caller's words are just words
-    match = (" OR " if any_word else " ").join(f'"{w}"' for w in ranked)
+    quoted = [f'"{w}"' for w in ranked]
+    match = (" OR " if any_word else " ").join(quoted)
     lo, hi = bounds
     if any_word:
         # even the rarest word may match thousands: rank the latest RANK_WINDOW
@@ -62,8 +66,16 @@ def find(
         if edge is not None:
             rows = best_matches(conn, match, (edge[0] + 1, hi), user_id, call_id, limit)
             if len(rows) >= limit:
-                return rows
-    return best_matches(conn, match, bounds, user_id, call_id, limit)
+                if len(quoted) > 1:
+                    # and the older messages holding every ranked word (at most half of
+                    # RANK_MATCHES): BM25 scores a message the same under AND as under OR
+                    # (the same words, the same weights), so the two rankings merge
+                    older = best_matches(
+                        conn, " AND ".join(quoted), (lo, edge[0]), user_id, call_id, limit
+                    )
+                    rows = sorted(rows + older, key=lambda r: (-r[SCORE], -r[-1]))[:limit]
+                return [r[:-1] for r in rows]
+    return [r[:-1] for r in best_matches(conn, match, bounds, user_id, call_id, limit)]
 
 
 def search_bounds(
@@ -94,8 +106,9 @@ def best_matches(
     limit: int,
 ) -> list[tuple]:
     """The best ``limit`` matches of ``match`` in ``bounds`` that belong to the caller
-    (and call). BM25 ranks the index alone, and only the best rows are read: the rest
-    of a message (its text) is never sorted. Ties go to the latest message."""
+    (and call), best first: a hit's fields (its score at ``SCORE``), then its full-text rowid. BM25
+    ranks the index alone, and only the best rows are read: the rest of a message (its
+    text) is never sorted. Ties go to the latest message."""
     where = ""
     params: list[str | int] = []
     if user_id is not None:
@@ -130,7 +143,7 @@ def best_matches(
             "ORDER BY f.score, f.id DESC LIMIT ?",
             (match, *bounds, *params, limit),
         ).fetchall()
-    return [r[:-1] for r in rows]
+    return rows
 
 
 def rarest(

@@ -101,3 +101,28 @@ async def test_a_window_with_too_few_of_the_calls_ranks_all_its_matches(tmp_path
     finally:
         await s.close()
     assert sorted(_positions(hits)) == [0, 1] and {h.call_id for h in hits} == {"c1"}
+
+
+async def test_older_messages_holding_every_ranked_word_are_ranked_beside_the_window(
+    tmp_path, monkeypatch
+):
+    # the window holds the latest matches; an older message holding both ranked words is
+    # ranked with them, at the score BM25 gives it over every match
+    old = ["lisbon parcel kept for you", "lisbon parcel two", "just lisbon"]
+    newer = [f"parcel number {i} left at the door today" for i in range(5)]
+    newer += [f"lisbon trip number {i} was lovely in the spring" for i in range(5)]
+    others = [f"nothing to see here {i}" for i in range(30)]  # the words' weights
+    s = SQLiteMemoryStore(tmp_path / "o.db")
+    try:
+        await s.write([_msg("c1", i, text) for i, text in enumerate(old + newer + others)])
+        monkeypatch.setattr(sqlite_search, "RANK_WINDOW", 4)
+        windowed = await s.search("lisbon parcel", user_id="al", any_word=True, limit=4)
+        monkeypatch.setattr(sqlite_search, "RANK_WINDOW", 10**9)
+        full = await s.search("lisbon parcel", user_id="al", any_word=True, limit=13)
+    finally:
+        await s.close()
+    window = {9, 10, 11, 12}  # the latest 4 matches
+    want = [h for h in full if h.position in window | {0, 1}][:4]  # + both words, older
+    assert [(h.position, h.score) for h in windowed] == [(h.position, h.score) for h in want]
+    assert [h.position for h in windowed][:2] == [1, 0]  # the two holding both words
+    assert 2 not in {h.position for h in windowed}  # older, one word only: outside
