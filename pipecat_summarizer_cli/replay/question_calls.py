@@ -36,6 +36,7 @@ from pipecat_summarizer import (
     ContextSummarizerParams,
     MemoryParams,
     RecallParams,
+    RecallPrefetch,
     WriterParams,
     is_recall_message,
 )
@@ -46,7 +47,7 @@ from pipecat_summarizer_cli.replay.backends import (
     MeteredSummarizer,
     extractive_backend,
 )
-from pipecat_summarizer_cli.replay.call_driver import CallDriver, snapshot
+from pipecat_summarizer_cli.replay.call_driver import CallDriver, Speech, snapshot
 from pipecat_summarizer_cli.replay.locomo import (
     LocomoConversation,
     QAItem,
@@ -110,6 +111,11 @@ class Plan:
             context at hang-up are archived as ``in_context_at_end``, unsummarized).
         pause_s: The pause before each question a recalling strategy is asked (the
             command's default is :data:`ANSWER_PAUSE_S`).
+        speech: A recalling strategy's questions are spoken (transcriptions, then the
+            turn's end: see :class:`~pipecat_summarizer_cli.replay.call_driver.Speech`)
+            through a pipeline with ``RecallPrefetch`` before its user aggregator, so
+            recall's search starts on the caller's words; ``None`` (the library's callers'
+            default): appended as a message, the search starts when the turn ends.
     """
 
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -120,6 +126,7 @@ class Plan:
     tag: str = ""
     compact_at_end: bool = False
     pause_s: float = 0.0
+    speech: Speech | None = None
 
     def store(self) -> MemoryStore:
         if self.store_factory is not None:
@@ -162,6 +169,23 @@ def _ours(
             else None
         ),
         recall=recall,
+    )
+
+
+def _asking(plan: Plan, context: LLMContext, q: ContextSummarizer) -> CallDriver:
+    """The pipeline that asks ``q``'s questions: with recall and ``plan.speech``, spoken,
+    ``RecallPrefetch`` before the user aggregator."""
+    if plan.speech is None or q.recall_step is None:
+        return CallDriver(context, [], [q])
+    return CallDriver(context, [], [q], head=[RecallPrefetch(q)], speech=plan.speech)
+
+
+def _early(asking: CallDriver) -> int:
+    """Searches of ``asking``'s questions answered by one started on the caller's words."""
+    return sum(
+        p.archive.served
+        for p in asking.head
+        if isinstance(p, RecallPrefetch) and p.archive is not None
     )
 
 
@@ -327,7 +351,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
                 summarize=False,
                 started_at=_date(turns),
             )
-            asking = CallDriver(qctx, [], [q])
+            asking = _asking(plan, qctx, q)
             await asking.start()
             await _index_settled(q)
             await _ask_all(
@@ -343,6 +367,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
             await asking.end()
             if q.recall_step is not None:
                 out[name].missed += q.recall_step.missed
+                out[name].early += _early(asking)
         await call.end()
     finally:
         await store.close()
@@ -433,7 +458,7 @@ async def across_calls(
                 summarize=False,
                 started_at=last + _DAY_S if last is not None else None,
             )
-            asking = CallDriver(qctx, [], [q])
+            asking = _asking(plan, qctx, q)
             await asking.start()
             # the caller's memory is in the greeting's context, so in the state every
             # question starts from (see CONNECT_PAUSE_S)
@@ -459,6 +484,7 @@ async def across_calls(
             await asking.end()
             if q.recall_step is not None:
                 scores.missed += q.recall_step.missed
+                scores.early += _early(asking)
     finally:
         await store.close()
     return out

@@ -38,6 +38,8 @@ class Scores:
         input_tokens: Tokens of the questions' requests (main LLM input).
         recalled: Questions whose request carried a recalled block.
         missed: Recall searches that missed the latency budget.
+        early: Recall searches answered by one started on the caller's words before the
+            turn ended (``RecallPrefetch``; 0 when the questions are not spoken).
         block_tokens: Per question scored, the tokens of its recalled block (0 without one);
             empty for a strategy without recall.
         snippets: Snippets of the recalled blocks.
@@ -53,6 +55,7 @@ class Scores:
     input_tokens: int = 0
     recalled: int = 0
     missed: int = 0
+    early: int = 0
     block_tokens: list[int] = field(default_factory=list)
     snippets: int = 0
     evidence_snippets: int = 0
@@ -70,6 +73,7 @@ class Scores:
         self.input_tokens += other.input_tokens
         self.recalled += other.recalled
         self.missed += other.missed
+        self.early += other.early
         self.block_tokens.extend(other.block_tokens)
         self.snippets += other.snippets
         self.evidence_snippets += other.evidence_snippets
@@ -115,6 +119,8 @@ class Scores:
                 "p90": percentile(t, 90),
             }
             out["recalled_blocks"] = self.recalled
+            out["searches_late"] = self.missed
+            out["searches_started_on_the_words"] = self.early
             out["snippets"] = self.snippets
             out["evidence_snippets"] = self.evidence_snippets
             out["evidence_snippet_share"] = self.evidence_snippet_share()
@@ -147,6 +153,8 @@ def table(title: str, scores: dict[str, Scores]) -> str:
     rows += _relevance_rows([scores[s] for s in names])
     if any(scores[s].missed for s in names):
         rows.append(("recall searches over budget", *(str(scores[s].missed) for s in names)))
+    if any(scores[s].early for s in names):
+        rows.append(("searches started on the words", *(str(scores[s].early) for s in names)))
     width = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [title]
     for i, r in enumerate(rows):

@@ -41,6 +41,7 @@ from typing import Any
 
 from pipecat_summarizer import RecallParams, SemanticRecallParams, load_semantic_model
 from pipecat_summarizer.store import MemoryStore
+from pipecat_summarizer_cli.replay.call_driver import Speech
 from pipecat_summarizer_cli.replay.gold_answers import Corrections, load_answers
 from pipecat_summarizer_cli.replay.locomo import convert, load_samples, select_samples
 from pipecat_summarizer_cli.replay.question_calls import (
@@ -165,6 +166,35 @@ def register(subparsers: Any) -> None:
         "hears the last answer; default %(default)s)",
     )
     p.add_argument(
+        "--spoken",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a recalling strategy's questions are spoken, as a speech-to-text service "
+        "delivers them, through a pipeline with RecallPrefetch before the user aggregator "
+        "(recall's search starts on the words): the turn starts, an interim transcription of "
+        "all but the last word arrives, --spoken-word-ms later an interim of every word "
+        "(formatted as the final one), --spoken-lead-ms later the final transcription and "
+        "the turn's end (Pipecat's default turn detection ends a turn on the finalized "
+        "transcription once VAD's 0.2 s of silence and the smart-turn model agree; an STT's "
+        "final result comes ~0.2-0.4 s after the words). The seconds of speech before are "
+        "not replayed. --no-spoken: each question is appended as a message and the search "
+        "starts when the turn ends (the figures before this option; default: spoken)",
+    )
+    p.add_argument(
+        "--spoken-word-ms",
+        type=_milliseconds,
+        default=Speech.word_s * 1000,
+        help="from the interim of all but the last word to the interim of every word "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--spoken-lead-ms",
+        type=_milliseconds,
+        default=Speech.lead_s * 1000,
+        help="from the interim of every word to the final transcription and the end of the "
+        "turn (default %(default)s)",
+    )
+    p.add_argument(
         "--answers",
         metavar="PATH",
         help="score against corrected gold answers in LoCoMo's format (a JSON like "
@@ -173,6 +203,21 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--json", metavar="PATH", help="also write the scores as JSON")
     p.set_defaults(run=run)
+
+
+#: The longest wait an option in milliseconds takes (a minute).
+_MAX_MS = 60_000.0
+
+
+def _milliseconds(value: str) -> float:
+    """A wait in milliseconds: a finite number from 0 to :data:`_MAX_MS`."""
+    try:
+        ms = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, got {value!r}") from None
+    if not 0 <= ms <= _MAX_MS:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected 0 to {_MAX_MS:.0f} ms, got {value!r}")
+    return ms
 
 
 def _request_tokens(value: str) -> int | None:
@@ -283,6 +328,11 @@ def run(args: argparse.Namespace) -> int:
         tag=f"{int(time.time())}:",
         compact_at_end=args.compact_at_end,
         pause_s=max(0.0, args.pause_ms / 1000),
+        speech=(
+            Speech(word_s=args.spoken_word_ms / 1000, lead_s=args.spoken_lead_ms / 1000)
+            if args.spoken
+            else None
+        ),
     )
     return asyncio.run(_main(samples, plan, args, answers))
 
