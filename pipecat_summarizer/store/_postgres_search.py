@@ -2,7 +2,8 @@
 by how many of the query's words a message holds, then ``ts_rank_cd``.
 
 Recall's search (any of the words, by caller) reads the caller's word index (schema v5,
-``message_words``); other searches read the scoped GIN index. Both rank the same way.
+``message_words``) and ranks its rarest words, as SQLite does; other searches read the
+scoped GIN index. Both rank the words they search the same way.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from pipecat_summarizer.store.base import query_words
 #: A search ranks at most this many of the scope's matches, the latest (as on SQLite): the
 #: ranking reads every row it scores.
 RANK_MATCHES = 3000
+#: A search by caller ranks its rarest words while their rows in the caller's word index
+#: stay within this many (as on SQLite): see ``caller_search_sql``.
+KEEP_MATCHES = 3000
 #: PostgreSQL's own text-search configurations: a snowball stemmer (or ``simple``) gives a
 #: word at most one lexeme, which the word index's search needs (see
 #: ``caller_search_sql``); another configuration (an ispell or thesaurus dictionary may
@@ -111,66 +115,101 @@ def search_sql(
 
 
 def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> tuple[Any, ...]:
-    """An any-word search of a caller's archive through their word index (schema v5), with
-    the hits and the scores of :func:`search_sql`'s statement: the same window (the latest
-    ``RANK_MATCHES`` matches), the same score, the same ties.
+    """An any-word search of a caller's archive through their word index (schema v5).
 
-    Each query word's latest rows are read in the index's order, the words' reads merged by
-    id (newest first) and grouped as they come: the window is the latest ids of their union,
-    so the merge stops there, and a common word's rows older than the window are never read
-    (nor hashed or sorted). The score needs no message: ``hits`` is how many query words
-    have the message's lexeme, and for a query of words joined by OR, ``ts_rank_cd`` (weight
-    D, normalization 32) counts a cover per matched position, so it depends only on how many
-    positions the matched lexemes have together (``total``): it is computed once per total,
-    on a tsvector of that many positions. Only the best rows are read whole, and a message
-    whose positions were clamped (``tf`` < 0) is ranked on its own ``tsv``.
+    It ranks the query's rarest words, as SQLite does (``_sqlite_search.rarest``): the
+    words with the fewest rows in the caller's index first, while their rows together stay
+    within ``KEEP_MATCHES`` (always the rarest one). A word in thousands of the caller's
+    messages ("card", "new") adds almost nothing to a ranking that its rarer neighbours
+    decide, but merging and grouping every one of its rows was most of the search's cost.
+    Each word is counted up to ``KEEP_MATCHES + 1`` rows (its latest, in the index's order):
+    two words past that are ordered by how far back their latest ``KEEP_MATCHES + 1`` rows
+    reach (the rarer in the stretch the window covers first), then by lexeme.
+
+    Over the words it keeps, the hits and the scores are :func:`search_sql`'s: the same
+    window (the latest ``RANK_MATCHES`` matches), the same score, the same ties. Each kept
+    word's latest rows are read in the index's order, the reads merged by id (newest first)
+    and grouped as they come: the window is the latest ids of their union, so the merge
+    stops there. The score needs no message: ``hits`` is how many query words have the
+    message's lexeme, and for a query of words joined by OR, ``ts_rank_cd`` (weight D,
+    normalization 32) counts a cover per matched position, so it depends only on how many
+    positions the matched lexemes have together (``total``), and grows with it: the best
+    ``limit`` of the window by (``hits``, ``total``, time, id) are the only rows that can
+    place, and their ``ts_rank_cd`` is computed once per total, on a tsvector of that many
+    positions. A message whose positions were clamped (``tf`` < 0), or that has more than
+    256 (past what one lexeme of that tsvector holds), is ranked on its own ``tsv``. When
+    one word is kept, its latest rows are ranked straight from the index, neither merged nor
+    grouped: a lexeme's positions (at most 256) are its covers, so ``tf`` alone gives the
+    score, clamped or not. Only the best rows are read whole.
 
     ``words`` are ASCII letters and digits (each one token of PostgreSQL's parser, whatever
     the database's locale), and ``cfg`` one of ``ONE_LEXEME_CONFIGS``: a word has at most
     one lexeme.
     """
     window = max(RANK_MATCHES, limit)
+    cap = KEEP_MATCHES + 1
     distinct = sorted(set(words))
-    # one read per word (the i-th lexeme; none when words share a lexeme or a word has
-    # none), each in the index's order. Its LIMIT is a subquery: the planner cannot fold it,
-    # so it plans the read for its first rows (a backward index scan that stops early)
-    # whatever the table's statistics; with a constant, and none right after a bulk load
-    # (a few rows estimated), it read every row of the word (bitmap scan) and sorted them.
+    # one read per word (the i-th lexeme; none when words share a lexeme, a word has none or
+    # is not kept), each in the index's order. Its LIMIT is a subquery: the planner cannot
+    # fold it, so it plans the read for its first rows (a backward index scan that stops
+    # early) whatever the table's statistics; with a constant, and none right after a bulk
+    # load (a few rows estimated), it read every row of the word (bitmap scan) and sorted them.
     reads = " UNION ALL ".join(
         f"""(SELECT id, tf, at, (SELECT n FROM w WHERE i = {i}) AS n FROM message_words
-            WHERE scope = md5($3)::uuid AND word = (SELECT lx FROM w WHERE i = {i})
+            WHERE scope = md5($2)::uuid AND word = (SELECT many FROM w WHERE i = {i})
             ORDER BY id DESC LIMIT (SELECT {window}))"""
         for i in range(1, len(distinct) + 1)
     )
     sql = f"""
-        WITH w AS MATERIALIZED (
+        WITH l AS MATERIALIZED (
             SELECT row_number() OVER (ORDER BY lx)::int AS i, lx, n FROM (
                 SELECT lx, count(*)::int AS n FROM (
                     SELECT (SELECT min(lexeme) FROM unnest(to_tsvector('{cfg}', x))) AS lx
-                    FROM unnest($2::text[]) x) q
+                    FROM unnest($1::text[]) x) q
                 WHERE lx IS NOT NULL GROUP BY lx) g),
+        d AS MATERIALIZED (
+            SELECT l.i, l.lx, l.n, f.df, f.edge FROM l, LATERAL (
+                SELECT count(*)::int AS df, min(id) AS edge FROM (
+                    SELECT id FROM message_words WHERE scope = md5($2)::uuid AND word = l.lx
+                    ORDER BY id DESC LIMIT (SELECT {cap})) e) f),
+        o AS (
+            SELECT i, lx, n, (o = 1 OR run <= {KEEP_MATCHES}) AS kept FROM (
+                SELECT i, lx, n, row_number() OVER o AS o, sum(df) OVER o AS run
+                FROM d WINDOW o AS (ORDER BY df, edge, lx ROWS UNBOUNDED PRECEDING)) x),
+        w AS MATERIALIZED (
+            SELECT i, lx, n, kept, CASE WHEN kept AND ones > 1 THEN lx END AS many,
+                CASE WHEN kept AND ones = 1 THEN lx END AS one
+            FROM (SELECT *, count(*) FILTER (WHERE kept) OVER () AS ones FROM o) y),
         c AS MATERIALIZED (
             SELECT id, sum(n)::int AS hits, sum(abs(tf))::int AS total, min(tf) AS tf,
                 max(at) AS at
             FROM (SELECT * FROM ({reads}) u ORDER BY id DESC) p
             GROUP BY id ORDER BY id DESC LIMIT {window}),
-        t AS (SELECT hits FROM c ORDER BY hits DESC LIMIT 1 OFFSET $4 - 1),
-        k AS MATERIALIZED (SELECT * FROM c WHERE hits >= COALESCE((SELECT hits FROM t), 0)),
+        k AS MATERIALIZED (
+            (SELECT id, hits, total, at FROM c WHERE tf > 0 AND total <= 256
+            ORDER BY hits DESC, total DESC, at DESC, id DESC LIMIT $3)
+            UNION ALL
+            (SELECT id, (SELECT n FROM w WHERE one IS NOT NULL), abs(tf)::int, at FROM (
+                SELECT id, tf, at FROM message_words
+                WHERE scope = md5($2)::uuid AND word = (SELECT one FROM w WHERE one IS NOT NULL)
+                ORDER BY id DESC LIMIT (SELECT {window})) z
+            ORDER BY abs(tf) DESC, at DESC, id DESC LIMIT $3)),
         r AS MATERIALIZED (
             SELECT n AS total, ts_rank_cd(('a:' || array_to_string(
                 ARRAY(SELECT generate_series(1, n)), ','))::tsvector, 'a'::tsquery, 32) AS rank
-            FROM (SELECT DISTINCT total AS n FROM k WHERE tf > 0) d),
+            FROM (SELECT DISTINCT total AS n FROM k) t),
         s AS (
             SELECT k.id, k.at, (k.hits + r.rank)::float8 AS score
-            FROM k JOIN r ON r.total = k.total WHERE k.tf > 0
+            FROM k JOIN r ON r.total = k.total
             UNION ALL
-            SELECT m.id, m.at,
-                (k.hits + ts_rank_cd(m.tsv, websearch_to_tsquery('{cfg}', $1), 32))::float8
-            FROM k JOIN messages m ON m.id = k.id WHERE k.tf < 0)
+            SELECT m.id, m.at, (c.hits + ts_rank_cd(m.tsv, (
+                SELECT string_agg(quote_literal(lx), ' | ')::tsquery FROM w WHERE kept), 32))
+                ::float8
+            FROM c JOIN messages m ON m.id = c.id WHERE c.tf < 0 OR c.total > 256)
         SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by,
             r.score, m.user_id
-        FROM (SELECT * FROM s ORDER BY score DESC, at DESC, id DESC LIMIT $4) r
+        FROM (SELECT * FROM s ORDER BY score DESC, at DESC, id DESC LIMIT $3) r
         JOIN messages m ON m.id = r.id
-        WHERE m.user_id = $3
+        WHERE m.user_id = $2
         ORDER BY r.score DESC, m.at DESC, m.id DESC"""
-    return (sql, " or ".join(words), distinct, user_id, limit)
+    return (sql, distinct, user_id, limit)
