@@ -468,8 +468,17 @@ class ContextTerms:
             if self._joined is None:
                 self._joined = "\n".join(self._norms)
             return norm in self._joined
-        fewest = min((self._tokens.get(w, {}) for w in inner), key=len)
-        return any(norm in r.norm for r in fewest)
+        # the messages having the rarest inner word; a word no message has ends it (a hit's
+        # text usually has one: most hits are not in view, and this runs for each of them)
+        tokens = self._tokens
+        fewest: dict[_Read, int] | None = None
+        for w in inner:
+            posting = tokens.get(w)
+            if not posting:
+                return False
+            if fewest is None or len(posting) < len(fewest):
+                fewest = posting
+        return any(norm in r.norm for r in fewest or ())
 
 
 class _Common:

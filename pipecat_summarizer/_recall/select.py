@@ -180,8 +180,8 @@ def in_view(text: str, view: View, query_terms: Sequence[str]) -> bool:
     norm = normalize_verbatim(text)
     if not norm or norm in view.text or (view.says is not None and view.says(norm)):
         return True
-    own = [t for t in topic_terms(norm) if t not in set(query_terms)]
-    return all(t in view.terms for t in own)
+    asked = set(query_terms)
+    return all(t in view.terms for t in topic_terms(norm) if t not in asked)
 
 
 #: How many more hits :func:`select_hits` judges past the frame's deadline for a first

@@ -68,6 +68,19 @@ def stated_values(snippets: Sequence[ArchivedText], limit: int = 3) -> list[str]
     return found
 
 
+def _replaced(content: str, corrections: Sequence[tuple[str, str, frozenset[str]]]) -> bool:
+    """Whether ``content`` states a value a correction in view replaced, on its topic (its
+    topic words read only when it states an old value: most snippets state none)."""
+    words: set[str] | None = None
+    for old, new, topic in corrections:
+        if _states(content, old) and not _states(content, new):
+            if words is None:
+                words = topic_words(content)
+            if words & topic:
+                return True
+    return False
+
+
 def _key(s: ArchivedText) -> tuple[float, str, int]:
     return (s.at, s.call_id, s.position)
 
@@ -89,11 +102,7 @@ def supersede(
     corrections = _in_view_corrections(in_view)
     kept: list[S] = []
     for s in snippets:
-        words = topic_words(s.content)
-        if any(
-            _states(s.content, old) and not _states(s.content, new) and (words & topic)
-            for old, new, topic in corrections
-        ):
+        if corrections and _replaced(s.content, corrections):
             continue  # the corrected value is in view
         kept.append(s)
     order = sorted(range(len(kept)), key=lambda i: (kept[i].at, kept[i].call_id, kept[i].position))
