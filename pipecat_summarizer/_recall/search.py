@@ -139,8 +139,15 @@ class ArchiveSearch(RecallHooks):
         # a search started early of these very words (RecallPrefetch's) answers, if any
         early = self._early
         search = None if early is None else early.take(sent, limit=limit, any_word=True, **scope)
+        # the first hits' replies: a few spare for the in-view filter
+        first = self.params.max_snippets + 2
         if search is None:
-            search = self.archive.search(sent, limit=limit, any_word=True, **scope)
+            store_search: Any = self.archive.search
+            if getattr(store_search, "reads_replies", False):
+                # the store reads them with the search: one trip to it, not two
+                search = store_search(sent, limit=limit, any_word=True, _replies=first, **scope)
+            else:
+                search = self.archive.search(sent, limit=limit, any_word=True, **scope)
         noticed = getattr(self.archive, "noticed_forget", None)
         # a forget run by another process: its tombstone is read beside the search (the rows
         # are gone already; what this call holds in memory must go too)
@@ -168,11 +175,15 @@ class ArchiveSearch(RecallHooks):
         else:
             ranked = await ranking  # the forget watch alone: awaited in full, as ever
         hits = list(found or [])
-        replies: dict[tuple[str, int], tuple[str, str]] = {}
+        # replies read with the search (see above), and the hits they were read for
+        replies: dict[tuple[str, int], tuple[str, str]] = dict(getattr(found, "replies", {}))
+        read = {(h.call_id, h.position) for h in hits[:first]} if hasattr(found, "replies") else ()
         if index is not None and ranked is not None:
-            hits, replies = with_meaning(hits, ranked, index)
-        try:  # a few spare for the in-view filter; semantic hits' replies come from the index
-            await read_replies(self.archive, hits[: self.params.max_snippets + 2], replies)
+            hits, meant = with_meaning(hits, ranked, index)
+            replies.update(meant)  # the index's, as before
+        try:  # semantic hits' replies come from the index
+            unread = [h for h in hits[:first] if (h.call_id, h.position) not in read]
+            await read_replies(self.archive, unread, replies)
         finally:
             if index is not None:
                 # what was archived since the last turn: read and embedded in the

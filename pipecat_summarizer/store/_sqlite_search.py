@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pipecat_summarizer.store import _sqlite_schema as schema
 
@@ -76,6 +77,39 @@ def find(
                     rows = sorted(rows + older, key=lambda r: (-r[SCORE], -r[-1]))[:limit]
                 return [r[:-1] for r in rows]
     return [r[:-1] for r in best_matches(conn, match, bounds, user_id, call_id, limit)]
+
+
+class Hits(list):
+    """A search's hits, and the messages that followed the first of them: ``replies``,
+    ``{(call_id, position): (role, content)}`` (see ``SQLiteMemoryStore.search``)."""
+
+    def __init__(
+        self,
+        hits: Iterable[Any] = (),
+        replies: dict[tuple[str, int], tuple[str, str]] | None = None,
+    ):
+        """The hits, and their replies (none by default)."""
+        super().__init__(hits)
+        self.replies = {} if replies is None else replies
+
+
+def followers(
+    conn: sqlite3.Connection, keys: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], tuple[str, str]]:
+    """The message that followed each of ``keys`` (a call's position) that has one: role
+    and text, read in one statement per 200 keys."""
+    found: dict[tuple[str, int], tuple[str, str]] = {}
+    for i in range(0, len(keys), 200):  # stay under SQLite's variable limit
+        chunk = keys[i : i + 200]
+        rows = conn.execute(
+            f"WITH k(c, p) AS (VALUES {','.join(['(?,?)'] * len(chunk))}) "
+            "SELECT m.call_id, m.position - 1, m.role, m.content FROM k JOIN messages m "
+            "ON m.call_id = k.c AND m.position = k.p + 1",
+            [v for key in chunk for v in key],
+        ).fetchall()
+        for call_id, position, role, content in rows:
+            found[(call_id, position)] = (str(role), str(content))
+    return found
 
 
 def search_bounds(

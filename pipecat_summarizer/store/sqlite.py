@@ -400,18 +400,34 @@ class SQLiteMemoryStore(MemoryStore):
         call_id: str | None = None,
         limit: int = 10,
         any_word: bool = False,
+        _replies: int = 0,
     ) -> list[SearchHit]:
-        """FTS5 search of archived messages, ranked by BM25 (best first)."""
+        """FTS5 search of archived messages, ranked by BM25 (best first).
+
+        ``_replies`` is recall's (see ``search.reads_replies``): the message that followed
+        each of the first ``_replies`` hits is read in the same trip to the store's thread,
+        and returned as the list's ``replies`` (``{(call_id, position): (role, content)}``,
+        of those hits that have one)."""
         words = query_words(query)
         limit = int(limit)
         if not words or limit <= 0:
-            return []
+            return _sqlite_search.Hits() if _replies else []
 
-        def find(conn: sqlite3.Connection) -> list[tuple]:
+        def find(conn: sqlite3.Connection) -> tuple[list[tuple], dict | None]:
             call = None if call_id is None else session_key(conn, call_id)
-            return _sqlite_search.find(conn, self._df, words, user_id, call, limit, any_word)
+            rows = _sqlite_search.find(conn, self._df, words, user_id, call, limit, any_word)
+            if not _replies:
+                return rows, None
+            return rows, _sqlite_search.followers(conn, [(r[0], r[1]) for r in rows[:_replies]])
 
-        return [SearchHit(*r) for r in await self._run(find, read=True)]
+        rows, replies = await self._run(find, read=True)
+        if replies is None:
+            return [SearchHit(*r) for r in rows]
+        return _sqlite_search.Hits((SearchHit(*r) for r in rows), replies)
+
+    # the one search that takes ``_replies``: an override of ``search`` (a test's slow
+    # store) or a wrapper (``PrefetchingArchive``) does not have this mark
+    search.reads_replies = True  # type: ignore[attr-defined]
 
     async def forgotten_at(self, user_id: str) -> float | None:
         """When ``user_id`` was last forgotten (the tombstone's time), or ``None``."""
