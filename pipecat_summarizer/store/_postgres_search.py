@@ -8,6 +8,7 @@ scoped GIN index. Both rank the words they search the same way.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pipecat_summarizer.store._postgres_schema import SCOPED_TSV, session_key
@@ -19,6 +20,14 @@ RANK_MATCHES = 3000
 #: A search by caller ranks its rarest words while their rows in the caller's word index
 #: stay within this many (as on SQLite): see ``caller_search_sql``.
 KEEP_MATCHES = 3000
+#: How long a common word's count (at least ``DF_CACHE_MIN`` rows) is reused, as on SQLite:
+#: counting it reads up to ``KEEP_MATCHES + 1`` index rows; a rarer word is cheap to count,
+#: and may be new.
+DF_TTL_S = 60.0
+DF_CACHE_MIN = 200
+
+#: (caller, word) -> (rows counted, the oldest of them, when): see ``caller_search_sql``.
+WordCounts = dict[tuple[str, str], tuple[int, int, float]]
 #: PostgreSQL's own text-search configurations: a snowball stemmer (or ``simple``) gives a
 #: word at most one lexeme, which the word index's search needs (see
 #: ``caller_search_sql``); another configuration (an ispell or thesaurus dictionary may
@@ -40,9 +49,11 @@ def search_sql(
     call_id: str | None,
     limit: int,
     any_word: bool,
+    counts: WordCounts | None = None,
 ) -> tuple[Any, ...] | None:
     """The search's statement and its arguments (``None``: nothing to search), in the
-    text-search configuration ``cfg``."""
+    text-search configuration ``cfg``; ``counts``: common words' counts a search by caller
+    reuses (see :func:`caller_search_sql`)."""
     words = query_words(query)
     if not words or int(limit) <= 0:
         return None
@@ -53,7 +64,7 @@ def search_sql(
         and cfg in ONE_LEXEME_CONFIGS
         and all(w.isascii() for w in words)
     ):
-        return caller_search_sql(cfg, words, user_id, int(limit))
+        return caller_search_sql(cfg, words, user_id, int(limit), counts)
     # plain words only, joined by the operator: no tsquery syntax from the caller
     text = (" or " if any_word else " ").join(words)
     args: list[Any] = [text, sorted(set(words))]
@@ -114,7 +125,9 @@ def search_sql(
     return (sql, *args)
 
 
-def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> tuple[Any, ...]:
+def caller_search_sql(
+    cfg: str, words: list[str], user_id: str, limit: int, counts: WordCounts | None = None
+) -> tuple[Any, ...]:
     """An any-word search of a caller's archive through their word index (schema v5).
 
     It ranks the query's rarest words, as SQLite does (``_sqlite_search.rarest``): the
@@ -124,7 +137,10 @@ def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> t
     decide, but merging and grouping every one of its rows was most of the search's cost.
     Each word is counted up to ``KEEP_MATCHES + 1`` rows (its latest, in the index's order):
     two words past that are ordered by how far back their latest ``KEEP_MATCHES + 1`` rows
-    reach (the rarer in the stretch the window covers first), then by lexeme.
+    reach (the rarer in the stretch the window covers first), then by lexeme. A count of
+    ``DF_CACHE_MIN`` rows or more found in ``counts`` (younger than ``DF_TTL_S``) is not
+    counted again; each row the statement returns carries the words' counts (``df``, and
+    ``edge``: the oldest id counted), for :func:`remember_counts`.
 
     Over the words it keeps, the hits and the scores are :func:`search_sql`'s: the same
     window (the latest ``RANK_MATCHES`` matches), the same score, the same ties. Each kept
@@ -149,6 +165,14 @@ def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> t
     window = max(RANK_MATCHES, limit)
     cap = KEEP_MATCHES + 1
     distinct = sorted(set(words))
+    known: list[int | None] = []
+    edges: list[int | None] = []
+    now = time.monotonic()
+    for word in distinct:
+        df, edge, at = (counts or {}).get((user_id, word), (0, 0, -DF_TTL_S))
+        fresh = now - at < DF_TTL_S
+        known.append(df if fresh else None)
+        edges.append(edge if fresh else None)
     # one read per word (the i-th lexeme; none when words share a lexeme, a word has none or
     # is not kept), each in the index's order. Its LIMIT is a subquery: the planner cannot
     # fold it, so it plans the read for its first rows (a backward index scan that stops
@@ -161,16 +185,19 @@ def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> t
         for i in range(1, len(distinct) + 1)
     )
     sql = f"""
-        WITH l AS MATERIALIZED (
-            SELECT row_number() OVER (ORDER BY lx)::int AS i, lx, n FROM (
-                SELECT lx, count(*)::int AS n FROM (
-                    SELECT (SELECT min(lexeme) FROM unnest(to_tsvector('{cfg}', x))) AS lx
-                    FROM unnest($1::text[]) x) q
+        WITH q AS MATERIALIZED (
+            SELECT o, (SELECT min(lexeme) FROM unnest(to_tsvector('{cfg}', x))) AS lx, kdf, ke
+            FROM unnest($1::text[], $4::int[], $5::int8[]) WITH ORDINALITY AS u(x, kdf, ke, o)),
+        l AS MATERIALIZED (
+            SELECT row_number() OVER (ORDER BY lx)::int AS i, lx, n, kdf, ke FROM (
+                SELECT lx, count(*)::int AS n, max(kdf) AS kdf, max(ke) AS ke FROM q
                 WHERE lx IS NOT NULL GROUP BY lx) g),
         d AS MATERIALIZED (
-            SELECT l.i, l.lx, l.n, f.df, f.edge FROM l, LATERAL (
+            SELECT l.i, l.lx, l.n, COALESCE(l.kdf, f.df) AS df, COALESCE(l.ke, f.edge) AS edge
+            FROM l, LATERAL (
                 SELECT count(*)::int AS df, min(id) AS edge FROM (
-                    SELECT id FROM message_words WHERE scope = md5($2)::uuid AND word = l.lx
+                    SELECT id FROM message_words WHERE l.kdf IS NULL
+                        AND scope = md5($2)::uuid AND word = l.lx
                     ORDER BY id DESC LIMIT (SELECT {cap})) e) f),
         o AS (
             SELECT i, lx, n, (o = 1 OR run <= {KEEP_MATCHES}) AS kept FROM (
@@ -207,9 +234,31 @@ def caller_search_sql(cfg: str, words: list[str], user_id: str, limit: int) -> t
                 ::float8
             FROM c JOIN messages m ON m.id = c.id WHERE c.tf < 0 OR c.total > 256)
         SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by,
-            r.score, m.user_id
+            r.score, m.user_id,
+            ARRAY(SELECT d.df FROM q LEFT JOIN d ON d.lx = q.lx ORDER BY q.o) AS df,
+            ARRAY(SELECT d.edge FROM q LEFT JOIN d ON d.lx = q.lx ORDER BY q.o) AS edge
         FROM (SELECT * FROM s ORDER BY score DESC, at DESC, id DESC LIMIT $3) r
         JOIN messages m ON m.id = r.id
         WHERE m.user_id = $2
         ORDER BY r.score DESC, m.at DESC, m.id DESC"""
-    return (sql, distinct, user_id, limit)
+    return (sql, distinct, user_id, limit, known, edges)
+
+
+def remember_counts(counts: WordCounts, statement: tuple[Any, ...], rows: list[Any]) -> None:
+    """Keep in ``counts`` the common words' counts a search by caller (``statement``, from
+    :func:`caller_search_sql`) returned with its ``rows``."""
+    if not rows or len(rows[0]) < 11:
+        return  # no hit (nothing counted comes back), or not a search by caller
+    if len(counts) > 20_000:
+        counts.clear()
+    now = time.monotonic()
+    words, user_id, known = statement[1], statement[2], statement[4]
+    for word, was, df, edge in zip(words, known, rows[0][9], rows[0][10], strict=True):
+        if was is None and df is not None and df >= DF_CACHE_MIN:
+            counts[(user_id, word)] = (df, edge, now)
+
+
+def forget_counts(counts: WordCounts, user_id: str) -> None:
+    """Drop what ``counts`` keeps of ``user_id``'s words (a forget)."""
+    for key in [k for k in counts if k[0] == user_id]:
+        del counts[key]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipecat_summarizer._validation import check_number
-from pipecat_summarizer.store import _postgres_writes
+from pipecat_summarizer.store import _postgres_search, _postgres_writes
 from pipecat_summarizer.store._dsn import mask_dsn
 from pipecat_summarizer.store._postgres_schema import check_read_only, migrate, session_key
 from pipecat_summarizer.store._postgres_search import search_sql
@@ -196,6 +196,9 @@ class PostgresMemoryStore(MemoryStore):
         self._lock = asyncio.Lock()
         # connections acquired for a use that was cancelled meanwhile, going back
         self._settling: set[asyncio.Task] = set()
+        # common words' counts in callers' word indexes, reused for a minute (see
+        # _postgres_search.caller_search_sql)
+        self._df: _postgres_search.WordCounts = {}
 
     def __repr__(self) -> str:
         """The DSN without its password."""
@@ -385,10 +388,13 @@ class PostgresMemoryStore(MemoryStore):
             call_id=call_id,
             limit=limit,
             any_word=any_word,
+            counts=self._df,
         )
         if statement is None:
             return []
-        return [SearchHit(*tuple(r)) for r in await self._fetch(*statement)]
+        rows = await self._fetch(*statement)
+        _postgres_search.remember_counts(self._df, statement, rows)
+        return [SearchHit(*tuple(r)[:9]) for r in rows]
 
     async def forgotten_at(self, user_id: str) -> float | None:
         """When ``user_id`` was last forgotten (the tombstone's time), or ``None``."""
@@ -423,6 +429,7 @@ class PostgresMemoryStore(MemoryStore):
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
         at = self._forgotten_now(user_id)  # a live call of this process stops at once
+        _postgres_search.forget_counts(self._df, user_id)  # their words, counted
         async with await self._acquire() as conn:
             n = await _postgres_writes.forget(conn, user_id, at)
             # the caller's word index (schema v5) holds their words too: its dead rows go

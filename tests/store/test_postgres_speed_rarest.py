@@ -140,3 +140,40 @@ async def test_a_message_with_hundreds_of_matched_positions_ranks_on_its_own_row
     assert [(h.call_id, h.position) for h in hits] == [r[:2] for r in want]
     assert [h.score for h in hits] == pytest.approx([r[2] for r in want], abs=1e-7)
     assert hits[0].position == 0
+
+
+async def test_common_words_counts_are_reused_for_a_minute_and_forgotten(pg_server, monkeypatch):
+    # counting a common word reads up to KEEP_MATCHES + 1 index rows: its count is kept by
+    # the store (as SQLite's are); a rare word is counted again each time (it may be new)
+    monkeypatch.setattr(_postgres_search, "KEEP_MATCHES", 20)
+    monkeypatch.setattr(_postgres_search, "DF_CACHE_MIN", 15)
+    dsn = pg_server.create_database(f"counts_{random.randrange(10**9)}")
+    store = PostgresMemoryStore(dsn)
+    query = "new card arrive parcel"
+    try:
+        await store.write(_archive())
+        first = await store.search(query, user_id="alice", any_word=True, limit=12)
+        cached = dict(store._df)
+        statement = _postgres_search.search_sql(
+            "english",
+            query,
+            user_id="alice",
+            call_id=None,
+            limit=12,
+            any_word=True,
+            counts=store._df,
+        )
+        again = await store.search(query, user_id="alice", any_word=True, limit=12)
+        await store.write([_msg(500, "arrive arrive arrive parcel")])
+        later = await store.search(query, user_id="alice", any_word=True, limit=12)
+        await store.search("parcel", user_id="bob", any_word=True)
+        await store.forget("alice")
+        left = set(store._df)
+    finally:
+        await store.close()
+    assert set(cached) == {("alice", "card"), ("alice", "new")}
+    # counted up to KEEP_MATCHES + 1: arrive (8) and parcel (10) are counted each time
+    assert statement is not None and statement[4] == [None, 21, 21, None]  # sorted words
+    assert again == first
+    assert (later[0].call_id, later[0].position) == ("alice-25", 0)  # the new message
+    assert left == {("bob", "parcel")}
