@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import is_dataclass
 from dataclasses import replace as dc_replace
@@ -85,7 +86,18 @@ async def read_replies(
     read = getattr(archive, "message", None)
     if read is None:
         return
-    wanted = [h for h in hits if (h.call_id, h.position) not in replies]
+    wanted = []
+    for h in hits:
+        key = (h.call_id, h.position)
+        if key in replies:
+            continue
+        ahead = _read_ahead(h)
+        if ahead is _NOT_READ:
+            wanted.append(h)
+        elif ahead is not None:
+            replies[key] = ahead  # type: ignore[assignment]
+    if not wanted:
+        return
     batch = getattr(archive, "messages_at", None)
     if batch is not None:
         found = list(await batch([(h.call_id, h.position + 1) for h in wanted]))
@@ -94,6 +106,39 @@ async def read_replies(
     for h, m in zip(wanted, found, strict=True):
         if m is not None:
             replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
+
+
+#: Replies read ahead for hits an early search returned (:func:`read_ahead`), by the hit
+#: (weakly: an entry goes with its hit): ``(id(hit), reply or None)``.
+_AHEAD: weakref.WeakKeyDictionary[Any, tuple[int, tuple[str, str] | None]] = (
+    weakref.WeakKeyDictionary()
+)
+_NOT_READ = object()
+
+
+def _read_ahead(hit: Any) -> object:
+    """The reply read ahead for this very hit (``None``: it has none), else ``_NOT_READ``."""
+    try:
+        entry = _AHEAD.get(hit)
+    except TypeError:  # a hit that cannot be weakly referenced or hashed
+        return _NOT_READ
+    if entry is None or entry[0] != id(hit):  # an equal hit, not this one
+        return _NOT_READ
+    return entry[1]
+
+
+async def read_ahead(archive: Any, hits: Sequence[Any]) -> None:
+    """Read the replies of ``hits`` now (an early search's, while the caller is still
+    speaking), so the turn's :func:`read_replies` of these very hits reads nothing."""
+    replies: dict[tuple[str, int], tuple[str, str]] = {}
+    await read_replies(archive, hits, replies)
+    if getattr(archive, "message", None) is None:
+        return
+    for h in hits:
+        try:
+            _AHEAD[h] = (id(h), replies.get((h.call_id, h.position)))
+        except TypeError:
+            return
 
 
 def with_meaning(hits: Sequence[Any], ranked: tuple[list, Mapping], index: Any) -> Found:

@@ -33,6 +33,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 
+from pipecat_summarizer._recall.gather import read_ahead
 from pipecat_summarizer._recall.query import MAX_QUERY_CHARS, ContextTerms, focus, recall_query
 from pipecat_summarizer._recall.search import search_words
 from pipecat_summarizer._recall.step import RecallStep
@@ -105,19 +106,26 @@ class PrefetchingArchive:
         call_id: str | None = None,
         limit: int = 10,
         any_word: bool = False,
+        replies: int = 0,
     ) -> bool:
-        """Start ``search(query, ...)`` now, for a turn to pick up. Returns False when the
-        same search is already running or fresh (nothing started)."""
+        """Start ``search(query, ...)`` now, for a turn to pick up, and read the replies of
+        its first ``replies`` hits after it (what the turn's recall reads with them). Returns
+        False when the same search is already running or fresh (nothing started)."""
         key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
         now = time.monotonic()
         self._prune(now)
         early = self._early.get(key)
         if early is not None and self._usable(early, user_id, now):
             return False
-        search = self.archive.search(
-            query, user_id=user_id, call_id=call_id, limit=limit, any_word=any_word
-        )
-        task = asyncio.ensure_future(search)
+        store_search: Any = self.archive.search
+        scope = {"user_id": user_id, "call_id": call_id, "limit": limit, "any_word": any_word}
+        if replies > 0 and getattr(store_search, "reads_replies", False):
+            # the store reads them in the search's own trip (as the turn's search would)
+            search = store_search(query, _replies=replies, **scope)
+            replies = 0
+        else:
+            search = store_search(query, **scope)
+        task = asyncio.ensure_future(_with_replies(self.archive, search, replies))
         task.add_done_callback(_consume)
         self._early.pop(key, None)
         self._early[key] = _Early(task, now, self._generation(user_id))
@@ -333,7 +341,13 @@ class RecallPrefetch(FrameProcessor):
             if not words:
                 return
             scope = {"user_id": step.user_id} if step.user_id else {"call_id": step.call_id}
-            archive.prefetch(words, limit=step.params.search_limit, any_word=True, **scope)
+            archive.prefetch(
+                words,
+                limit=step.params.search_limit,
+                any_word=True,
+                replies=step.params.max_snippets + 2,  # as many as the turn's search reads
+                **scope,
+            )
         except Exception as e:  # an early search is a bonus: never the call's failure
             logger.warning(
                 f"{self}: early recall search failed ({type(e).__name__}, final={final})"
@@ -344,6 +358,16 @@ class RecallPrefetch(FrameProcessor):
         await super().cleanup()
         if self._archive is not None:
             self._archive.clear()
+
+
+async def _with_replies(archive: Any, search: Awaitable[Sequence[Any]], n: int) -> Sequence[Any]:
+    found = await search
+    if n > 0 and found:
+        try:
+            await read_ahead(archive, list(found)[:n])
+        except Exception:  # noqa: BLE001 - the turn reads them itself then
+            pass
+    return found
 
 
 def _consume(task: asyncio.Task) -> None:

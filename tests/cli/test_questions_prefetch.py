@@ -44,11 +44,19 @@ class SlowSQLite(SQLiteMemoryStore):
         return await super().search(query, **kwargs)
 
 
-async def _ask(speech: Speech | None, recall: bool = True) -> tuple:
-    store = SlowSQLite()
+class SlowReads(SlowSQLite):
+    """Its replies' read answers after ``SEARCH_S`` too (a loaded database)."""
+
+    async def messages_at(self, keys):
+        await asyncio.sleep(SEARCH_S)
+        return await super().messages_at(keys)
+
+
+async def _ask(speech: Speech | None, recall: bool = True, store_type=SlowSQLite) -> tuple:
+    store = store_type()
     lines = [
         "We are staying at the Hotel Marquis in Lisbon, room 418, arriving Friday.",
-        "Noted, the Hotel Marquis in Lisbon.",
+        "Noted, the Hotel Marquis in Lisbon, with the late check-in you asked for.",
     ]
     await store.write(archived_call(lines, user_id="alice"))
     plan = Plan(recall=RecallParams(latency_budget_s=BUDGET_S), speech=speech)
@@ -121,3 +129,12 @@ def test_questions_are_spoken_by_default_and_not_with_no_spoken():
     questions.register(parser.add_subparsers())
     assert parser.parse_args(["questions", "--locomo", "x"]).spoken is True
     assert parser.parse_args(["questions", "--locomo", "x", "--no-spoken"]).spoken is False
+
+
+async def test_the_replies_are_read_with_the_early_search():
+    # the hits' replies (the assistant's answer to the caller's line) take another 150 ms
+    # to read: read while the caller speaks, with the early search, the turn reads none
+    request, asking, q, _ = await _ask(SPEECH, store_type=SlowReads)
+    assert _early(asking) == 1 and q.recall_step.missed == 0
+    block = _block(request)
+    assert "Hotel Marquis" in block and "late check-in" in block
