@@ -84,12 +84,18 @@ def hold(monkeypatch) -> _Hold:
 
 
 async def _held_then_cancelled(
-    store: SQLiteMemoryStore, hold: _Hold, step: int, job: Callable[[], Awaitable]
+    store: SQLiteMemoryStore,
+    hold: _Hold,
+    step: int,
+    job: Callable[[], Awaitable],
+    read: Callable[[], Awaitable] | None = None,
 ) -> object:
-    """A search held at ``step``, ``job`` queued behind it, the search cancelled and the
-    hold released: ``job``'s result (raises what it raised)."""
+    """A search (or ``read``) held at ``step``, ``job`` queued behind it, the read
+    cancelled and the hold released: ``job``'s result (raises what it raised)."""
     hold.arm(step)
-    search = asyncio.ensure_future(store.search("beagle Rex", user_id="al", any_word=True))
+    search = asyncio.ensure_future(
+        read() if read else store.search("beagle Rex", user_id="al", any_word=True)
+    )
     loop = asyncio.get_running_loop()
     reached = loop.run_in_executor(None, hold.reached.wait, 5)
     await asyncio.wait([search, reached], return_when=asyncio.FIRST_COMPLETED)
@@ -244,5 +250,53 @@ async def test_a_search_cancelled_while_the_store_closes(tmp_path, hold):
     try:
         await store.write([_said(3)])
         assert len(await store.search("beagle", user_id="al")) == 4
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def hold_reads(monkeypatch) -> _Hold:
+    """A hold on the store's interruptible reads themselves (``messages_at``'s and the
+    search's job on the store's thread, whatever they call)."""
+    hold = _Hold()
+    real = SQLiteMemoryStore._call
+
+    def _call(self, fn, job=None):
+        if ".messages_at." in fn.__qualname__ or ".search." in fn.__qualname__:
+            return real(self, hold.wrap(fn), job)
+        return real(self, fn, job)
+
+    monkeypatch.setattr(SQLiteMemoryStore, "_call", _call)
+    return hold
+
+
+@pytest.mark.parametrize("kind", ["messages_at", "call_search"])
+async def test_other_reads_cancelled_at_their_end_never_abort_the_write_after(
+    tmp_path, hold_reads, kind
+):
+    hold = hold_reads
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    keys = [("c1", p) for p in range(3)]
+
+    def read() -> Awaitable:
+        if kind == "messages_at":  # the hits' neighbours, the corrected values
+            return store.messages_at(keys)
+        return store.search("beagle Rex", call_id="c1", any_word=True)  # no caller id
+
+    try:
+        await store.write([CallRecord("c1", started_at=time.time())])
+        await store.write([_said(i, None) for i in range(3)])  # type: ignore[arg-type]
+        hold.arm(0)
+        await read()
+        total = hold.steps
+        assert total > 10
+        position = 2
+        steps = [*range(max(1, total - 60), total + 1), AFTER]  # its end
+        for step in steps:
+            position += 1
+            write = [_said(position, None)]  # type: ignore[arg-type]
+            await _held_then_cancelled(store, hold, step, partial(store.write, write), read)
+            assert await store.message("c1", position) is not None, step
+        assert hold.held == len(steps) and hold.interrupted >= len(steps) // 2
     finally:
         await store.close()
