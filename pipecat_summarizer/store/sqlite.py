@@ -30,7 +30,7 @@ from pipecat_summarizer.store._rows import (
     to_fact,
     to_message,
 )
-from pipecat_summarizer.store._sqlite_schema import STORE_TABLES, migrate, scope_of
+from pipecat_summarizer.store._sqlite_schema import STORE_TABLES, migrate, scope_of, scope_range
 from pipecat_summarizer.store._statements import (
     caller_memory_of,
     caller_summaries_sql,
@@ -468,12 +468,21 @@ class SQLiteMemoryStore(MemoryStore):
         at = self._forgotten_now(user_id)  # a live call of this process stops at once
 
         in_file = self.path is not None
-        return await self._run(
-            lambda conn: _sqlite_writes.forget(conn, user_id, in_file=in_file, at=at)
-        )
+        try:
+            return await self._run(
+                lambda conn: _sqlite_writes.forget(conn, user_id, in_file=in_file, at=at)
+            )
+        finally:
+            # their words, kept as the keys of their scope's cached counts, go too
+            scope = scope_range(scope_of(user_id, ""))
+            for key in [k for k in self._df if k[0] == scope]:
+                self._df.pop(key, None)
 
     async def purge_older_than(self, days: float) -> int:
         """Delete records older than ``days`` days."""
         check_purge_days(days)
         self._refuse_write()
-        return await self._run(lambda conn: _sqlite_writes.purge(conn, days))
+        try:
+            return await self._run(lambda conn: _sqlite_writes.purge(conn, days))
+        finally:
+            self._df.clear()  # counts of what went
