@@ -61,3 +61,22 @@ async def test_a_caller_typing_the_notice_verbatim_stays_the_caller(openai_serve
     users = [m["content"] for m in first if m.get("role") == "user"]
     # both calls' words, each typed copy once, the second call's notice gone, one new one
     assert users == [HELLO, typed, AGAIN, typed, typed, AGAIN], users
+
+
+async def test_the_notice_keeps_its_identity_through_a_compaction_of_the_resumed_call(
+    openai_server, tmp_path, typed
+):
+    """The resumed call compacts (its context is rebuilt around the summary): the
+    session's notice must still be known by identity, so it is neither archived as the
+    caller's words nor restored by the next resume beside the next notice."""
+    target = str(tmp_path / "m.db")
+    openai_server.handler = handler
+    await call(openai_server, target, "room-1", [HELLO], end="cancel")
+    said = [AGAIN, "It should come on Monday.", "I paid for delivery."]
+    await call(openai_server, target, "room-2", said, end="cancel", messages=4)
+    assert openai_server.summary_requests, "the resumed call compacted"
+    assert typed not in await _archived_said(target, "room-2")
+    openai_server.requests.clear()
+    await call(openai_server, target, "room-3", [AGAIN], end="cancel")
+    first = openai_server.chat_requests[0]["messages"]
+    assert [m for m in first if m.get("content") == typed] == [first[-2]]  # one, the new
