@@ -15,11 +15,13 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
+from loguru import logger
+
 from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.store import _postgres_search, _postgres_writes
 from pipecat_summarizer.store._dsn import mask_dsn
 from pipecat_summarizer.store._postgres_schema import check_read_only, migrate, session_key
-from pipecat_summarizer.store._postgres_search import search_sql
+from pipecat_summarizer.store._postgres_search import function_sql, search_sql
 from pipecat_summarizer.store._rows import (
     CALL_COLS,
     COMPACTION_COLS,
@@ -106,29 +108,57 @@ _FORGOTTEN_AT = "SELECT at FROM forgotten WHERE user_hash = $1"
 WARM_WORDS = range(1, 9)
 
 
-async def _warm(conn, config: str) -> None:
+async def _warm(conn, config: str, function: bool) -> bool:
     """Run a recall turn's statements once on a new connection (a search, the tombstone's
     read, the batched read of the hits' next messages), for a caller that has none: the
     first use of each on a connection costs 10-30 ms (asyncpg's type introspection of the
     arrays, the server's first reads of the tables' and indexes' definitions), which a
-    turn's 10 ms budget would otherwise pay. Before the schema exists this does nothing."""
+    turn's 10 ms budget would otherwise pay. Before the schema exists this runs nothing.
+
+    With ``function`` it first creates the connection's search function
+    (``_postgres_search.function_sql``: a temporary one, nothing written to the database),
+    so that its statement is planned here; returns whether the connection has it (a role
+    without the TEMP privilege cannot create it: searches then send their statements)."""
+    if function:
+        try:
+            await conn.execute(function_sql(config))
+        except asyncpg_error() as e:
+            logger.warning(f"PostgreSQL search function not created ({e}): planned per search")
+            function = False
     nobody = "pcs-warm-up"  # no rows: such a caller would only be read, never changed
     statements: list[tuple] = [
         (_FORGOTTEN_AT, nobody),
         (_MESSAGES_AT, [nobody], [0]),
     ]
     # the caller's search has one statement text per number of distinct words (one read of
-    # the word index each): those of up to WARM_WORDS words; the call's search has one
+    # the word index each) past SLOTS, or the function's: those of up to WARM_WORDS words;
+    # the call's search has one
     queries = [(" ".join(f"warm{i}" for i in range(n)), nobody, None) for n in WARM_WORDS]
     for query, user_id, call_id in [*queries, ("warm up", None, nobody)]:
-        found = search_sql(config, query, user_id=user_id, call_id=call_id, limit=10, any_word=True)
-        if found is not None:
+        found = search_sql(
+            config,
+            query,
+            user_id=user_id,
+            call_id=call_id,
+            limit=10,
+            any_word=True,
+            function=function,
+        )
+        if found is not None and found not in statements:
             statements.append(found)
     for sql, *args in statements:
         try:
             await conn.fetch(sql, *args)
         except Exception:  # noqa: BLE001 - no schema yet (a new database): migrate first
-            return
+            break
+    return function
+
+
+def asyncpg_error() -> type[Exception]:
+    """asyncpg's base error (imported when used: the extra may be missing)."""
+    import asyncpg
+
+    return asyncpg.PostgresError
 
 
 class PostgresMemoryStore(MemoryStore):
@@ -199,6 +229,8 @@ class PostgresMemoryStore(MemoryStore):
         # common words' counts in callers' word indexes, reused for a minute (see
         # _postgres_search.caller_search_sql)
         self._df: _postgres_search.WordCounts = {}
+        # whether connections have the search function (see _warm)
+        self._function = False
 
     def __repr__(self) -> str:
         """The DSN without its password."""
@@ -233,7 +265,7 @@ class PostgresMemoryStore(MemoryStore):
                 # still rolls back a transaction left open
                 reset=_keep_session,
                 # each new connection runs a turn's statements once (see _warm)
-                init=lambda conn: _warm(conn, self.text_search_config),
+                init=self._init_connection,
             )
             try:
                 async with pool.acquire() as conn:
@@ -243,11 +275,16 @@ class PostgresMemoryStore(MemoryStore):
                         await migrate(conn, self.text_search_config)
                     if self.retention_days and not self.read_only:
                         await _postgres_writes.purge(conn, self.retention_days)
-                    await _warm(conn, self.text_search_config)  # now that the schema is there
+                    await self._init_connection(conn)  # now that the schema is there
             except BaseException:
                 await pool.close()
                 raise
             self._pool = pool
+
+    async def _init_connection(self, conn) -> None:
+        """A new connection's warm-up (see ``_warm``); a read-only store creates nothing."""
+        made = await _warm(conn, self.text_search_config, not self.read_only)
+        self._function = made
 
     def _database(self) -> str:
         """The database's name (for messages: no host, user or password)."""
@@ -389,10 +426,28 @@ class PostgresMemoryStore(MemoryStore):
             limit=limit,
             any_word=any_word,
             counts=self._df,
+            function=self._function,
         )
         if statement is None:
             return []
-        rows = await self._fetch(*statement)
+        try:
+            rows = await self._fetch(*statement)
+        except asyncpg_error() as e:
+            if getattr(e, "sqlstate", None) != "42883" or not self._function:
+                raise
+            # no search function on this connection (a pooler's connection the pool's
+            # warm-up never saw): the statement itself
+            statement = search_sql(
+                self.text_search_config,
+                query,
+                user_id=user_id,
+                call_id=call_id,
+                limit=limit,
+                any_word=any_word,
+                counts=self._df,
+            )
+            assert statement is not None
+            rows = await self._fetch(*statement)
         _postgres_search.remember_counts(self._df, statement, rows)
         return [SearchHit(*tuple(r)[:9]) for r in rows]
 
