@@ -50,6 +50,7 @@ from pipecat_summarizer.events import (
     ToolResultsClearedEvent,
 )
 from pipecat_summarizer.params import ContextSummarizerParams, MemoryParams, RecallParams
+from pipecat_summarizer.params.recall import checked_copy
 from pipecat_summarizer.store.base import MemoryStore
 from pipecat_summarizer.summarizers.base import Summarizer, SummaryResult
 
@@ -473,11 +474,7 @@ class ContextSession(SharedContext):
         if recall is not None:
             if not isinstance(recall, RecallParams):
                 raise TypeError(f"recall must be a RecallParams, got {type(recall).__name__}")
-            # checked again, as the call's own copy: a field set after construction (a NaN
-            # budget turned recall off without a word, max_tokens 0 failed every turn) is
-            # refused here, and a later change to the application's object never reaches
-            # a live call half-way
-            recall = replace(recall)
+            recall = checked_copy(recall)  # a field set after construction is refused here
             if store is None or recorder is None:
                 raise ValueError("recall needs a store (store=SQLiteMemoryStore(...))")
             step = RecallStep(

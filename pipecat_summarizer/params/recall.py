@@ -8,7 +8,7 @@ recall (``SemanticRecallParams``, the ``semantic`` extra). Import them from
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pipecat_summarizer._validation import validate_numeric_fields
@@ -271,3 +271,18 @@ class RecallParams:
                 f"recall.min_tokens must be at most max_tokens ({self.max_tokens}), "
                 f"got {self.min_tokens}"
             )
+
+
+def checked_copy(recall: RecallParams) -> RecallParams:
+    """``recall`` checked again, as a copy of its own (its ``semantic`` too): the processor
+    takes this, so a field set after construction (a NaN budget turned recall off without a
+    word, ``max_tokens`` 0 failed every turn) is refused before the call, and a later change
+    to the application's object never reaches a live call half-way.
+
+    Raises:
+        ValueError / TypeError: A field out of range or of the wrong type (named).
+    """
+    semantic = recall.semantic
+    if isinstance(semantic, SemanticRecallParams):
+        semantic = replace(semantic)
+    return replace(recall, semantic=semantic)

@@ -117,6 +117,25 @@ def test_a_field_set_after_construction_is_refused_by_the_processor(field, value
         )
 
 
+def test_a_semantic_field_set_after_construction_is_refused_by_the_processor():
+    class Embedder:
+        def embed(self, texts):  # never called
+            raise AssertionError
+
+    semantic = SemanticRecallParams(embedder=Embedder())
+    semantic.min_similarity = float("nan")  # every hit by meaning silently refused
+    with pytest.raises(ValueError, match="recall.semantic.min_similarity"):
+        ContextSummarizer(
+            context=LLMContext(messages=[]),
+            config=cfg(messages=6, keep=2),
+            summarizer=ExtractiveSummarizer(),
+            store=SQLiteMemoryStore(),
+            call_id="c1",
+            user_id="al",
+            recall=RecallParams(semantic=semantic),
+        )
+
+
 def test_a_change_after_the_processor_took_the_params_never_reaches_it():
     recall = RecallParams()
     processor = ContextSummarizer(
