@@ -300,3 +300,27 @@ async def test_other_reads_cancelled_at_their_end_never_abort_the_write_after(
         assert hold.held == len(steps) and hold.interrupted >= len(steps) // 2
     finally:
         await store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bugs.md S7-ATTACK-7: a write while the store closes runs on a new thread with the "
+    "old thread's connection (sqlite3 ProgrammingError: objects created in a thread ...)",
+)
+async def test_a_write_while_the_store_closes_is_whole(tmp_path):
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    try:
+        await store.write([_said(i) for i in range(400)])
+        for k in range(8):
+            search = asyncio.ensure_future(
+                store.search("beagle Rex walks", user_id="al", any_word=True, limit=400)
+            )
+            await asyncio.sleep(0.001)  # the search runs on the store's thread
+            closing = asyncio.ensure_future(store.close())
+            await asyncio.sleep(0)  # the close has let the thread go
+            write = asyncio.ensure_future(store.write([_said(1000 + k)]))
+            await asyncio.gather(search, closing, return_exceptions=True)
+            await write  # a store used after close opens again: the write is whole
+        assert all([await store.message("c1", 1000 + k) for k in range(8)])
+    finally:
+        await store.close()
