@@ -31,8 +31,9 @@ DF_CACHE_MIN = 200
 #: A hit row's score (``SearchHit.score``, BM25 negated).
 SCORE = 7
 
-#: (scope bounds, word) -> (messages matching, when, exact: else a floor): see ``word_counts``.
-WordCounts = dict[tuple[tuple[int, int], str], tuple[int, float, bool]]
+#: (scope bounds, word) -> (messages matching, counted to ``cap``; the edge of a word with
+#: more, or 0; when; cap): see ``word_counts``.
+WordCounts = dict[tuple[tuple[int, int], str], tuple[int, int, float, int]]
 
 
 def find(
@@ -192,9 +193,15 @@ def rarest(
     while their matches stay within ``RANK_MATCHES`` (always the rarest one). A word in
     thousands of messages (the speakers' names, "today") weighs almost nothing in BM25,
     but scoring every message it matches is what made a search at 100k archived
-    messages slow. A word's matches are counted only as far as the choice needs (see
-    ``word_counts``); common words' counts are cached (see ``fresh_for``)."""
-    counted = sorted((n, w) for w, n in word_counts(conn, counts, words, bounds).items() if n)
+    messages slow. A word's matches are counted only up to ``RANK_MATCHES + 1`` (see
+    ``word_counts``); when every word has more, the rarest is the one whose latest
+    ``RANK_MATCHES + 1`` matches reach furthest back (the rarest lately: counting a
+    common word's ~40,000 matches at 1M archived messages in full costs 2 ms)."""
+    found = word_counts(conn, counts, words, bounds)
+    counted = sorted((n, w) for w, (n, _) in found.items() if 0 < n <= RANK_MATCHES)
+    if not counted:
+        reach = {w: edge for w, (n, edge) in found.items() if n}
+        return [min(reach, key=lambda w: (reach[w], w))] if reach else []
     kept: list[str] = []
     total = 0
     for n, w in counted:
@@ -217,49 +224,36 @@ def word_counts(
     counts: WordCounts,
     words: Sequence[str],
     bounds: tuple[int, int],
-) -> dict[str, int]:
-    """Each word's matches in the scope: exact up to ``RANK_MATCHES`` (such a word may be
-    ranked beside others), and exact for the rarest; the others' only a floor (more than
-    ``RANK_MATCHES``: they are not ranked). Counting stops at ``RANK_MATCHES`` first: a
-    common word's matches at 1M archived messages (~40,000) cost 2 ms to count in full,
-    which only a query of common words alone needs (to find its rarest)."""
+) -> dict[str, tuple[int, int]]:
+    """Each word's matches in the scope, counted to ``RANK_MATCHES + 1`` (a word with more
+    is not ranked beside others), and for a word with more, the rowid of its
+    ``RANK_MATCHES + 1``-th latest match: ``{word: (count, edge)}`` (``edge`` 0 for the
+    others). The edges are read only when no word has ``RANK_MATCHES`` or fewer."""
     now = time.monotonic()
     if len(counts) > 20_000:
         counts.clear()
-    exact: dict[str, int] = {}
-    floor: dict[str, int] = {}
+    cap = RANK_MATCHES + 1
+    matches = "FROM messages_fts WHERE messages_fts MATCH ? AND rowid BETWEEN ? AND ?"
+    found: dict[str, tuple[int, int]] = {}
     for w in dict.fromkeys(words):
-        n, at, whole = counts.get((bounds, w), (0, 0.0, False))
-        if n and now - at < fresh_for(n):
-            (exact if whole else floor)[w] = n
-        else:
-            floor[w] = 0
-    # first up to RANK_MATCHES + 1 (0.2 ms for a word at 1M archived); then in full
-    # what may still be the rarest (a count with a cap costs ~1.4x a full one a match)
-    for cap in (RANK_MATCHES + 1, None):
-        rarest_n = min((n for n in exact.values() if n), default=None)
-        # a word not counted to RANK_MATCHES yet, or one that may be rarer than the rarest
-        todo = [
-            w
-            for w, least in floor.items()
-            if least < RANK_MATCHES + 1 or rarest_n is None or least <= rarest_n
-        ]
-        for w in todo:
-            if cap is not None and floor[w] >= cap:
-                continue  # over this cap already (a floor cached)
-            matches = "FROM messages_fts WHERE messages_fts MATCH ? AND rowid BETWEEN ? AND ?"
-            if cap is None:
-                n = conn.execute(f"SELECT count(*) {matches}", (f'"{w}"', *bounds)).fetchone()[0]
-            else:
-                n = conn.execute(
-                    f"SELECT count(*) FROM (SELECT 1 {matches} LIMIT ?)", (f'"{w}"', *bounds, cap)
-                ).fetchone()[0]
-            whole = cap is None or n < cap
-            if whole:
-                del floor[w]
-                exact[w] = n
-            else:
-                floor[w] = n
+        n, edge, at, capped_at = counts.get((bounds, w), (0, 0, 0.0, 0))
+        if not n or now - at >= fresh_for(n) or capped_at != cap:
+            n = conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 {matches} LIMIT ?)", (f'"{w}"', *bounds, cap)
+            ).fetchone()[0]
+            edge = 0
             if n >= DF_CACHE_MIN:  # a rare word is cheap to count, and may be new
-                counts[(bounds, w)] = (n, now, whole)
-    return {**floor, **exact}
+                counts[(bounds, w)] = (n, 0, now, cap)
+        found[w] = (n, edge)
+    if any(0 < n < cap for n, _ in found.values()):
+        return found
+    for w, (n, edge) in found.items():
+        if n and not edge:
+            edge = conn.execute(
+                f"SELECT rowid {matches} ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (f'"{w}"', *bounds, RANK_MATCHES),
+            ).fetchone()[0]
+            found[w] = (n, edge)
+            if (bounds, w) in counts:
+                counts[(bounds, w)] = (n, edge, counts[(bounds, w)][2], cap)
+    return found

@@ -1,8 +1,8 @@
-"""The SQLite any-word search's choice of words (``rarest``) counts a word's matches only as
-far as the choice needs (to ``RANK_MATCHES``, in full only while no word is below it): the
-same words as counting every match, warm cache or cold; common words' counts are kept as floors; a
-forget drops the caller's cached words. Speed is measured by benchmarks/recall.py, never
-asserted here."""
+"""The SQLite any-word search's choice of words (``rarest``) counts a word's matches only to
+``RANK_MATCHES + 1``, and when every word has more, takes the one whose latest matches reach
+furthest back: the same words as that rule on every match counted, warm cache or cold; a
+common word's count stops at the cap; a forget drops the caller's cached words. Speed is
+measured by benchmarks/recall.py, never asserted here."""
 
 from __future__ import annotations
 
@@ -56,19 +56,28 @@ def db(tmp_path_factory) -> str:
 
 
 def _every_match_counted(conn, words, bounds) -> list[str]:
-    """The choice as it was made before: every word's matches counted in full."""
-    counted = []
+    """The choice from every word's matches counted in full; when every word has more than
+    RANK_MATCHES, the one whose latest RANK_MATCHES + 1 matches reach furthest back."""
+    r = sqlite_search.RANK_MATCHES
+    counted, reach = [], {}
     for w in dict.fromkeys(words):
-        n = conn.execute(
-            "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ? "
-            "AND rowid BETWEEN ? AND ?",
-            (f'"{w}"', *bounds),
-        ).fetchone()[0]
-        if n:
-            counted.append((n, w))
+        rowids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+                "AND rowid BETWEEN ? AND ? ORDER BY rowid DESC",
+                (f'"{w}"', *bounds),
+            )
+        ]
+        if 0 < len(rowids) <= r:
+            counted.append((len(rowids), w))
+        elif rowids:
+            reach[w] = rowids[r]
+    if not counted:
+        return [min(reach, key=lambda w: (reach[w], w))] if reach else []
     kept, total = [], 0
     for n, w in sorted(counted):
-        if kept and total + n > sqlite_search.RANK_MATCHES:
+        if kept and total + n > r:
             break
         kept.append(w)
         total += n
@@ -78,7 +87,7 @@ def _every_match_counted(conn, words, bounds) -> list[str]:
 @pytest.mark.parametrize("rank_matches", [3, 20, 60, 3000])
 def test_the_words_chosen_are_those_of_counting_every_match(db, monkeypatch, rank_matches):
     monkeypatch.setattr(sqlite_search, "RANK_MATCHES", rank_matches)
-    monkeypatch.setattr(sqlite_search, "DF_CACHE_MIN", 5)  # floors and exact counts cached
+    monkeypatch.setattr(sqlite_search, "DF_CACHE_MIN", 5)  # counts and edges cached
     conn = sqlite3.connect(db)
     rng = random.Random(rank_matches)
     try:
@@ -102,12 +111,12 @@ def test_a_common_words_matches_are_counted_only_to_the_cap(db, monkeypatch):
         bounds = schema.scope_range(schema.scope_of("al", ""))
         counts: sqlite_search.WordCounts = {}
         assert sqlite_search.rarest(conn, counts, ["w0", "w13"], bounds) == ["w13"]
-        n, _, exact = counts[(bounds, "w0")]
-        assert (n, exact) == (21, False)  # w0 is in all 800 of al's messages: a floor
-        # all words common: each is counted in full (to find the rarest), once
+        # w0 is in all 800 of al's messages: counted to 21, no edge read (w13 is rarer)
+        assert counts[(bounds, "w0")][:2] == (21, 0)
+        # every word common: the edges decide (w4, in ~1 message in 4, reaches back furthest)
         assert sqlite_search.rarest(conn, counts, ["w0", "w4"], bounds) == ["w4"]
-        assert counts[(bounds, "w0")][0] == 800 and counts[(bounds, "w0")][2]
-        assert counts[(bounds, "w4")][0] > 21 and counts[(bounds, "w4")][2]
+        (n0, edge0, *_), (n4, edge4, *_) = counts[(bounds, "w0")], counts[(bounds, "w4")]
+        assert n0 == n4 == 21 and 0 < edge4 < edge0
     finally:
         conn.close()
 
