@@ -25,6 +25,10 @@ class QuestionStore(MemoryStore):
         self._inner = inner
         self.backend = inner.backend
         self.dropped = 0
+        if getattr(inner.search, "reads_replies", False):
+            # a read: the store's own search, so recall reads the first hits' replies in the
+            # search's own trip as it does on that store (wrapped, it made two)
+            self.search = inner.search  # type: ignore[method-assign]
 
     async def open(self) -> None:
         await self._inner.open()

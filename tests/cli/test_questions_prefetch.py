@@ -19,6 +19,7 @@ from pipecat_summarizer.store import SQLiteMemoryStore
 from pipecat_summarizer_cli.replay import questions
 from pipecat_summarizer_cli.replay.call_driver import Speech
 from pipecat_summarizer_cli.replay.question_calls import Plan, _asking, _early, _ours
+from pipecat_summarizer_cli.replay.question_store import QuestionStore
 from pipecat_summarizer_cli.replay.recorder import Recorder
 from pipecat_summarizer_cli.replay.report import TokenTable
 from tests.support.recall_calls import archived_call
@@ -138,3 +139,21 @@ async def test_the_replies_are_read_with_the_early_search():
     assert _early(asking) == 1 and q.recall_step.missed == 0
     block = _block(request)
     assert "Hotel Marquis" in block and "late check-in" in block
+
+
+async def test_the_question_store_keeps_the_stores_one_trip_search():
+    # recall reads the first hits' replies in the search's own trip on SQLite; the replay's
+    # read-only view of the store keeps that (wrapped, every turn made a second trip)
+    inner = SQLiteMemoryStore()
+    lines = ["We are staying at the Hotel Marquis in Lisbon.", "Noted, the Hotel Marquis."]
+    try:
+        await inner.write(archived_call(lines, user_id="alice"))
+        view = QuestionStore(inner)
+        assert getattr(view.search, "reads_replies", False)
+        found = await view.search("Marquis", user_id="alice", any_word=True, _replies=2)
+        assert sorted(h.position for h in found) == [0, 1]
+        assert found.replies[("c1", 0)] == ("assistant", lines[1])
+        await view.write(archived_call(["asked now"], call_id="q", user_id="alice"))
+        assert view.dropped == 1 and len(await inner.messages("q")) == 0
+    finally:
+        await inner.close()
