@@ -11,6 +11,8 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
+import pytest
+
 from pipecat_summarizer.store import SQLiteMemoryStore
 from pipecat_summarizer.store import base as store_base
 from pipecat_summarizer.store.base import on_forget
@@ -152,3 +154,10 @@ async def test_many_stores_forgetting_add_no_listener_and_are_collected(tmp_path
     gc.collect()
     assert len(store_base._FORGET_LISTENERS) == before
     assert all(r() is None for r in refs)  # no registry holds a store
+
+
+def test_a_listener_that_cannot_be_called_is_refused_when_added():
+    # it was taken, then failed (a WARNING) at every forget, far from the mistake
+    with pytest.raises(TypeError, match="callable"):
+        on_forget("forget_vectors")  # type: ignore[arg-type]
+    assert all(callable(listener) for _, listener in store_base._FORGET_LISTENERS)
