@@ -106,17 +106,25 @@ class StoreError(PipecatSummarizerError):
     """A store could not be opened or read (bad path or DSN, newer schema, closed store)."""
 
 
+#: The largest ``limit`` / ``max_calls`` a read takes (a signed 64-bit integer).
+MAX_COUNT = 2**63 - 1
+
+
 def check_count(name: str, value: object) -> int:
     """A read's ``limit`` / ``max_calls``: a non-negative integer (not a bool, a string or
     a float; SQLite takes a negative ``LIMIT`` for no limit at all).
 
     Raises:
         TypeError: If it is not an integer.
-        ValueError: If it is negative.
+        ValueError: If it is negative or past :data:`MAX_COUNT`.
     """
     check_number(name, value, integer=True)
     if value < 0:  # type: ignore[operator]
         raise ValueError(f"{name} must not be negative, got {value!r}")
+    if value > MAX_COUNT:  # type: ignore[operator]
+        # neither database takes a LIMIT past a signed 64-bit integer (an OverflowError or
+        # a DataError that did not name the argument)
+        raise ValueError(f"{name} must be at most 2**63 - 1, got {value!r}")
     return int(value)  # type: ignore[call-overload]
 
 
