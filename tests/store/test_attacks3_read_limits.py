@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipecat_summarizer.store import open_store
+from pipecat_summarizer.store import ArchivedMessage, open_store
 
 
 async def test_a_read_limit_no_database_takes_is_a_clear_error(store_target):
@@ -20,5 +20,20 @@ async def test_a_read_limit_no_database_takes_is_a_clear_error(store_target):
             with pytest.raises(ValueError, match="must be at most"):
                 await read()
         assert await store.calls("al", limit=2**63 - 1) == []  # the largest still reads
+    finally:
+        await store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bugs.md S7-ATTACK-8: search(limit=) past 2**63 - 1 is SQLite's OverflowError or "
+    "asyncpg's DataError, not a ValueError naming limit",
+)
+async def test_a_search_limit_no_database_takes_is_a_clear_error(store_target):
+    store = open_store(store_target)
+    try:
+        await store.write([ArchivedMessage("c1", 0, "user", "my dog Rex", "{}", user_id="al")])
+        with pytest.raises(ValueError, match="limit must be at most"):
+            await store.search("Rex", user_id="al", limit=2**63)
     finally:
         await store.close()
