@@ -122,7 +122,7 @@ async def _warm(conn, config: str, function: bool) -> bool:
     if function:
         try:
             await conn.execute(function_sql(config))
-        except asyncpg_error() as e:
+        except _asyncpg_error() as e:
             logger.warning(f"PostgreSQL search function not created ({e}): planned per search")
             function = False
     nobody = "pcs-warm-up"  # no rows: such a caller would only be read, never changed
@@ -154,7 +154,7 @@ async def _warm(conn, config: str, function: bool) -> bool:
     return function
 
 
-def asyncpg_error() -> type[Exception]:
+def _asyncpg_error() -> type[Exception]:
     """asyncpg's base error (imported when used: the extra may be missing)."""
     import asyncpg
 
@@ -432,7 +432,7 @@ class PostgresMemoryStore(MemoryStore):
             return []
         try:
             rows = await self._fetch(*statement)
-        except asyncpg_error() as e:
+        except _asyncpg_error() as e:
             if getattr(e, "sqlstate", None) != "42883" or not self._function:
                 raise
             # no search function on this connection (a pooler's connection the pool's
