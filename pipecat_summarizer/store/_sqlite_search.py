@@ -1,7 +1,7 @@
 """The SQLite store's search: FTS5 inside the caller's scope, ranked by BM25.
 
-An any-word search ranks only its rarest words (see ``RANK_MATCHES``), and first only their
-latest matches (``RANK_WINDOW``): BM25 over every match of a common word is what made a
+An any-word search ranks only its rarest words (see ``RANK_MATCHES``), and a search first only
+the latest matches (``RANK_WINDOW``): BM25 over every match of a common word is what made a
 search slow on a large archive.
 """
 
@@ -18,9 +18,10 @@ from pipecat_summarizer.store import _sqlite_schema as schema
 #: messages (see ``rarest``): BM25 over every match of a common word costs ~20 ms at 100k
 #: archived messages.
 RANK_MATCHES = 3000
-#: Of those words' matches BM25 scores the latest this many (at most ``RANK_MATCHES``)
-#: first, all of them only if that window holds too few of the caller's: each costs
-#: ~1.5 us (its document's length is read), a 3,000 window ~5 ms a turn at 1M archived.
+#: Of a search's matches (an any-word search's: its ranked words') BM25 scores the latest
+#: this many (at most ``RANK_MATCHES``) first, all of them only if that window holds too
+#: few of the caller's: each costs ~1.5 us (its document's length is read), a 3,000 window
+#: ~5 ms a turn at 1M archived, every match of "Sunday" (~30,000) 45 ms.
 RANK_WINDOW = 1000
 #: How long a common word's document count (at least ``DF_CACHE_MIN``) is reused (a
 #: larger count longer, at most ``DF_TTL_MAX_S``: see ``fresh_for``).
@@ -46,8 +47,9 @@ def find(
     any_word: bool,
 ) -> list[tuple]:
     """The best ``limit`` messages matching ``words`` (all of them, or any with
-    ``any_word``), run in the store's thread (``call_id`` already a session key).
-    ``counts`` caches common words' counts across searches."""
+    ``any_word``) among the latest ``RANK_WINDOW`` matches, or all of them when those hold
+    fewer (see ``RANK_WINDOW``), run in the store's thread (``call_id`` already a session
+    key). ``counts`` caches common words' counts across searches."""
     bounds = search_bounds(conn, user_id, call_id)
     if bounds is None:
         return []  # a call with no archived messages
@@ -58,27 +60,26 @@ def find(
     quoted = [f'"{w}"' for w in ranked]
     match = (" OR " if any_word else " ").join(quoted)
     lo, hi = bounds
-    if any_word:
-        # even the rarest word may match thousands: rank the latest RANK_WINDOW
-        # matches in the scope (a rowid range is cheap for FTS5); all of them only if
-        # that window holds too few of this caller's
-        edge = conn.execute(
-            "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
-            "AND rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-            (match, lo, hi, min(RANK_WINDOW, RANK_MATCHES)),
-        ).fetchone()
-        if edge is not None:
-            rows = best_matches(conn, match, (edge[0] + 1, hi), user_id, call_id, limit)
-            if len(rows) >= limit:
-                if len(quoted) > 1:
-                    # and the older messages holding every ranked word (at most half of
-                    # RANK_MATCHES): BM25 scores a message the same under AND as under OR
-                    # (the same words, the same weights), so the two rankings merge
-                    older = best_matches(
-                        conn, " AND ".join(quoted), (lo, edge[0]), user_id, call_id, limit
-                    )
-                    rows = sorted(rows + older, key=lambda r: (-r[SCORE], -r[-1]))[:limit]
-                return [r[:-1] for r in rows]
+    # even the rarest word (or all the words: "Sunday") may match thousands: rank the
+    # latest RANK_WINDOW matches in the scope (a rowid range is cheap for FTS5); all of
+    # them only if that window holds too few of this caller's
+    edge = conn.execute(
+        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+        "AND rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+        (match, lo, hi, min(RANK_WINDOW, RANK_MATCHES)),
+    ).fetchone()
+    if edge is not None:
+        rows = best_matches(conn, match, (edge[0] + 1, hi), user_id, call_id, limit)
+        if len(rows) >= limit:
+            if any_word and len(quoted) > 1:
+                # and the older messages holding every ranked word (at most half of
+                # RANK_MATCHES): BM25 scores a message the same under AND as under OR
+                # (the same words, the same weights), so the two rankings merge
+                older = best_matches(
+                    conn, " AND ".join(quoted), (lo, edge[0]), user_id, call_id, limit
+                )
+                rows = sorted(rows + older, key=lambda r: (-r[SCORE], -r[-1]))[:limit]
+            return [r[:-1] for r in rows]
     return [r[:-1] for r in best_matches(conn, match, bounds, user_id, call_id, limit)]
 
 

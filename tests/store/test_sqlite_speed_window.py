@@ -1,6 +1,7 @@
-"""The SQLite any-word search's window: BM25 scores the latest ``RANK_WINDOW`` matches of the
-ranked words, while the words ranked are chosen by ``RANK_MATCHES`` (their matches together).
-Speed is measured by benchmarks/recall.py, never asserted here."""
+"""The SQLite search's window: BM25 scores the latest ``RANK_WINDOW`` matches (of an any-word
+search's ranked words, chosen by ``RANK_MATCHES``: their matches together; of all the words),
+and beside them an any-word search's older messages holding every ranked word. Speed is
+measured by benchmarks/recall.py, never asserted here."""
 
 from __future__ import annotations
 
@@ -126,3 +127,15 @@ async def test_older_messages_holding_every_ranked_word_are_ranked_beside_the_wi
     assert [(h.position, h.score) for h in windowed] == [(h.position, h.score) for h in want]
     assert [h.position for h in windowed][:2] == [1, 0]  # the two holding both words
     assert 2 not in {h.position for h in windowed}  # older, one word only: outside
+
+
+async def test_an_all_words_search_ranks_the_latest_window_of_its_matches(store, monkeypatch):
+    # "parcel" (13 matches) searched for all its words: the latest 5 are ranked when they
+    # hold enough, all of them when they do not
+    monkeypatch.setattr(sqlite_search, "RANK_WINDOW", 5)
+    latest = await store.search("parcel", user_id="al", limit=3)
+    assert set(_positions(latest)) <= {8, 9, 10, 11, 14} and _positions(latest)[0] == 14
+    everyone = await store.search("parcel", user_id="al", limit=8)
+    assert set(_positions(everyone)) >= {0, 1, 2, 3}  # the window held 5 < 8: all ranked
+    monkeypatch.setattr(sqlite_search, "RANK_WINDOW", 10**9)
+    assert set(_positions(await store.search("parcel", user_id="al", limit=3))) <= {0, 1, 2, 3}
