@@ -8,7 +8,9 @@ caller filter has work to do), then for each query two times are taken: the stor
 and the recall step's archive work for one turn (that search and the batched read of the
 messages that followed the first hits, ``RecallStep.hits_for_turn`` with an unlimited
 budget); p50/p99 over the queries. The per-turn budget is 10 ms by default
-(``RecallParams.latency_budget_s``).
+(``RecallParams.latency_budget_s``). ``--phases`` adds, on SQLite, the CPU time of each phase
+of a turn on the store's thread (the choice of the words ranked, warm and cold, the window's
+edge, the ranking, the replies' read).
 
 The archive is written through the store's own write path (``store.write``, 20,000
 records per transaction); SQLite files are kept under ``--cache`` (default ``/tmp/G``, by
@@ -19,6 +21,7 @@ recall's search (any word, by caller) reads the callers' word index (schema v5,
 ``message_words``); the line per size gives its size on disk beside the messages'.
 
     .venv/bin/python benchmarks/recall.py [--sizes 1000 10000 100000 1000000] [--queries 500]
+    .venv/bin/python benchmarks/recall.py --sizes 1000000 --no-postgres --phases
     .venv/bin/python benchmarks/recall.py --corpus synthetic
     .venv/bin/python benchmarks/recall.py --corpus /path/to/locomo10.zip
 
@@ -230,6 +233,62 @@ async def time_recall(
     return search, turn, least
 
 
+#: The phases of a SQLite search timed by ``--phases`` (CPU time on the store's thread).
+PHASES = ("choice", "cold choice", "edge and bounds", "ranking", "replies", "total")
+
+
+async def sqlite_phases(store, queries: list[str], params) -> dict[str, list[float]]:
+    """Per query, the CPU time (ms) of each phase of the turn's work on the store's thread:
+    the choice of the words ranked (``rarest``, counts cached as the turns left them; and
+    cold: the counts of a caller's first turns), the window's edge and the scope's bounds,
+    the ranking (``best_matches``, with the older all-words messages), the read of the
+    first hits' replies, and the total."""
+    spent: dict[str, float] = {}
+
+    def timed(name, fn):
+        def run(*args, **kwargs):
+            t0 = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.thread_time() - t0
+
+        return run
+
+    phases: dict[str, list[float]] = {name: [] for name in PHASES}
+    first = params.max_snippets + 2
+    for query in queries:
+        words = query_words(search_words(query))
+
+        def turn(conn, words=words) -> dict[str, float]:
+            spent.clear()
+            saved = sqlite_search.rarest, sqlite_search.best_matches
+            sqlite_search.rarest = timed("choice", saved[0])
+            sqlite_search.best_matches = timed("ranking", saved[1])
+            try:
+                t0 = time.thread_time()
+                rows = sqlite_search.find(
+                    conn, store._df, words, "caller", None, params.search_limit, True
+                )
+                timed("replies", sqlite_search.followers)(conn, [r[:2] for r in rows[:first]])
+                total = time.thread_time() - t0
+                timed("cold choice", saved[0])(
+                    conn, {}, words, sqlite_search.search_bounds(conn, "caller", None)
+                )
+            finally:
+                sqlite_search.rarest, sqlite_search.best_matches = saved
+            out = {k: v * 1000 for k, v in spent.items()}
+            out["total"] = total * 1000
+            out["edge and bounds"] = out["total"] - sum(
+                out.get(k, 0.0) for k in ("choice", "ranking", "replies")
+            )
+            return out
+
+        for name, ms in (await store._run(turn)).items():
+            phases[name].append(ms)
+    return phases
+
+
 async def _pg_sizes(store) -> str:
     """The PostgreSQL archive's size on disk: the messages (with their GIN index) and the
     callers' word index that recall's search reads (schema v5), when there is one."""
@@ -304,6 +363,7 @@ async def run(
     cache: Path,
     pg_max: int,
     repeat: int = 3,
+    phases: dict[int, dict[str, list[float]]] | None = None,
 ) -> list[tuple]:
     rows = []
     server = None
@@ -339,6 +399,8 @@ async def run(
                     filled = time.perf_counter() - t0
                     queries = corpus_questions(corpus, random.Random(n), n_queries)
                     search, turn, least = await time_recall(store, queries, repeat)
+                    if phases is not None and backend == "SQLite":
+                        phases[n] = await sqlite_phases(store, queries, RecallParams())
                     if backend == "PostgreSQL":
                         how_big = await _pg_sizes(store)
                 finally:
@@ -381,10 +443,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=3, help="back-to-back runs per query for the least time"
     )
+    parser.add_argument(
+        "--phases", action="store_true", help="SQLite: the CPU time of each phase of a turn"
+    )
     args = parser.parse_args(argv)
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
     rules = {} if args.no_rules else {n: asyncio.run(time_rules(n)) for n in (20, 60)}
+    phases: dict[int, dict[str, list[float]]] | None = {} if args.phases else None
     rows = asyncio.run(
         run(
             args.sizes,
@@ -394,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             args.cache,
             args.pg_max,
             args.repeat,
+            phases,
         )
     )
     budget = RecallParams().latency_budget_s * 1000
@@ -415,6 +482,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{pct(turn, 50):>10.2f}{pct(turn, 99):>10.2f}{max(turn):>10.2f}"
             f"{pct(least, 50):>11.2f}{pct(least, 99):>11.2f}"
         )
+    if phases:
+        print("SQLite, CPU time of each phase of a turn on the store's thread, p50 / p99 (ms)")
+        print(f"{'archived':>10}" + "".join(f"{name:>18}" for name in PHASES))
+        for n, by_phase in phases.items():
+            print(
+                f"{n:>10,}"
+                + "".join(
+                    f"{pct(by_phase[k], 50):>10.2f} / {pct(by_phase[k], 99):<5.2f}" for k in PHASES
+                )
+            )
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"(load average at the end: {load} on {os.cpu_count()} CPUs: a shared machine's tails)")
     if rules:
