@@ -10,7 +10,8 @@ messages that followed the first hits, ``RecallStep.hits_for_turn`` with an unli
 budget); p50/p99 over the queries. The per-turn budget is 10 ms by default
 (``RecallParams.latency_budget_s``). ``--phases`` adds, on SQLite, the CPU time of each phase
 of a turn on the store's thread (the choice of the words ranked, warm and cold, the window's
-edge, the ranking, the replies' read).
+edge, the ranking, the replies' read); ``--quality``, on SQLite, how often the hits hold a
+message with all the question's words (the answer, in the voice corpus).
 
 The archive is written through the store's own write path (``store.write``, 20,000
 records per transaction); SQLite files are kept under ``--cache`` (default ``/tmp/G``, by
@@ -289,6 +290,41 @@ async def sqlite_phases(store, queries: list[str], params) -> dict[str, list[flo
     return phases
 
 
+async def sqlite_quality(store, queries: list[str], params) -> tuple[int, float, float, float]:
+    """How well the ranked search finds an answer: of the questions whose words all stand
+    in one of the caller's messages (the message that answers them, in this corpus), the
+    share whose first 10 hits hold such a message, whose first ``max_snippets`` do, and
+    whose first 10 hold the latest one: ``(questions, top 10, top max_snippets, latest)``."""
+
+    def measure(conn) -> tuple[int, float, float, float]:
+        bounds = sqlite_search.search_bounds(conn, "caller", None)
+        found = [0, 0, 0, 0]
+        for query in queries:
+            words = query_words(search_words(query))
+            if not words or bounds is None:
+                continue
+            answers = conn.execute(
+                "SELECT m.call_id, m.position FROM messages_fts f JOIN messages m "
+                f"ON m.id = (f.rowid & {sqlite_search.schema.ID_MASK}) "
+                "WHERE messages_fts MATCH ? AND f.rowid BETWEEN ? AND ? ORDER BY f.rowid DESC",
+                (" ".join(f'"{w}"' for w in words), *bounds),
+            ).fetchall()
+            if not answers:
+                continue
+            rows = sqlite_search.find(
+                conn, store._df, words, "caller", None, params.search_limit, True
+            )
+            hits = [tuple(r[:2]) for r in rows]
+            found[0] += 1
+            found[1] += bool(set(hits[:10]) & set(answers))
+            found[2] += bool(set(hits[: params.max_snippets]) & set(answers))
+            found[3] += answers[0] in hits[:10]
+        n = max(found[0], 1)
+        return found[0], found[1] / n, found[2] / n, found[3] / n
+
+    return await store._run(measure)
+
+
 async def _pg_sizes(store) -> str:
     """The PostgreSQL archive's size on disk: the messages (with their GIN index) and the
     callers' word index that recall's search reads (schema v5), when there is one."""
@@ -364,6 +400,7 @@ async def run(
     pg_max: int,
     repeat: int = 3,
     phases: dict[int, dict[str, list[float]]] | None = None,
+    quality: dict[int, tuple[int, float, float, float]] | None = None,
 ) -> list[tuple]:
     rows = []
     server = None
@@ -401,6 +438,8 @@ async def run(
                     search, turn, least = await time_recall(store, queries, repeat)
                     if phases is not None and backend == "SQLite":
                         phases[n] = await sqlite_phases(store, queries, RecallParams())
+                    if quality is not None and backend == "SQLite":
+                        quality[n] = await sqlite_quality(store, queries, RecallParams())
                     if backend == "PostgreSQL":
                         how_big = await _pg_sizes(store)
                 finally:
@@ -446,11 +485,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--phases", action="store_true", help="SQLite: the CPU time of each phase of a turn"
     )
+    parser.add_argument(
+        "--quality", action="store_true", help="SQLite: how often the hits hold the answer"
+    )
     args = parser.parse_args(argv)
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
     rules = {} if args.no_rules else {n: asyncio.run(time_rules(n)) for n in (20, 60)}
     phases: dict[int, dict[str, list[float]]] | None = {} if args.phases else None
+    quality: dict[int, tuple[int, float, float, float]] | None = {} if args.quality else None
     rows = asyncio.run(
         run(
             args.sizes,
@@ -461,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             args.pg_max,
             args.repeat,
             phases,
+            quality,
         )
     )
     budget = RecallParams().latency_budget_s * 1000
@@ -491,6 +535,17 @@ def main(argv: list[str] | None = None) -> int:
                 + "".join(
                     f"{pct(by_phase[k], 50):>10.2f} / {pct(by_phase[k], 99):<5.2f}" for k in PHASES
                 )
+            )
+    if quality:
+        print(
+            "SQLite, the questions whose words all stand in one of the caller's messages: "
+            "the share whose hits hold one"
+        )
+        for n, (asked, top10, top_snippets, latest) in quality.items():
+            print(
+                f"{n:>10,}: {asked} questions; in the first 10 hits {top10:.1%}, in the "
+                f"first {RecallParams().max_snippets} {top_snippets:.1%}; the latest one in "
+                f"the first 10 {latest:.1%}"
             )
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"(load average at the end: {load} on {os.cpu_count()} CPUs: a shared machine's tails)")
