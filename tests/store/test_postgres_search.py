@@ -98,7 +98,11 @@ async def _gin_pending(conn) -> tuple[int, int] | None:
     return row[0], row[1]
 
 
-async def test_a_search_right_after_a_bulk_load_reads_only_the_scopes_matches(pg_server):
+async def test_a_search_right_after_a_bulk_load_reads_only_the_scopes_matches(
+    pg_server, monkeypatch
+):
+    # the statement as sent (past SLOTS words, or with no search function): its body
+    monkeypatch.setattr(_postgres_search, "SLOTS", 0)
     # no ANALYZE has run (autovacuum has not come by): the planner must still find the
     # scope's matches through the scoped GIN index, not read every message of the caller
     # (or of the call) through a B-tree and compute the index expression on each
@@ -128,7 +132,11 @@ async def test_a_search_right_after_a_bulk_load_reads_only_the_scopes_matches(pg
     assert "Seq Scan on messages" not in plan, plan
 
 
-async def test_a_callers_search_merges_the_words_latest_rows_and_stops_at_the_window(pg_server):
+async def test_a_callers_search_merges_the_words_latest_rows_and_stops_at_the_window(
+    pg_server, monkeypatch
+):
+    # the statement as sent (past SLOTS words, or with no search function): its body
+    monkeypatch.setattr(_postgres_search, "SLOTS", 0)
     # each word's rows are read newest first and merged by id, grouped as they come: the
     # window's latest RANK_MATCHES ids end the reads, so a common word's older rows are never
     # read, hashed or sorted (it read each word's RANK_MATCHES rows, then hashed and sorted
@@ -152,7 +160,11 @@ async def test_a_callers_search_merges_the_words_latest_rows_and_stops_at_the_wi
     assert "->  Sort" not in window and "->  Incremental Sort" not in window, plan
 
 
-async def test_the_same_search_statement_is_planned_with_its_own_words_every_time(pg_server):
+async def test_the_same_search_statement_is_planned_with_its_own_words_every_time(
+    pg_server, monkeypatch
+):
+    # the statement as sent (past SLOTS words, or with no search function): its body
+    monkeypatch.setattr(_postgres_search, "SLOTS", 0)
     # asyncpg prepares each statement once per connection; after five runs PostgreSQL may
     # switch to a generic plan that does not know the words (their frequencies) and
     # recomputes the query per row. Every run of the search must be a custom plan.
@@ -178,7 +190,9 @@ async def test_the_same_search_statement_is_planned_with_its_own_words_every_tim
     assert setting[0][0] == "force_custom_plan"
 
 
-async def test_a_search_and_the_batched_read_are_one_statement_each(pg_server):
+async def test_a_search_and_the_batched_read_are_one_statement_each(pg_server, monkeypatch):
+    # the statement as sent (past SLOTS words, or with no search function): its body
+    monkeypatch.setattr(_postgres_search, "SLOTS", 0)
     # a released connection is not reset with a RESET ALL round trip (the store leaves
     # no session state): the recall step's archive work is two statements, no more
     dsn = _database(pg_server)
