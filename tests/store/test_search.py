@@ -281,4 +281,6 @@ async def test_the_recall_step_reads_the_replies_in_one_query(tmp_path):
     assert how == "on_time" and hits
     assert replies[("a1", 0)] == ("assistant", "Breakfast is served at seven.")
     assert replies[("a2", 0)] == ("assistant", "The train leaves at nine.")
-    assert (Counting.batches, Counting.singles) == (1, 0)
+    # never one read per hit: the replies come with the search's own trip (the store reads
+    # them there), or at most one batched read after it
+    assert Counting.singles == 0 and Counting.batches <= 1
