@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +31,7 @@ from pipecat_summarizer.store._rows import (
     to_message,
 )
 from pipecat_summarizer.store._sqlite_schema import STORE_TABLES, migrate, scope_of, scope_range
+from pipecat_summarizer.store._sqlite_thread import Job, StoreThread
 from pipecat_summarizer.store._statements import (
     caller_memory_of,
     caller_summaries_sql,
@@ -139,12 +140,12 @@ class SQLiteMemoryStore(MemoryStore):
         if read_only and path is None:
             raise ValueError("read_only needs a path (an in-memory store starts empty)")
         self.read_only = read_only
-        self._conn: sqlite3.Connection | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        # the store's thread and its connection; a close retires it (the next call starts
+        # another, once the retired one has ended)
+        self._thread: StoreThread | None = None
+        self._retired: ThreadPoolExecutor | None = None
+        self._closed: Future[None] | None = None  # the last close's
         self._open_lock = threading.Lock()
-        # the job on the store's thread now (see _run): a read nobody waits for is interrupted
-        self._running: object | None = None
-        self._running_lock = threading.Lock()
         # common words' counts, kept across searches
         self._df: _sqlite_search.WordCounts = {}
 
@@ -159,36 +160,24 @@ class SQLiteMemoryStore(MemoryStore):
         recall search the frame gave up on, the call's end) is interrupted where it is, so
         the thread is free for the next one: never left to finish for nobody, holding up
         the next turn's search and taking the interpreter's lock from the event loop."""
-        if self._executor is None:
-            with self._open_lock:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="sqlite-store")
         loop = asyncio.get_running_loop()
-        job = object()
+        with self._open_lock:  # never submitted to a thread a close has retired
+            if self._thread is None:
+                self._thread = StoreThread(self._connect, after=self._retired)
+            job = Job(self._thread)
+            future = loop.run_in_executor(self._thread.executor, self._call, fn, job)
         try:
-            return await loop.run_in_executor(self._executor, self._call, fn, job)
+            return await future
         except asyncio.CancelledError:
             if read:
                 self._interrupt(job)
             raise
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T], job: object = None) -> T:
-        if self._conn is None:
-            self._conn = self._connect()
-        with self._running_lock:
-            self._running = job
-        try:
-            return fn(self._conn)
-        finally:
-            with self._running_lock:
-                self._running = None
+    def _call(self, fn: Callable[[sqlite3.Connection], T], job: Job) -> T:
+        return job.thread.call(fn, job)
 
-    def _interrupt(self, job: object) -> None:
-        """Interrupt ``job``'s statement if it is the one running (a job not started yet
-        never runs: its future was cancelled; one that ended is left alone)."""
-        with self._running_lock:
-            if self._running is job and self._conn is not None:
-                self._conn.interrupt()
+    def _interrupt(self, job: Job) -> None:
+        job.thread.interrupt(job)
 
     def _connect(self) -> sqlite3.Connection:
         if self.read_only:
@@ -258,21 +247,19 @@ class SQLiteMemoryStore(MemoryStore):
         await self._run(lambda conn: None)
 
     async def close(self) -> None:
-        """Close the connection and its thread. An in-memory database is gone afterwards."""
-        executor, self._executor = self._executor, None
-        if executor is None:
+        """Close the connection and its thread, after the calls issued before (a call
+        issued after opens the store again). An in-memory database is gone afterwards."""
+        with self._open_lock:
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                self._retired = thread.executor
+                self._closed = thread.retire()
+            closed = self._closed
+        if thread is None and (closed is None or closed.done()):
             return
-
-        def _close(conn_holder=self) -> None:
-            if conn_holder._conn is not None:
-                conn_holder._conn.close()
-                conn_holder._conn = None
-
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(executor, _close)
-        finally:
-            executor.shutdown(wait=False)
+        assert closed is not None
+        # a close (or a second one) cancelled: the connection still closes
+        await asyncio.shield(asyncio.wrap_future(closed))
 
     async def write(self, records: Sequence[Record]) -> None:
         """Write ``records`` in one transaction."""

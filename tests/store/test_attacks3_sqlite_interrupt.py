@@ -302,11 +302,6 @@ async def test_other_reads_cancelled_at_their_end_never_abort_the_write_after(
         await store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bugs.md S7-ATTACK-7: a write while the store closes runs on a new thread with the "
-    "old thread's connection (sqlite3 ProgrammingError: objects created in a thread ...)",
-)
 async def test_a_write_while_the_store_closes_is_whole(tmp_path):
     store = SQLiteMemoryStore(tmp_path / "m.db")
     try:
