@@ -10,6 +10,7 @@ Install with ``pip install 'pipecat-summarizer[postgres]'``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 import urllib.parse
 from collections.abc import Sequence
@@ -20,8 +21,18 @@ from loguru import logger
 from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.store import _postgres_search, _postgres_writes
 from pipecat_summarizer.store._dsn import mask_dsn
+from pipecat_summarizer.store._postgres_pool import (
+    FORGOTTEN_AT,
+    MESSAGES_AT,
+    Lease,
+    LeaseBook,
+    asyncpg_error,
+    broken,
+    terminate,
+    warm,
+)
 from pipecat_summarizer.store._postgres_schema import check_read_only, migrate, session_key
-from pipecat_summarizer.store._postgres_search import function_sql, search_sql
+from pipecat_summarizer.store._postgres_search import search_sql
 from pipecat_summarizer.store._rows import (
     CALL_COLS,
     COMPACTION_COLS,
@@ -60,105 +71,29 @@ async def _keep_session(conn) -> None:
     """The pool's reset: nothing to undo (see ``PostgresMemoryStore.open``)."""
 
 
-class _Lease:
-    """One use of a pool connection (``async with``). The wait for it may be cancelled (a
-    recall search the frame no longer waits for, the call's end), but a connection being
-    opened is never cancelled half-way: asyncpg would leave a failed future nobody reads
-    ("Future exception was never retrieved"). It opens in full and goes back to the pool."""
-
-    def __init__(self, pool: Any, settling: set[asyncio.Task]):
-        self._pool = pool
-        self._settling = settling
-        self._conn: Any = None
-
-    async def __aenter__(self) -> Any:
-        acquiring = asyncio.ensure_future(self._pool.acquire())
-        try:
-            self._conn = await asyncio.shield(acquiring)
-        except asyncio.CancelledError:
-            acquiring.add_done_callback(self._give_back)
-            raise
-        return self._conn
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._pool.release(self._conn)
-
-    def _give_back(self, acquiring: asyncio.Future) -> None:
-        if acquiring.cancelled() or acquiring.exception() is not None:
-            return  # nothing was acquired (the exception is read: never reported)
-        release = asyncio.ensure_future(self._pool.release(acquiring.result()))
-        self._settling.add(release)  # held until done: a task only weakly held may vanish
-        release.add_done_callback(self._settled)
-
-    def _settled(self, release: asyncio.Future) -> None:
-        self._settling.discard(release)
-        if not release.cancelled():
-            release.exception()
-
-
 _CONFIG = re.compile(r"^[a-z_]+$")
 #: SQL: the session a ``call_id`` argument (``$1``) names.
 _SESSION = session_key(1)
-_MESSAGES_AT = (
-    f"SELECT {MESSAGE_COLS} FROM messages m JOIN unnest($1::text[], $2::int[]) "
-    "AS k(c, p) ON m.call_id = k.c AND m.position = k.p"
+#: The columns of a search's rows; a search by caller adds its words' counts.
+_HIT_KEYS = (
+    "call_id",
+    "position",
+    "turn",
+    "at",
+    "role",
+    "content",
+    "removed_by",
+    "score",
+    "user_id",
 )
-_FORGOTTEN_AT = "SELECT at FROM forgotten WHERE user_hash = $1"
-#: The numbers of distinct words whose caller search a new connection prepares (see _warm).
-WARM_WORDS = range(1, 9)
-
-
-async def _warm(conn, config: str, function: bool) -> bool:
-    """Run a recall turn's statements once on a new connection (a search, the tombstone's
-    read, the batched read of the hits' next messages), for a caller that has none: the
-    first use of each on a connection costs 10-30 ms (asyncpg's type introspection of the
-    arrays, the server's first reads of the tables' and indexes' definitions), which a
-    turn's 10 ms budget would otherwise pay. Before the schema exists this runs nothing.
-
-    With ``function`` it first creates the connection's search function
-    (``_postgres_search.function_sql``: a temporary one, nothing written to the database),
-    so that its statement is planned here; returns whether the connection has it (a role
-    without the TEMP privilege cannot create it: searches then send their statements)."""
-    if function:
-        try:
-            await conn.execute(function_sql(config))
-        except _asyncpg_error() as e:
-            logger.warning(f"PostgreSQL search function not created ({e}): planned per search")
-            function = False
-    nobody = "pcs-warm-up"  # no rows: such a caller would only be read, never changed
-    statements: list[tuple] = [
-        (_FORGOTTEN_AT, nobody),
-        (_MESSAGES_AT, [nobody], [0]),
-    ]
-    # the caller's search has one statement text per number of distinct words (one read of
-    # the word index each) past SLOTS, or the function's: those of up to WARM_WORDS words;
-    # the call's search has one
-    queries = [(" ".join(f"warm{i}" for i in range(n)), nobody, None) for n in WARM_WORDS]
-    for query, user_id, call_id in [*queries, ("warm up", None, nobody)]:
-        found = search_sql(
-            config,
-            query,
-            user_id=user_id,
-            call_id=call_id,
-            limit=10,
-            any_word=True,
-            function=function,
-        )
-        if found is not None and found not in statements:
-            statements.append(found)
-    for sql, *args in statements:
-        try:
-            await conn.fetch(sql, *args)
-        except Exception:  # noqa: BLE001 - no schema yet (a new database): migrate first
-            break
-    return function
-
-
-def _asyncpg_error() -> type[Exception]:
-    """asyncpg's base error (imported when used: the extra may be missing)."""
-    import asyncpg
-
-    return asyncpg.PostgresError
+_HIT_SHAPES = (_HIT_KEYS, (*_HIT_KEYS, "df", "edge"))
+#: The largest search ``limit`` sent (PostgreSQL binds it as an int4): a larger one reads
+#: every match, as this does.
+MAX_SEARCH_LIMIT = 2**31 - 1
+#: A search whose connection broke is sent again on another, up to this many times in all.
+_SEARCH_TRIES = 3
+#: The connection a search holds: its statements go there (see ``_fetch``).
+_HELD: contextvars.ContextVar[Any] = contextvars.ContextVar("pcs_search_conn", default=None)
 
 
 class PostgresMemoryStore(MemoryStore):
@@ -224,13 +159,15 @@ class PostgresMemoryStore(MemoryStore):
         self.read_only = read_only
         self._pool: Any = None
         self._lock = asyncio.Lock()
-        # connections acquired for a use that was cancelled meanwhile, going back
-        self._settling: set[asyncio.Task] = set()
+        # the leases in use (close waits for them) and the cancelled ones' connections
+        self._leases = LeaseBook()
+        self._settling = self._leases.settling
+        self._closing = False
         # common words' counts in callers' word indexes, reused for a minute (see
         # _postgres_search.caller_search_sql)
         self._df: _postgres_search.WordCounts = {}
-        # whether connections have the search function (see _warm)
-        self._function = False
+        # the server pids of the connections that have the search function (see warm)
+        self._functions: set[int] = set()
 
     def __repr__(self) -> str:
         """The DSN without its password."""
@@ -264,7 +201,7 @@ class PostgresMemoryStore(MemoryStore):
                 # lock), so a released connection needs no RESET ALL round trip; asyncpg
                 # still rolls back a transaction left open
                 reset=_keep_session,
-                # each new connection runs a turn's statements once (see _warm)
+                # each new connection runs a turn's statements once (see warm)
                 init=self._init_connection,
             )
             try:
@@ -282,26 +219,40 @@ class PostgresMemoryStore(MemoryStore):
             self._pool = pool
 
     async def _init_connection(self, conn) -> None:
-        """A new connection's warm-up (see ``_warm``); a read-only store creates nothing."""
-        made = await _warm(conn, self.text_search_config, not self.read_only)
-        self._function = made
+        """A new connection's warm-up (see ``warm``); a read-only store creates nothing.
+        Whether it has the search function is known per connection (by its backend's pid,
+        forgotten when it closes)."""
+        if await warm(conn, self.text_search_config, not self.read_only):
+            pid = conn.get_server_pid()
+            self._functions.add(pid)
+            conn.add_termination_listener(lambda _conn: self._functions.discard(pid))
 
     def _database(self) -> str:
         """The database's name (for messages: no host, user or password)."""
         return urllib.parse.urlsplit(self.dsn).path.lstrip("/") or "(default)"
 
     async def close(self) -> None:
-        """Close the pool."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
+        """Close the pool, once the uses in flight end (at most 5 s); a use that starts
+        meanwhile raises ``StoreError("store closed")``. A later use opens it again."""
+        if self._pool is None or self._closing:
+            return
+        self._closing = True
+        try:
+            await self._leases.drained(5)
+            pool, self._pool = self._pool, None
             try:
                 await asyncio.wait_for(pool.close(), 5)
             except (TimeoutError, OSError):
                 pool.terminate()
+        finally:
+            self._closing = False
 
-    async def _acquire(self):
-        await self.open()
-        return _Lease(self._pool, self._settling)
+    async def _acquire(self) -> Lease:
+        if not self._closing:
+            await self.open()
+        if self._closing or self._pool is None:
+            raise StoreError("store closed")
+        return Lease(self._pool, self._leases)
 
     async def write(self, records: Sequence[Record]) -> None:
         """Write ``records`` in one transaction."""
@@ -316,6 +267,9 @@ class PostgresMemoryStore(MemoryStore):
             await _postgres_writes.write(conn, records)
 
     async def _fetch(self, query: str, *args) -> list:
+        held = _HELD.get()
+        if held is not None:  # a search's statement, on the connection it chose it for
+            return await held.fetch(query, *args)
         async with await self._acquire() as conn:
             return await conn.fetch(query, *args)
 
@@ -387,7 +341,7 @@ class PostgresMemoryStore(MemoryStore):
         if not wanted:
             return []
         rows = await self._fetch(
-            _MESSAGES_AT,
+            MESSAGES_AT,
             [c for c, _ in wanted],
             [p for _, p in wanted],
         )
@@ -417,44 +371,67 @@ class PostgresMemoryStore(MemoryStore):
         limit: int = 10,
         any_word: bool = False,
     ) -> list[SearchHit]:
-        """``tsvector`` search of archived messages, ranked by ``ts_rank_cd``."""
-        statement = search_sql(
-            self.text_search_config,
-            query,
-            user_id=user_id,
-            call_id=call_id,
-            limit=limit,
-            any_word=any_word,
-            counts=self._df,
-            function=self._function,
-        )
-        if statement is None:
+        """``tsvector`` search of archived messages, ranked by ``ts_rank_cd``.
+
+        ``limit`` is at most ``MAX_COUNT`` (a ``ValueError`` past it); past
+        ``MAX_SEARCH_LIMIT`` it reads every match, as that does. A search whose connection
+        broke (its backend lost, an asyncpg protocol error) runs once more on another."""
+        limit = min(check_count("limit", limit), MAX_SEARCH_LIMIT)
+        words: dict[str, Any] = {
+            "user_id": user_id,
+            "call_id": call_id,
+            "limit": limit,
+            "any_word": any_word,
+        }
+        if search_sql(self.text_search_config, query, **words) is None:
             return []
-        try:
-            rows = await self._fetch(*statement)
-        except _asyncpg_error() as e:
-            if getattr(e, "sqlstate", None) != "42883" or not self._function:
-                raise
-            # no search function on this connection (a pooler's connection the pool's
-            # warm-up never saw): the statement itself
-            statement = search_sql(
-                self.text_search_config,
-                query,
-                user_id=user_id,
-                call_id=call_id,
-                limit=limit,
-                any_word=any_word,
-                counts=self._df,
-            )
-            assert statement is not None
-            rows = await self._fetch(*statement)
+        for tries in range(_SEARCH_TRIES, 0, -1):
+            try:
+                async with await self._acquire() as conn:
+                    rows, statement = await self._searched(conn, query, words)
+                break
+            except Exception as e:
+                if tries == 1 or not broken(e):
+                    raise
+                logger.warning(f"PostgreSQL search retried on another connection ({e!r})")
+                # the pool's other connections may have lost their backend too (a server
+                # restart, an administrator's kill), not seen by the pool until the loop
+                # reads their closed sockets
+                await asyncio.sleep(0.005)
         _postgres_search.remember_counts(self._df, statement, rows)
         return [SearchHit(*tuple(r)[:9]) for r in rows]
+
+    async def _searched(self, conn, query: str, words: dict[str, Any]) -> tuple[list, tuple]:
+        """A search's rows on ``conn`` and the statement that read them: through the
+        connection's search function if it has one (see ``warm``), else (or once it
+        turns out gone: a pooler's or a server's session reset) the statement itself."""
+        function = conn.get_server_pid() in self._functions
+        held = _HELD.set(conn)
+        try:
+            while True:
+                cfg, counts = self.text_search_config, self._df
+                statement = search_sql(cfg, query, counts=counts, function=function, **words)
+                assert statement is not None
+                try:
+                    rows = await self._fetch(*statement)
+                except asyncpg_error() as e:
+                    if getattr(e, "sqlstate", None) != "42883" or not function:
+                        raise
+                    self._functions.discard(conn.get_server_pid())
+                    function = False
+                    continue
+                if rows and tuple(rows[0].keys()) not in _HIT_SHAPES:
+                    # never another statement's rows as hits: that connection is not trusted
+                    terminate(conn)
+                    raise StoreError(f"search read another statement's rows: {rows[0].keys()}")
+                return rows, statement
+        finally:
+            _HELD.reset(held)
 
     async def forgotten_at(self, user_id: str) -> float | None:
         """When ``user_id`` was last forgotten (the tombstone's time), or ``None``."""
         check_user_id(user_id)
-        rows = await self._fetch(_FORGOTTEN_AT, user_hash(user_id))
+        rows = await self._fetch(FORGOTTEN_AT, user_hash(user_id))
         return float(rows[0]["at"]) if rows else None
 
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:

@@ -119,7 +119,7 @@ async def test_without_the_function_a_search_sends_its_statement(pg_server):
     reader = PostgresMemoryStore(dsn, read_only=True)  # creates nothing, not even that
     try:
         read, sql = await _searched(reader, "hotel river bridge", 10)
-        assert reader._function is False and "message_words" in sql
+        assert reader._functions == set() and "message_words" in sql
     finally:
         await reader.close()
     assert len(before) == 10 and after == before and read == before

@@ -1,0 +1,192 @@
+"""The PostgreSQL store's pool connections: leases and a new connection's warm-up.
+
+A connection goes back to the pool only when its last use ended cleanly. One whose use
+was cancelled, lost its backend or hit an asyncpg protocol error may still have an
+operation (or a server's error) in flight: handed to the next use, asyncpg refuses it
+("another operation is in progress") or, worse, that use could read the rows meant for
+another statement. Such a connection is terminated; the pool opens a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from loguru import logger
+
+from pipecat_summarizer.store._postgres_search import function_sql, search_sql
+from pipecat_summarizer.store._rows import MESSAGE_COLS
+from pipecat_summarizer.store.base import StoreError
+
+#: SQL: archived messages by (call_id, position) pairs.
+MESSAGES_AT = (
+    f"SELECT {MESSAGE_COLS} FROM messages m JOIN unnest($1::text[], $2::int[]) "
+    "AS k(c, p) ON m.call_id = k.c AND m.position = k.p"
+)
+FORGOTTEN_AT = "SELECT at FROM forgotten WHERE user_hash = $1"
+#: The numbers of distinct words whose caller search a new connection prepares (see warm).
+WARM_WORDS = range(1, 9)
+
+
+def asyncpg_error() -> type[Exception]:
+    """asyncpg's base error (imported when used: the extra may be missing)."""
+    import asyncpg
+
+    return asyncpg.PostgresError
+
+
+def broken(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while a connection was in use, leaves the connection unfit
+    for another use: a cancellation or timeout mid-statement, a lost backend, an asyncpg
+    protocol or interface error. A statement's own error (the server answered and is
+    ready) and an argument asyncpg refused before sending (``DataError``) leave it whole;
+    so does an error of the store's own code."""
+    import asyncpg
+    from asyncpg.exceptions import _base
+
+    if isinstance(exc, asyncio.CancelledError | TimeoutError | OSError):
+        return True
+    if isinstance(exc, asyncpg.PostgresConnectionError | _base.InternalClientError):
+        return True
+    if isinstance(exc, asyncpg.InterfaceError):
+        return not isinstance(exc, asyncpg.DataError)
+    return False
+
+
+class LeaseBook:
+    """A store's leases: how many are in use (``close`` waits for them), and the uses
+    cancelled while their connection was being acquired, whose connection goes back."""
+
+    def __init__(self) -> None:
+        self.in_use = 0
+        self.settling: set[asyncio.Future] = set()
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until no lease is in use; whether none is."""
+        deadline = time.monotonic() + timeout_s
+        while self.in_use and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        return not self.in_use
+
+
+class Lease:
+    """One use of a pool connection (``async with``). The wait for it may be cancelled (a
+    recall search the frame no longer waits for, the call's end), but a connection being
+    opened is never cancelled half-way: asyncpg would leave a failed future nobody reads
+    ("Future exception was never retrieved"); it opens in full and goes back to the pool.
+    A use that ends with a :func:`broken` error terminates its connection instead. While
+    the pool closes, asyncpg's errors are a :class:`StoreError` ("store closed")."""
+
+    def __init__(self, pool: Any, book: LeaseBook):
+        self._pool = pool
+        self._book = book
+        self._conn: Any = None
+
+    async def __aenter__(self) -> Any:
+        self._book.in_use += 1
+        acquiring = asyncio.ensure_future(self._pool.acquire())
+        try:
+            self._conn = await asyncio.shield(acquiring)
+        except asyncio.CancelledError:
+            self._book.in_use -= 1
+            acquiring.add_done_callback(self._give_back)
+            raise
+        except BaseException as e:
+            self._book.in_use -= 1
+            self._closed_error(e)
+            raise
+        return self._conn
+
+    async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            if exc is not None and broken(exc):
+                terminate(self._conn)
+            else:
+                await self._pool.release(self._conn)
+        finally:
+            self._book.in_use -= 1
+        if exc is not None:
+            self._closed_error(exc)
+
+    def _closed_error(self, exc: BaseException) -> None:
+        """Raise ``StoreError("store closed")`` for asyncpg's error of a closing pool."""
+        if self._pool.is_closing() and type(exc).__module__.startswith("asyncpg"):
+            raise StoreError("store closed") from exc
+
+    def _give_back(self, acquiring: asyncio.Future) -> None:
+        if acquiring.cancelled() or acquiring.exception() is not None:
+            return  # nothing was acquired (the exception is read: never reported)
+        release = asyncio.ensure_future(self._pool.release(acquiring.result()))
+        self._book.settling.add(release)  # held until done: a task only weakly held may vanish
+        release.add_done_callback(self._settled)
+
+    def _settled(self, release: asyncio.Future) -> None:
+        self._book.settling.discard(release)
+        if not release.cancelled():
+            release.exception()
+
+
+def terminate(conn: Any) -> None:
+    """Close a leased connection at once (its holder goes back to the pool, empty)."""
+    import asyncpg
+
+    try:
+        conn.terminate()
+    except asyncpg.InterfaceError:
+        pass  # already given back: its backend was lost and asyncpg released it
+
+
+async def warm(conn: Any, config: str, function: bool) -> bool:
+    """Run a recall turn's statements once on a new connection (a search, the tombstone's
+    read, the batched read of the hits' next messages), for a caller that has none: the
+    first use of each on a connection costs 10-30 ms (asyncpg's type introspection of the
+    arrays, the server's first reads of the tables' and indexes' definitions), which a
+    turn's 10 ms budget would otherwise pay. Before the schema exists this runs nothing.
+
+    With ``function`` it first creates the connection's search function
+    (``_postgres_search.function_sql``: a temporary one, nothing written to the database),
+    so that its statement is planned here; returns whether the connection has it (a role
+    without the TEMP privilege cannot create it: searches then send their statements).
+
+    Raises:
+        asyncpg.PostgresConnectionError: and asyncpg's other connection-level errors: the
+            connection is unfit (the pool closes it), never kept half-warmed.
+    """
+    if function:
+        try:
+            await conn.execute(function_sql(config))
+        except asyncpg_error() as e:
+            if broken(e):
+                raise
+            logger.warning(f"PostgreSQL search function not created ({e}): planned per search")
+            function = False
+    nobody = "pcs-warm-up"  # no rows: such a caller would only be read, never changed
+    statements: list[tuple] = [
+        (FORGOTTEN_AT, nobody),
+        (MESSAGES_AT, [nobody], [0]),
+    ]
+    # the caller's search has one statement text per number of distinct words (one read of
+    # the word index each) past SLOTS, or the function's: those of up to WARM_WORDS words;
+    # the call's search has one
+    queries = [(" ".join(f"warm{i}" for i in range(n)), nobody, None) for n in WARM_WORDS]
+    for query, user_id, call_id in [*queries, ("warm up", None, nobody)]:
+        found = search_sql(
+            config,
+            query,
+            user_id=user_id,
+            call_id=call_id,
+            limit=10,
+            any_word=True,
+            function=function,
+        )
+        if found is not None and found not in statements:
+            statements.append(found)
+    for sql, *args in statements:
+        try:
+            await conn.fetch(sql, *args)
+        except Exception as e:
+            if broken(e):
+                raise
+            break  # no schema yet (a new database): migrate first
+    return function
