@@ -455,21 +455,29 @@ class SQLiteMemoryStore(MemoryStore):
         at = self._forgotten_now(user_id)  # a live call of this process stops at once
 
         in_file = self.path is not None
-        try:
-            return await self._run(
-                lambda conn: _sqlite_writes.forget(conn, user_id, in_file=in_file, at=at)
-            )
-        finally:
-            # their words, kept as the keys of their scope's cached counts, go too
-            scope = scope_range(scope_of(user_id, ""))
-            for key in [k for k in self._df if k[0] == scope]:
-                self._df.pop(key, None)
+        scope = scope_range(scope_of(user_id, ""))
+
+        def forget(conn: sqlite3.Connection) -> int:
+            try:
+                return _sqlite_writes.forget(conn, user_id, in_file=in_file, at=at)
+            finally:
+                # their words, kept as the keys of their scope's cached counts, go too: on
+                # the store's thread (walked on the loop, a search running meanwhile that
+                # adds a count made the forget raise after it had run)
+                for key in [k for k in self._df if k[0] == scope]:
+                    self._df.pop(key, None)
+
+        return await self._run(forget)
 
     async def purge_older_than(self, days: float) -> int:
         """Delete records older than ``days`` days."""
         check_purge_days(days)
         self._refuse_write()
-        try:
-            return await self._run(lambda conn: _sqlite_writes.purge(conn, days))
-        finally:
-            self._df.clear()  # counts of what went
+
+        def purge(conn: sqlite3.Connection) -> int:
+            try:
+                return _sqlite_writes.purge(conn, days)
+            finally:
+                self._df.clear()  # counts of what went
+
+        return await self._run(purge)

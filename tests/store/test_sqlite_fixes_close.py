@@ -13,6 +13,7 @@ import threading
 import time
 
 from pipecat_summarizer.store import SQLiteMemoryStore
+from pipecat_summarizer.store._sqlite_schema import scope_of, scope_range
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 
 
@@ -178,5 +179,44 @@ async def test_writes_closes_and_searches_in_seeded_schedules_are_whole_and_in_o
         assert None not in await store.messages_at(keys)
         call = await store.call("c1")
         assert call is not None and call.summary == summary  # issued last, written last
+    finally:
+        await store.close()
+
+
+class _SlowCounts(dict):
+    """The store's cached word counts, walked slowly (the GIL changes hands at each key, as
+    it may at any point of a walk of 20,000): a walk on the loop while a search on the
+    store's thread adds a count raises "dictionary changed size during iteration"."""
+
+    def __iter__(self):
+        for key in dict.__iter__(self):
+            time.sleep(0.001)
+            yield key
+
+
+async def test_a_forget_while_another_callers_search_counts_words_is_whole(tmp_path):
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    al = scope_range(scope_of("al", ""))
+    filler = {((0, 1), f"word{i}"): (1, 0, 0.0, 0) for i in range(30)}
+    try:
+        await store.write([CallRecord("c9", user_id="bo", started_at=time.time())])
+        await store.write([_said(i, "bo", "c9") for i in range(250)])
+        for k in range(3):
+            call = f"a{k}"
+            await store.write([CallRecord(call, user_id="al", started_at=time.time())])
+            await store.write([_said(i, "al", call) for i in range(250)])
+            await store.search("dune bay", user_id="al", any_word=True)  # counts cached
+            assert [key for key in store._df if key[0] == al]
+            store._df = _SlowCounts({**store._df, **filler})
+            # the forget's end, and a search of bo's right behind it (new counts)
+            forget = asyncio.ensure_future(store.forget("al"))
+            search = asyncio.ensure_future(store.search(f"walks {k}", user_id="bo", any_word=True))
+            assert await asyncio.wait_for(forget, 10) >= 251
+            assert len(await search) == 10
+            assert not [key for key in dict.keys(store._df) if key[0] == al]  # their words went
+            assert [
+                key for key in dict.keys(store._df) if key[1].startswith("walk")
+            ]  # bo's counted
+            store._df = {}
     finally:
         await store.close()
