@@ -396,7 +396,7 @@ class SQLiteMemoryStore(MemoryStore):
         and returned as the list's ``replies`` (``{(call_id, position): (role, content)}``,
         of those hits that have one)."""
         words = query_words(query)
-        limit = int(limit)
+        limit = check_count("limit", limit)  # never past what SQLite binds (MAX_COUNT)
         if not words or limit <= 0:
             return _sqlite_search.Hits() if _replies else []
 
