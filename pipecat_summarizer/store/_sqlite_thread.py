@@ -58,8 +58,9 @@ class StoreThread:
                 self.conn.interrupt()
 
     def retire(self) -> Future[None]:
-        """Close the connection after the jobs queued so far, and end the thread: the
-        close's future (a job submitted now would fail: the caller holds the store's lock)."""
+        """Close the connection after the jobs queued so far, and end the thread; returns
+        the close's future. Called under the store's lock, as every submit is: no job
+        reaches a retired thread (its executor would refuse it)."""
         closed = self.executor.submit(self._close)
         self.executor.shutdown(wait=False)  # the queued jobs and the close still run
         return closed
