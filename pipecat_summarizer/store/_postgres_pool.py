@@ -54,6 +54,20 @@ def broken(exc: BaseException) -> bool:
     return False
 
 
+def lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection was found lost: its backend gone, or asyncpg's
+    "another operation is in progress" (a killed backend's error reached an idle pooled
+    connection, which the pool does not see until its socket is read closed: the next use
+    fails before sending anything). A read can run again on another connection; a timeout
+    (the statement may still run) or a server refusing new connections is not this."""
+    import asyncpg
+    from asyncpg.exceptions import _base
+
+    if isinstance(exc, asyncpg.ConnectionDoesNotExistError | _base.InternalClientError):
+        return True
+    return isinstance(exc, asyncpg.InterfaceError) and not isinstance(exc, asyncpg.DataError)
+
+
 class LeaseBook:
     """A store's leases: how many are in use (``close`` waits for them), and the uses
     cancelled while their connection was being acquired, whose connection goes back."""

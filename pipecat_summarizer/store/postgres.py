@@ -13,8 +13,8 @@ import asyncio
 import contextvars
 import re
 import urllib.parse
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from loguru import logger
 
@@ -27,7 +27,7 @@ from pipecat_summarizer.store._postgres_pool import (
     Lease,
     LeaseBook,
     asyncpg_error,
-    broken,
+    lost,
     terminate,
     warm,
 )
@@ -90,8 +90,7 @@ _HIT_SHAPES = (_HIT_KEYS, (*_HIT_KEYS, "df", "edge"))
 #: The largest search ``limit`` sent (PostgreSQL binds it as an int4): a larger one reads
 #: every match, as this does.
 MAX_SEARCH_LIMIT = 2**31 - 1
-#: A search whose connection broke is sent again on another, up to this many times in all.
-_SEARCH_TRIES = 3
+T = TypeVar("T")
 #: The connection a search holds: its statements go there (see ``_fetch``).
 _HELD: contextvars.ContextVar[Any] = contextvars.ContextVar("pcs_search_conn", default=None)
 
@@ -270,8 +269,21 @@ class PostgresMemoryStore(MemoryStore):
         held = _HELD.get()
         if held is not None:  # a search's statement, on the connection it chose it for
             return await held.fetch(query, *args)
-        async with await self._acquire() as conn:
-            return await conn.fetch(query, *args)
+        return await self._read(lambda conn: conn.fetch(query, *args))
+
+    async def _read(self, use: Callable[[Any], Awaitable[T]]) -> T:
+        """``use(conn)`` on a leased connection: a read, run again on another connection
+        if its own was found lost (see ``_postgres_pool.lost``), up to ``max_size`` times
+        more: each try terminates the connection it found lost."""
+        for tries in range(self.max_size, -1, -1):
+            try:
+                async with await self._acquire() as conn:
+                    return await use(conn)
+            except Exception as e:
+                if not tries or not lost(e):
+                    raise
+                logger.warning(f"PostgreSQL read retried on another connection ({e!r})")
+        raise AssertionError("unreachable")
 
     async def calls(self, user_id: str | None = None, *, limit: int = 50) -> list[CallRecord]:
         """Calls newest first: all of ``user_id``'s, or the most recent of any caller."""
@@ -375,7 +387,7 @@ class PostgresMemoryStore(MemoryStore):
 
         ``limit`` is at most ``MAX_COUNT`` (a ``ValueError`` past it); past
         ``MAX_SEARCH_LIMIT`` it reads every match, as that does. A search whose connection
-        broke (its backend lost, an asyncpg protocol error) runs once more on another."""
+        was found lost runs again on another (see ``_read``)."""
         limit = min(check_count("limit", limit), MAX_SEARCH_LIMIT)
         words: dict[str, Any] = {
             "user_id": user_id,
@@ -385,19 +397,7 @@ class PostgresMemoryStore(MemoryStore):
         }
         if search_sql(self.text_search_config, query, **words) is None:
             return []
-        for tries in range(_SEARCH_TRIES, 0, -1):
-            try:
-                async with await self._acquire() as conn:
-                    rows, statement = await self._searched(conn, query, words)
-                break
-            except Exception as e:
-                if tries == 1 or not broken(e):
-                    raise
-                logger.warning(f"PostgreSQL search retried on another connection ({e!r})")
-                # the pool's other connections may have lost their backend too (a server
-                # restart, an administrator's kill), not seen by the pool until the loop
-                # reads their closed sockets
-                await asyncio.sleep(0.005)
+        rows, statement = await self._read(lambda conn: self._searched(conn, query, words))
         _postgres_search.remember_counts(self._df, statement, rows)
         return [SearchHit(*tuple(r)[:9]) for r in rows]
 

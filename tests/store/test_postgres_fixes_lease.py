@@ -132,3 +132,53 @@ async def test_a_search_limit_past_what_postgresql_binds_reads_every_match(dsn):
             await store.search("beagle", user_id="al", limit=2**63)
     finally:
         await store.close()
+
+
+async def test_close_waits_for_a_use_in_flight_and_refuses_one_that_starts_meanwhile(dsn):
+    """S7-ATTACK-3: the use on a connection ends whole; one started while the store closes
+    is StoreError("store closed") (it opened a second pool); a later use opens it again."""
+    store = PostgresMemoryStore(dsn, min_size=1, max_size=2)
+    try:
+        slow = asyncio.ensure_future(store._fetch("SELECT pg_sleep(0.5) AS slept"))
+        admin = await asyncpg.connect(dsn)
+        try:
+            while not await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(0.5)%' "
+                "AND pid <> pg_backend_pid()"
+            ):  # on its connection
+                await asyncio.sleep(0.01)
+        finally:
+            await admin.close()
+        closing = asyncio.ensure_future(store.close())
+        for _ in range(3):  # the close under way
+            await asyncio.sleep(0)
+        with pytest.raises(StoreError, match="store closed"):
+            await store.search("beagle", user_id="al")
+        assert [tuple(r) for r in await slow] == [(None,)]  # pg_sleep returns void
+        await closing
+        assert store._pool is None
+        assert len(await store.search("beagle", user_id="al")) == 5
+    finally:
+        await store.close()
+
+
+async def test_reads_right_after_the_pools_backends_were_killed_answer(dsn):
+    """An idle pooled connection whose backend was killed still looks open to the pool:
+    its next use failed (ConnectionDoesNotExistError, or InternalClientError "another
+    operation (2) is in progress": the backend's FATAL error already read). A read runs
+    again on another connection (S7-ATTACK-4)."""
+    store = PostgresMemoryStore(dsn, min_size=2, max_size=2)
+    admin = await asyncpg.connect(dsn)
+    try:
+        for _ in range(3):
+            await asyncio.gather(*(store._fetch("SELECT 1") for _ in range(2)))  # both open
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            assert len(await store.search("beagle Rex", user_id="al", any_word=True)) == 5
+            assert await store.forgotten_at("al") is None
+            assert [m.position for m in await store.messages_at([("c1", 3)])] == [3]
+    finally:
+        await admin.close()
+        await store.close()
