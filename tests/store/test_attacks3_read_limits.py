@@ -24,11 +24,6 @@ async def test_a_read_limit_no_database_takes_is_a_clear_error(store_target):
         await store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bugs.md S7-ATTACK-8: search(limit=) past 2**63 - 1 is SQLite's OverflowError or "
-    "asyncpg's DataError, not a ValueError naming limit",
-)
 async def test_a_search_limit_no_database_takes_is_a_clear_error(store_target):
     store = open_store(store_target)
     try:
