@@ -1,10 +1,12 @@
 """The PostgreSQL store's pool connections: leases and a new connection's warm-up.
 
-A connection goes back to the pool only when its last use ended cleanly. One whose use
-was cancelled, lost its backend or hit an asyncpg protocol error may still have an
-operation (or a server's error) in flight: handed to the next use, asyncpg refuses it
-("another operation is in progress") or, worse, that use could read the rows meant for
-another statement. Such a connection is terminated; the pool opens a new one.
+A connection whose use lost its backend or hit an asyncpg protocol or interface error
+may still hold a server's error or an operation in flight: handed to the next use, asyncpg
+refuses it ("another operation is in progress") or, worse, that use could read the rows
+meant for another statement. Such a connection is terminated; the pool opens a new one.
+A cancelled use (a late recall search) goes back through asyncpg's release, which waits
+for the cancellation to end before the connection is reused: terminating it made the next
+search open and warm a connection (~25-40 ms instead of ~1.3 ms here).
 """
 
 from __future__ import annotations
@@ -38,14 +40,14 @@ def asyncpg_error() -> type[Exception]:
 
 def broken(exc: BaseException) -> bool:
     """Whether ``exc``, raised while a connection was in use, leaves the connection unfit
-    for another use: a cancellation or timeout mid-statement, a lost backend, an asyncpg
-    protocol or interface error. A statement's own error (the server answered and is
-    ready) and an argument asyncpg refused before sending (``DataError``) leave it whole;
-    so does an error of the store's own code."""
+    for another use: a lost backend, an asyncpg protocol or interface error. A statement's
+    own error (the server answered and is ready), an argument asyncpg refused before
+    sending (``DataError``), an error of the store's own code leave it whole, and so does
+    a cancellation or a timeout (asyncpg's release waits for the statement's cancel)."""
     import asyncpg
     from asyncpg.exceptions import _base
 
-    if isinstance(exc, asyncio.CancelledError | TimeoutError | OSError):
+    if isinstance(exc, OSError):
         return True
     if isinstance(exc, asyncpg.PostgresConnectionError | _base.InternalClientError):
         return True

@@ -42,23 +42,6 @@ async def _pid(store: PostgresMemoryStore) -> int:
     return (await store._fetch("SELECT pg_backend_pid() AS pid"))[0]["pid"]
 
 
-async def test_a_connection_whose_statement_was_cancelled_is_not_reused(dsn):
-    """A cancelled use's connection is terminated, not handed to the next use with the
-    cancellation still in flight (the pool's single connection: a new backend after)."""
-    store = PostgresMemoryStore(dsn, min_size=1, max_size=1)
-    try:
-        before = await _pid(store)
-        slow = asyncio.ensure_future(store._fetch("SELECT pg_sleep(5)"))
-        await asyncio.sleep(0.1)  # the statement is on the server
-        slow.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await slow
-        assert await _pid(store) != before
-        assert len(await store.search("beagle", user_id="al")) == 5
-    finally:
-        await store.close()
-
-
 async def test_a_search_never_returns_another_statements_rows(dsn, monkeypatch):
     """Rows of another statement (the batched read's 12 columns, as a connection handed
     out mid-operation once gave) are refused, never built into hits."""
