@@ -160,7 +160,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--pause-ms",
-        type=float,
+        type=_milliseconds,
         default=ANSWER_PAUSE_S * 1000,
         help="the pause before each question a recalling strategy is asked (the caller "
         "hears the last answer; default %(default)s)",
@@ -230,8 +230,9 @@ def _request_tokens(value: str) -> int | None:
         raise argparse.ArgumentTypeError(f"expected an integer or 'none', got {value!r}") from None
 
 
-#: ``--recall-set``'s fields: the plain settings (``semantic`` has its own options).
-_SETTABLE = frozenset(f.name for f in fields(RecallParams)) - {"semantic"}
+#: ``--recall-set``'s fields: the plain settings (``semantic`` has its own options; a
+#: recalling strategy with ``enabled`` off would never recall under its recalling name).
+_SETTABLE = frozenset(f.name for f in fields(RecallParams)) - {"semantic", "enabled"}
 
 
 def _field_value(value: str) -> tuple[str, Any]:
@@ -327,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
         store_factory=factory,
         tag=f"{int(time.time())}:",
         compact_at_end=args.compact_at_end,
-        pause_s=max(0.0, args.pause_ms / 1000),
+        pause_s=args.pause_ms / 1000,
         speech=(
             Speech(word_s=args.spoken_word_ms / 1000, lead_s=args.spoken_lead_ms / 1000)
             if args.spoken
