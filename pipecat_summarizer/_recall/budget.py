@@ -9,6 +9,7 @@ ceiling before it evicts conversation (:func:`recall_budget`, :func:`fits`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 #: The least room worth a recalled block: the header (~25 tokens) and one short quote.
@@ -61,14 +62,22 @@ class Reserves:
     extra: float = 0.0
     select: float = 0.0
 
-    def measured(self, found: float, picking: float, chosen: float, end: float) -> Reserves:
+    def measured(
+        self, found: float, picking: float, chosen: float, end: float, *, cap_s: float = math.inf
+    ) -> Reserves:
         """The reserves after a turn whose search answered (or its wait ended) at
         ``found``, whose selection ran from ``picking`` to ``chosen``, and which ended at
-        ``end`` (one clock)."""
+        ``end`` (one clock). Each sample counts at most ``cap_s`` (the budget): a reserve
+        never keeps back more than half the budget anyway, and a sample past it (a clock
+        that jumped, a paused machine) would otherwise be remembered for dozens of turns."""
+
+        def sample(seconds: float) -> float:
+            return min(seconds, cap_s)
+
         return Reserves(
-            wait=after_search(self.wait, (picking - found) + (end - chosen)),
-            extra=after_search(self.extra, end - found),
-            select=after_search(self.select, end - chosen),
+            wait=after_search(self.wait, sample((picking - found) + (end - chosen))),
+            extra=after_search(self.extra, sample(end - found)),
+            select=after_search(self.select, sample(end - chosen)),
         )
 
 

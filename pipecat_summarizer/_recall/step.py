@@ -297,7 +297,9 @@ class RecallStep(ArchiveSearch):
 
     def _measured(self, found: float, picking: float, chosen: float) -> None:
         # measured, not guessed: what the next turn keeps back of its budget
-        self._reserves = self._reserves.measured(found, picking, chosen, _now())
+        self._reserves = self._reserves.measured(
+            found, picking, chosen, _now(), cap_s=self.params.latency_budget_s
+        )
 
     # -- the tool -------------------------------------------------------------------------
 
