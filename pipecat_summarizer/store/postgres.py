@@ -54,6 +54,7 @@ from pipecat_summarizer.store.base import (
     check_count,
     check_retention_days,
     check_user_id,
+    query_words,
 )
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -395,8 +396,8 @@ class PostgresMemoryStore(MemoryStore):
             "limit": limit,
             "any_word": any_word,
         }
-        if search_sql(self.text_search_config, query, **words) is None:
-            return []
+        if not query_words(query) or limit <= 0:
+            return []  # as search_sql: nothing to search
         rows, statement = await self._read(lambda conn: self._searched(conn, query, words))
         _postgres_search.remember_counts(self._df, statement, rows)
         return [SearchHit(*tuple(r)[:9]) for r in rows]
@@ -423,7 +424,8 @@ class PostgresMemoryStore(MemoryStore):
                 if rows and tuple(rows[0].keys()) not in _HIT_SHAPES:
                     # never another statement's rows as hits: that connection is not trusted
                     terminate(conn)
-                    raise StoreError(f"search read another statement's rows: {rows[0].keys()}")
+                    columns = list(rows[0].keys())
+                    raise StoreError(f"search read another statement's rows: {columns}")
                 return rows, statement
         finally:
             _HELD.reset(held)
