@@ -90,6 +90,18 @@ def test_a_semantic_count_no_database_takes_is_refused_at_construction():
             SemanticRecallParams(embedder=Embedder(), **{name: 10**20})
 
 
+def _processor(recall: RecallParams) -> ContextSummarizer:
+    return ContextSummarizer(
+        context=LLMContext(messages=[]),
+        config=cfg(messages=6, keep=2),
+        summarizer=ExtractiveSummarizer(),
+        store=SQLiteMemoryStore(),
+        call_id="c1",
+        user_id="al",
+        recall=recall,
+    )
+
+
 @pytest.mark.parametrize(
     "field,value,error",
     [
@@ -105,15 +117,7 @@ def test_a_field_set_after_construction_is_refused_by_the_processor(field, value
     recall = RecallParams()
     setattr(recall, field, value)
     with pytest.raises(error, match=f"recall.{field}"):
-        ContextSummarizer(
-            context=LLMContext(messages=[]),
-            config=cfg(messages=6, keep=2),
-            summarizer=ExtractiveSummarizer(),
-            store=SQLiteMemoryStore(),
-            call_id="c1",
-            user_id="al",
-            recall=recall,
-        )
+        _processor(recall)
 
 
 def test_a_semantic_field_set_after_construction_is_refused_by_the_processor():
@@ -124,15 +128,7 @@ def test_a_semantic_field_set_after_construction_is_refused_by_the_processor():
     semantic = SemanticRecallParams(embedder=Embedder())
     semantic.min_similarity = float("nan")  # every hit by meaning silently refused
     with pytest.raises(ValueError, match="recall.semantic.min_similarity"):
-        ContextSummarizer(
-            context=LLMContext(messages=[]),
-            config=cfg(messages=6, keep=2),
-            summarizer=ExtractiveSummarizer(),
-            store=SQLiteMemoryStore(),
-            call_id="c1",
-            user_id="al",
-            recall=RecallParams(semantic=semantic),
-        )
+        _processor(RecallParams(semantic=semantic))
 
 
 def test_a_change_after_the_processor_took_the_params_never_reaches_it():
