@@ -165,3 +165,28 @@ async def test_reads_right_after_the_pools_backends_were_killed_answer(dsn):
     finally:
         await admin.close()
         await store.close()
+
+
+async def test_a_connection_whose_function_was_not_created_sends_the_statement(dsn, monkeypatch):
+    """The function is known per connection: one whose TEMP create failed (a role without
+    the privilege) sends the statement itself from its first search, never a failed call."""
+    from pipecat_summarizer.store import _postgres_pool
+
+    monkeypatch.setattr(_postgres_pool, "function_sql", lambda cfg: "CREATE FUNCTION nope(")
+    store = PostgresMemoryStore(dsn, min_size=1, max_size=1)
+    sent: list[str] = []
+    fetch = store._fetch
+
+    async def capture(sql, *values):
+        sent.append(sql)
+        return await fetch(sql, *values)
+
+    try:
+        await store.open()
+        store._fetch = capture  # type: ignore[method-assign]
+        hits = await store.search("beagle Rex", user_id="al", any_word=True)
+    finally:
+        store._fetch = fetch  # type: ignore[method-assign]
+        await store.close()
+    assert len(hits) == 5 and store._functions == set()
+    assert len(sent) == 1 and "pcs_caller_search" not in sent[0]
