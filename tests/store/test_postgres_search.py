@@ -179,7 +179,7 @@ async def test_the_same_search_statement_is_planned_with_its_own_words_every_tim
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
             "WHERE statement LIKE '%FROM message_words%' "
             "AND statement NOT LIKE '%pg_prepared_statements%' "
-            # the connection's warm-up ran its own searches once each (see postgres._warm)
+            # the connection's warm-up ran its own searches once each (see _postgres_pool.warm)
             "AND generic_plans + custom_plans > 1"
         )
         setting = await store._fetch("SHOW plan_cache_mode")
