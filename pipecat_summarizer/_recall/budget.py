@@ -16,16 +16,18 @@ from dataclasses import dataclass
 MIN_RECALL_TOKENS = 40
 
 #: The most of the latency budget kept back for the frame's time the recall step cannot see
-#: or stop (see :func:`planned_budget`).
-MARGIN_S = 0.001
+#: or stop (see :func:`planned_budget`). 1 ms left the frame's p99 at 10.1-12.3 ms on a quiet
+#: machine (benchmarks/frame_bound.py); 2 ms brings SQLite 1k-1M and PostgreSQL 1k-10k within
+#: 10 ms, and a search started on the caller's words (RecallPrefetch) does not pay for it.
+MARGIN_S = 0.002
 
 
 def planned_budget(budget_s: float) -> float:
     """The part of the latency budget the recall step plans its work in: the budget less a
-    tenth of it, at most :data:`MARGIN_S`, for what the step cannot see or stop: the frame's
+    fifth of it, at most :data:`MARGIN_S`, for what the step cannot see or stop: the frame's
     queue hop and the processor's work before the step, placing the block and pushing the
     frame after it, the last hit judged past the deadline, a timer that fires late."""
-    return max(0.0, budget_s - min(budget_s / 10, MARGIN_S))
+    return max(0.0, budget_s - min(budget_s / 5, MARGIN_S))
 
 
 def search_wait(budget_s: float, elapsed_s: float, after_s: float) -> float:
