@@ -133,15 +133,7 @@ def test_a_semantic_field_set_after_construction_is_refused_by_the_processor():
 
 def test_a_change_after_the_processor_took_the_params_never_reaches_it():
     recall = RecallParams()
-    processor = ContextSummarizer(
-        context=LLMContext(messages=[]),
-        config=cfg(messages=6, keep=2),
-        summarizer=ExtractiveSummarizer(),
-        store=SQLiteMemoryStore(),
-        call_id="c1",
-        user_id="al",
-        recall=recall,
-    )
+    processor = _processor(recall)
     recall.latency_budget_s = float("nan")
     assert processor.recall_step is not None
     assert processor.recall_step.params.latency_budget_s == RecallParams.latency_budget_s
@@ -168,3 +160,17 @@ def test_a_clock_jump_costs_no_more_turns_than_a_stall_of_the_budget():
     budget_stall = _turns_to_recover(RecallParams.latency_budget_s)
     assert _turns_to_recover(3600.0) <= budget_stall
     assert _turns_to_recover(2.0) <= budget_stall
+
+
+async def test_the_step_counts_a_stalled_turn_at_most_its_budget():
+    from pipecat_summarizer._recall.search import loop_time
+    from pipecat_summarizer._recall.step import RecallStep
+
+    store = SQLiteMemoryStore()
+    try:
+        step = RecallStep(store, RecallParams(), call_id="c1", user_id="al")
+        hour_ago = loop_time() - 3600  # the turn's search answered an hour ago by this clock
+        step._measured(hour_ago, hour_ago, hour_ago)
+        assert 0 < step._reserves.wait <= RecallParams.latency_budget_s
+    finally:
+        await store.close()
