@@ -14,30 +14,38 @@ by ``SemanticRecallParams(model=...)``:
 :func:`embedder_for` builds a model once per process, where it is used (the params hold
 settings only); :func:`load_semantic_model` loads it at the application's start;
 :func:`cached_vectors` keeps each model's recent vectors in the process, so a returning
-caller's archive embedded in their earlier call is not embedded again. The index that embeds
+caller's archive embedded in their earlier call is not embedded again (see
+:mod:`pipecat_summarizer._recall.vector_cache`, and how a forget reaches it). The index that embeds
 the caller's archive is :class:`~pipecat_summarizer._recall.semantic.SemanticIndex`.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import math
 import os
 import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from loguru import logger
 
+# the process's cache of vectors lives in its own module; these names stay importable here
+from pipecat_summarizer._recall.vector_cache import (  # noqa: F401
+    _CACHES,
+    VECTOR_CACHE_ROWS,
+    _cache_for,
+    _text_key,
+    _VectorCache,
+    cached_vectors,
+    forget_vectors,
+    unit_rows,
+)
 from pipecat_summarizer.errors import SEMANTIC_EXTRA_HINT as EXTRA_HINT
 from pipecat_summarizer.params import SemanticRecallParams
 from pipecat_summarizer.params.recall import model_missing
-from pipecat_summarizer.store.base import on_forget
 
 #: Longest text embedded, in characters (a query or message beyond it is cut: the embedding
 #: is a mean of token vectors, and this bounds the work a turn does on the event loop).
@@ -63,117 +71,6 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """One row per text, each of unit length (a zero row for a text with no token)."""
         ...
-
-
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
-    """``vectors`` as float32 rows of unit length (zero rows stay zero)."""
-    v = np.nan_to_num(np.asarray(vectors, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
-    if v.ndim == 1:
-        v = v[None, :]
-    # in float64: a float32 row of tiny values (1e-22) squares to subnormals and its norm is off
-    norms = np.linalg.norm(v, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return (v / norms).astype(np.float32)
-
-
-#: Vectors kept per model across calls in this process (~1.5 KB each with MiniLM: ~30 MB):
-#: a returning caller's archive, embedded during their earlier call, is not embedded again.
-VECTOR_CACHE_ROWS = 20_000
-
-
-class _VectorCache:
-    """The most recent ``most`` vectors of one model, by a hash of the text, each with the
-    callers whose messages it embeds (so a forget drops them: :func:`forget_vectors`).
-
-    Filled by the indexing thread, emptied of a caller on the event loop: under a lock.
-    """
-
-    def __init__(self, most: int):
-        self.most = most
-        self.rows: OrderedDict[bytes, np.ndarray] = OrderedDict()
-        self.owners: dict[bytes, set[str]] = {}
-        self.lock = threading.Lock()
-
-    def get(self, key: bytes, owner: str | None = None) -> np.ndarray | None:
-        with self.lock:
-            row = self.rows.get(key)
-            if row is not None:
-                self.rows.move_to_end(key)
-                if owner is not None:
-                    self.owners.setdefault(key, set()).add(owner)
-            return row
-
-    def put(self, key: bytes, row: np.ndarray, owner: str | None = None) -> None:
-        with self.lock:
-            self.rows[key] = row
-            self.rows.move_to_end(key)
-            if owner is not None:
-                self.owners.setdefault(key, set()).add(owner)
-            while len(self.rows) > self.most:
-                old, _ = self.rows.popitem(last=False)
-                self.owners.pop(old, None)
-
-    def drop_owner(self, owner: str) -> int:
-        """Drop every vector that embeds a message of ``owner``; how many."""
-        with self.lock:
-            keys = [k for k, who in self.owners.items() if owner in who]
-            for k in keys:
-                self.rows.pop(k, None)
-                del self.owners[k]
-            return len(keys)
-
-
-_CACHES: weakref.WeakKeyDictionary[Any, _VectorCache] = weakref.WeakKeyDictionary()
-_CACHES_LOCK = threading.Lock()
-
-
-def _cache_for(embedder: Embedder) -> _VectorCache | None:
-    try:
-        with _CACHES_LOCK:
-            cache = _CACHES.get(embedder)
-            if cache is None:
-                cache = _CACHES[embedder] = _VectorCache(VECTOR_CACHE_ROWS)
-            return cache
-    except TypeError:  # an embedder of the application's that takes no weak reference
-        return None
-
-
-def _text_key(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-def cached_vectors(
-    embedder: Embedder, texts: Sequence[str], owner: str | None = None
-) -> tuple[np.ndarray, int]:
-    """(Indexing thread.) Unit rows for ``texts``, each text embedded only if this process
-    has not embedded it with this model lately; and how many came from the cache.
-    ``owner``: the caller whose messages these are (their vectors go with their forget)."""
-    cache = _cache_for(embedder)
-    if cache is None:
-        return unit_rows(embedder.embed(list(texts))), 0
-    keys = [_text_key(t) for t in texts]
-    rows: list[np.ndarray | None] = [cache.get(k, owner) for k in keys]
-    missing = [i for i, row in enumerate(rows) if row is None]
-    if missing:
-        fresh = unit_rows(embedder.embed([texts[i] for i in missing]))
-        for j, i in enumerate(missing):
-            rows[i] = fresh[j].copy()
-            cache.put(keys[i], rows[i], owner)  # type: ignore[arg-type]
-    return np.stack(rows), len(texts) - len(missing)  # type: ignore[arg-type]
-
-
-def forget_vectors(owner: str) -> int:
-    """Drop every cached vector (of every model) that embeds a message of ``owner``: the
-    caller was forgotten, and an embedding of their words must not outlive their text.
-    Returns how many were dropped."""
-    with _CACHES_LOCK:
-        caches = list(_CACHES.values())
-    return sum(cache.drop_owner(owner) for cache in caches)
-
-
-# a forget with no live index of the caller here (their call is over: the usual case) drops
-# their vectors too
-on_forget(forget_vectors)
 
 
 #: Environment variables by which the application chose numpy's BLAS threads itself: when

@@ -17,7 +17,7 @@ and a turn embeds its query in the query thread (``semantic-query``) and ranks w
 product (brute force over the caller's messages; no vector database).
 A message the store returns with another ``user_id`` is never indexed, and the store's
 ``forget`` of the caller empties the index before its next ranking (and drops the caller's
-vectors from the process's cache, :func:`~pipecat_summarizer._recall.embedding.forget_vectors`). Any
+vectors from the process's cache, :mod:`~pipecat_summarizer._recall.vector_cache`). Any
 :class:`~pipecat_summarizer.store.MemoryStore` works (SQLite and PostgreSQL alike), since
 only its ``calls``, ``messages`` and ``message`` reads are used (and ``forget_generation``,
 when it has one).
@@ -41,14 +41,10 @@ from typing import Any
 import numpy as np
 from loguru import logger
 
-from pipecat_summarizer._recall.embedding import (
-    Embedder,
-    cached_vectors,
-    embedder_for,
-    forget_vectors,
-    unit_rows,
-)
+from pipecat_summarizer._recall import vector_cache
+from pipecat_summarizer._recall.embedding import Embedder, embedder_for
 from pipecat_summarizer._recall.fusion import SemanticHit, top_matches
+from pipecat_summarizer._recall.vector_cache import cached_vectors, forget_vectors, unit_rows
 from pipecat_summarizer.params import SemanticRecallParams
 
 #: The roles whose messages are embedded (instructions are never recalled, tool output is
@@ -82,9 +78,8 @@ QUERY_VECTORS = 8
 
 
 #: An embedded message: ``ArchivedText``'s fields as a tuple, in its order (``SemanticHit(*m)``
-#: builds a hit of it). A plain tuple of
-#: strings and numbers, which the garbage collector stops tracking: 20,000 objects kept per
-#: call made the collector's full passes (50-130 ms with the GIL held) come sooner.
+#: builds a hit of it). A plain tuple of strings and numbers, which the garbage collector stops
+#: tracking: 20,000 objects kept per call made its full passes (50-130 ms, GIL held) come sooner.
 _Message = tuple[str, int, int, float, str, str]
 
 
@@ -186,7 +181,7 @@ class SemanticIndex:
         self._closed = False  # the call is over: a late search's kick starts nothing
         self._failing = False
         self._refreshing = asyncio.Lock()
-        self._grew: asyncio.Event | None = None  # set when the index first grows
+        self._grew: asyncio.Event | None = None  # set when it first grows or refreshes
         # query text -> unit vector, embedded early (prepare_query) or by a ranking; read
         # and written by the query thread and the loop, under the lock
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -223,7 +218,11 @@ class SemanticIndex:
     async def refresh(self, archive: Any) -> int:
         """Read and embed what was archived since the last refresh. Returns how many."""
         async with self._refreshing:  # one at a time: each appends after the last one's rows
-            return await self._refresh(archive)
+            done = await self._refresh(archive)
+        if self._grew is not None:  # a first turn waits for this refresh, never for the sweep
+            self._grew.set()
+        await vector_cache.sweep_tombstones(archive)  # other processes' forgets; never raises
+        return done
 
     async def _refresh(self, archive: Any) -> int:
         self._archive = archive

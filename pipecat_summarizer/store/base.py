@@ -419,6 +419,17 @@ class MemoryStore(ABC):
         ``None``. A store without tombstones answers ``None``."""
         return None
 
+    async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
+        """The forget tombstones among ``user_hashes`` (each a caller's
+        :func:`~pipecat_summarizer.store.records.user_hash`, the key tombstones keep): when
+        each was last forgotten, by any process, by hash; the others are left out. One read
+        by the tombstones' key (ask a few hundred at a time). A store without tombstones
+        answers ``{}``.
+
+        The process's cache of semantic vectors reads it to learn of other processes'
+        forgets (:func:`~pipecat_summarizer._recall.vector_cache.sweep_tombstones`)."""
+        return {}
+
     async def noticed_forget(self, user_id: str, since: float) -> bool:
         """Whether ``user_id`` was forgotten after ``since`` (a wall-clock time) by any
         process; a forget seen here for the first time counts as one in this process (see

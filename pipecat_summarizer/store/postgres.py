@@ -436,6 +436,17 @@ class PostgresMemoryStore(MemoryStore):
         rows = await self._fetch(FORGOTTEN_AT, user_hash(user_id))
         return float(rows[0]["at"]) if rows else None
 
+    async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
+        """The forget tombstones among ``user_hashes``: their times, by hash (one read of
+        the tombstones' primary key)."""
+        keys = list(dict.fromkeys(k for k in user_hashes if isinstance(k, str)))
+        if not keys:
+            return {}
+        rows = await self._fetch(
+            "SELECT user_hash, at FROM forgotten WHERE user_hash = ANY($1::text[])", keys
+        )
+        return {str(r["user_hash"]): float(r["at"]) for r in rows}
+
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
         """The caller's current pinned facts and their latest calls' summaries."""
         check_user_id(user_id)

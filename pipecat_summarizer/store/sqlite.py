@@ -424,6 +424,20 @@ class SQLiteMemoryStore(MemoryStore):
         )
         return float(rows[0][0]) if rows else None
 
+    async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
+        """The forget tombstones among ``user_hashes``: their times, by hash (one read of
+        the tombstones' primary key)."""
+        keys = list(dict.fromkeys(k for k in user_hashes if isinstance(k, str)))
+        found: dict[str, float] = {}
+        for start in range(0, len(keys), 500):  # under SQLite's oldest limit of 999 variables
+            batch = keys[start : start + 500]
+            marks = ", ".join("?" * len(batch))
+            rows = await self._query(
+                f"SELECT user_hash, at FROM forgotten WHERE user_hash IN ({marks})", batch
+            )
+            found.update((str(h), float(at)) for h, at in rows)
+        return found
+
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
         """The caller's current pinned facts and their latest calls' summaries."""
         check_user_id(user_id)

@@ -1,7 +1,9 @@
 """Attack on the forget's reach into the process's vector cache: the caller's call here is
 over (its index closed), then ANOTHER process forgets them (an admin tool, another worker).
-Nothing of theirs is live here and ``on_forget`` hears only this process's forgets, so the
-vectors of their words stay in this process's cache while other callers' calls go on."""
+Nothing of theirs is live here and ``on_forget`` hears only this process's forgets: the
+vectors of their words stayed in this process's cache while other callers' calls went on.
+Another call's refresh now reads the store's tombstones (``sweep_tombstones``, at most every
+``TOMBSTONE_CHECK_S``: set to 0 here, so the next refresh reads them)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import time
 
 import pytest
 
+from pipecat_summarizer._recall import vector_cache
 from pipecat_summarizer._recall.semantic import SemanticIndex
 from pipecat_summarizer.store import open_store
 from tests.recall.test_attacks2_vectors import (
@@ -21,15 +24,12 @@ from tests.recall.test_attacks2_vectors import (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bugs.md S7-ATTACK-6: another process's forget of a caller whose call here ended "
-    "is never noticed: their vectors stay in this process's cache (other callers' turns go on)",
-)
 async def test_another_processs_forget_after_the_call_ended_reaches_the_cache(
     tmp_path,
     semantic,  # noqa: F811
+    monkeypatch,
 ):
+    monkeypatch.setattr(vector_cache, "TOMBSTONE_CHECK_S", 0.0)
     target = str(tmp_path / "m.db")
     pet = _unique(PET, "elsewhere-ended")
     store = open_store(target)
