@@ -5,8 +5,9 @@ returning caller's archive embedded in their earlier call is not embedded again;
 knows the callers whose messages it embeds. A forget drops them (:func:`forget_vectors`):
 this process's own forget tells it at once (``store.base.on_forget``); another process's
 forget (an admin tool, another worker) is read from the store's tombstones by
-:func:`sweep_tombstones`, which a semantic index's background refresh runs after its reads,
-at most every :data:`TOMBSTONE_CHECK_S` per store, whatever the number of calls.
+:func:`sweep_tombstones`, at most every :data:`TOMBSTONE_CHECK_S` per store whatever the
+number of calls: started by a semantic index's kick (each turn of a call, its start) as a task
+of its own, and run after each refresh of an index.
 
 The sweep asks the store about the callers the cache holds vectors of, by the hash the
 tombstones store (:func:`~pipecat_summarizer.store.records.user_hash`), in batches of
@@ -19,6 +20,7 @@ more). No schema change, and a read-only store is read the same way.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 import time
@@ -39,7 +41,7 @@ VECTOR_CACHE_ROWS = 20_000
 
 #: Least time between two reads of one store's tombstones by this process (seconds): a forget
 #: run by another process leaves this process's cache within about this long while a call
-#: here has turns (each turn's refresh may run the sweep).
+#: here has turns (each turn's kick starts a sweep when one is due).
 TOMBSTONE_CHECK_S = 5.0
 
 #: Callers asked about per read: a read holds a SQLite store's one thread for ~1-2 ms.
@@ -205,6 +207,27 @@ _WATCHES: weakref.WeakKeyDictionary[Any, _Watch] = weakref.WeakKeyDictionary()
 _WATCHES_LOCK = threading.Lock()
 
 
+_SWEEPS: set[asyncio.Task] = set()  # the sweeps running (a task needs a reference)
+
+
+def sweep_soon(archive: Any) -> None:
+    """Start :func:`sweep_tombstones` as a task of its own if the store's sweep is due (a
+    turn's kick: the turn never waits for it, nor for a long refresh of its index)."""
+    read = getattr(archive, "tombstones", None)
+    if not callable(read):
+        return
+    try:
+        with _WATCHES_LOCK:
+            watch = _WATCHES.get(getattr(read, "__self__", archive))
+    except TypeError:
+        return
+    if watch is not None and time.monotonic() < watch.due:
+        return
+    task = asyncio.ensure_future(sweep_tombstones(archive))
+    _SWEEPS.add(task)
+    task.add_done_callback(_SWEEPS.discard)
+
+
 def _due_watch(store: Any, now: float) -> _Watch | None:
     """The store's watch if its sweep is due (and then not due again for a while)."""
     try:
@@ -244,13 +267,15 @@ async def sweep_tombstones(archive: Any) -> int:
             del watch.redrop[owner]
         elif owner in callers and forget_vectors(owner):
             dropped += 1
-    order = sorted(callers)
+    order = list(callers)
     try:
         for start in range(0, len(order), SWEEP_BATCH):
             batch = order[start : start + SWEEP_BATCH]
             hashes = [_hash(watch, c) for c in batch]
             found = await read(hashes)
             watch.reads += 1
+            if not isinstance(found, dict):  # an archive of the application's, not a store
+                raise TypeError(f"tombstones() answered a {type(found).__name__}, not a dict")
             for caller, key in zip(batch, hashes, strict=True):
                 at = found.get(key)
                 if at is None or watch.seen.get(caller) == at:
@@ -290,6 +315,7 @@ __all__ = [
     "VECTOR_CACHE_ROWS",
     "cached_vectors",
     "forget_vectors",
+    "sweep_soon",
     "sweep_tombstones",
     "unit_rows",
 ]
