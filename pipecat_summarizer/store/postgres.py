@@ -438,9 +438,9 @@ class PostgresMemoryStore(MemoryStore):
 
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
         """The forget tombstones among ``user_hashes``: their times, by hash (one read of
-        the tombstones' primary key)."""
+        the tombstones' primary key). A closed store answers ``{}`` (never opened again)."""
         keys = list(dict.fromkeys(k for k in user_hashes if isinstance(k, str)))
-        if not keys:
+        if not keys or self._pool is None or self._closing:
             return {}
         rows = await self._fetch(
             "SELECT user_hash, at FROM forgotten WHERE user_hash = ANY($1::text[])", keys

@@ -426,9 +426,11 @@ class SQLiteMemoryStore(MemoryStore):
 
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
         """The forget tombstones among ``user_hashes``: their times, by hash (one read of
-        the tombstones' primary key)."""
+        the tombstones' primary key). A closed store answers ``{}`` (never opened again)."""
         keys = list(dict.fromkeys(k for k in user_hashes if isinstance(k, str)))
         found: dict[str, float] = {}
+        if self._thread is None:
+            return found
         for start in range(0, len(keys), 500):  # under SQLite's oldest limit of 999 variables
             batch = keys[start : start + 500]
             marks = ", ".join("?" * len(batch))

@@ -99,6 +99,10 @@ async def test_tombstones_read_by_hash_on_both_backends(store_target):
         }
     finally:
         await store.close()
+    # a closed store answers nothing, and a sweep never opens it again
+    assert await store.tombstones([user_hash(al)]) == {}
+    assert await sweep_tombstones(store) == 0
+    assert getattr(store, "_thread", None) is None and getattr(store, "_pool", None) is None
     reader = open_store(store_target, read_only=True)  # an admin's read-only store reads them
     await reader.open()
     try:
