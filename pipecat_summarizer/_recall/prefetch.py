@@ -11,15 +11,19 @@ The hand-over is :class:`PrefetchingArchive`, the archive with the searches star
 handed to the step through its public hook (``RecallStep.use_early_searches``): a search
 asked with exactly the words and scope of one started early (still running or finished,
 started at most :data:`MAX_AGE_S` ago, the caller not forgotten since) is answered by it; any
-other goes to the archive as before. So the turn's recall, its
-ranking and its budget are unchanged; only the wait is shorter.
+other goes to the archive as before. The turn's recall, ranking and budget are unchanged.
+
+Once the early search answers, the searches the turn makes after it (a second search on
+the first hits' names, the stated values' searches) start too, derived as the turn derives
+them (:mod:`~pipecat_summarizer._recall.follow_ups`): the turn takes those ready as well.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 from loguru import logger
@@ -33,6 +37,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 
+from pipecat_summarizer._recall.follow_ups import follow_ups
 from pipecat_summarizer._recall.gather import read_ahead
 from pipecat_summarizer._recall.query import MAX_QUERY_CHARS, ContextTerms, focus, recall_query
 from pipecat_summarizer._recall.search import search_words
@@ -41,8 +46,9 @@ from pipecat_summarizer._recall.step import RecallStep
 #: How long an early search's answer may serve a turn, from when it started (seconds): the
 #: end of speech usually follows the final transcription within a second or two.
 MAX_AGE_S = 5.0
-#: Early searches kept for a turn to pick up (the latest ones; older ones are dropped).
-MAX_KEPT = 4
+#: Early searches kept for a turn to pick up (the latest ones; older ones are dropped): a
+#: turn's words and their follow-ups (a second search, up to three values), twice over.
+MAX_KEPT = 12
 #: The caller's words kept of a turn still being spoken (its last characters): the turn's
 #: query reads its last ``MAX_QUERY_CHARS``; reading the whole turn again on each of its
 #: transcriptions cost O(turn^2) on the loop (4.5 s of CPU over a 125 KB turn in 500 parts).
@@ -52,12 +58,13 @@ _Key = tuple[str, str | None, str | None, int, bool]
 
 
 class _Early:
-    __slots__ = ("task", "started", "generation")
+    __slots__ = ("task", "started", "generation", "follow_up")
 
-    def __init__(self, task: asyncio.Task, started: float, generation: int):
+    def __init__(self, task: asyncio.Task, started: float, generation: int, follow_up: bool):
         self.task = task
         self.started = started
         self.generation = generation
+        self.follow_up = follow_up
 
 
 class PrefetchingArchive:
@@ -75,10 +82,15 @@ class PrefetchingArchive:
         """Wrap ``archive``."""
         self.archive = archive
         self._early: dict[_Key, _Early] = {}
+        # the follow-up work of early searches (see follow_ups.py): cancelled with them
+        self._following: set[asyncio.Task] = set()
         #: Searches answered by an early one (counters, no conversation text).
         self.served = 0
         #: Searches started early.
         self.started = 0
+        #: Follow-up searches (a turn's second and values' searches) started early, and served.
+        self.follow_ups_started = 0
+        self.follow_ups_served = 0
 
     def __getattr__(self, name: str) -> Any:
         # only called for what this class lacks: the archive's other methods
@@ -95,8 +107,18 @@ class PrefetchingArchive:
         return int(generation(user_id))
 
     def in_flight(self) -> bool:
-        """Whether an early search is still running."""
-        return any(not e.task.done() for e in self._early.values())
+        """Whether an early search of a turn's words is still running (follow-ups aside: the
+        next words' search need not wait for them)."""
+        return any(not e.task.done() for e in self._early.values() if not e.follow_up)
+
+    def running(
+        self, query: str, *, user_id: str | None, call_id: str | None, limit: int, any_word: bool
+    ) -> asyncio.Task | None:
+        """The task of the usable early search of these words and scope (not taken)."""
+        early = self._early.get((query, user_id, call_id, int(limit), bool(any_word)))
+        if early is None or not self._usable(early, user_id, time.monotonic()):
+            return None
+        return early.task
 
     def prefetch(
         self,
@@ -107,9 +129,14 @@ class PrefetchingArchive:
         limit: int = 10,
         any_word: bool = False,
         replies: int = 0,
+        then: Callable[[Sequence[Any]], Awaitable[None]] | None = None,
+        follow_up: bool = False,
     ) -> bool:
         """Start ``search(query, ...)`` now, for a turn to pick up, and read the replies of
-        its first ``replies`` hits after it (what the turn's recall reads with them). Returns
+        its first ``replies`` hits after it (what the turn's recall reads with them); once
+        it answers, ``then(hits)`` (the follow-up searches, see
+        :func:`~pipecat_summarizer._recall.follow_ups.follow_ups`) unless
+        the caller was forgotten meanwhile (``follow_up``: this is one of them). Returns
         False when the same search is already running or fresh (nothing started)."""
         key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
         now = time.monotonic()
@@ -127,12 +154,39 @@ class PrefetchingArchive:
             search = store_search(query, **scope)
         task = asyncio.ensure_future(_with_replies(self.archive, search, replies))
         task.add_done_callback(_consume)
+        generation = self._generation(user_id)
+        if then is not None:
+            task.add_done_callback(partial(self._then, then, user_id, generation))
         self._early.pop(key, None)
-        self._early[key] = _Early(task, now, self._generation(user_id))
+        self._early[key] = _Early(task, now, generation, follow_up)
         while len(self._early) > MAX_KEPT:
             self._early.pop(next(iter(self._early)))
-        self.started += 1
+        if follow_up:
+            self.follow_ups_started += 1
+        else:
+            self.started += 1
         return True
+
+    def _then(
+        self,
+        then: Callable[[Sequence[Any]], Awaitable[None]],
+        user_id: str | None,
+        generation: int,
+        task: asyncio.Task,
+    ) -> None:
+        # the early search answered: its follow-ups start, unless the hits came before a
+        # forget of the caller (the words searched next would be the forgotten text's)
+        if task.cancelled() or task.exception() is not None:
+            return
+        if self._generation(user_id) != generation:
+            return
+        follow = asyncio.ensure_future(then(task.result()))
+        self._following.add(follow)
+        follow.add_done_callback(self._followed)
+
+    def _followed(self, task: asyncio.Task) -> None:
+        self._following.discard(task)
+        _consume(task)
 
     def _usable(self, early: _Early, user_id: str | None, now: float) -> bool:
         if now - early.started > MAX_AGE_S or early.generation != self._generation(user_id):
@@ -179,7 +233,10 @@ class PrefetchingArchive:
         except Exception:  # noqa: BLE001 - the early one failed: ask again
             pass
         else:
-            self.served += 1
+            if early.follow_up:
+                self.follow_ups_served += 1
+            else:
+                self.served += 1
             return found
         query, user_id, call_id, limit, any_word = key
         return await self.archive.search(
@@ -210,6 +267,9 @@ class PrefetchingArchive:
         for e in early.values():
             if not e.task.done():
                 e.task.cancel()
+        following, self._following = self._following, set()
+        for task in following:
+            task.cancel()
 
 
 def prefetching_archive(step: RecallStep) -> PrefetchingArchive:
@@ -341,11 +401,16 @@ class RecallPrefetch(FrameProcessor):
             if not words:
                 return
             scope = {"user_id": step.user_id} if step.user_id else {"call_id": step.call_id}
+            then = None
+            if step.semantic is None:  # with it the turn's hits are fused: other follow-ups
+                terms = focus(query, self._terms.common())
+                then = partial(follow_ups, archive, step, query, terms, words)
             archive.prefetch(
                 words,
                 limit=step.params.search_limit,
                 any_word=True,
                 replies=step.params.max_snippets + 2,  # as many as the turn's search reads
+                then=then,
                 **scope,
             )
         except Exception as e:  # an early search is a bonus: never the call's failure
@@ -376,4 +441,10 @@ def _consume(task: asyncio.Task) -> None:
         task.exception()
 
 
-__all__ = ["KEPT_CHARS", "MAX_AGE_S", "PrefetchingArchive", "RecallPrefetch", "prefetching_archive"]
+__all__ = [
+    "KEPT_CHARS",
+    "MAX_AGE_S",
+    "PrefetchingArchive",
+    "RecallPrefetch",
+    "prefetching_archive",
+]

@@ -38,6 +38,10 @@ from pipecat_summarizer.params import RecallParams
 
 #: The share of the search's wait the ranking by meaning may take (the rest: the replies' read).
 RANK_SHARE = 0.75
+#: The loop turns a turn's forget watch gets past the deadline (see ``ArchiveSearch._watched``).
+WATCH_TURNS = 3
+#: The hits read for each value a corrected-values search asks (see ``ArchiveSearch._later``).
+LATER_LIMIT = 10
 
 
 def search_words(query: str, terms: Sequence[str] | None = None) -> str:
@@ -113,9 +117,17 @@ class ArchiveSearch(RecallHooks):
         self.semantic_late = 0
 
     def _search(
-        self, query: str, limit: int, terms: Sequence[str] | None, wait_s: float
+        self,
+        query: str,
+        limit: int,
+        terms: Sequence[str] | None,
+        wait_s: float,
+        *,
+        watch: bool = True,
     ) -> asyncio.Task:
-        return asyncio.ensure_future(self._search_with_replies(query, limit, terms, wait_s=wait_s))
+        return asyncio.ensure_future(
+            self._search_with_replies(query, limit, terms, wait_s=wait_s, watch=watch)
+        )
 
     async def _search_with_replies(
         self,
@@ -125,12 +137,15 @@ class ArchiveSearch(RecallHooks):
         *,
         semantic: bool = True,
         wait_s: float | None = None,
+        watch: bool = True,
     ) -> Found:
         """The hits, and the message that followed each of the first ones (the answer to a
         question, the rest of a story): one search, then one read per hit that can be
         recalled, all within the same budget. The ranking by meaning runs beside the search
         and joins when ready within :data:`RANK_SHARE` of ``wait_s``; a later one never
-        costs the lexical hits (``semantic_late`` counts those turns)."""
+        costs the lexical hits (``semantic_late`` counts those turns). ``watch=False``: the
+        caller reads the forget tombstone itself (a turn, beside its selection: see
+        :meth:`_watch`), so the hits do not wait for that read."""
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
         generation = self._generation()
         index = self.semantic if semantic else None
@@ -151,15 +166,15 @@ class ArchiveSearch(RecallHooks):
         noticed = getattr(self.archive, "noticed_forget", None)
         # a forget run by another process: its tombstone is read beside the search (the rows
         # are gone already; what this call holds in memory must go too)
-        watch = None
-        if self.user_id is not None and callable(noticed):
-            watch = noticed(self.user_id, self._since)
+        watch_: Awaitable[bool] | None = None
+        if watch and self.user_id is not None and callable(noticed):
+            watch_ = noticed(self.user_id, self._since)
 
         async def rank() -> tuple[list, Mapping] | None:
             # by meaning (a sentence model embeds the query in its own thread, ~20 ms of
             # CPU): beside the lexical search, not after it, once a forget has been seen
-            if watch is not None:
-                await watch
+            if watch_ is not None:
+                await watch_
             return await index.rank_soon(query) if index is not None else None
 
         started = loop_time()
@@ -213,10 +228,16 @@ class ArchiveSearch(RecallHooks):
         return [], {}
 
     async def hits_for_turn(
-        self, query: str, terms: Sequence[str] | None = None, *, wait_s: float | None = None
+        self,
+        query: str,
+        terms: Sequence[str] | None = None,
+        *,
+        wait_s: float | None = None,
+        watch: bool = True,
     ) -> tuple[Found, str]:
         """The hits for this turn's query, within the latency budget (or ``wait_s``, what
-        is left of it for the search).
+        is left of it for the search). ``watch=False``: the caller reads the forget
+        tombstone itself (see :meth:`_watch`).
 
         Returns:
             ``((hits, replies), how)``: ``how`` is ``"on_time"``, ``"late"`` (a previous turn's late
@@ -234,7 +255,7 @@ class ArchiveSearch(RecallHooks):
             self._inflight = None
             late = self._result(previous)
         budget = self.params.latency_budget_s if wait_s is None else wait_s
-        task = self._search(query, self.params.search_limit, terms, budget)
+        task = self._search(query, self.params.search_limit, terms, budget, watch=watch)
         if not task.done() and budget > 0:
             await wait_for_task(task, budget)
         if task.done():
@@ -265,10 +286,43 @@ class ArchiveSearch(RecallHooks):
             task.cancel()
         return True
 
-    async def _gather(self, gathered: Sequence[str], hits: Sequence[Any], wait_s: float) -> Found:
+    def _watch(self) -> asyncio.Task | None:
+        """A turn's forget watch, started now: the caller's tombstone read (a forget run by
+        another process; this process's own are counted as they run), awaited only before
+        the block is placed (:meth:`_watched`), so hits an early search has ready go to the
+        selection without that trip. ``None``: no caller, or an archive without
+        tombstones."""
+        noticed = getattr(self.archive, "noticed_forget", None)
+        if self.user_id is None or not callable(noticed):
+            return None
+        task = asyncio.ensure_future(noticed(self.user_id, self._since))
+        task.add_done_callback(consume)
+        return task
+
+    async def _watched(self, watch: asyncio.Task, generation: int, until: float) -> bool:
+        """Whether the turn's block may be placed: its forget watch answered by ``until``
+        (the loop's clock) and the caller was not forgotten since the turn's ``generation``.
+        A watch that failed or is late places nothing (a forget may be unseen); it is left
+        to run, so a forget it finds still counts."""
+        if not watch.done():
+            await wait_for_task(watch, max(0.0, until - loop_time()))
+        for _ in range(WATCH_TURNS):
+            if watch.done():
+                break
+            # an answer the store has sent is read in a loop turn or two: the selection
+            # held the loop, and a deadline passed already would otherwise drop it
+            await asyncio.sleep(0)
+        if not watch.done() or watch.cancelled() or watch.exception() is not None:
+            return False
+        return self._generation() == generation
+
+    async def _gather(
+        self, gathered: Sequence[str], hits: Sequence[Any], wait_s: float, *, watch: bool = True
+    ) -> Found:
         # the second search, without recall by meaning (see gather.second_search)
         def search(words_: str) -> Awaitable[Found]:
-            return self._search_with_replies(words_, self.params.search_limit, semantic=False)
+            limit = self.params.search_limit
+            return self._search_with_replies(words_, limit, semantic=False, watch=watch)
 
         return await second_search(search, self._result, gathered, hits, wait_s)
 
@@ -283,10 +337,20 @@ class ArchiveSearch(RecallHooks):
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
         generation = self._generation()
 
+        early = self._early
+
+        def ask(value: str) -> Awaitable[Sequence[Any]]:
+            # the same search started early (RecallPrefetch's follow-ups), if any
+            if early is not None:
+                taken = early.take(value, limit=LATER_LIMIT, any_word=False, **scope)
+                if taken is not None:
+                    return taken
+            return self.archive.search(value, limit=LATER_LIMIT, **scope)
+
         async def search() -> list[Any]:
             for v in values:
                 notify(self._observers, "on_search_started", v)
-            asked = [self.archive.search(v, limit=10, **scope) for v in values]
+            asked = [ask(v) for v in values]
             return [h for found in await asyncio.gather(*asked) for h in found]
 
         task = asyncio.ensure_future(search())
@@ -310,4 +374,4 @@ def loop_time() -> float:
     return asyncio.get_running_loop().time()
 
 
-__all__ = ["RANK_SHARE", "ArchiveSearch", "loop_time", "search_words"]
+__all__ = ["LATER_LIMIT", "RANK_SHARE", "ArchiveSearch", "loop_time", "search_words"]

@@ -197,7 +197,13 @@ class RecallStep(ArchiveSearch):
         planned = planned_budget(params.latency_budget_s)
         wait = search_wait(planned, _now() - started, self._reserves.wait)
         until = _now() + wait
-        (hits, replies), how = await self.hits_for_turn(query, terms, wait_s=wait)
+        # the forget watch runs beside the search and the selection (ranking by meaning
+        # waits for it, as ever): a search started early costs no store trip before them
+        generation = self._generation()
+        watch = self._watch() if self.semantic is None else None
+        (hits, replies), how = await self.hits_for_turn(
+            query, terms, wait_s=wait, watch=watch is None
+        )
         tally[0] = len(hits)
         if not hits:
             return None
@@ -212,7 +218,7 @@ class RecallStep(ArchiveSearch):
             left = extra - _now()
             if gathered and left > 0:  # only with time left in the turn's budget
                 until = extra
-                more = await self._gather(gathered, hits, left)
+                more = await self._gather(gathered, hits, left, watch=watch is None)
                 tally[0] += len(more[0])
         later: list[Any] = []
         # a value the hits state may have been corrected in a later call: searched when the
@@ -287,6 +293,8 @@ class RecallStep(ArchiveSearch):
         message = recall_message(text)
         placed = place_recall(current, message, self.message)
         self._measured(found, picking, chosen)
+        if watch is not None and not await self._watched(watch, generation, deadline):
+            return None  # forgotten meanwhile (or not known in time): nothing is placed
         if placed is None:
             return None
         self.message = message

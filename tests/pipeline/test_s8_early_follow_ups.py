@@ -1,0 +1,224 @@
+"""The searches a turn's recall makes after its first one (the gathered names' second search,
+the stated values' searches) started on the caller's words by ``RecallPrefetch``, and the
+forget watch read beside the selection: the turn takes them ready, a forget between the early
+work and the turn is honoured (this process and another), words that change between interim
+and final never serve a stale follow-up, and a failing or slow follow-up never costs the turn.
+Real pipelines (a real ``LLMContextAggregatorPair`` fed transcriptions, ``ContextSummarizer``,
+Pipecat's OpenAI service against the local server) on SQLite files and the real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from pipecat.frames.frames import (
+    InterimTranscriptionFrame,
+    TranscriptionFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
+)
+from pipecat.tests.utils import SleepFrame, run_test
+
+from pipecat_summarizer import RecallPrefetch
+from pipecat_summarizer.params import RecallParams
+from tests.pipeline.test_recall_attacks_prefetch import (
+    _blocks,
+    _Forget,
+    _Forgetter,
+    _pipeline,
+    _processor,
+    _store,
+)
+from tests.recall.test_attacks_dates import archived, utc
+from tests.support.openai_server import Reply
+
+ASK = "What are all the plans with my sister?"
+SISTER = ["My sister Marta lives in Porto and we plan a visit.", "Lovely, Porto in spring."]
+# shares no word with the question: only the second search on "marta porto" finds it
+WEDDING = ["Marta is flying in on Friday for the wedding.", "Noted, Friday."]
+FIX = ["Make that Saturday, not Friday: the flight moved.", "Noted, Saturday."]
+CAR = ["I rented a red Fiat from Avis at the airport.", "Noted, a red Fiat."]
+RECALL = RecallParams(latency_budget_s=0.3)  # a loaded machine: the budget never binds here
+
+
+async def _seed(store) -> None:
+    await store.write(archived(SISTER, call_id="a1", at=utc(2026, 4, 1), user_id="alice"))
+    await store.write(archived(WEDDING, call_id="a2", at=utc(2026, 4, 20), user_id="alice"))
+    await store.write(archived(FIX, call_id="a3", at=utc(2026, 4, 22), user_id="alice"))
+    await store.write(archived(CAR, call_id="a4", at=utc(2026, 4, 25), user_id="alice"))
+
+
+def _turn(final: str, *, interim: str | None = None, between: list | None = None) -> list:
+    """One spoken turn: interim words, the final ones, a pause (the early work ends), then
+    ``between`` (a forget) and the turn's end."""
+    frames: list = [UserStartedSpeakingFrame()]
+    if interim is not None:
+        frames += [InterimTranscriptionFrame(interim, "alice", "t0"), SleepFrame(sleep=0.05)]
+    frames += [TranscriptionFrame(final, "alice", "t0"), SleepFrame(sleep=0.15)]
+    if between:  # a system frame overtakes queued data frames: the forget lands first
+        frames += [*between, SleepFrame(sleep=0.1)]
+    return [*frames, UserStoppedSpeakingFrame(), SleepFrame(sleep=0.2)]
+
+
+async def _run(server, store, frames, *, admin=None) -> tuple[RecallPrefetch, _Forgetter | None]:
+    server.handler = lambda body: Reply("Sure.")
+    context, summarizer, processor = _processor(server, store, user_id="alice", recall=RECALL)
+    companion = RecallPrefetch(processor)
+    forgetter = _Forgetter(admin) if admin is not None else None
+    extra = [forgetter] if forgetter is not None else []
+    try:
+        await run_test(
+            _pipeline(server, context, processor, companion, *extra), frames_to_send=frames
+        )
+    finally:
+        await summarizer.aclose()
+    return companion, forgetter
+
+
+async def test_the_follow_up_searches_are_served_by_early_ones(openai_server, tmp_path):
+    store = _store(str(tmp_path / "m.db"))
+    try:
+        await _seed(store)
+        companion, _ = await _run(openai_server, store, _turn(ASK))
+    finally:
+        await store.close()
+    archive = companion.archive
+    assert archive is not None
+    words = [w for w, _ in store.searches]
+    (block,) = _blocks(openai_server.chat_requests)
+    assert "lives in Porto" in block and "flying in on Friday" in block  # gathered
+    # the main search, the gathered names' and the values' searches: all started on the
+    # words, all taken by the turn, none made at turn time
+    assert "marta porto" in words and "Friday" in words
+    assert archive.started == archive.served == 1 and archive.follow_ups_started >= 2
+    assert archive.follow_ups_served == archive.follow_ups_started
+    assert archive.started + archive.follow_ups_started == len(store.searches)
+
+
+@pytest.mark.parametrize(
+    ("backend", "by"),
+    [
+        ("sqlite", "the call's store"),
+        ("sqlite", "another process"),
+        ("postgres", "another process"),
+    ],
+    indirect=["backend"],
+)
+async def test_a_forget_after_the_follow_ups_started_is_honoured(openai_server, store_target, by):
+    store = _store(store_target)
+    admin = store if by == "the call's store" else _store(store_target)
+    try:
+        await _seed(store)
+        companion, forgetter = await _run(
+            openai_server, store, _turn(ASK, between=[_Forget("alice")]), admin=admin
+        )
+    finally:
+        await store.close()
+        if admin is not store:
+            await admin.close()
+    assert forgetter is not None and forgetter.forgotten and forgetter.forgotten[0] > 0
+    archive = companion.archive
+    assert archive is not None and archive.follow_ups_started >= 2  # before the forget
+    assert _blocks(openai_server.chat_requests) == []
+    sent = str(openai_server.chat_requests)
+    assert "Marta" not in sent and "Porto" not in sent and "Friday" not in sent
+    if by == "the call's store":  # nothing found before the forget is taken
+        assert archive.served == archive.follow_ups_served == 0
+
+
+async def test_words_that_change_after_the_interim_never_serve_its_follow_ups(
+    openai_server, tmp_path
+):
+    store = _store(str(tmp_path / "m.db"))
+    try:
+        await _seed(store)
+        frames = _turn("What are all the cars I rented?", interim=ASK)
+        companion, _ = await _run(openai_server, store, frames)
+    finally:
+        await store.close()
+    (block,) = _blocks(openai_server.chat_requests)
+    assert "red Fiat" in block
+    assert "Marta" not in block and "Porto" not in block and "Friday" not in block
+    words = [w for w, _ in store.searches]
+    assert "marta porto" in words  # the interim's follow-up did run
+    # and the final words' own follow-ups were ready: the turn searched nothing itself
+    archive = companion.archive
+    assert archive is not None and archive.follow_ups_served >= 1
+    assert len(store.searches) == archive.started + archive.follow_ups_started
+
+
+class _FollowUpsFail:
+    """Fails (or stalls) every search after the first (the early follow-ups, the turn's own)."""
+
+    stall = False
+
+    async def search(self, query, **kwargs):
+        if self.searches:
+            self.delay_s = 2.0 if self.stall else 0.0
+            self.fail = not self.stall
+        return await super().search(query, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["failing", "slow"])
+async def test_a_failing_or_slow_follow_up_never_costs_the_turn(
+    openai_server, tmp_path, caplog, how
+):
+    from tests.pipeline.test_recall_attacks_prefetch import WatchedSQLite
+
+    class Store(_FollowUpsFail, WatchedSQLite):
+        stall = how == "slow"
+
+    store = Store(tmp_path / "m.db")
+    try:
+        await _seed(store)
+        with caplog.at_level(logging.WARNING):
+            companion, _ = await _run(openai_server, store, _turn(ASK))
+    finally:
+        await store.close()
+    (block,) = _blocks(openai_server.chat_requests)
+    assert "lives in Porto" in block  # the first search's hits, placed
+    assert openai_server.chat_requests[-1]["messages"][-1]["content"] == ASK
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert companion.archive is not None and companion.archive.follow_ups_started >= 1
+    words = [w for w, _ in store.searches]
+    if how == "failing":
+        # started early, failed; the turn asked the archive itself (and went without it)
+        assert words.count("marta porto") == 2
+    else:
+        # started early and still running: the turn waited its budget, no longer
+        assert words.count("marta porto") == 1 and "cancelled" in store.ended
+
+
+async def test_the_forget_watch_runs_beside_the_selection(openai_server, tmp_path, monkeypatch):
+    # the tombstone read is slow: the early search's hits go to the selection without
+    # waiting for it; the block is placed once it has answered (no forget)
+    import pipecat_summarizer._recall.step as step_module
+    from tests.pipeline.test_recall_attacks_prefetch import WatchedSQLite
+
+    events: list[str] = []
+
+    class Store(WatchedSQLite):
+        async def forgotten_at(self, user_id):
+            events.append("watch")
+            await asyncio.sleep(0.1)
+            found = await super().forgotten_at(user_id)
+            events.append("watched")
+            return found
+
+    select = step_module.select_hits
+
+    def selecting(*args, **kwargs):
+        events.append("select")
+        return select(*args, **kwargs)
+
+    monkeypatch.setattr(step_module, "select_hits", selecting)
+    store = Store(tmp_path / "m.db")
+    try:
+        await _seed(store)
+        await _run(openai_server, store, _turn("Which car did I rent at the airport?"))
+    finally:
+        await store.close()
+    (block,) = _blocks(openai_server.chat_requests)
+    assert "red Fiat" in block
+    assert events[:3] == ["watch", "select", "watched"]
