@@ -214,7 +214,7 @@ class SemanticIndex:
         self._check_forgotten()
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._refresh_safely(archive))
-        vector_cache.sweep_soon(archive)  # other processes' forgets, beside a long refresh too
+        vector_cache.sweep_soon(archive, self)  # other processes' forgets, on a timer too
 
     async def refresh(self, archive: Any) -> int:
         """Read and embed what was archived since the last refresh. Returns how many."""

@@ -6,8 +6,9 @@ knows the callers whose messages it embeds. A forget drops them (:func:`forget_v
 this process's own forget tells it at once (``store.base.on_forget``); another process's
 forget (an admin tool, another worker) is read from the store's tombstones by
 :func:`sweep_tombstones`, at most every :data:`TOMBSTONE_CHECK_S` per store whatever the
-number of calls: started by a semantic index's kick (each turn of a call, its start) as a task
-of its own, and run after each refresh of an index.
+number of calls: started by a semantic index's kick (a call's start, each turn) as a task of
+its own, then on a timer while any index that reads the store is open, and run after each
+refresh of an index. A process with no call open sweeps again at the next call's start.
 
 The sweep asks the store about the callers the cache holds vectors of, by the hash the
 tombstones store (:func:`~pipecat_summarizer.store.records.user_hash`), in batches of
@@ -46,6 +47,9 @@ TOMBSTONE_CHECK_S = 5.0
 
 #: Callers asked about per read: a read holds a SQLite store's one thread for ~1-2 ms.
 SWEEP_BATCH = 500
+
+#: Least wait between two sweeps on the timer (seconds; ``TOMBSTONE_CHECK_S`` is the wait).
+TIMER_FLOOR_S = 0.05
 
 #: How long after a caller's forget is seen the sweep keeps dropping their vectors (seconds):
 #: a chunk of their archive read before the forget and embedded after it (by a call here
@@ -201,6 +205,7 @@ class _Watch:
         self.redrop: dict[str, float] = {}  # caller -> monotonic time to stop dropping
         self.failing = False
         self.reads = 0  # reads made (a counter for benchmarks and tests)
+        self.timer: asyncio.TimerHandle | None = None  # the next sweep's, while an index is open
 
 
 _WATCHES: weakref.WeakKeyDictionary[Any, _Watch] = weakref.WeakKeyDictionary()
@@ -208,22 +213,62 @@ _WATCHES_LOCK = threading.Lock()
 
 
 _SWEEPS: set[asyncio.Task] = set()  # the sweeps running (a task needs a reference)
+# store -> the semantic indexes that read it (kicked at least once): while one is open, the
+# store's sweeps follow each other on a timer, turns or not
+_LIVE: weakref.WeakKeyDictionary[Any, weakref.WeakSet] = weakref.WeakKeyDictionary()
 
 
-def sweep_soon(archive: Any) -> None:
+def sweep_soon(archive: Any, index: Any = None) -> None:
     """Start :func:`sweep_tombstones` as a task of its own if the store's sweep is due (a
-    turn's kick: the turn never waits for it, nor for a long refresh of its index)."""
+    turn's kick: the turn never waits for it, nor for a long refresh of its index); while
+    ``index`` (or another index of the store's) is open, the next one starts on a timer."""
     read = getattr(archive, "tombstones", None)
     if not callable(read):
         return
+    store = getattr(read, "__self__", archive)
     try:
         with _WATCHES_LOCK:
-            watch = _WATCHES.get(getattr(read, "__self__", archive))
+            if index is not None:
+                _LIVE.setdefault(store, weakref.WeakSet()).add(index)
+            watch = _WATCHES.get(store)
     except TypeError:
         return
-    if watch is not None and time.monotonic() < watch.due:
+    if watch is not None and (time.monotonic() < watch.due or _timer_set(watch)):
         return
-    task = asyncio.ensure_future(sweep_tombstones(archive))
+    task = asyncio.ensure_future(_sweep_and_again(archive, store))
+    _SWEEPS.add(task)
+    task.add_done_callback(_SWEEPS.discard)
+
+
+async def _sweep_and_again(archive: Any, store: Any) -> None:
+    await sweep_tombstones(archive)
+    with _WATCHES_LOCK:
+        live = _LIVE.get(store)
+        open_ = live is not None and any(not getattr(i, "_closed", True) for i in live)
+        watch = _WATCHES.get(store)
+        if not open_ or watch is None or _timer_set(watch):
+            return
+        wait = max(watch.due - time.monotonic(), TIMER_FLOOR_S)
+        watch.timer = asyncio.get_running_loop().call_later(wait, _timer, archive, store, watch)
+
+
+def _timer_set(watch: _Watch) -> bool:
+    """Whether the store's next sweep is on a timer of the running loop (a timer of a loop
+    that ended never fires)."""
+    timer = watch.timer
+    if timer is None or timer.cancelled():
+        return False
+    try:
+        return getattr(timer, "_loop", None) is asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+
+
+def _timer(archive: Any, store: Any, watch: _Watch) -> None:
+    # a sweep not due yet (one ran meanwhile, after a refresh) reads nothing and sets the
+    # timer again for the time left
+    watch.timer = None
+    task = asyncio.ensure_future(_sweep_and_again(archive, store))
     _SWEEPS.add(task)
     task.add_done_callback(_SWEEPS.discard)
 

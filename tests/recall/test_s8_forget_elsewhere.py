@@ -315,3 +315,39 @@ async def test_a_turns_kick_sweeps_beside_a_long_refresh(tmp_path, tiny, semanti
         await index.close()
     finally:
         await store.close()
+
+
+async def test_an_open_call_without_turns_still_sweeps_on_a_timer_until_it_closes(
+    tmp_path,
+    tiny,
+    semantic,  # noqa: F811
+    monkeypatch,
+):
+    """Bo's call is on here but says nothing (no turn, no refresh after its start): a
+    forget elsewhere still leaves the cache within the interval; once his call ends, the
+    timer stops."""
+    monkeypatch.setattr(vector_cache, "TOMBSTONE_CHECK_S", 0.05)
+    target = str(tmp_path / "m.db")
+    al = _tag("al")
+    a = _put(tiny, al)
+    store = open_store(target)
+    await store.open()
+    try:
+        index = SemanticIndex(semantic, call_id="b2", user_id=_tag("bo"))
+        index.kick(store)  # the call's start
+        await asyncio.sleep(0.08)
+        watch = vector_cache._WATCHES[store]
+        assert _in(tiny, a[0]) and watch.reads >= 1
+        await _tombstone(target, al, time.time())
+        for _ in range(80):
+            await asyncio.sleep(0.02)
+            if not _in(tiny, a[0]):
+                break
+        assert not _in(tiny, a[0])
+        await index.close()
+        await asyncio.sleep(0.12)  # the timer set before the close fires once more at most
+        reads = watch.reads
+        await asyncio.sleep(0.15)
+        assert watch.reads == reads and not vector_cache._timer_set(watch)
+    finally:
+        await store.close()
