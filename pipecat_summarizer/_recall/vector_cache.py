@@ -41,8 +41,9 @@ from pipecat_summarizer.store.records import user_hash
 VECTOR_CACHE_ROWS = 20_000
 
 #: Least time between two reads of one store's tombstones by this process (seconds): a forget
-#: run by another process leaves this process's cache within about this long while a call
-#: here has turns (each turn's kick starts a sweep when one is due).
+#: run by another process leaves this process's cache within this long (plus one sweep's
+#: reads) while a semantic index that reads the store is open here; otherwise at the next
+#: call's start.
 TOMBSTONE_CHECK_S = 5.0
 
 #: Callers asked about per read: a read holds a SQLite store's one thread for ~1-2 ms.
