@@ -38,17 +38,34 @@ def window(text: str, terms: Sequence[str], max_tokens: int, count: Callable[[st
     tokens = text.split(" ")
     wanted = set(terms)
     hit = next((i for i, w in enumerate(tokens) if wanted & set(map(search_stem, words(w)))), 0)
-    lo = hi = hit
-    # grow around the hit, one word each side in turn, while it fits
-    while True:
+    last = len(tokens) - 1
+
+    def span(k: int) -> tuple[int, int]:
+        # ``k`` words around the hit, one each side in turn (the left first), the rest on
+        # the other side at the text's ends
+        left = min(hit, (k + 1) // 2)
+        right = min(last - hit, k - left)
+        return hit - min(hit, k - right), hit + right
+
+    def fits(lo: int, hi: int) -> bool:
+        return count(" ".join(tokens[lo : hi + 1])) + 2 <= max_tokens
+
+    # the widest window that fits, found in O(log n) counts (each counts the whole window:
+    # growing it a word at a time counted it once per word, the block's largest cost)
+    small, large = 0, last
+    while small < large:
+        middle = (small + large + 1) // 2
+        if fits(*span(middle)):
+            small = middle
+        else:
+            large = middle - 1
+    lo, hi = span(small)
+    grown = True
+    while grown:  # then a word at a time, each side in turn, while one fits
         grown = False
         for lo2, hi2 in ((lo - 1, hi), (lo, hi + 1)):
-            if 0 <= lo2 and hi2 < len(tokens):
-                candidate = " ".join(tokens[lo2 : hi2 + 1])
-                if count(candidate) + 2 <= max_tokens:
-                    lo, hi, grown = lo2, hi2, True
-        if not grown:
-            break
+            if 0 <= lo2 and hi2 <= last and fits(lo2, hi2):
+                lo, hi, grown = lo2, hi2, True
     cut = " ".join(tokens[lo : hi + 1])
     if count(cut) + 2 > max_tokens:  # a single enormous "word"
         cut = cut[: max(1, max_tokens * 3)]
