@@ -5,14 +5,16 @@ receives for its question; :class:`Scores` collects one strategy's shares by LoC
 category, and beside them what the recalled block costs and holds (tokens per question, the
 share of its snippets holding one of LoCoMo's evidence lines, and evidence recall: see
 :mod:`~pipecat_summarizer_cli.replay.question_relevance`); :func:`table` prints them side by
-side. Pure: no pipeline, no I/O.
+side. With corrected answers (``--answers``), each question is scored against both answer
+sets on the same request, and :func:`table` prints both. Pure: no pipeline, no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipecat_summarizer_cli.replay.locomo import content_words, words
+from pipecat_summarizer_cli.replay.gold_answers import CorrectedQA
+from pipecat_summarizer_cli.replay.locomo import QAItem, content_words, words
 from pipecat_summarizer_cli.replay.question_relevance import percentile
 
 STRATEGIES = ("full_buffer", "pipecat_builtin", "ours", "ours_recall")
@@ -34,7 +36,10 @@ class Scores:
     """One strategy's answer recall and input tokens over questions.
 
     Parameters:
-        shares: Per LoCoMo category, each question's answer share.
+        shares: Per LoCoMo category, each question's answer share (LoCoMo's answers).
+        corrected: Per LoCoMo category, each question's share against the corrected answer
+            (the same share where the question has no correction; a question without an
+            answer in the corrected set is left out).
         input_tokens: Tokens of the questions' requests (main LLM input).
         recalled: Questions whose request carried a recalled block.
         missed: Recall searches that missed the latency budget.
@@ -52,6 +57,7 @@ class Scores:
     """
 
     shares: dict[int, list[float]] = field(default_factory=dict)
+    corrected: dict[int, list[float]] = field(default_factory=dict)
     input_tokens: int = 0
     recalled: int = 0
     missed: int = 0
@@ -62,14 +68,38 @@ class Scores:
     evidence: list[float] = field(default_factory=list)
     blocks: list[tuple[str, str]] = field(default_factory=list, repr=False)
 
-    def add(self, category: int | None, share: float) -> None:
-        """One question's share."""
+    def add(self, category: int | None, share: float, corrected: float | None = None) -> None:
+        """One question's share (``corrected``: its share against a corrected answer, the
+        same when not given)."""
         self.shares.setdefault(int(category or 0), []).append(share)
+        self.add_corrected(category, share if corrected is None else corrected)
+
+    def add_corrected(self, category: int | None, share: float | None) -> None:
+        """One question's share against the corrected answers (``None``: left out)."""
+        if share is not None:
+            self.corrected.setdefault(int(category or 0), []).append(share)
+
+    def score(self, item: QAItem, text: str) -> bool:
+        """Score ``item`` on its request's ``text`` against its answer and, for a
+        :class:`~pipecat_summarizer_cli.replay.gold_answers.CorrectedQA`, its corrected
+        answer; ``False`` (nothing scored) when its answer has no content word."""
+        share = answer_share(text, item.answer)
+        if share is None:
+            return False
+        self.shares.setdefault(int(item.category or 0), []).append(share)
+        if not isinstance(item, CorrectedQA):
+            self.add_corrected(item.category, share)
+        elif item.corrected is not None:
+            # no content word in the corrected answer: nothing to find, left out
+            self.add_corrected(item.category, answer_share(text, item.corrected))
+        return True
 
     def merge(self, other: Scores) -> None:
         """Add another conversation's scores."""
         for c, s in other.shares.items():
             self.shares.setdefault(c, []).extend(s)
+        for c, s in other.corrected.items():
+            self.corrected.setdefault(c, []).extend(s)
         self.input_tokens += other.input_tokens
         self.recalled += other.recalled
         self.missed += other.missed
@@ -80,12 +110,14 @@ class Scores:
         self.evidence.extend(other.evidence)
         self.blocks.extend(other.blocks)
 
-    def recall(self, category: int | None = None) -> float:
-        """Mean share (of one category, or item-weighted over all)."""
+    def recall(self, category: int | None = None, *, corrected: bool = False) -> float:
+        """Mean share (of one category, or item-weighted over all; ``corrected``: against
+        the corrected answers)."""
+        shares = self.corrected if corrected else self.shares
         values = (
-            [v for s in self.shares.values() for v in s]
+            [v for s in shares.values() for v in s]
             if category is None
-            else self.shares.get(category, [])
+            else shares.get(category, [])
         )
         return sum(values) / len(values) if values else 0.0
 
@@ -127,8 +159,9 @@ class Scores:
         return out
 
 
-def table(title: str, scores: dict[str, Scores]) -> str:
-    """The results as a plain-text table: recall by category and overall, input tokens."""
+def table(title: str, scores: dict[str, Scores], *, corrected: bool = False) -> str:
+    """The results as a plain-text table: recall by category and overall, input tokens
+    (``corrected``: under each recall row, the recall against the corrected answers)."""
     names = [s for s in STRATEGIES if s in scores]
     full = scores.get("full_buffer")
     rows = [("", *names)]
@@ -137,10 +170,14 @@ def table(title: str, scores: dict[str, Scores]) -> str:
         n = len(next(iter(scores.values())).shares.get(c, []))
         label = f"recall {c} {CATEGORIES.get(c, '?')} ({n})"
         rows.append((label, *(f"{scores[s].recall(c):.1%}" for s in names)))
+        if corrected:
+            rows.append(_corrected_row(scores, names, c))
     any_scores = next(iter(scores.values()))
     rows.append(
         (f"recall overall ({any_scores.questions})", *(f"{scores[s].recall():.1%}" for s in names))
     )
+    if corrected:
+        rows.append(_corrected_row(scores, names, None))
     rows.append(("question input tokens", *(f"{scores[s].input_tokens:,}" for s in names)))
     if full is not None and full.input_tokens:
         rows.append(
@@ -164,6 +201,18 @@ def table(title: str, scores: dict[str, Scores]) -> str:
         if i == 0:
             lines.append("-" * (sum(width) + 2 * (len(width) - 1)))
     return "\n".join(lines)
+
+
+def _corrected_row(scores: dict[str, Scores], names: list[str], c: int | None) -> tuple[str, ...]:
+    """Recall against the corrected answers (of category ``c``, or overall)."""
+    n = max(
+        (len(v.corrected.get(c, [])) if c is not None else sum(map(len, v.corrected.values())))
+        for v in scores.values()
+    )
+    return (
+        f"  against corrected answers ({n})",
+        *(f"{scores[s].recall(c, corrected=True):.1%}" for s in names),
+    )
 
 
 def _pct(value: float | None) -> str:

@@ -197,9 +197,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--answers",
         metavar="PATH",
-        help="score against corrected gold answers in LoCoMo's format (a JSON like "
-        "locomo10.json: sample_id and qa per conversation; a question it lacks keeps "
-        "LoCoMo's answer)",
+        help="also score against corrected gold answers, beside LoCoMo's: a JSON in "
+        "LoCoMo's format (sample_id and qa per conversation) or the LoCoMo audit's errors "
+        "list (question_id locomo_<i>_qa<n>, i the conversation's index in the --locomo file; "
+        "error_type, correct_answer); a question it lacks keeps LoCoMo's answer",
     )
     p.add_argument("--json", metavar="PATH", help="also write the scores as JSON")
     p.set_defaults(run=run)
@@ -307,10 +308,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the command; prints the tables."""
     try:
         recall = recall_params(args)
-        samples = select_samples(
-            load_samples(args.locomo), ids=args.locomo_id, index=args.locomo_index
-        )
-        answers = load_answers(args.answers) if args.answers else None
+        every = load_samples(args.locomo)
+        samples = select_samples(every, ids=args.locomo_id, index=args.locomo_index)
+        # the audit names a conversation by its index in the file read
+        answers = load_answers(args.answers, [sid for sid, _ in every]) if args.answers else None
     except (ImportError, ValueError, TypeError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -367,6 +368,9 @@ async def _main(
             }
             for s, v in scores.items()
         }
+        if answers is not None:
+            for s, v in scores.items():
+                entry[s]["recall_corrected"] = v.recall(corrected=True)
         line = "  ".join(f"{s} {v.recall():.1%}" for s, v in scores.items())
         if args.across_calls:
             across = await across_calls(conv, plan, full=scores["full_buffer"])
@@ -376,6 +380,9 @@ async def _main(
                 s: {"recall": v.recall(), "evidence_recall": v.evidence_recall()}
                 for s, v in across.items()
             }
+            if answers is not None:
+                for s, v in across.items():
+                    entry["across_calls"][s]["recall_corrected"] = v.recall(corrected=True)
             line += "  | across: " + "  ".join(f"{s} {v.recall():.1%}" for s, v in across.items())
         report["conversations"][sid] = entry
         print(
@@ -383,9 +390,12 @@ async def _main(
             file=sys.stderr,
             flush=True,
         )
+    both = answers is not None  # recall against LoCoMo's answers and the corrected ones
     print(
         table(
-            "LoCoMo at question time (one call; each question on a copy of the final state)", total
+            "LoCoMo at question time (one call; each question on a copy of the final state)",
+            total,
+            corrected=both,
         )
     )
     if args.across_calls:
@@ -394,6 +404,7 @@ async def _main(
             table(
                 "LoCoMo across calls (each session a call of one caller; questions in a last call)",
                 across_total,
+                corrected=both,
             )
         )
     if answers is not None:
@@ -402,9 +413,13 @@ async def _main(
         report["answers"] = answers.report()
     if args.json:
         report["question_time"] = {s: v.shares for s, v in total.items()}
+        if both:
+            report["question_time_corrected"] = {s: v.corrected for s, v in total.items()}
         report["relevance"] = {"question_time": {s: v.relevance() for s, v in total.items()}}
         if args.across_calls:
             report["across_calls"] = {s: v.shares for s, v in across_total.items()}
+            if both:
+                report["across_calls_corrected"] = {s: v.corrected for s, v in across_total.items()}
             report["relevance"]["across_calls"] = {
                 s: v.relevance() for s, v in across_total.items()
             }

@@ -117,7 +117,7 @@ def test_relevance_rules():
     assert percentile([], 90) == 0
 
 
-# -- the command: --answers PATH ---------------------------------------------------------------
+# -- the command: --answers PATH (both answer sets in one run: test_s8_answers_audit) ----------
 
 
 def _command(tmp_path, capsys, *options: str) -> tuple[int, dict, str]:
@@ -133,44 +133,6 @@ def _command(tmp_path, capsys, *options: str) -> tuple[int, dict, str]:
     printed = capsys.readouterr()
     report = json.loads(out.read_text(encoding="utf-8")) if code == 0 else {}
     return code, report, printed.out + printed.err
-
-
-def test_questions_command_scores_against_corrected_answers(tmp_path, capsys):
-    # one answer corrected to words the conversation never says, one restated unchanged;
-    # the others are missing from the file and keep LoCoMo's answer
-    answers = tmp_path / "corrected.json"
-    answers.write_text(
-        json.dumps(
-            [
-                {
-                    "sample_id": "t1",
-                    "qa": [
-                        {"question": DETAILS[0][1], "answer": "far too much pepper"},
-                        {"question": DETAILS[1][1], "answer": DETAILS[1][2]},
-                        {"question": "A question nobody asked?", "answer": "x"},
-                    ],
-                }
-            ]
-        ),
-        encoding="utf-8",
-    )
-    code, report, printed = _command(tmp_path, capsys, "--answers", str(answers))
-    assert code == 0, printed
-    # the full buffer finds every original answer, not the corrected one
-    assert report["question_time"]["full_buffer"]["4"] == [0.0, 1.0, 1.0, 1.0]
-    assert report["answers"] == {
-        "path": str(answers),
-        "matched": 2,
-        "corrected": 1,
-        "unmatched": 1,
-        "questions": len(DETAILS),
-    }
-    assert "1 of 4 questions scored against a corrected answer" in printed
-    # the relevance figures are in the JSON and in the table
-    relevance = report["relevance"]["question_time"]["ours_recall"]
-    assert set(relevance["block_tokens"]) == {"mean", "p50", "p90"}
-    assert relevance["evidence_recall"] == 1.0
-    assert "snippets holding an evidence turn" in printed and "evidence recall" in printed
 
 
 def test_answers_match_by_conversation_and_question_text():
