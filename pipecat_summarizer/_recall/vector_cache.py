@@ -205,6 +205,7 @@ class _Watch:
         self.hashes: dict[str, str] = {}  # caller -> user_hash(caller)
         self.redrop: dict[str, float] = {}  # caller -> monotonic time to stop dropping
         self.failing = False
+        self.busy = False  # a sweep is reading
         self.reads = 0  # reads made (a counter for benchmarks and tests)
         self.timer: asyncio.TimerHandle | None = None  # the next sweep's, while an index is open
 
@@ -281,9 +282,9 @@ def _due_watch(store: Any, now: float) -> _Watch | None:
             watch = _WATCHES.get(store)
             if watch is None:
                 watch = _WATCHES[store] = _Watch()
-            if now < watch.due:
+            if now < watch.due or watch.busy:  # a hung read is never joined by another
                 return None
-            watch.due = now + TOMBSTONE_CHECK_S
+            watch.due, watch.busy = now + TOMBSTONE_CHECK_S, True
             return watch
     except TypeError:  # a store that takes no weak reference: swept each time
         return _Watch()
@@ -302,6 +303,13 @@ async def sweep_tombstones(archive: Any) -> int:
     watch = _due_watch(store, now)
     if watch is None:
         return 0
+    try:
+        return await _sweep(watch, read, now)
+    finally:
+        watch.busy = False
+
+
+async def _sweep(watch: _Watch, read: Any, now: float) -> int:
     callers = _cached_callers()
     if len(watch.seen) > SEEN_MOST:  # callers long out of the cache: their next vectors
         watch.seen = {c: at for c, at in watch.seen.items() if c in callers}  # count as new

@@ -351,3 +351,22 @@ async def test_an_open_call_without_turns_still_sweeps_on_a_timer_until_it_close
         assert watch.reads == reads and not vector_cache._timer_set(watch)
     finally:
         await store.close()
+
+
+async def test_a_hung_store_is_never_read_by_two_sweeps_at_once(tiny):
+    _put(tiny, _tag("al"))
+    store, reads, release = _Failing(), [], asyncio.Event()
+
+    async def hang(user_hashes):
+        reads.append(len(user_hashes))
+        await release.wait()
+        return {}
+
+    store.tombstones = hang  # type: ignore[method-assign]
+    first = asyncio.ensure_future(sweep_tombstones(store))
+    await asyncio.sleep(0.01)
+    assert reads and await sweep_tombstones(store) == 0 and len(reads) == 1
+    release.set()
+    assert await first == 0
+    await sweep_tombstones(store)  # the hung one ended: the next reads again
+    assert len(reads) >= 2
