@@ -106,8 +106,9 @@ class Corrections:
         corrected: Of those, the questions whose answer the file changes.
         no_answer: Of those, the questions left out of the corrected column.
         questions: Questions of the measured conversations.
-        citation_only: Entries kept as LoCoMo's answer because only their evidence is wrong
-            although their ``correct_answer`` reads otherwise (audit format).
+        citation_only: Entries of the whole file kept as LoCoMo's answer because only
+            their evidence is wrong although their ``correct_answer`` reads otherwise (audit
+            format).
         past_file: Entries naming a conversation index the LoCoMo file does not have
             (audit format; not applied).
     """
@@ -179,8 +180,8 @@ class Corrections:
         extra = ""
         if self.audit:
             extra = (
-                f"; {self.citation_only} citation-only kept as LoCoMo's, "
-                f"{self.past_file} past the LoCoMo file's conversations"
+                f"; of all its entries, {self.citation_only} citation-only (LoCoMo's answer "
+                f"kept), {self.past_file} past the LoCoMo file's conversations"
             )
         return (
             f"answers: {self.corrected} of {self.questions} questions scored against a corrected "

@@ -82,7 +82,7 @@ def test_audit_answers_scored_beside_locomo_answers_in_one_run(tmp_path, capsys)
     assert lines[overall + 1].split()[:4] == ["against", "corrected", "answers", "(3)"]
     assert lines[overall + 1].split()[4] == "66.7%"  # the full buffer's column
     assert "1 of 4 questions scored against a corrected answer, 1 left out" in printed
-    assert "1 citation-only kept as LoCoMo's, 1 past the LoCoMo file's conversations" in printed
+    assert "1 citation-only (LoCoMo's answer kept), 1 past the LoCoMo file's" in printed
     # the relevance figures stay (LoCoMo's evidence ids, one set for both columns)
     relevance = report["relevance"]["question_time"]["ours_recall"]
     assert set(relevance["block_tokens"]) == {"mean", "p50", "p90"}
