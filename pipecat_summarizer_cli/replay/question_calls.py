@@ -62,7 +62,7 @@ from pipecat_summarizer_cli.replay.question_relevance import (
     normalize,
     snippet_quotes,
 )
-from pipecat_summarizer_cli.replay.question_scores import STRATEGIES, Scores, answer_share
+from pipecat_summarizer_cli.replay.question_scores import STRATEGIES, Scores
 from pipecat_summarizer_cli.replay.question_store import QuestionStore
 from pipecat_summarizer_cli.replay.recorder import Recorder
 from pipecat_summarizer_cli.replay.report import TokenTable, request_text
@@ -213,10 +213,8 @@ async def _ask_all(
         call.context.set_messages(copy.deepcopy(state))
         messages = await call.ask(item.question)
         decoded = [json.loads(m) for m in messages]
-        share = answer_share(request_text(decoded), item.answer)
-        if share is None:
+        if not scores.score(item, request_text(decoded)):  # LoCoMo's and a corrected answer
             continue
-        scores.add(item.category, share)
         scores.input_tokens += _tokens(table_, messages)
         blocks = [(s, d) for s, d in zip(messages, decoded, strict=True) if is_recall_message(d)]
         scores.recalled += bool(blocks)

@@ -48,10 +48,6 @@ AUDIT = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bugs.md: question_calls._ask_all scores with Scores.score (the corrected column)",
-)
 def test_audit_answers_scored_beside_locomo_answers_in_one_run(tmp_path, capsys):
     answers = tmp_path / "errors.json"
     answers.write_text(json.dumps(AUDIT), encoding="utf-8")
