@@ -482,7 +482,9 @@ class ContextSession(SharedContext):
                 recall,
                 call_id=recorder.session_id,  # the store key of this session
                 user_id=user_id,
-                count=lambda text: count_text(counter, text),
+                # the raw counter: a bare string is never cached, and counting it through
+                # the cache would keep a throwaway message per count, evicting the context's
+                count=lambda text: count_text(counter.counter, text),
                 settle=recorder.writer.flush,
                 now=recorder.now,
             )
