@@ -110,6 +110,8 @@ class ArchiveSearch(RecallHooks):
         # when this call started (wall clock, as the forget tombstones): a forget by another
         # process after it counts here too (see _search_with_replies)
         self._since = time.time()
+        #: The forget watch of the turn in progress (``hits_for_turn(watch=False)``).
+        self.turn_watch: asyncio.Task | None = None
         # counters (no conversation text): searches that missed the budget, failed
         self.missed = 0
         self.errors = 0
@@ -236,8 +238,9 @@ class ArchiveSearch(RecallHooks):
         watch: bool = True,
     ) -> tuple[Found, str]:
         """The hits for this turn's query, within the latency budget (or ``wait_s``, what
-        is left of it for the search). ``watch=False``: the caller reads the forget
-        tombstone itself (see :meth:`_watch`).
+        is left of it for the search). ``watch=False``: the forget tombstone is read beside
+        the search (started after it, so a search at turn time is not queued behind it),
+        not awaited: the turn's watch (``turn_watch``) is awaited before placing.
 
         Returns:
             ``((hits, replies), how)``: ``how`` is ``"on_time"``, ``"late"`` (a previous turn's late
@@ -246,6 +249,7 @@ class ArchiveSearch(RecallHooks):
             archive).
         """
         late: Found = ([], {})
+        self.turn_watch = None
         self.forgotten()  # a late answer from before a forget is dropped
         previous = self._inflight
         if previous is not None:
@@ -256,6 +260,8 @@ class ArchiveSearch(RecallHooks):
             late = self._result(previous)
         budget = self.params.latency_budget_s if wait_s is None else wait_s
         task = self._search(query, self.params.search_limit, terms, budget, watch=watch)
+        if not watch:
+            self.turn_watch = self._watch()
         if not task.done() and budget > 0:
             await wait_for_task(task, budget)
         if task.done():

@@ -200,10 +200,10 @@ class RecallStep(ArchiveSearch):
         # the forget watch runs beside the search and the selection (ranking by meaning
         # waits for it, as ever): a search started early costs no store trip before them
         generation = self._generation()
-        watch = self._watch() if self.semantic is None else None
         (hits, replies), how = await self.hits_for_turn(
-            query, terms, wait_s=wait, watch=watch is None
+            query, terms, wait_s=wait, watch=self.semantic is not None
         )
+        watch, self.turn_watch = self.turn_watch, None
         tally[0] = len(hits)
         if not hits:
             return None
