@@ -163,6 +163,7 @@ class PostgresMemoryStore(MemoryStore):
         self._leases = LeaseBook()
         self._settling = self._leases.settling
         self._closing = False
+        self._close_task: asyncio.Task | None = None
         # common words' counts in callers' word indexes, reused for a minute (see
         # _postgres_search.caller_search_sql)
         self._df: _postgres_search.WordCounts = {}
@@ -233,9 +234,18 @@ class PostgresMemoryStore(MemoryStore):
 
     async def close(self) -> None:
         """Close the pool, once the uses in flight end (at most 5 s); a use that starts
-        meanwhile raises ``StoreError("store closed")``. A later use opens it again."""
-        if self._pool is None or self._closing:
-            return
+        meanwhile raises ``StoreError("store closed")``. A close while one runs waits for
+        it; a cancelled close still closes. A later use opens it again."""
+        task = self._close_task
+        if task is None:
+            if self._pool is None:
+                return
+            task = self._close_task = asyncio.ensure_future(self._close())
+        # shielded: the pool closes even when the closer is cancelled (the next use or
+        # close waits for it rather than finding it half closed)
+        await asyncio.shield(task)
+
+    async def _close(self) -> None:
         self._closing = True
         try:
             await self._leases.drained(5)
@@ -246,6 +256,7 @@ class PostgresMemoryStore(MemoryStore):
                 pool.terminate()
         finally:
             self._closing = False
+            self._close_task = None
 
     async def _acquire(self) -> Lease:
         if not self._closing:
