@@ -222,3 +222,41 @@ async def test_the_forget_watch_runs_beside_the_selection(openai_server, tmp_pat
     (block,) = _blocks(openai_server.chat_requests)
     assert "red Fiat" in block
     assert events[:3] == ["watch", "select", "watched"]
+
+
+async def test_a_search_at_turn_time_goes_to_the_store_before_the_forget_watch(
+    openai_server, tmp_path
+):
+    # no early search: the turn's own search is sent first, its tombstone read after it
+    # (one store thread: a search queued behind the read would lose part of its budget)
+    from tests.pipeline.test_recall_attacks_prefetch import WatchedSQLite
+    from tests.support.recall_calls import recall_call
+
+    order: list[str] = []
+
+    class Store(WatchedSQLite):
+        async def search(self, query, **kwargs):
+            order.append("search")
+            return await super().search(query, **kwargs)
+
+        async def forgotten_at(self, user_id):
+            order.append("watch")
+            return await super().forgotten_at(user_id)
+
+    openai_server.handler = lambda body: Reply("Sure.")
+    store = Store(tmp_path / "m.db")
+    try:
+        await _seed(store)
+        await recall_call(
+            openai_server,
+            store,
+            ["Which car did I rent at the airport?"],
+            call_id="now",
+            recall=RECALL,
+            system="Hi.",
+        )
+    finally:
+        await store.close()
+    (block,) = _blocks(openai_server.chat_requests)
+    assert "red Fiat" in block
+    assert order[:2] == ["search", "watch"]
