@@ -45,7 +45,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,17 +175,25 @@ def corpus_questions(corpus: str, rng: random.Random, n: int) -> list[str]:
 
 
 async def time_recall(
-    store, queries: list[str], repeat: int = 3
-) -> tuple[list[float], list[float], list[float]]:
+    store, queries: list[str], repeat: int = 3, fresh: Sequence[str] = ()
+) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per query (ms): the store's search alone, the step's archive work, and its
     uncontended time (what a machine running nothing else would take): on SQLite the
     search's CPU time on the store's thread; on PostgreSQL the CPU time of the step's
     archive work on the server's backends and on this thread, the least of ``repeat``
-    runs (network and scheduling waits are not in it)."""
+    runs (network and scheduling waits are not in it). Last, the step's archive work for
+    ``fresh`` queries, none asked before in this process, timed first: a call's new
+    question, where the other passes repeat one (its pages and word counts already read)."""
     params = RecallParams(latency_budget_s=60.0)
     step = RecallStep(store, params, call_id="caller-call-0", user_id="caller")
     for query in queries[:10]:  # warm caches and the connection
         await step.hits_for_turn(query)
+    new = []
+    for query in fresh:
+        t0 = time.perf_counter()
+        (_hits, _replies), how = await step.hits_for_turn(query)
+        new.append((time.perf_counter() - t0) * 1000)
+        assert how == "on_time"
     search, turn, least = [], [], []
     # separate passes (the second in another order): a query's pages just read by one
     # would flatter the other
@@ -214,7 +222,7 @@ async def time_recall(
                 return (time.thread_time() - t0) * 1000
 
             least.append(await store._run(find))
-        return search, turn, least
+        return search, turn, least, new
     # PostgreSQL: the CPU time of the turn's archive work, on the server's backends (their
     # /proc schedstat) and on this thread (the step, asyncpg's decoding)
     rows = await store._fetch(
@@ -231,7 +239,7 @@ async def time_recall(
             t1 = time.thread_time()
             runs.append((t1 - t0) * 1000 + (_server_cpu_ns(pids) - s0) / 1e6)
         least.append(min(runs))
-    return search, turn, least
+    return search, turn, least, new
 
 
 #: The phases of a SQLite search timed by ``--phases`` (CPU time on the store's thread).
@@ -435,7 +443,13 @@ async def run(
                             store = open_store(target)
                     filled = time.perf_counter() - t0
                     queries = corpus_questions(corpus, random.Random(n), n_queries)
-                    search, turn, least = await time_recall(store, queries, repeat)
+                    # questions of another seed, none asked before in this process
+                    fresh = [
+                        q
+                        for q in corpus_questions(corpus, random.Random(n + 1), n_queries)
+                        if q not in set(queries)
+                    ]
+                    search, turn, least, new = await time_recall(store, queries, repeat, fresh)
                     if phases is not None and backend == "SQLite":
                         phases[n] = await sqlite_phases(store, queries, RecallParams())
                     if quality is not None and backend == "SQLite":
@@ -444,7 +458,7 @@ async def run(
                         how_big = await _pg_sizes(store)
                 finally:
                     await store.close()
-                row = (backend, n, search, turn, least)
+                row = (backend, n, search, turn, least, new)
                 rows.append(row)
                 how = "cached" if cached else f"written in {filled:.1f}s"
                 if backend == "PostgreSQL":
@@ -514,17 +528,20 @@ def main(argv: list[str] | None = None) -> int:
         "search and the read of the hits' next messages (what the turn waits for); quiet: "
         "uncontended: the CPU time (SQLite: the search, on the store's thread; PostgreSQL: "
         "the turn's archive work, on the server's backends and the client, least of "
-        f"{args.repeat} runs)"
+        f"{args.repeat} runs); new: the turn's archive work for questions not asked before in "
+        "this process, timed first (the other columns repeat a question already asked)"
     )
     print(
         f"{'backend':<11}{'archived':>10}{'search p50':>12}{'search p99':>12}"
         f"{'turn p50':>10}{'turn p99':>10}{'turn max':>10}{'quiet p50':>11}{'quiet p99':>11}"
+        f"{'new p50':>10}{'new p99':>10}"
     )
-    for backend, n, search, turn, least in rows:
+    for backend, n, search, turn, least, new in rows:
         print(
             f"{backend:<11}{n:>10,}{pct(search, 50):>12.2f}{pct(search, 99):>12.2f}"
             f"{pct(turn, 50):>10.2f}{pct(turn, 99):>10.2f}{max(turn):>10.2f}"
             f"{pct(least, 50):>11.2f}{pct(least, 99):>11.2f}"
+            f"{pct(new, 50) if new else 0:>10.2f}{pct(new, 99) if new else 0:>10.2f}"
         )
     if phases:
         print("SQLite, CPU time of each phase of a turn on the store's thread, p50 / p99 (ms)")
