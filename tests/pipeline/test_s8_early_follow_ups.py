@@ -55,10 +55,10 @@ def _turn(final: str, *, interim: str | None = None, between: list | None = None
     frames: list = [UserStartedSpeakingFrame()]
     if interim is not None:
         frames += [InterimTranscriptionFrame(interim, "alice", "t0"), SleepFrame(sleep=0.05)]
-    frames += [TranscriptionFrame(final, "alice", "t0"), SleepFrame(sleep=0.15)]
+    frames += [TranscriptionFrame(final, "alice", "t0"), SleepFrame(sleep=0.1)]
     if between:  # a system frame overtakes queued data frames: the forget lands first
-        frames += [*between, SleepFrame(sleep=0.1)]
-    return [*frames, UserStoppedSpeakingFrame(), SleepFrame(sleep=0.2)]
+        frames += [*between, SleepFrame(sleep=0.08)]
+    return [*frames, UserStoppedSpeakingFrame(), SleepFrame(sleep=0.15)]
 
 
 async def _run(server, store, frames, *, admin=None) -> tuple[RecallPrefetch, _Forgetter | None]:
@@ -98,11 +98,8 @@ async def test_the_follow_up_searches_are_served_by_early_ones(openai_server, tm
 
 @pytest.mark.parametrize(
     ("backend", "by"),
-    [
-        ("sqlite", "the call's store"),
-        ("sqlite", "another process"),
-        ("postgres", "another process"),
-    ],
+    # another process on SQLite: the main search's case in test_recall_attacks_prefetch
+    [("sqlite", "the call's store"), ("postgres", "another process")],
     indirect=["backend"],
 )
 async def test_a_forget_after_the_follow_ups_started_is_honoured(openai_server, store_target, by):
