@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,7 +52,8 @@ CITATION_ERRORS = frozenset({"WRONG_CITATION"})
 #: How a corrected answer that says there is no answer opens (case aside).
 NO_ANSWER = ("cannot be", "unknown", "unclear", "uncertain", "contradictory")
 
-_AUDIT_ID = re.compile(r"locomo_(\d+)_qa\d+")
+# ASCII digits only, and few of them: a conversation index, never a 5,000-digit int()
+_AUDIT_ID = re.compile(r"locomo_([0-9]{1,9})_qa[0-9]{1,9}")
 _REMARK = re.compile(r"\s*\([^()]*\)")
 
 
@@ -60,7 +62,8 @@ def question_key(sample_id: str, question: str) -> Key:
     ``locomo10.json`` says ``conv-30`` where the per-conversation files say ``30``) and its
     text, whitespace and case aside."""
     sid = str(sample_id)
-    return (re.sub(r"\D", "", sid) or sid, " ".join(question.split()).casefold())
+    text = unicodedata.normalize("NFC", " ".join(question.split()))  # "Zoe\u0308" is "Zoë"
+    return (re.sub(r"\D", "", sid) or sid, text.casefold())
 
 
 def _same(a: str, b: str) -> bool:
@@ -228,6 +231,10 @@ def load_answers(path: str | Path, sample_ids: Sequence[str] = ()) -> Correction
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise _fail(str(p), f"not JSON (line {e.lineno}, column {e.colno})") from None
+    except UnicodeDecodeError as e:
+        raise _fail(str(p), f"not UTF-8 (byte {e.start})") from None
+    except RecursionError:
+        raise _fail(str(p), "nested too deeply to be either format") from None
     if _is_audit(data):
         return _load_audit(p, str(path), data, list(sample_ids))
     samples = data if isinstance(data, list) else [data]
@@ -269,6 +276,8 @@ def _text(entry: dict, name: str, where: str) -> str:
 def _load_audit(p: Path, path: str, data: list, sample_ids: list[str]) -> Corrections:
     out = Corrections(path, audit=True)
     known = sorted(ANSWER_ERRORS | CITATION_ERRORS)
+    # each question's first entry, and what it says: (citation only, the corrected answer)
+    first: dict[Key, tuple[int, tuple[bool, str | None]]] = {}
     for i, entry in enumerate(data):
         where = f"{p}: [{i}]"
         if not isinstance(entry, dict):
@@ -287,8 +296,16 @@ def _load_audit(p: Path, path: str, data: list, sample_ids: list[str]) -> Correc
         if index >= len(sample_ids):
             out.past_file += 1
             continue
-        if kind in CITATION_ERRORS:
+        key = question_key(sample_ids[index], question)
+        citation = kind in CITATION_ERRORS
+        says = (citation, None if citation else corrected_answer(correct))
+        if key in first:
+            if first[key][1] != says:  # the corrected column would depend on the order
+                raise _fail(where, f"question also given by [{first[key][0]}] with another answer")
+            continue
+        first[key] = (i, says)
+        if citation:
             out.citation_only += not _same(correct, golden)
             continue  # the answer is right: LoCoMo's stays
-        out.answers[question_key(sample_ids[index], question)] = corrected_answer(correct)
+        out.answers[key] = says[1]
     return out

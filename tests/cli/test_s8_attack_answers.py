@@ -78,7 +78,6 @@ def test_a_locomo_file_whose_qa_items_carry_question_ids_stays_locomo(tmp_path):
     assert not got.audit and got.answers == {("26", "what?"): "7"}
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-1: nested JSON crashes --answers")
 def test_deeply_nested_json_exits_2_not_a_traceback(tmp_path, capsys):
     answers = tmp_path / "errors.json"
     answers.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
@@ -89,7 +88,6 @@ def test_deeply_nested_json_exits_2_not_a_traceback(tmp_path, capsys):
     assert code == 2 and "errors.json" in printed
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-1: message names neither file nor entry")
 @pytest.mark.parametrize("kind", ["huge_index", "not_utf8"])
 def test_a_huge_index_or_bad_encoding_names_the_file(tmp_path, capsys, kind):
     answers = tmp_path / "errors.json"
@@ -101,14 +99,12 @@ def test_a_huge_index_or_bad_encoding_names_the_file(tmp_path, capsys, kind):
     assert code == 2 and "errors.json" in printed
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-1: non-ASCII digits read as an index")
 def test_only_ascii_digits_make_a_conversation_index(tmp_path):
     # "locomo_١_qa1" (an Arabic-Indic one) silently names conversation 1
     with pytest.raises(ValueError, match=r"\[0\]\.question_id"):
         load_answers(_write(tmp_path, [_entry("locomo_\u0661_qa1")]), ["conv-26", "conv-30"])
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-2: duplicates silently last-wins")
 @pytest.mark.parametrize(
     "second",
     [
@@ -122,7 +118,6 @@ def test_a_question_corrected_twice_differently_is_refused_by_name(tmp_path, sec
         load_answers(path, ["t1"])
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-2: question text not NFC-normalized")
 def test_a_question_matches_in_either_unicode_normal_form(tmp_path):
     nfc, nfd = "What did Zoë cook?", "What did Zoe\u0308 cook?"
     got = load_answers(_write(tmp_path, [_entry(question=nfd)]), ["t1"])
