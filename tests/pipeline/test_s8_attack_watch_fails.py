@@ -1,0 +1,35 @@
+"""Attack on the turn's forget watch (``ArchiveSearch._watch``/``_watched``): the store answers
+searches but its tombstone read fails (a ``forgotten`` table the database user may not read,
+a replica behind). Nothing may be placed (a forget may be unseen), but the loss of every
+turn's recall must not be silent: one WARNING, no conversation text."""
+
+from __future__ import annotations
+
+import pytest
+from loguru import logger
+
+from pipecat_summarizer.store import SQLiteMemoryStore
+from tests.pipeline.test_recall_attacks_prefetch import _blocks, _Watched
+from tests.pipeline.test_s8_early_follow_ups import ASK, _run, _seed, _turn
+
+
+class _NoTombstones(_Watched, SQLiteMemoryStore):
+    async def forgotten_at(self, user_id):
+        raise PermissionError("permission denied for table forgotten (alice's secret)")
+
+
+@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-6: a failing forget watch is silent")
+async def test_a_failing_forget_watch_places_nothing_and_says_so_once(openai_server, tmp_path):
+    store = _NoTombstones(str(tmp_path / "m.db"))
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="INFO", format="{level} {message}")
+    try:
+        await _seed(store)
+        await _run(openai_server, store, [*_turn(ASK), *_turn("And the car I rented?")])
+    finally:
+        logger.remove(sink)
+        await store.close()
+    assert _blocks(openai_server.chat_requests) == []  # a forget may be unseen: nothing placed
+    assert not any("secret" in line for line in lines)
+    warnings = [line for line in lines if line.startswith("WARNING") and "forget" in line]
+    assert len(warnings) == 1, lines
