@@ -280,3 +280,47 @@ def test_a_loop_ended_under_a_hung_sweep_reports_nothing(tmp_path):
         assert asyncio.run(main(False)) >= 1
     gc.collect()
     assert reported == []
+
+
+async def test_postgres_connections_killed_under_the_sweep(pg_server, model, monkeypatch):
+    """The server drops every connection of the store (a restart, a failover) while sweeps
+    run: at most one WARNING without text, and a forget made meanwhile is still heard once
+    the store answers again."""
+    import asyncpg
+    from loguru import logger
+
+    monkeypatch.setattr(vector_cache, "TOMBSTONE_CHECK_S", 0.0)
+    target = pg_server.create_database(f"s8_attack_kill_{time.monotonic_ns()}")
+    store = open_store(target)
+    await store.open()
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="INFO", format="{level} {message}")
+    try:
+        al = _tag("al")
+        texts = [f"{al} said something private"]
+        cached_vectors(model, texts, al)
+        assert await sweep_tombstones(store) == 0
+        admin = await asyncpg.connect(target)
+        try:
+            sweeps = [asyncio.ensure_future(sweep_tombstones(store)) for _ in range(3)]
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            await asyncio.gather(*sweeps)
+            await sweep_tombstones(store)  # right after the drop
+            await _tombstone(target, al, time.time())
+        finally:
+            await admin.close()
+        dropped = 0
+        for _ in range(20):
+            dropped += await sweep_tombstones(store)
+            if dropped:
+                break
+            await asyncio.sleep(0.02)
+        assert dropped == 1 and not _in(model, texts[0])
+    finally:
+        logger.remove(sink)
+        await store.close()
+    warnings = [line for line in lines if line.startswith("WARNING")]
+    assert len(warnings) <= 1 and not any("private" in line for line in lines)
