@@ -124,3 +124,35 @@ def test_a_question_matches_in_either_unicode_normal_form(tmp_path):
     from pipecat_summarizer_cli.replay.gold_answers import question_key
 
     assert question_key("t1", nfc) in got.answers
+
+
+def test_the_corrected_column_matches_a_manual_recount():
+    """Both columns recounted by hand on one tiny run's requests."""
+    from pipecat_summarizer_cli.replay.gold_answers import CorrectedQA
+    from pipecat_summarizer_cli.replay.question_scores import Scores, answer_share
+
+    text = "Zoë cooked pierogi in Kraków; the soup was far too peppery"
+    items = [
+        CorrectedQA("q1", "salty soup", 4, corrected="peppery"),
+        CorrectedQA("q2", "pierogi", 4, corrected=None),  # no answer: left out
+        CorrectedQA("q3", "Kraków", 1, corrected="Kraków"),
+        CorrectedQA("q4", "the", 1, corrected="the"),  # no content word in either
+    ]
+    scores = Scores()
+    assert [scores.score(i, text) for i in items] == [True, True, True, False]
+    assert scores.shares == {4: [answer_share(text, "salty soup"), 1.0], 1: [1.0]}
+    assert scores.corrected == {4: [1.0], 1: [1.0]}
+
+
+@pytest.mark.xfail(
+    strict=True, reason="bugs.md S8-ATTACK-7: a stop-word answer drops its correction"
+)
+def test_a_question_whose_locomo_answer_is_a_stop_word_keeps_its_correction():
+    """LoCoMo says "No", the audit says "Yes, to Paris": the corrected answer has content
+    words, so the corrected column (and a hand recount) scores it."""
+    from pipecat_summarizer_cli.replay.gold_answers import CorrectedQA
+    from pipecat_summarizer_cli.replay.question_scores import Scores
+
+    scores = Scores()
+    scores.score(CorrectedQA("Did she travel?", "No", 3, corrected="Yes, to Paris"), "Paris, yes")
+    assert scores.corrected == {3: [1.0]}
