@@ -52,13 +52,13 @@ class _Peak(_Watched, SQLiteMemoryStore):
 @pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-5: early searches are not bounded")
 async def test_many_final_parts_to_a_slow_archive_keep_early_work_bounded(openai_server, tmp_path):
     store = _Peak(str(tmp_path / "m.db"))
-    store.delay_s = 0.3
+    store.delay_s = 0.2
     try:
         await _seed(store)
         frames: list = [UserStartedSpeakingFrame()]
-        for phrase in PHRASES:  # 24 final parts, 10 ms apart
-            frames += [TranscriptionFrame(phrase, "alice", "t0"), SleepFrame(sleep=0.01)]
-        frames += [SleepFrame(sleep=0.05), UserStoppedSpeakingFrame(), SleepFrame(sleep=0.4)]
+        for phrase in PHRASES:  # 24 final parts, 5 ms apart
+            frames += [TranscriptionFrame(phrase, "alice", "t0"), SleepFrame(sleep=0.005)]
+        frames += [SleepFrame(sleep=0.05), UserStoppedSpeakingFrame(), SleepFrame(sleep=0.25)]
         companion, _ = await _run(openai_server, store, frames)
     finally:
         await store.close()

@@ -9,13 +9,13 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from pipecat.frames.frames import UserStoppedSpeakingFrame
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import RecallPrefetch
 from tests.pipeline.test_recall_attacks_prefetch import (
     RECALL,
     _blocks,
-    _end_turn,
     _Forget,
     _Forgetter,
     _pipeline,
@@ -59,9 +59,11 @@ async def test_a_forget_by_a_process_whose_clock_is_behind_is_honoured(
         forgetter = _BehindForgetter(admin, path, behind_s)
         frames = [
             *_speech("Which hotel did I book with you last time?"),
-            SleepFrame(sleep=0.3),  # the early search is over: it read alice's rows
+            SleepFrame(sleep=0.15),  # the early search is over: it read alice's rows
             _Forget("alice"),
-            *_end_turn(),
+            SleepFrame(sleep=0.1),
+            UserStoppedSpeakingFrame(),
+            SleepFrame(sleep=0.25),
         ]
         try:
             await run_test(

@@ -130,7 +130,7 @@ async def test_many_indexes_opening_and_closing_leave_no_timer_and_no_task(
 ):
     """A busy worker: 40 calls start and end on one store, some kicked many times, one store
     closed while its timer is set: no sweep keeps running, no task is left pending."""
-    monkeypatch.setattr(vector_cache, "TOMBSTONE_CHECK_S", 0.03)
+    monkeypatch.setattr(vector_cache, "TOMBSTONE_CHECK_S", 0.02)
     cached_vectors(model, ["someone"], _tag("someone"))
     stores = [open_store(str(tmp_path / f"m{i}.db")) for i in range(2)]
     for s in stores:
@@ -142,19 +142,19 @@ async def test_many_indexes_opening_and_closing_leave_no_timer_and_no_task(
             for _ in range(1 + i % 3):
                 index.kick(stores[i % 2])
             indexes.append(index)
-            if i % 4 == 3:
+            if i % 8 == 7:
                 await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)  # the timers run
+        await asyncio.sleep(0.06)  # the timers run
         watches = [vector_cache._WATCHES[s] for s in stores]
         assert all(w.reads >= 1 for w in watches)
         await stores[1].close()  # the application closes a store under its timer
-        await asyncio.sleep(0.07)
+        await asyncio.sleep(0.05)
         assert stores[1]._thread is None  # never opened again by a sweep
         for index in indexes:
             await index.close()
-        await asyncio.sleep(0.1)  # a timer set before the last close fires once at most
+        await asyncio.sleep(0.06)  # a timer set before the last close fires once at most
         reads = [w.reads for w in watches]
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.06)
         assert [w.reads for w in watches] == reads
         assert not any(vector_cache._timer_set(w) for w in watches)
         mine = asyncio.get_running_loop()
