@@ -324,3 +324,30 @@ async def test_postgres_connections_killed_under_the_sweep(pg_server, model, mon
         await store.close()
     warnings = [line for line in lines if line.startswith("WARNING")]
     assert len(warnings) <= 1 and not any("private" in line for line in lines)
+
+
+async def test_a_store_swapped_under_the_timer_is_never_opened_again(tmp_path, model, monkeypatch):
+    """The application replaces a call's store (a failover) and closes the old one while the
+    call's index is open: the old store's timer may still fire, but never opens it again,
+    and the new store's sweeps hear a forget."""
+    monkeypatch.setattr(vector_cache, "TOMBSTONE_CHECK_S", 0.02)
+    old, new = str(tmp_path / "old.db"), str(tmp_path / "new.db")
+    first, second = open_store(old), open_store(new)
+    await first.open()
+    await second.open()
+    al = _tag("al")
+    texts = [f"{al} said it"]
+    cached_vectors(model, texts, al)
+    index = SemanticIndex(_semantic(model), call_id="c", user_id=_tag("u"))
+    try:
+        index.kick(first)
+        await asyncio.sleep(0.03)
+        index.kick(second)  # the swap
+        await first.close()
+        await _tombstone(new, al, time.time())
+        assert await _until(lambda: not _in(model, texts[0]), 1.0)
+        await asyncio.sleep(0.05)  # the old store's timer fires meanwhile
+        assert first._thread is None
+    finally:
+        await index.close()
+        await second.close()
