@@ -351,3 +351,30 @@ async def test_a_store_swapped_under_the_timer_is_never_opened_again(tmp_path, m
     finally:
         await index.close()
         await second.close()
+
+
+@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-10: a call started soon after a sweep")
+async def test_a_call_started_soon_after_a_sweep_still_sweeps_on_a_timer(
+    tmp_path, model, monkeypatch
+):
+    """A busy worker: the last call's sweep ran a moment ago (then it ended, its timer
+    stopped); Bo's call starts now and says nothing more. Its kick finds the sweep not due
+    and starts neither a sweep nor a timer: a forget elsewhere must still leave the cache
+    within the interval while his call is open."""
+    monkeypatch.setattr(vector_cache, "TOMBSTONE_CHECK_S", 0.05)
+    target = str(tmp_path / "m.db")
+    al = _tag("al")
+    texts = [f"{al} told a secret"]
+    cached_vectors(model, texts, al)
+    store = open_store(target)
+    await store.open()
+    index = SemanticIndex(_semantic(model), call_id="b2", user_id=_tag("bo"))
+    try:
+        await sweep_tombstones(store)  # the call before's last sweep, just now
+        index.kick(store)  # Bo's call starts
+        await asyncio.sleep(0.1)
+        await _tombstone(target, al, time.time())
+        assert await _until(lambda: not _in(model, texts[0]), 0.3), "never swept"
+    finally:
+        await index.close()
+        await store.close()
