@@ -82,17 +82,18 @@ class Scores:
     def score(self, item: QAItem, text: str) -> bool:
         """Score ``item`` on its request's ``text`` against its answer and, for a
         :class:`~pipecat_summarizer_cli.replay.gold_answers.CorrectedQA`, its corrected
-        answer; ``False`` (nothing scored) when its answer has no content word."""
+        answer, each column on its own (a LoCoMo "No" corrected to "Yes, to Paris" counts in
+        the corrected column only). ``False`` when LoCoMo's answer has no content word: the
+        question is then not in the original column, nor in the input and relevance figures."""
         share = answer_share(text, item.answer)
-        if share is None:
-            return False
-        self.shares.setdefault(int(item.category or 0), []).append(share)
+        if share is not None:
+            self.shares.setdefault(int(item.category or 0), []).append(share)
         if not isinstance(item, CorrectedQA):
             self.add_corrected(item.category, share)
         elif item.corrected is not None:
             # no content word in the corrected answer: nothing to find, left out
             self.add_corrected(item.category, answer_share(text, item.corrected))
-        return True
+        return share is not None
 
     def merge(self, other: Scores) -> None:
         """Add another conversation's scores."""

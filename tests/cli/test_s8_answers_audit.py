@@ -119,13 +119,14 @@ def test_scores_keep_both_answer_sets():
     assert scores.score(CorrectedQA("q1", "salty", 4, corrected="peppery"), text)
     assert scores.score(CorrectedQA("q2", "blue", 4, corrected=None), text)  # left out
     assert scores.score(QAItem("q3", "jacket", 1), text)  # no correction: the same share
-    assert not scores.score(CorrectedQA("q4", "the", 4, corrected="x"), text)  # no content word
+    # no content word in LoCoMo's answer: in the corrected column only
+    assert not scores.score(CorrectedQA("q4", "the", 4, corrected="x"), text)
     scores.add(1, 0.5)  # the plain path: the same share in both
     assert scores.shares == {4: [1.0, 1.0], 1: [1.0, 0.5]}
-    assert scores.corrected == {4: [0.0], 1: [1.0, 0.5]}
+    assert scores.corrected == {4: [0.0, 0.0], 1: [1.0, 0.5]}
     other = Scores()
     other.merge(scores)
-    assert other.recall(corrected=True) == pytest.approx(1.5 / 3)
+    assert other.recall(corrected=True) == pytest.approx(1.5 / 4)
     assert other.recall(4, corrected=True) == 0.0 and other.recall(4) == 1.0
 
 

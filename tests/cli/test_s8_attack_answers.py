@@ -144,9 +144,6 @@ def test_the_corrected_column_matches_a_manual_recount():
     assert scores.corrected == {4: [1.0], 1: [1.0]}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bugs.md S8-ATTACK-7: a stop-word answer drops its correction"
-)
 def test_a_question_whose_locomo_answer_is_a_stop_word_keeps_its_correction():
     """LoCoMo says "No", the audit says "Yes, to Paris": the corrected answer has content
     words, so the corrected column (and a hand recount) scores it."""
