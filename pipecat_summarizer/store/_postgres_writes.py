@@ -101,8 +101,7 @@ async def after_forget(conn, records: list[Record]) -> list[Record]:
 
 async def forget(conn, user_id: str, at: float) -> int:
     """Delete every record of ``user_id`` and leave its tombstone (time ``at``), in one
-    transaction, then ``VACUUM`` the tables: deleted rows are dead tuples, holding the words,
-    until a vacuum reclaims them."""
+    transaction; then :func:`vacuum_forgotten`."""
     n = 0
     key = user_hash(user_id)
     async with conn.transaction():
@@ -112,9 +111,15 @@ async def forget(conn, user_id: str, at: float) -> int:
             status = await conn.execute(sql, user_id)
             n += int(status.split()[-1]) if counted else 0
         await conn.execute(tombstone_statement("$"), key, at)
-    # outside the transaction (VACUUM cannot run in one)
-    await conn.execute("VACUUM messages, compactions, facts, calls, caller_facts")
     return n
+
+
+async def vacuum_forgotten(conn) -> None:
+    """``VACUUM`` the tables a forget deleted from (outside its transaction: VACUUM cannot
+    run in one): deleted rows are dead tuples, holding the words, until a vacuum reclaims
+    them; the caller's word index (``message_words``) holds their words too."""
+    await conn.execute("VACUUM messages, compactions, facts, calls, caller_facts")
+    await conn.execute("VACUUM message_words")
 
 
 async def purge(conn, days: float) -> int:

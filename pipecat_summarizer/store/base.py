@@ -410,8 +410,17 @@ class MemoryStore(ABC):
     def forget_generation(self, user_id: str) -> int:
         """How many times :meth:`forget` ran for ``user_id`` on this store object (in this
         process): a live call's recorder, recall and semantic index compare it with the
-        value they saw before and drop what they hold of the caller when it moved."""
+        value they saw before and drop what they hold of the caller when it moved. While a
+        forget of the caller is under way (PostgreSQL: counted, rows not yet deleted), each
+        read answers a new negative value: compare for equality only."""
         generations: dict[str, int] = self.__dict__.get("_forget_generations", {})
+        if self.__dict__.get("_forgets_running", {}).get(user_id):
+            # a forget under way (its rows not yet gone): each read is a new negative value,
+            # never read again, so nothing stamped now (a search reading rows still there)
+            # matches a read made before the forget, during it, or after it
+            moving = self.__dict__.get("_forget_moving", 0) - 1
+            self.__dict__["_forget_moving"] = moving
+            return moving
         return generations.get(user_id, 0)
 
     async def forgotten_at(self, user_id: str) -> float | None:
@@ -461,6 +470,28 @@ class MemoryStore(ABC):
         self.__dict__.setdefault("_tombstones_seen", {})[user_id] = at
         _tell_forget(user_id)
         return at
+
+    def _forget_running(self, user_id: str) -> Callable[[], None]:
+        """Mark a forget of ``user_id`` (counted already) as under way until
+        the returned function is called (once its deletes are committed; calling it again
+        does nothing): meanwhile :meth:`forget_generation` answers values never read again,
+        so what was read while its rows were still there is never taken for what is read
+        after; at the end the forget's listeners are told again (a cache filled meanwhile)."""
+        running: dict[str, int] = self.__dict__.setdefault("_forgets_running", {})
+        running[user_id] = running.get(user_id, 0) + 1
+        ended = False
+
+        def end() -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            running[user_id] -= 1
+            if not running[user_id]:
+                del running[user_id]
+            _tell_forget(user_id)
+
+        return end
 
     async def __aenter__(self) -> MemoryStore:
         """Open the store."""

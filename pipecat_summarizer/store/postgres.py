@@ -485,12 +485,18 @@ class PostgresMemoryStore(MemoryStore):
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
         at = self._forgotten_now(user_id)  # a live call of this process stops at once
-        _postgres_search.forget_counts(self._df, user_id)  # their words, counted
-        async with await self._acquire() as conn:
-            n = await _postgres_writes.forget(conn, user_id, at)
-            # the caller's word index (schema v5) holds their words too: its dead rows go
-            await conn.execute("VACUUM message_words")
-            return n
+        # until the deletes commit, a search reads the rows still there: it must not pass
+        # for one made after the forget (counted again once they are gone)
+        committed = self._forget_running(user_id)
+        try:
+            _postgres_search.forget_counts(self._df, user_id)  # their words, counted
+            async with await self._acquire() as conn:
+                n = await _postgres_writes.forget(conn, user_id, at)
+                committed()
+                await _postgres_writes.vacuum_forgotten(conn)
+                return n
+        finally:
+            committed()
 
     async def purge_older_than(self, days: float) -> int:
         """Delete records older than ``days`` days."""

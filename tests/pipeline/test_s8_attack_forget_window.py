@@ -52,9 +52,6 @@ class _AdminTool(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bugs.md S8-ATTACK-4: a turn during a PostgreSQL forget quotes it"
-)
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 async def test_a_turn_during_the_forget_quotes_nothing_of_it(openai_server, store_target):
     import asyncpg

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-
 from pipecat_summarizer._recall.prefetch import PrefetchingArchive
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer.store.records import user_hash
@@ -38,9 +36,6 @@ async def _forget_held(target: str, store, user_id: str):
     return writer, held, forget
 
 
-@pytest.mark.xfail(
-    strict=True, reason="bugs.md S8-ATTACK-4: a search during a PostgreSQL forget serves it"
-)
 async def test_an_early_search_made_during_the_forget_serves_no_forgotten_text(pg_server):
     target = pg_server.create_database(f"s8_attack_window_{time.monotonic_ns()}")
     store = open_store(target)
@@ -49,7 +44,7 @@ async def test_an_early_search_made_during_the_forget_serves_no_forgotten_text(p
     try:
         await _archive(store, "alice", "a1", [SECRET, "Noted, 4411."])
         writer, held, forget = await _forget_held(target, store, "alice")
-        assert store.forget_generation("alice") == 1 and not forget.done()
+        assert store.forget_generation("alice") and not forget.done()  # under way
         archive = PrefetchingArchive(store)  # the caller keeps speaking: their words' search
         scope = {"user_id": "alice", "limit": 10, "any_word": True}
         assert archive.prefetch("locker code", **scope)
