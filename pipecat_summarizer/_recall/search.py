@@ -35,6 +35,7 @@ from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS as STOPWORDS
 from pipecat_summarizer._text.vocabulary import search_stem as stem
 from pipecat_summarizer._text.vocabulary import words
 from pipecat_summarizer.params import RecallParams
+from pipecat_summarizer.store.base import error_reason
 
 #: The share of the search's wait the ranking by meaning may take (the rest: the replies' read).
 RANK_SHARE = 0.75
@@ -104,6 +105,7 @@ class ArchiveSearch(RecallHooks):
             self.semantic = SemanticIndex(params.semantic, call_id=call_id, user_id=user_id)
         self._inflight: asyncio.Task | None = None
         self._failing = False
+        self._watch_failing = False  # the turns' forget watch fails (see _watched)
         # the store's forget count for this caller: when it moves, nothing found before
         # (a late answer, the placed message) is quoted again
         self._forget_gen = self._generation()
@@ -171,12 +173,19 @@ class ArchiveSearch(RecallHooks):
         watch_: Awaitable[bool] | None = None
         if watch and self.user_id is not None and callable(noticed):
             watch_ = noticed(self.user_id, self._since)
+        # a turn's own watch (hits_for_turn(watch=False) set it before this first step): the
+        # ranking waits for it too, so the index drops a forgotten caller's rows first; the
+        # turn itself checks it before placing (_watched), even when the ranking is late
+        shared = self.turn_watch if watch_ is None and index is not None else None
 
         async def rank() -> tuple[list, Mapping] | None:
             # by meaning (a sentence model embeds the query in its own thread, ~20 ms of
             # CPU): beside the lexical search, not after it, once a forget has been seen
             if watch_ is not None:
                 await watch_
+            elif shared is not None:
+                # waited, never cancelled from here; its failure is the turn's to judge
+                await asyncio.wait({shared})
             return await index.rank_soon(query) if index is not None else None
 
         started = loop_time()
@@ -318,8 +327,21 @@ class ArchiveSearch(RecallHooks):
             # an answer the store has sent is read in a loop turn or two: the selection
             # held the loop, and a deadline passed already would otherwise drop it
             await asyncio.sleep(0)
-        if not watch.done() or watch.cancelled() or watch.exception() is not None:
+        if not watch.done() or watch.cancelled():
             return False
+        error = watch.exception()
+        if error is not None:
+            self.errors += 1
+            if not self._watch_failing:  # one WARNING per outage, no conversation text
+                self._watch_failing = True
+                logger.warning(
+                    f"recall (call {self.call_id}): reading the forget tombstone failed "
+                    f"({error_reason(error)}); turns place no recall until it answers"
+                )
+            return False
+        if self._watch_failing:
+            self._watch_failing = False
+            logger.info(f"recall (call {self.call_id}): the forget tombstone is read again")
         return self._generation() == generation
 
     async def _gather(

@@ -198,11 +198,10 @@ class RecallStep(ArchiveSearch):
         wait = search_wait(planned, _now() - started, self._reserves.wait)
         until = _now() + wait
         # the forget watch runs beside the search and the selection (ranking by meaning
-        # waits for it, as ever): a search started early costs no store trip before them
+        # waits for it, as ever): a search started early costs no store trip before them;
+        # the block is placed only once it has answered (a late ranking never skips it)
         generation = self._generation()
-        (hits, replies), how = await self.hits_for_turn(
-            query, terms, wait_s=wait, watch=self.semantic is not None
-        )
+        (hits, replies), how = await self.hits_for_turn(query, terms, wait_s=wait, watch=False)
         watch, self.turn_watch = self.turn_watch, None
         tally[0] = len(hits)
         if not hits:

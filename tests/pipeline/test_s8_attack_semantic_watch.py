@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
-import pytest
 from pipecat.frames.frames import UserStoppedSpeakingFrame
 from pipecat.tests.utils import SleepFrame, run_test
 
@@ -39,7 +38,6 @@ class _SlowWatch(WatchedSQLite):
         return await super().forgotten_at(user_id)
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-9: semantic turn places before watch")
 async def test_a_slow_watch_with_semantic_recall_places_nothing_forgotten(openai_server, tmp_path):
     openai_server.handler = lambda body: Reply("Sure.")
     path = str(tmp_path / "m.db")

@@ -5,7 +5,6 @@ turn's recall must not be silent: one WARNING, no conversation text."""
 
 from __future__ import annotations
 
-import pytest
 from loguru import logger
 
 from pipecat_summarizer.store import SQLiteMemoryStore
@@ -18,7 +17,6 @@ class _NoTombstones(_Watched, SQLiteMemoryStore):
         raise PermissionError("permission denied for table forgotten (alice's secret)")
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-6: a failing forget watch is silent")
 async def test_a_failing_forget_watch_places_nothing_and_says_so_once(openai_server, tmp_path):
     store = _NoTombstones(str(tmp_path / "m.db"))
     lines: list[str] = []
