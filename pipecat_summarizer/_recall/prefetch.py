@@ -137,13 +137,17 @@ class PrefetchingArchive:
         it answers, ``then(hits)`` (the follow-up searches, see
         :func:`~pipecat_summarizer._recall.follow_ups.follow_ups`) unless
         the caller was forgotten meanwhile (``follow_up``: this is one of them). Returns
-        False when the same search is already running or fresh (nothing started)."""
+        False when the same search is already running or fresh (nothing started). A turn's
+        words (not ``follow_up``) supersede the early work still running, which is cancelled,
+        as is an early search evicted past :data:`MAX_KEPT`."""
         key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
         now = time.monotonic()
         self._prune(now)
         early = self._early.get(key)
         if early is not None and self._usable(early, user_id, now):
             return False
+        if not follow_up:
+            self._supersede()
         store_search: Any = self.archive.search
         scope = {"user_id": user_id, "call_id": call_id, "limit": limit, "any_word": any_word}
         if replies > 0 and getattr(store_search, "reads_replies", False):
@@ -160,12 +164,28 @@ class PrefetchingArchive:
         self._early.pop(key, None)
         self._early[key] = _Early(task, now, generation, follow_up)
         while len(self._early) > MAX_KEPT:
-            self._early.pop(next(iter(self._early)))
+            evicted = self._early.pop(next(iter(self._early)))
+            if not evicted.task.done():  # no turn can take it any more: it must not run on
+                evicted.task.cancel()
         if follow_up:
             self.follow_ups_started += 1
         else:
             self.started += 1
         return True
+
+    def _supersede(self) -> None:
+        """The turn's words changed (a newer final part): the early work still running for
+        its earlier words goes, follow-ups included (the turn asks for the newest words; on
+        a store serving one query at a time, stale searches would queue before its own).
+        At most one early search of a turn's words, and its follow-ups, runs at a time;
+        finished ones stay (an answer costs nothing to keep, and may still serve)."""
+        for key, early in list(self._early.items()):
+            if not early.task.done():
+                del self._early[key]
+                early.task.cancel()
+        following, self._following = self._following, set()
+        for task in following:
+            task.cancel()
 
     def _then(
         self,

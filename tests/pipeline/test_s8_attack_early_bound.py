@@ -7,7 +7,6 @@ once, and the turn's own search is not queued behind dozens of stale ones."""
 
 from __future__ import annotations
 
-import pytest
 from pipecat.frames.frames import (
     TranscriptionFrame,
     UserStartedSpeakingFrame,
@@ -49,7 +48,6 @@ class _Peak(_Watched, SQLiteMemoryStore):
             self.running -= 1
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-5: early searches are not bounded")
 async def test_many_final_parts_to_a_slow_archive_keep_early_work_bounded(openai_server, tmp_path):
     store = _Peak(str(tmp_path / "m.db"))
     store.delay_s = 0.2
