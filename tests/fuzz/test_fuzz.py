@@ -13,9 +13,9 @@ import pytest
 
 from tests.fuzz.harness import make_schedule, replay_command, run_schedule
 
-# 8 keeps the whole suite under five minutes on two cores; the sessions' fuzz runs
+# 4 keeps the whole suite under five minutes on two cores; the sessions' fuzz runs
 # (python -m tests.fuzz --seeds N) cover hundreds more
-CI_SEEDS = int(os.environ.get("FUZZ_CI_SEEDS", "8"))
+CI_SEEDS = int(os.environ.get("FUZZ_CI_SEEDS", "4"))
 
 # Open findings: a seed whose every violation is
 # of one of these kinds is reported as xfail with the finding id until the fix lands. Remove
