@@ -387,11 +387,13 @@ class ContextSession(SharedContext):
     # -- the store ------------------------------------------------------------------------
 
     def start_call(self) -> None:
-        """At ``StartFrame``: the recorder's writer and the caller's memory, then recall."""
+        """At ``StartFrame``: the recorder's writer and the caller's memory, then recall
+        (and the caller's forget tombstone, read before the memory: its baseline)."""
         if self.recorder is not None:
             self.recorder.start()
             if self.recall is not None:
                 self.recall.start()
+                self.recorder.read_forget_baseline(self.recall)
 
     def caller_memory(self, *, in_flight: bool) -> None:
         """Count the turn; a returning caller's memory joins once it has loaded (never

@@ -35,7 +35,7 @@ from pipecat_summarizer._session.resume import (
 )
 from pipecat_summarizer.params import MemoryParams
 from pipecat_summarizer.store._writer import StoreWriter
-from pipecat_summarizer.store.base import MemoryStore, error_reason
+from pipecat_summarizer.store.base import BASELINE_WAIT_S, MemoryStore, error_reason
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallerMemory,
@@ -114,6 +114,7 @@ class CallRecorder(CallEnd):
         self._fact_version = -1
         self._restoring = False
         self._load: asyncio.Task | None = None
+        self._baseline: asyncio.Future | None = None  # the caller's tombstone at the start
         self._load_deadline = 0.0
         self._load_done_at: float | None = None
         self._resumed: Resumed | None = None  # a dropped call to resume, until taken
@@ -146,6 +147,17 @@ class CallRecorder(CallEnd):
             self._load = asyncio.get_running_loop().create_task(self._load_memory())
             self._load.add_done_callback(self._loaded)
 
+    def read_forget_baseline(self, recall: Any) -> None:
+        """Read the caller's forget tombstone now, as the baseline ``recall``'s forget watch
+        compares the tombstone with by value (``MemoryStore.forget_baseline``): a forget by
+        another process whose clock is behind still counts. The memory loads after it, so
+        anything it reads predates a forget the watch can tell."""
+        read = getattr(getattr(recall, "archive", None), "forget_baseline", None)
+        since = getattr(recall, "_since", None)  # the key recall's watch passes
+        if self.user_id is None or not callable(read) or not isinstance(since, float):
+            return
+        self._baseline = read(self.user_id, since)
+
     def _call_row(self) -> CallRecord:
         return CallRecord(
             self.session_id, self.user_id, self.started_at, resumed=self.resumed, label=self.call_id
@@ -156,6 +168,8 @@ class CallRecorder(CallEnd):
 
     async def _load_memory(self) -> tuple[CallerMemory, Resumed | None]:
         assert self.user_id is not None  # started only for a known caller
+        if self._baseline is not None:  # its outcome is the watch's (a failure: a fallback)
+            await asyncio.wait([self._baseline], timeout=BASELINE_WAIT_S)
         memory = await self.store.caller_memory(
             self.user_id, max_calls=self.options.max_earlier_calls
         )

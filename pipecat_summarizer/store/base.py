@@ -20,6 +20,7 @@ from pipecat_summarizer.store.records import (
     FactEvent,
     Record,
     SearchHit,
+    user_hash,
 )
 
 #: The schema version this code writes; the ``schema_version`` table holds the database's.
@@ -35,6 +36,18 @@ from pipecat_summarizer.store.records import (
 #: reads; nothing changes on SQLite.
 #: v6 (PostgreSQL): the word index is emptied with the messages by a ``TRUNCATE``.
 SCHEMA_VERSION = 6
+
+#: A call whose forget baseline was never read (:meth:`MemoryStore.forget_baseline`; or
+#: its read failed) counts a tombstone stamped up to this many seconds before its start:
+#: another process's clock may be behind this one's (a forget is never missed for that; a
+#: forget just before the call would stop its recording, the safe side).
+FORGET_SKEW_S = 600.0
+#: Calls' baselines kept per store object (the oldest go first; see ``forget_baseline``).
+MAX_BASELINES = 4096
+#: How long a forget watch (or a memory load) waits for its call's baseline read, seconds;
+#: then the :data:`FORGET_SKEW_S` margin holds for that watch.
+BASELINE_WAIT_S = 2.0
+_UNREAD = object()  # no baseline (never read, or the read failed)
 
 
 #: Told a caller's id each time this process counts a forget of them (its own, or another
@@ -91,6 +104,12 @@ def _tell_forget(user_id: str) -> None:
         except (Exception, asyncio.CancelledError) as e:
             # an own forget tells before its rows go: a listener never stops them going
             logger.warning(f"a forget's listener failed ({type(e).__name__})")
+
+
+def _consumed(read: asyncio.Future) -> None:
+    # a failed baseline read is answered by the fallback: never "exception never retrieved"
+    if not read.cancelled():
+        read.exception()
 
 
 def query_words(query: str, limit: int = 32) -> list[str]:
@@ -439,13 +458,53 @@ class MemoryStore(ABC):
         forgets (:func:`~pipecat_summarizer._recall.vector_cache.sweep_tombstones`)."""
         return {}
 
+    def forget_baseline(self, user_id: str, since: float) -> asyncio.Future[float | None]:
+        """Start reading ``user_id``'s tombstone as the baseline of their call that started
+        at ``since`` (its key, as the call passes it to :meth:`noticed_forget`): a call
+        reads it at its start, before the caller's memory. The same read is answered for
+        the same key; the :data:`MAX_BASELINES` latest calls' are kept. It reads
+        :meth:`tombstones` (a store that keeps tombstones answers both)."""
+        baselines: dict[tuple[str, float], asyncio.Future] = self.__dict__.setdefault(
+            "_forget_baselines", {}
+        )
+        key = (user_id, since)
+        read = baselines.get(key)
+        if read is None:
+            read = asyncio.ensure_future(self._tombstone(user_id))
+            read.add_done_callback(_consumed)
+            baselines[key] = read
+            while len(baselines) > MAX_BASELINES:
+                baselines.pop(next(iter(baselines)))
+        return read
+
+    async def _tombstone(self, user_id: str) -> float | None:
+        return (await self.tombstones([user_hash(user_id)])).get(user_hash(user_id))
+
+    async def _baseline(self, user_id: str, since: float) -> object:
+        read = self.__dict__.get("_forget_baselines", {}).get((user_id, since))
+        if read is None:
+            return _UNREAD
+        if not read.done():  # a slow read: the margin holds meanwhile
+            await asyncio.wait([read], timeout=BASELINE_WAIT_S)
+        if not read.done() or read.cancelled() or read.exception() is not None:
+            return _UNREAD
+        return read.result()
+
     async def noticed_forget(self, user_id: str, since: float) -> bool:
-        """Whether ``user_id`` was forgotten after ``since`` (a wall-clock time) by any
-        process; a forget seen here for the first time counts as one in this process (see
-        :meth:`forget_generation`), so a live call drops what it holds of the caller even
-        when another process ran the forget."""
+        """Whether ``user_id`` was forgotten by any process during their call that started
+        at ``since`` (this process's wall clock); a forget seen here for the first time
+        counts as one in this process (see :meth:`forget_generation`), so a live call drops
+        what it holds of the caller even when another process ran the forget.
+
+        The tombstone is compared by value with the one read at the call's start
+        (:meth:`forget_baseline`), never by its time: another process's clock may be off.
+        Without a baseline, a tombstone up to :data:`FORGET_SKEW_S` older than ``since``
+        counts."""
+        base = await self._baseline(user_id, since)
         at = await self.forgotten_at(user_id)
-        if at is None or at < since:
+        if at is None or at == base:
+            return False
+        if base is _UNREAD and at < since - FORGET_SKEW_S:
             return False
         seen: dict[str, float] = self.__dict__.setdefault("_tombstones_seen", {})
         if seen.get(user_id) == at:

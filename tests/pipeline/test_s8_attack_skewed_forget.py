@@ -42,7 +42,6 @@ class _BehindForgetter(_Forgetter):
                 conn.execute("UPDATE forgotten SET at = at - ?", (self._behind_s,))
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-8: a skewed clock hides the forget")
 @pytest.mark.parametrize("behind_s", [5.0])  # seconds: an unsynced clock
 async def test_a_forget_by_a_process_whose_clock_is_behind_is_honoured(
     openai_server, tmp_path, behind_s
