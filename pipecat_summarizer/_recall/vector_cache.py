@@ -235,7 +235,14 @@ def sweep_soon(archive: Any, index: Any = None) -> None:
             watch = _WATCHES.get(store)
     except TypeError:
         return
-    if watch is not None and (time.monotonic() < watch.due or _timer_set(watch)):
+    if watch is not None and _timer_set(watch):
+        return
+    now = time.monotonic()
+    if watch is not None and now < watch.due:
+        # not due (a sweep ran shortly before: the call before just ended): the next one
+        # on a timer all the same, or a quiet call would never sweep while it is open
+        wait = max(watch.due - now, TIMER_FLOOR_S)
+        watch.timer = asyncio.get_running_loop().call_later(wait, _timer, archive, store, watch)
         return
     task = asyncio.ensure_future(_sweep_and_again(archive, store))
     _SWEEPS.add(task)

@@ -67,7 +67,6 @@ class _SlowModel(_Model):
         return super().embed(texts)
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-3: a hung tombstone read stops indexing")
 async def test_a_hung_tombstone_read_never_stops_the_call_being_indexed(tmp_path, monkeypatch):
     """A call starts shortly after the store's last sweep (a busy worker: the call before
     just ended), so its kick starts no sweep and no timer; its first refresh ends after the
@@ -353,7 +352,6 @@ async def test_a_store_swapped_under_the_timer_is_never_opened_again(tmp_path, m
         await second.close()
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-ATTACK-10: a call started soon after a sweep")
 async def test_a_call_started_soon_after_a_sweep_still_sweeps_on_a_timer(
     tmp_path, model, monkeypatch
 ):
