@@ -216,13 +216,17 @@ class SemanticIndex:
             self._task = asyncio.ensure_future(self._refresh_safely(archive))
         vector_cache.sweep_soon(archive, self)  # other processes' forgets, on a timer too
 
-    async def refresh(self, archive: Any) -> int:
-        """Read and embed what was archived since the last refresh. Returns how many."""
+    async def refresh(self, archive: Any, *, sweep_wait_s: float | None = None) -> int:
+        """Read and embed what was archived since the last refresh. Returns how many. Then
+        the store's sweep of forgotten callers' vectors, if due, waited for up to
+        ``sweep_wait_s`` (:data:`~pipecat_summarizer._recall.vector_cache.SWEEP_WAIT_S`;
+        a background refresh: not at all, so a hung read never stops the call's indexing)."""
         async with self._refreshing:  # one at a time: each appends after the last one's rows
             done = await self._refresh(archive)
         if self._grew is not None:  # a first turn waits for this refresh, never for the sweep
             self._grew.set()
-        await vector_cache.sweep_tombstones(archive)  # other processes' forgets; never raises
+        # other processes' forgets (never raises); a hung read never holds the refresh
+        await vector_cache.sweep_within(archive, sweep_wait_s)
         return done
 
     async def _refresh(self, archive: Any) -> int:
@@ -484,7 +488,7 @@ class SemanticIndex:
 
     async def _refresh_safely(self, archive: Any) -> None:
         try:
-            await self.refresh(archive)
+            await self.refresh(archive, sweep_wait_s=0.0)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a failing refresh costs semantic recall, never the call

@@ -51,6 +51,9 @@ SWEEP_BATCH = 500
 
 #: Least wait between two sweeps on the timer (seconds; ``TOMBSTONE_CHECK_S`` is the wait).
 TIMER_FLOOR_S = 0.05
+#: How long a refresh waits for the sweep it starts (seconds): a slower tombstone read (a
+#: locked table, a stalling store) goes on alone, and the call's next words are indexed.
+SWEEP_WAIT_S = 1.0
 
 #: How long after a caller's forget is seen the sweep keeps dropping their vectors (seconds):
 #: a chunk of their archive read before the forget and embedded after it (by a call here
@@ -247,6 +250,17 @@ def sweep_soon(archive: Any, index: Any = None) -> None:
     task = asyncio.ensure_future(_sweep_and_again(archive, store))
     _SWEEPS.add(task)
     task.add_done_callback(_SWEEPS.discard)
+
+
+async def sweep_within(archive: Any, wait_s: float | None = None) -> None:
+    """Run :func:`sweep_tombstones` as a task of its own and wait for it up to ``wait_s``
+    (:data:`SWEEP_WAIT_S`): a hung read is never the caller's (a refresh of an index)."""
+    task = asyncio.ensure_future(sweep_tombstones(archive))
+    _SWEEPS.add(task)
+    task.add_done_callback(_SWEEPS.discard)
+    wait_s = SWEEP_WAIT_S if wait_s is None else wait_s
+    if wait_s > 0:
+        await asyncio.wait([task], timeout=wait_s)
 
 
 async def _sweep_and_again(archive: Any, store: Any) -> None:
