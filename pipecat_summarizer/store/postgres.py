@@ -444,15 +444,7 @@ class PostgresMemoryStore(MemoryStore):
     async def forgotten_at(self, user_id: str) -> float | None:
         """When ``user_id`` was last forgotten (the tombstone's time), or ``None``."""
         check_user_id(user_id)
-        key = user_hash(user_id)
-
-        async def read(conn: Any) -> list:
-            # a forget under way, another process's too, holds the caller's lock until it
-            # commits: the read waits for it (and sees its tombstone), never reads just before
-            await conn.execute("SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))", key)
-            return await conn.fetch(FORGOTTEN_AT, key)
-
-        rows = await self._read(read)
+        rows = await self._fetch(FORGOTTEN_AT, user_hash(user_id))
         return float(rows[0]["at"]) if rows else None
 
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
