@@ -288,6 +288,12 @@ class ArchiveSearch(RecallHooks):
             return 0
         return int(generation(self.user_id))
 
+    @property
+    def since(self) -> float:
+        """When this call started (the wall clock), the key the forget watch passes to
+        ``noticed_forget``: the caller's tombstone read then is the call's baseline."""
+        return self._since
+
     def forgotten(self) -> bool:
         """True once after the caller was forgotten (``MemoryStore.forget``) since the last
         check: the late answer still running is dropped, and the caller must take the placed
