@@ -153,7 +153,7 @@ class CallRecorder(CallEnd):
         another process whose clock is behind still counts. The memory loads after it, so
         anything it reads predates a forget the watch can tell."""
         read = getattr(getattr(recall, "archive", None), "forget_baseline", None)
-        since = getattr(recall, "_since", None)  # the key recall's watch passes
+        since = getattr(recall, "since", None)  # the key recall's watch passes
         if self.user_id is None or not callable(read) or not isinstance(since, float):
             return
         self._baseline = read(self.user_id, since)
