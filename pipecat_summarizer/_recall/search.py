@@ -104,8 +104,8 @@ class ArchiveSearch(RecallHooks):
                     )
             self.semantic = SemanticIndex(params.semantic, call_id=call_id, user_id=user_id)
         self._inflight: asyncio.Task | None = None
-        self._failing = False
-        self._watch_failing = False  # the turns' forget watch fails (see _watched)
+        self._failing = Outage()  # the archive's searches fail
+        self._watch_failing = Outage()  # the turns' forget watch fails (see _watched)
         # the store's forget count for this caller: when it moves, nothing found before
         # (a late answer, the placed message) is quoted again
         self._forget_gen = self._generation()
@@ -225,17 +225,13 @@ class ArchiveSearch(RecallHooks):
             return [], {}
         error = task.exception()
         if error is None:
-            if self._failing:
-                self._failing = False
-                logger.info(f"recall (call {self.call_id}): the archive answers again")
+            self._failing.ended(f"recall (call {self.call_id}): the archive answers again")
             return task.result()
         self.errors += 1
-        if not self._failing:  # one WARNING per outage, no conversation text
-            self._failing = True
-            logger.warning(
-                f"recall (call {self.call_id}): archive search failed "
-                f"({type(error).__name__}); turns go without recall until it answers"
-            )
+        self._failing.began(
+            f"recall (call {self.call_id}): archive search failed "
+            f"({type(error).__name__}); turns go without recall until it answers"
+        )
         return [], {}
 
     async def hits_for_turn(
@@ -338,16 +334,14 @@ class ArchiveSearch(RecallHooks):
         error = watch.exception()
         if error is not None:
             self.errors += 1
-            if not self._watch_failing:  # one WARNING per outage, no conversation text
-                self._watch_failing = True
-                logger.warning(
-                    f"recall (call {self.call_id}): reading the forget tombstone failed "
-                    f"({error_reason(error)}); turns place no recall until it answers"
-                )
+            self._watch_failing.began(
+                f"recall (call {self.call_id}): reading the forget tombstone failed "
+                f"({error_reason(error)}); turns place no recall until it answers"
+            )
             return False
-        if self._watch_failing:
-            self._watch_failing = False
-            logger.info(f"recall (call {self.call_id}): the forget tombstone is read again")
+        self._watch_failing.ended(
+            f"recall (call {self.call_id}): the forget tombstone is read again"
+        )
         return self._generation() == generation
 
     async def _gather(
@@ -400,6 +394,27 @@ class ArchiveSearch(RecallHooks):
     def _min_similarity(self) -> float | None:
         semantic = self.params.semantic
         return None if self.semantic is None or semantic is None else semantic.min_similarity
+
+
+class Outage:
+    """One WARNING when a failure begins and one INFO when it ends, whatever comes between
+    (the messages never hold conversation text)."""
+
+    def __init__(self) -> None:
+        """No failure yet."""
+        self.on = False
+
+    def began(self, warning: str) -> None:
+        """A failure: the WARNING, unless this outage said it already."""
+        if not self.on:
+            self.on = True
+            logger.warning(warning)
+
+    def ended(self, info: str) -> None:
+        """A success: the INFO, if an outage was under way."""
+        if self.on:
+            self.on = False
+            logger.info(info)
 
 
 def loop_time() -> float:
