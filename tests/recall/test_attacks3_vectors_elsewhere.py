@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from pipecat_summarizer._recall import vector_cache
 from pipecat_summarizer._recall.semantic import SemanticIndex
 from pipecat_summarizer.store import open_store
