@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 from pipecat.frames.frames import InterruptionFrame, LLMMessagesAppendFrame
@@ -9,7 +10,7 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.services.openai.llm import OpenAILLMService
-from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import (
     ContextSummarizer,
@@ -18,6 +19,7 @@ from pipecat_summarizer import (
     OpenAISummarizer,
 )
 from tests.support.openai_server import Reply, is_summary_request
+from tests.support.settle import Gap, run_settling
 
 
 def main_llm(base_url: str, **settings) -> OpenAILLMService:
@@ -67,11 +69,14 @@ def user_turn(text: str) -> LLMMessagesAppendFrame:
 
 
 def turns(texts: list[str], gap: float = 0.3, interrupt: bool = False) -> list:
-    """Frames for a sequence of user turns, each followed by a pause (and a barge-in)."""
+    """Frames for a sequence of user turns, each followed by a pause (and a barge-in).
+
+    The pause is a :class:`~tests.support.settle.Gap`: full length under ``run_test``,
+    ended once the pipeline has settled under :meth:`Run.run`."""
     frames: list = []
     for text in texts:
         frames.append(user_turn(text))
-        frames.append(SleepFrame(sleep=gap))
+        frames.append(Gap(sleep=gap))
         if interrupt:
             frames.append(InterruptionFrame())
     return frames
@@ -154,10 +159,22 @@ class Run:
         async def _failed(_, event):
             self.failed.append(event)
 
-    async def run(self, frames, tail=0.3):
-        down, up = await run_test(
-            build(self.context, self.processor, self.llm),
-            frames_to_send=[*frames, SleepFrame(sleep=tail)],
+    def idle(self) -> bool:
+        """Nothing under way that a full pause would still let finish: no request being
+        answered, no summary in flight, the summarizer's backoff over."""
+        failures = self.processor._session.schedule.trigger.failures
+        return (
+            self.server.in_flight == 0
+            and not self.processor.summary_in_flight
+            and failures.retry_at <= asyncio.get_running_loop().time()
         )
+
+    async def run(self, frames, tail=0.3):
+        pipeline = build(self.context, self.processor, self.llm)
+        frames_to_send = [*frames, Gap(sleep=tail)]
+        if self.processor._session.recorder is None and self.processor.recall_step is None:
+            down, up = await run_settling(pipeline, frames_to_send=frames_to_send, idle=self.idle)
+        else:  # a store's writes and searches run on timers of their own: full pauses
+            down, up = await run_test(pipeline, frames_to_send=frames_to_send)
         self.down, self.up = down, up
         return self

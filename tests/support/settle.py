@@ -1,0 +1,141 @@
+"""Pauses between turns that end as soon as the pipeline has settled.
+
+A test's pause after a user turn (``SleepFrame(sleep=0.3)``) exists so that the turn's answer,
+and the summary it started, are done before the next turn. Most of the time they are done
+after a few tens of milliseconds and the rest of the pause is idle. :class:`Gap` is such a
+pause that :func:`run_settling` ends early once nothing that the full pause would still
+have let happen is left: the turn's answer has ended, no request is being answered, no
+summary is in flight, the summarizer's backoff has run out, and no frame has moved for a
+moment. When any of these does not hold (a slow summary on purpose, a backoff still
+running, a turn without an answer), the pause lasts its full length, as before; so a test
+sees the same state at each turn, only sooner. ``run_test`` treats a :class:`Gap` as the
+``SleepFrame`` it is (full length).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pipecat.frames.frames import EndFrame, Frame, LLMFullResponseEndFrame
+from pipecat.observers.base_observer import BaseObserver, FramePushed
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineWorker
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.tests.utils import QueuedFrameProcessor, SleepFrame
+from pipecat.workers.runner import WorkerRunner
+
+#: No frame moved for this long: what was in motion has stopped.
+QUIET_S = 0.03
+POLL_S = 0.01
+
+
+@dataclass
+class Gap(SleepFrame):
+    """A pause after a user turn, ended early by :func:`run_settling` once settled.
+
+    Parameters:
+        answers: How many responses of the main LLM must have ended before it may end
+            early (``None``: the number of turns with ``run_llm`` sent so far).
+    """
+
+    answers: int | None = None
+
+
+class _Motion(BaseObserver):
+    """When a frame last moved, and how many responses have ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = time.monotonic()
+        self._ends: set[int] = set()
+
+    @property
+    def ends(self) -> int:
+        return len(self._ends)
+
+    async def on_push_frame(self, data: FramePushed) -> None:
+        self.last = time.monotonic()
+        if isinstance(data.frame, LLMFullResponseEndFrame):
+            self._ends.add(data.frame.id)
+
+
+def _asks_llm(frame: Frame) -> bool:
+    return bool(getattr(frame, "run_llm", False))
+
+
+async def run_settling(
+    processor: FrameProcessor,
+    *,
+    frames_to_send: Sequence[Frame],
+    idle: Callable[[], bool],
+    observers: list[BaseObserver] | None = None,
+) -> tuple[list[Frame], list[Frame]]:
+    """Like Pipecat's ``run_test`` (source -> ``processor`` -> sink, an ``EndFrame`` after the
+    frames), with each :class:`Gap` ended once settled.
+
+    Args:
+        processor: The pipeline (or processor) under test.
+        frames_to_send: Frames sent downstream; ``SleepFrame`` pauses, ``Gap`` settles.
+        idle: True when the test's own parts (servers, the processor) have nothing under
+            way; checked with the answers and the frames' motion.
+        observers: More observers for the worker.
+
+    Returns:
+        The frames the sink received downstream (without the ``EndFrame``) and upstream.
+    """
+    motion = _Motion()
+    up: asyncio.Queue = asyncio.Queue()
+    down: asyncio.Queue = asyncio.Queue()
+    source = QueuedFrameProcessor(queue=up, queue_direction=FrameDirection.UPSTREAM)
+    sink = QueuedFrameProcessor(queue=down, queue_direction=FrameDirection.DOWNSTREAM)
+    worker = PipelineWorker(
+        Pipeline([source, processor, sink]),
+        cancel_on_idle_timeout=False,
+        observers=[motion, *(observers or [])],
+    )
+    started = asyncio.Event()
+
+    @worker.event_handler("on_pipeline_started")
+    async def _started(_w, _f):
+        started.set()
+
+    async def settle(gap: Gap, asked: int) -> None:
+        deadline = time.monotonic() + gap.sleep
+        want = asked if gap.answers is None else gap.answers
+        while (now := time.monotonic()) < deadline:
+            if motion.ends >= want and now - motion.last >= QUIET_S and idle():
+                return
+            await asyncio.sleep(min(POLL_S, deadline - now))
+
+    async def push() -> None:
+        await asyncio.wait_for(started.wait(), timeout=30.0)
+        asked = 0
+        for frame in frames_to_send:
+            if isinstance(frame, Gap):
+                await settle(frame, asked)
+            elif isinstance(frame, SleepFrame):
+                await asyncio.sleep(frame.sleep)
+            else:
+                asked += _asks_llm(frame)
+                await worker.queue_frame(frame)
+        await worker.queue_frame(EndFrame())
+
+    await asyncio.gather(_run(worker), push())
+    received_down = []
+    while not down.empty():
+        frame = down.get_nowait()
+        if not isinstance(frame, EndFrame):
+            received_down.append(frame)
+    received_up = []
+    while not up.empty():
+        received_up.append(up.get_nowait())
+    return received_down, received_up
+
+
+async def _run(worker: PipelineWorker) -> None:
+    runner = WorkerRunner()
+    await runner.add_workers(worker)
+    await runner.run()
