@@ -27,8 +27,35 @@ MESSAGES_AT = (
     "AS k(c, p) ON m.call_id = k.c AND m.position = k.p"
 )
 FORGOTTEN_AT = "SELECT at FROM forgotten WHERE user_hash = $1"
+#: How long a tombstone read waits for a forget of the caller under way (another
+#: connection holds the caller's advisory lock, its deletes not committed), seconds: a turn's
+#: watch gives up at its own deadline, long before; this bounds how long the read holds a
+#: pooled connection. Past it the read fails (lock_not_available: "not known in time").
+TOMBSTONE_WAIT_S = 1.0
+#: The tombstone read of a connection that has :func:`tombstone_function_sql`'s function.
+TOMBSTONE = "pg_temp.pcs_forgotten_at"
+TOMBSTONE_AT = f"SELECT {TOMBSTONE}($1) AS at"
+#: Without that function: the wait for a forget under way as a statement of its own.
+WAIT_FOR_FORGET = "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))"
 #: The numbers of distinct words whose caller search a new connection prepares (see warm).
 WARM_WORDS = range(1, 9)
+
+
+def tombstone_function_sql() -> str:
+    """The statement creating :data:`TOMBSTONE` on a connection (a temporary function):
+    the caller's advisory lock taken shared (a forget holds it exclusively until its
+    deletes commit; writers share it), then the tombstone read. One statement for the
+    turn: in READ COMMITTED each statement inside a VOLATILE function takes a new snapshot,
+    so the read after the lock sees the forget just committed. The wait is bounded by
+    ``lock_timeout`` (the function's own, restored on exit), :data:`TOMBSTONE_WAIT_S`."""
+    wait_ms = max(1, round(TOMBSTONE_WAIT_S * 1000))
+    return f"""
+        CREATE OR REPLACE FUNCTION {TOMBSTONE}(h text) RETURNS float8
+        LANGUAGE plpgsql VOLATILE SET lock_timeout = '{wait_ms}ms' AS $body$
+        BEGIN
+            PERFORM pg_advisory_xact_lock_shared(hashtextextended(h, 0));
+            RETURN (SELECT f.at FROM forgotten f WHERE f.user_hash = h);
+        END $body$"""
 
 
 def asyncpg_error() -> type[Exception]:
@@ -162,8 +189,9 @@ async def warm(conn: Any, config: str, function: bool) -> bool:
 
     With ``function`` it first creates the connection's search function
     (``_postgres_search.function_sql``: a temporary one, nothing written to the database),
-    so that its statement is planned here; returns whether the connection has it (a role
-    without the TEMP privilege cannot create it: searches then send their statements).
+    so that its statement is planned here, and the tombstone read's function
+    (:func:`tombstone_function_sql`); returns whether the connection has them (a role
+    without the TEMP privilege cannot create them: searches then send their statements).
 
     Raises:
         asyncpg.PostgresConnectionError: and asyncpg's other connection-level errors: the
@@ -171,7 +199,9 @@ async def warm(conn: Any, config: str, function: bool) -> bool:
     """
     if function:
         try:
-            await conn.execute(function_sql(config))
+            # both or neither (one simple query, one transaction): the store knows per
+            # connection whether it has "the functions"
+            await conn.execute(f"{function_sql(config)};{tombstone_function_sql()}")
         except asyncpg_error() as e:
             if broken(e):
                 raise
@@ -179,7 +209,7 @@ async def warm(conn: Any, config: str, function: bool) -> bool:
             function = False
     nobody = "pcs-warm-up"  # no rows: such a caller would only be read, never changed
     statements: list[tuple] = [
-        (FORGOTTEN_AT, nobody),
+        (TOMBSTONE_AT if function else FORGOTTEN_AT, nobody),
         (MESSAGES_AT, [nobody], [0]),
     ]
     # the caller's search has one statement text per number of distinct words (one read of

@@ -19,11 +19,13 @@ from typing import Any, TypeVar
 from loguru import logger
 
 from pipecat_summarizer._validation import check_number
-from pipecat_summarizer.store import _postgres_search, _postgres_writes
+from pipecat_summarizer.store import _postgres_pool, _postgres_search, _postgres_writes
 from pipecat_summarizer.store._dsn import mask_dsn
 from pipecat_summarizer.store._postgres_pool import (
     FORGOTTEN_AT,
     MESSAGES_AT,
+    TOMBSTONE_AT,
+    WAIT_FOR_FORGET,
     Lease,
     LeaseBook,
     asyncpg_error,
@@ -442,14 +444,58 @@ class PostgresMemoryStore(MemoryStore):
             _HELD.reset(held)
 
     async def forgotten_at(self, user_id: str) -> float | None:
-        """When ``user_id`` was last forgotten (the tombstone's time), or ``None``."""
+        """When ``user_id`` was last forgotten (the tombstone's time), or ``None``.
+
+        A forget of the caller under way in another process (its deletes not committed) is
+        waited for, at most ``TOMBSTONE_WAIT_S``: the read answers once it committed (its
+        tombstone) or rolled back. One statement (see ``tombstone_function_sql``).
+
+        Raises:
+            StoreError: If the forget is still under way after that wait (not known in
+                time: a live call's watch places nothing).
+        """
         check_user_id(user_id)
-        rows = await self._fetch(FORGOTTEN_AT, user_hash(user_id))
+        key = user_hash(user_id)
+        return await self._read(lambda conn: self._tombstone_at(conn, key))
+
+    async def _tombstone_at(self, conn: Any, key: str) -> float | None:
+        pid = conn.get_server_pid()
+        try:
+            if pid in self._functions:
+                try:
+                    rows = await conn.fetch(TOMBSTONE_AT, key)
+                except asyncpg_error() as e:
+                    if getattr(e, "sqlstate", None) != "42883":
+                        raise
+                    self._functions.discard(pid)  # a session reset dropped it: as without
+                else:
+                    at = rows[0]["at"]
+                    return None if at is None else float(at)
+            if not self.read_only:  # (inspect reads no live call's tombstone: no wait)
+                # without the function: the wait is a statement of its own (the lock goes as
+                # it ends), bounded by asyncpg's timeout
+                await conn.execute(WAIT_FOR_FORGET, key, timeout=_postgres_pool.TOMBSTONE_WAIT_S)
+        except (TimeoutError, asyncpg_error()) as e:
+            if isinstance(e, TimeoutError) or getattr(e, "sqlstate", None) == "55P03":
+                waited = _postgres_pool.TOMBSTONE_WAIT_S  # lock_timeout, or asyncpg's
+                raise StoreError(
+                    f"a forget of the caller still under way after {waited:g} s"
+                ) from None
+            raise
+        rows = await conn.fetch(FORGOTTEN_AT, key)
         return float(rows[0]["at"]) if rows else None
 
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
         """The forget tombstones among ``user_hashes``: their times, by hash (one read of
-        the tombstones' primary key). A closed store answers ``{}`` (never opened again)."""
+        the tombstones' primary key). A closed store answers ``{}`` (never opened again).
+
+        Unlike :meth:`forgotten_at`, it never waits for a forget under way: it is the
+        vector cache's periodic sweep of many callers (a wait per caller would queue it
+        behind every forget of the fleet), a tombstone it misses is found by the next sweep,
+        and the cache drops a caller's vectors again for a while after it sees one; a live
+        call's own watch reads :meth:`forgotten_at`. A call's forget baseline reads it too:
+        one read before the forget committed only makes that forget count during the call
+        (its recording stops: the safe side)."""
         keys = list(dict.fromkeys(k for k in user_hashes if isinstance(k, str)))
         if not keys or self._pool is None or self._closing:
             return {}

@@ -65,7 +65,6 @@ async def test_without_a_baseline_a_margin_holds(stores):
     assert await store.noticed_forget("bo", since) is False  # long before the call
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md S8-H-1: the tombstone read does not wait")
 async def test_postgres_a_tombstone_read_waits_for_a_forget_under_way(pg_server):
     """Another process's forget holds the caller's lock until it commits: the live call's
     watch reads after the commit (its tombstone), never the moment before."""
