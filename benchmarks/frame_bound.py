@@ -24,6 +24,11 @@ Per frame:
   loop waits for the store, so they hardly overlap); on a loaded machine the wall time also
   holds the time the process waited for a CPU.
 
+Below the table, the slowest 1% of frames per backend and size is split into CPU time (the
+loop's, the store thread's, PostgreSQL's backends'; garbage collections apart), the wait for
+a CPU while other processes ran, and the rest (benchmarks/_tail.py), beside the p99 without
+the waits for a CPU; nothing is left out of the p99s.
+
 Printed per backend and size: frames, wall p50 / p99 / max, the hop's p99, CPU p50 / p99,
 the share of frames over the budget, and how recall's searches ended (on time, or missed the
 budget: too slow, or the previous turn's search still running), with the load average.
@@ -53,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _tail import Spent, TurnClock, tail_line  # noqa: E402
 from frame_delay import InstantLLM, percentile  # noqa: E402
 from hot_path import Stamp, TurnEnd, build_messages, describe_code, no_trip_config  # noqa: E402
 from loguru import logger  # noqa: E402
@@ -97,17 +103,22 @@ class Clocks:
 
 
 class CpuStamp(Stamp):
-    """The forwarding processor before ours: notes the CPU clock, then the push time."""
+    """The forwarding processor before ours: notes the CPU clock and the counters of
+    ``_tail``, then the push time."""
 
     def __init__(self, clocks: Clocks) -> None:
         """No frame yet."""
         super().__init__()
         self.clocks = clocks
         self.cpu_ns: dict[int, int] = {}
+        self.turn_clock: TurnClock | None = None
+        self.counters: dict[int, Any] = {}
 
     async def process_frame(self, frame, direction):
-        """Note the CPU clock and the time (the clock read before the time: not in it)."""
+        """Note the clocks and the time (the clocks read before the time: not in it)."""
         if isinstance(frame, LLMContextFrame) and direction == FrameDirection.DOWNSTREAM:
+            if self.turn_clock is not None:
+                self.counters[frame.id] = self.turn_clock.start()
             self.cpu_ns[frame.id] = self.clocks.cpu_ns()
         await super().process_frame(frame, direction)
 
@@ -119,6 +130,7 @@ class TimedSummarizer(ContextSummarizer):
     wall_ns: list[int]
     hop_ns: list[int]
     cpu: list[int]
+    spent: list[Spent]
 
     async def process_frame(self, frame, direction):
         """Time the whole ``process_frame`` of a user turn's frame (and its queue hop)."""
@@ -132,6 +144,11 @@ class TimedSummarizer(ContextSummarizer):
             self.wall_ns.append(end - pushed)
             self.hop_ns.append(started - pushed)
             self.cpu.append(cpu - self.stamp.cpu_ns.pop(frame.id))
+            started = self.stamp.counters.pop(frame.id, None)
+            if started is not None and self.stamp.turn_clock is not None:
+                spent = self.stamp.turn_clock.stop(started)
+                spent.wall = (end - pushed) / 1e6  # the frame's, as the table's
+                self.spent.append(spent)
 
 
 def questions(turns: int, ended: TurnEnd, texts: list[str]) -> Iterator[Frame]:
@@ -156,6 +173,7 @@ class Row:
     hop_ms: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
     searches: dict[str, int] = field(default_factory=dict)
+    spent: list[Spent] = field(default_factory=list)
 
 
 async def backend_pids(store: Any) -> list[int]:
@@ -172,6 +190,7 @@ async def one_call(target: str, backend: str, args: argparse.Namespace, n: int) 
     rng = random.Random(n)
     row = Row(backend, n, "")
     store = open_store(target)
+    turn_clock: TurnClock | None = None
     try:
         clocks = Clocks()
         if backend == "PostgreSQL":
@@ -189,7 +208,8 @@ async def one_call(target: str, backend: str, args: argparse.Namespace, n: int) 
             recall=RecallParams(),
         )
         stamp = CpuStamp(clocks)
-        ours.stamp, ours.wall_ns, ours.hop_ns, ours.cpu = stamp, [], [], []
+        stamp.turn_clock = turn_clock = TurnClock(clocks.pids)
+        ours.stamp, ours.wall_ns, ours.hop_ns, ours.cpu, ours.spent = stamp, [], [], [], []
         pair = LLMContextAggregatorPair(context)
         ended = TurnEnd()
         pipeline = Pipeline([pair.user(), stamp, ours, InstantLLM(), pair.assistant(), ended])
@@ -205,6 +225,7 @@ async def one_call(target: str, backend: str, args: argparse.Namespace, n: int) 
         row.wall_ms = [ns / 1e6 for ns in ours.wall_ns[1:]]
         row.hop_ms = [ns / 1e6 for ns in ours.hop_ns[1:]]
         row.cpu_ms = [ns / 1e6 for ns in ours.cpu[1:]]
+        row.spent = ours.spent[1:]
         row.searches = {
             "asked": step.turns,
             "recalled": step.recalled,
@@ -212,6 +233,8 @@ async def one_call(target: str, backend: str, args: argparse.Namespace, n: int) 
             "late": step.late_served,
         }
     finally:
+        if turn_clock is not None:
+            turn_clock.close()
         await store.close()
     return row
 
@@ -374,6 +397,13 @@ def main(argv: list[str] | None = None) -> int:
         "CPU time meanwhile, plus the server backends' on PostgreSQL (ms)"
     )
     print(table(rows, budget_ms))
+    print(
+        "where the slowest frames' time went (ms): CPU of this process (and of PostgreSQL's "
+        "backends; garbage collections included), waiting for a CPU (other processes ran), "
+        "other (blocked: storage reads, waits on the store); nothing left out"
+    )
+    for r in rows:
+        print(f"{r.backend} {r.archived:,}: {tail_line(r.spent, 99, percentile)}")
     print(
         f"{time.monotonic() - started:.0f} s; load average {os.getloadavg()[0]:.2f} at the end "
         f"on {os.cpu_count()} CPUs"

@@ -1,0 +1,188 @@
+"""Where a timed turn's wall time went: a benchmark's tail, attributed (Linux).
+
+A slow turn is slow for one of a few reasons, and only some of them are recall's: its own
+work (CPU time, of which the interpreter's garbage collections are part), a wait for a CPU
+while other processes ran (a shared machine: the threads were runnable, not running), or
+a wait for something else (reads from storage of pages not in the OS page cache, a
+thread's hand-over). :class:`TurnClock` reads, around each timed turn and outside its
+timestamps, the kernel's counters of this process's threads (and of a database server's
+processes, when given): the CPU time and the run-queue wait (``/proc/.../schedstat``), the
+bytes read from storage (``/proc/.../io``), and the garbage collections that overlapped the
+turn (``gc.callbacks``). Nothing is discarded: :func:`tail_line` prints the slowest
+turns' wall time split into these parts, beside the p99 without the waits for a CPU (what
+a machine running nothing else would show).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Spent:
+    """One turn's wall time and its parts (ms; storage reads in KiB)."""
+
+    wall: float
+    cpu: float  # this process's threads (and the server's processes): GC included
+    queued: float  # its threads runnable, waiting for a CPU (summed: they may overlap)
+    gc: float  # garbage collections that overlapped the turn (CPU time of the thread)
+    read_kib: float  # read from storage (pages not in the OS page cache)
+    #: CPU time by thread: "loop" (the process's main thread), the others by their name
+    #: ("sqlite-store", "server": the server's processes)
+    threads: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def runq(self) -> float:
+        """The wait for a CPU counted in the wall time: at most what the CPU time leaves
+        (two threads waiting at once wait the same milliseconds)."""
+        return max(0.0, min(self.queued, self.wall - self.cpu))
+
+    @property
+    def other(self) -> float:
+        """Neither running nor waiting for a CPU: blocked on storage reads, a thread's
+        hand-over (below 0 when two threads ran at once)."""
+        return self.wall - self.cpu - self.runq
+
+
+def _schedstat(path: str) -> tuple[int, int]:
+    try:
+        on_cpu, waiting, _ = Path(path).read_text().split()
+        return int(on_cpu), int(waiting)
+    except (OSError, ValueError):
+        return 0, 0
+
+
+def _read_bytes(path: str) -> int:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+#: Per thread name, ns on a CPU; ns waiting for one (all threads); bytes read from storage.
+Counters = tuple[dict[str, int], int, int]
+
+
+class TurnClock:
+    """Counters read around each timed turn: :meth:`start` before its first timestamp,
+    :meth:`stop` after its last (their own reads are not in the wall time)."""
+
+    def __init__(self, pids: Sequence[int] = ()) -> None:
+        """This process's threads, and the processes ``pids`` (a server's backends)."""
+        self.pids = list(pids)
+        self._gcs: list[tuple[float, float]] = []
+        self._gc_started: dict[int, float] = {}
+        self._names: dict[str, str] = {}
+        gc.callbacks.append(self._on_gc)
+
+    def close(self) -> None:
+        """Stop watching the collections."""
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        now = time.perf_counter()
+        key = info["generation"]
+        if phase == "start":
+            self._gc_started[key] = now
+        elif key in self._gc_started:
+            self._gcs.append((self._gc_started.pop(key), now))
+            del self._gcs[:-1000]
+
+    def _name(self, task: str) -> str:
+        if task not in self._names:
+            named = {str(t.native_id): t.name for t in threading.enumerate()}
+            name = "loop" if int(task) == os.getpid() else named.get(task, "other")
+            # "sqlite-store_0": one name for a store's threads, whatever their number
+            self._names[task] = name.rstrip("0123456789").rstrip("_")
+        return self._names[task]
+
+    def _counters(self) -> Counters:
+        threads: dict[str, int] = {}
+        waiting = 0
+        for task in os.listdir("/proc/self/task"):
+            a, b = _schedstat(f"/proc/self/task/{task}/schedstat")
+            name = self._name(task)
+            threads[name] = threads.get(name, 0) + a
+            waiting += b
+        read = _read_bytes("/proc/self/io")
+        for pid in self.pids:
+            a, b = _schedstat(f"/proc/{pid}/schedstat")
+            threads["server"] = threads.get("server", 0) + a
+            waiting += b
+            read += _read_bytes(f"/proc/{pid}/io")
+        return threads, waiting, read
+
+    def start(self) -> tuple[Counters, float]:
+        """The counters, then the turn's first timestamp."""
+        counters = self._counters()
+        return counters, time.perf_counter()
+
+    def stop(self, started: tuple[Counters, float]) -> Spent:
+        """The turn's last timestamp, then the counters: what the turn spent."""
+        t1 = time.perf_counter()
+        (cpu0, wait0, read0), t0 = started
+        cpu1, wait1, read1 = self._counters()
+        collected = sum(min(b, t1) - max(a, t0) for a, b in self._gcs if b > t0 and a < t1)
+        threads = {k: (v - cpu0.get(k, 0)) / 1e6 for k, v in cpu1.items()}
+        return Spent(
+            wall=(t1 - t0) * 1000,
+            cpu=sum(threads.values()),
+            queued=(wait1 - wait0) / 1e6,
+            gc=collected * 1000,
+            read_kib=(read1 - read0) / 1024,
+            threads={k: v for k, v in threads.items() if v > 0},
+        )
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (inclusive), as the benchmarks print them."""
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def tail_line(
+    spent: Sequence[Spent],
+    q: float = 99,
+    percentile: Callable[[list[float], float], float] | None = None,
+) -> str:
+    """The slowest turns (at or above the ``q``-th percentile) split into their parts
+    (means, ms), and the ``q``-th percentile without the waits for a CPU. ``percentile``
+    (values, a share of 1) is the caller's own, if it prints its table with another."""
+    if not spent:
+        return "no turns"
+
+    def quantile(values: list[float], q: float) -> float:
+        return percentile(values, q / 100) if percentile is not None else pct(values, q)
+
+    edge = quantile([s.wall for s in spent], q)
+    slow = [s for s in spent if s.wall >= edge]
+    n = len(slow)
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / n
+
+    names = sorted({k for s in slow for k in s.threads}, key=lambda k: (k != "loop", k))
+    by_thread = "".join(f"{k} {mean([s.threads.get(k, 0.0) for s in slow]):.2f}, " for k in names)
+
+    return (
+        f"p{q:g} {edge:.2f}; its {n} slowest of {len(spent)}: "
+        f"wall {mean([s.wall for s in slow]):.2f}"
+        f" = CPU {mean([s.cpu for s in slow]):.2f} ({by_thread}GC {mean([s.gc for s in slow]):.2f})"
+        f" + waiting for a CPU {mean([s.runq for s in slow]):.2f}"
+        f" + other {mean([s.other for s in slow]):.2f} (storage reads"
+        f" {mean([s.read_kib for s in slow]):.0f} KiB); turns that read storage"
+        f" {sum(s.read_kib > 0 for s in spent)}, with a GC {sum(s.gc > 0 for s in spent)};"
+        f" p{q:g} without the waits for a CPU {quantile([s.wall - s.runq for s in spent], q):.2f}"
+    )
