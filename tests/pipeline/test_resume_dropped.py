@@ -14,7 +14,6 @@ from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.frames.frames import CancelFrame
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._session.resume import LOST_RESULT, NOTICE_HEADER
@@ -22,6 +21,7 @@ from pipecat_summarizer.params import MemoryParams, WriterParams
 from pipecat_summarizer.store import open_store
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import Gap, idle_for, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = {"role": "system", "content": "You are a helpful voice assistant."}
@@ -100,14 +100,17 @@ async def call(
         await never.wait()
 
     llm.register_function(TOOL, lookup)
-    frames = [SleepFrame(sleep=0.5), *turns(texts, gap=0.4)]
+    frames = [Gap(sleep=0.5), *turns(texts, gap=0.4)]  # each pause ends once settled
     if end == "cancel":
         frames.append(CancelFrame())
     if end == "mark":
         processor.mark_dropped()
     try:
-        await run_test(
-            build(context, processor, llm), frames_to_send=frames, send_end_frame=end != "cancel"
+        await run_settling(
+            build(context, processor, llm),
+            frames_to_send=frames,
+            idle=idle_for(server, processor, llm),
+            send_end_frame=end != "cancel",
         )
     finally:
         await store.close()

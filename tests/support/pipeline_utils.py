@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 from pipecat.frames.frames import InterruptionFrame, LLMMessagesAppendFrame
@@ -19,7 +18,7 @@ from pipecat_summarizer import (
     OpenAISummarizer,
 )
 from tests.support.openai_server import Reply, is_summary_request
-from tests.support.settle import Gap, run_settling
+from tests.support.settle import Gap, idle_for, run_settling
 
 
 def main_llm(base_url: str, **settings) -> OpenAILLMService:
@@ -159,22 +158,13 @@ class Run:
         async def _failed(_, event):
             self.failed.append(event)
 
-    def idle(self) -> bool:
-        """Nothing under way that a full pause would still let finish: no request being
-        answered, no summary in flight, the summarizer's backoff over."""
-        failures = self.processor._session.schedule.trigger.failures
-        return (
-            self.server.in_flight == 0
-            and not self.processor.summary_in_flight
-            and failures.retry_at <= asyncio.get_running_loop().time()
-        )
-
     async def run(self, frames, tail=0.3):
         pipeline = build(self.context, self.processor, self.llm)
         frames_to_send = [*frames, Gap(sleep=tail)]
-        if self.processor._session.recorder is None and self.processor.recall_step is None:
-            down, up = await run_settling(pipeline, frames_to_send=frames_to_send, idle=self.idle)
-        else:  # a store's writes and searches run on timers of their own: full pauses
+        if self.processor.recall_step is None:
+            idle = idle_for(self.server, self.processor, self.llm)
+            down, up = await run_settling(pipeline, frames_to_send=frames_to_send, idle=idle)
+        else:  # recall's searches and watches run on timers of their own: full pauses
             down, up = await run_test(pipeline, frames_to_send=frames_to_send)
         self.down, self.up = down, up
         return self

@@ -18,6 +18,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pipecat.frames.frames import EndFrame, Frame, LLMFullResponseEndFrame
 from pipecat.observers.base_observer import BaseObserver, FramePushed
@@ -62,6 +63,43 @@ class _Motion(BaseObserver):
             self._ends.add(data.frame.id)
 
 
+def processor_idle(processor: Any) -> bool:
+    """The ``ContextSummarizer`` has nothing under way that time alone would move on: no
+    summary in flight, its backoff over; with a store, the caller's memory load done, no
+    record queued or being written, no write outage. Never idle with recall (its searches
+    and watches run on their own): pauses stay full there."""
+    session = processor._session
+    if processor.summary_in_flight or processor.recall_step is not None:
+        return False
+    if session.schedule.trigger.failures.retry_at > asyncio.get_running_loop().time():
+        return False
+    recorder = session.recorder
+    if recorder is None:
+        return True
+    load, writer = recorder._load, recorder.writer
+    inflight = writer._inflight
+    return (
+        (load is None or load.done())
+        and len(writer) == 0
+        and (inflight is None or inflight.done())
+        and not writer.outage
+    )
+
+
+def idle_for(server: Any, processor: Any, llm: Any = None) -> Callable[[], bool]:
+    """Idle: ``server`` (the fake OpenAI server) answers nothing, ``llm`` runs no tool call,
+    and :func:`processor_idle`."""
+
+    def idle() -> bool:
+        return (
+            server.in_flight == 0
+            and not getattr(llm, "_function_call_tasks", None)
+            and processor_idle(processor)
+        )
+
+    return idle
+
+
 def _asks_llm(frame: Frame) -> bool:
     return bool(getattr(frame, "run_llm", False))
 
@@ -72,6 +110,7 @@ async def run_settling(
     frames_to_send: Sequence[Frame],
     idle: Callable[[], bool],
     observers: list[BaseObserver] | None = None,
+    send_end_frame: bool = True,
 ) -> tuple[list[Frame], list[Frame]]:
     """Like Pipecat's ``run_test`` (source -> ``processor`` -> sink, an ``EndFrame`` after the
     frames), with each :class:`Gap` ended once settled.
@@ -82,6 +121,8 @@ async def run_settling(
         idle: True when the test's own parts (servers, the processor) have nothing under
             way; checked with the answers and the frames' motion.
         observers: More observers for the worker.
+        send_end_frame: Send an ``EndFrame`` after the frames (``False``: the frames end
+            the pipeline themselves, e.g. with a ``CancelFrame``).
 
     Returns:
         The frames the sink received downstream (without the ``EndFrame``) and upstream.
@@ -121,13 +162,14 @@ async def run_settling(
             else:
                 asked += _asks_llm(frame)
                 await worker.queue_frame(frame)
-        await worker.queue_frame(EndFrame())
+        if send_end_frame:
+            await worker.queue_frame(EndFrame())
 
     await asyncio.gather(_run(worker), push())
     received_down = []
     while not down.empty():
         frame = down.get_nowait()
-        if not isinstance(frame, EndFrame):
+        if not isinstance(frame, EndFrame) or not send_end_frame:
             received_down.append(frame)
     received_up = []
     while not up.empty():
