@@ -27,6 +27,8 @@ MESSAGES_AT = (
     "AS k(c, p) ON m.call_id = k.c AND m.position = k.p"
 )
 FORGOTTEN_AT = "SELECT at FROM forgotten WHERE user_hash = $1"
+#: SQL: the tombstones among a batch of callers' hashes (never waits: see ``tombstones``).
+TOMBSTONES = "SELECT user_hash, at FROM forgotten WHERE user_hash = ANY($1::text[])"
 #: How long a tombstone read waits for a forget of the caller under way (another
 #: connection holds the caller's advisory lock, its deletes not committed), seconds: a turn's
 #: watch gives up at its own deadline, long before; this bounds how long the read holds a
@@ -56,6 +58,75 @@ def tombstone_function_sql() -> str:
             PERFORM pg_advisory_xact_lock_shared(hashtextextended(h, 0));
             RETURN (SELECT f.at FROM forgotten f WHERE f.user_hash = h);
         END $body$"""
+
+
+async def _keep_session(conn: Any) -> None:
+    """The pool's reset: nothing to undo (see :func:`create_pool`)."""
+
+
+async def create_pool(
+    dsn: str, *, min_size: int, max_size: int, timeout: float, read_only: bool, init: Any
+) -> Any:
+    """The store's asyncpg pool; ``init`` runs on each new connection (see :func:`warm`)."""
+    import asyncpg
+
+    return await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        timeout=timeout,
+        command_timeout=30,
+        server_settings={
+            # small per-turn queries: starting parallel workers costs more than it saves
+            "max_parallel_workers_per_gather": "0",
+            # a search planned with its own words (their statistics, the tsquery folded to
+            # a constant), never a cached generic plan: ~0.3 ms to plan, where a generic
+            # plan ran the search 1.5-2.5x slower
+            "plan_cache_mode": "force_custom_plan",
+            **({"default_transaction_read_only": "on"} if read_only else {}),
+        },
+        # the store leaves no session state (no SET, LISTEN, cursor or session lock), so a
+        # released connection needs no RESET ALL round trip; asyncpg still rolls back a
+        # transaction left open
+        reset=_keep_session,
+        init=init,
+    )
+
+
+async def read_tombstone(conn: Any, key: str, functions: set[int], read_only: bool) -> float | None:
+    """The tombstone of the caller whose :func:`~pipecat_summarizer.store.records.user_hash`
+    is ``key`` (its time, or ``None``), read once any forget of theirs under way on another
+    connection has ended: through the connection's function when its backend's pid is in
+    ``functions`` (one statement), else with the wait as a statement of its own (its lock
+    goes as it ends), bounded by asyncpg's timeout; a read-only store (``inspect``) reads
+    no live call's tombstone: no wait. A function found gone (a session reset) leaves
+    ``functions``.
+
+    Raises:
+        StoreError: If a forget is still under way after :data:`TOMBSTONE_WAIT_S` (the
+            connection serves on: nothing is left running or held on it).
+    """
+    pid = conn.get_server_pid()
+    try:
+        if pid in functions:
+            try:
+                rows = await conn.fetch(TOMBSTONE_AT, key)
+            except asyncpg_error() as e:
+                if getattr(e, "sqlstate", None) != "42883":
+                    raise
+                functions.discard(pid)
+            else:
+                at = rows[0]["at"]
+                return None if at is None else float(at)
+        if not read_only:
+            await conn.execute(WAIT_FOR_FORGET, key, timeout=TOMBSTONE_WAIT_S)
+    except (TimeoutError, asyncpg_error()) as e:
+        if isinstance(e, TimeoutError) or getattr(e, "sqlstate", None) == "55P03":
+            waited = TOMBSTONE_WAIT_S  # the function's lock_timeout, or asyncpg's
+            raise StoreError(f"a forget of the caller still under way after {waited:g} s") from None
+        raise
+    rows = await conn.fetch(FORGOTTEN_AT, key)
+    return float(rows[0]["at"]) if rows else None
 
 
 def asyncpg_error() -> type[Exception]:

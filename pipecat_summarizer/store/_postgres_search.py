@@ -17,6 +17,12 @@ from pipecat_summarizer.store.base import query_words
 #: A search ranks at most this many of the scope's matches, the latest (as on SQLite): the
 #: ranking reads every row it scores.
 RANK_MATCHES = 3000
+#: The columns of a search's rows; a search by caller adds its words' counts.
+HIT_KEYS = tuple("call_id position turn at role content removed_by score user_id".split())
+HIT_SHAPES = (HIT_KEYS, (*HIT_KEYS, "df", "edge"))
+#: The largest search ``limit`` sent (PostgreSQL binds it as an int4): a larger one reads
+#: every match, as this does.
+MAX_SEARCH_LIMIT = 2**31 - 1
 #: A search by caller ranks its rarest words while their rows in the caller's word index
 #: stay within this many (as on SQLite): see ``caller_search_sql``.
 KEEP_MATCHES = 3000

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-
-from loguru import logger
 
 from pipecat_summarizer._text.vocabulary import words
 from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.errors import PipecatSummarizerError
+
+# the forget bookkeeping (its own module), its names where their users import them from
+from pipecat_summarizer.store._forgets import _FORGET_LISTENERS as _FORGET_LISTENERS
+from pipecat_summarizer.store._forgets import BASELINE_WAIT_S as BASELINE_WAIT_S
+from pipecat_summarizer.store._forgets import FORGET_SKEW_S as FORGET_SKEW_S
+from pipecat_summarizer.store._forgets import MAX_BASELINES as MAX_BASELINES
+from pipecat_summarizer.store._forgets import Forgets
+from pipecat_summarizer.store._forgets import on_forget as on_forget
+from pipecat_summarizer.store._forgets import tell_forget as _tell_forget
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallerMemory,
@@ -37,79 +43,11 @@ from pipecat_summarizer.store.records import (
 #: v6 (PostgreSQL): the word index is emptied with the messages by a ``TRUNCATE``.
 SCHEMA_VERSION = 6
 
-#: A call whose forget baseline was never read (:meth:`MemoryStore.forget_baseline`; or
-#: its read failed) counts a tombstone stamped up to this many seconds before its start:
-#: another process's clock may be behind this one's (a forget is never missed for that; a
-#: forget just before the call would stop its recording, the safe side).
-FORGET_SKEW_S = 600.0
-#: Calls' baselines kept per store object (the oldest go first; see ``forget_baseline``).
-MAX_BASELINES = 4096
-#: How long a forget watch (or a memory load) waits for its call's baseline read, seconds;
-#: then the :data:`FORGET_SKEW_S` margin holds for that watch.
-BASELINE_WAIT_S = 2.0
-_UNREAD = object()  # no baseline (never read, or the read failed)
 
-
-#: Told a caller's id each time this process counts a forget of them (its own, or another
-#: process's read from the tombstone): what the process keeps of the caller outside the
-#: store, whoever holds it (recall's cache of semantic vectors), goes too, even when no call
-#: of theirs is live here any more.
-_FORGET_LISTENERS: list[tuple[object, Callable[[str], object]]] = []  # (the addition, listener)
-
-
-def _same(listener: Callable[[str], object]) -> tuple[int, object]:
-    """A listener's identity: the object itself, never its equality (two equal holders are
-    two listeners); a bound method by its object and function (each ``obj.method`` read is
-    a new bound method; a built-in one, ``list.append``, by its name)."""
-    owner = getattr(listener, "__self__", None)
-    if owner is not None:
-        func = getattr(listener, "__func__", None)
-        return id(owner), id(func) if func is not None else getattr(listener, "__name__", "")
-    return id(listener), 0
-
-
-def on_forget(listener: Callable[[str], object]) -> Callable[[], None]:
-    """Have ``listener(user_id)`` called each time this process counts a forget (once per
-    listener, however often it is added). It runs inside the forget: keep it quick; one that
-    raises is logged by its exception's type and never fails the forget. Listeners are
-    told apart by identity, never by equality.
-
-    Returns:
-        A function that stops the calls of this addition (a listener added twice is called
-        until both additions are stopped).
-    """
-    if not callable(listener):
-        raise TypeError(f"a forget's listener must be callable, got {type(listener).__name__}")
-    addition = object()
-    _FORGET_LISTENERS.append((addition, listener))
-
-    def remove() -> None:
-        for i, (added, _) in enumerate(_FORGET_LISTENERS):
-            if added is addition:
-                del _FORGET_LISTENERS[i]
-                return
-
-    return remove
-
-
-def _tell_forget(user_id: str) -> None:
-    told: set[tuple[int, object]] = set()
-    for _, listener in list(_FORGET_LISTENERS):  # a listener stopped meanwhile is still told
-        key = _same(listener)
-        if key in told:
-            continue
-        told.add(key)
-        try:
-            listener(user_id)
-        except (Exception, asyncio.CancelledError) as e:
-            # an own forget tells before its rows go: a listener never stops them going
-            logger.warning(f"a forget's listener failed ({type(e).__name__})")
-
-
-def _consumed(read: asyncio.Future) -> None:
-    # a failed baseline read is answered by the fallback: never "exception never retrieved"
-    if not read.cancelled():
-        read.exception()
+def _told(user_id: str) -> None:
+    # the listeners are told through this module's name, looked up at each forget: tests
+    # silence this process's listeners by replacing it (and read _FORGET_LISTENERS here)
+    _tell_forget(user_id)
 
 
 def query_words(query: str, limit: int = 32) -> list[str]:
@@ -426,21 +364,26 @@ class MemoryStore(ABC):
     async def purge_older_than(self, days: float) -> int:
         """Delete records older than ``days`` days. Returns rows deleted."""
 
+    @property
+    def _forgets(self) -> Forgets:
+        """This store object's forget bookkeeping (made on first use: a backend need not
+        call an ``__init__`` of this class, which has none)."""
+        forgets = self.__dict__.get("_forget_book")
+        if forgets is None:
+            forgets = self.__dict__["_forget_book"] = Forgets(_told)
+        return forgets
+
     def forget_generation(self, user_id: str) -> int:
         """How many times :meth:`forget` ran for ``user_id`` on this store object (in this
-        process): a live call's recorder, recall and semantic index compare it with the
-        value they saw before and drop what they hold of the caller when it moved. While a
+        process), or another process's forget was noticed (:meth:`noticed_forget`): a live
+        call's recorder, recall and semantic index compare it with the value they saw
+        before and drop what they hold of the caller when it moved.
+
+        A token: compare it for equality only (``==`` / ``!=``), never by order. While a
         forget of the caller is under way (PostgreSQL: counted, rows not yet deleted), each
-        read answers a new negative value: compare for equality only."""
-        generations: dict[str, int] = self.__dict__.get("_forget_generations", {})
-        if self.__dict__.get("_forgets_running", {}).get(user_id):
-            # a forget under way (its rows not yet gone): each read is a new negative value,
-            # never read again, so nothing stamped now (a search reading rows still there)
-            # matches a read made before the forget, during it, or after it
-            moving = self.__dict__.get("_forget_moving", 0) - 1
-            self.__dict__["_forget_moving"] = moving
-            return moving
-        return generations.get(user_id, 0)
+        read answers a new negative value, never answered again, so that a read made during
+        the forget matches no other read (before, during or after it)."""
+        return self._forgets.generation(user_id)
 
     async def forgotten_at(self, user_id: str) -> float | None:
         """When ``user_id`` was last forgotten, by any process (the tombstone's time), or
@@ -464,31 +407,10 @@ class MemoryStore(ABC):
         reads it at its start, before the caller's memory. The same read is answered for
         the same key; the :data:`MAX_BASELINES` latest calls' are kept. It reads
         :meth:`tombstones` (a store that keeps tombstones answers both)."""
-        baselines: dict[tuple[str, float], asyncio.Future] = self.__dict__.setdefault(
-            "_forget_baselines", {}
-        )
-        key = (user_id, since)
-        read = baselines.get(key)
-        if read is None:
-            read = asyncio.ensure_future(self._tombstone(user_id))
-            read.add_done_callback(_consumed)
-            baselines[key] = read
-            while len(baselines) > MAX_BASELINES:
-                baselines.pop(next(iter(baselines)))
-        return read
+        return self._forgets.baseline(user_id, since, lambda: self._tombstone(user_id))
 
     async def _tombstone(self, user_id: str) -> float | None:
         return (await self.tombstones([user_hash(user_id)])).get(user_hash(user_id))
-
-    async def _baseline(self, user_id: str, since: float) -> object:
-        read = self.__dict__.get("_forget_baselines", {}).get((user_id, since))
-        if read is None:
-            return _UNREAD
-        if not read.done():  # a slow read: the margin holds meanwhile
-            await asyncio.wait([read], timeout=BASELINE_WAIT_S)
-        if not read.done() or read.cancelled() or read.exception() is not None:
-            return _UNREAD
-        return read.result()
 
     async def noticed_forget(self, user_id: str, since: float) -> bool:
         """Whether ``user_id`` was forgotten by any process during their call that started
@@ -496,21 +418,11 @@ class MemoryStore(ABC):
         counts as one in this process (see :meth:`forget_generation`), so a live call drops
         what it holds of the caller even when another process ran the forget.
 
-        The tombstone is compared by value with the one read at the call's start
-        (:meth:`forget_baseline`), never by its time: another process's clock may be off.
-        Without a baseline, a tombstone up to :data:`FORGET_SKEW_S` older than ``since``
-        counts."""
-        base = await self._baseline(user_id, since)
-        at = await self.forgotten_at(user_id)
-        if at is None or at == base:
-            return False
-        if base is _UNREAD and at < since - FORGET_SKEW_S:
-            return False
-        seen: dict[str, float] = self.__dict__.setdefault("_tombstones_seen", {})
-        if seen.get(user_id) == at:
-            return False  # seen already, or this process's own forget (counted when it ran)
-        self._forgotten_now(user_id, at)
-        return True
+        The tombstone (:meth:`forgotten_at`) is compared by value with the one read at the
+        call's start (:meth:`forget_baseline`), never by its time: another process's clock
+        may be off. Without a baseline, a tombstone up to :data:`FORGET_SKEW_S` older than
+        ``since`` counts."""
+        return await self._forgets.noticed(user_id, since, self.forgotten_at)
 
     def _refuse_write(self) -> None:
         """Raise :class:`StoreError` if the store was opened read-only (every write, forget
@@ -520,37 +432,13 @@ class MemoryStore(ABC):
 
     def _forgotten_now(self, user_id: str, at: float | None = None) -> float:
         """Count a forget of ``user_id`` (every backend's :meth:`forget` calls this first and
-        writes the returned time as the tombstone's); ``at``: a tombstone read back. The
-        tombstone's time is remembered, so reading back this process's own forget does not
-        count it twice."""
-        generations = self.__dict__.setdefault("_forget_generations", {})
-        generations[user_id] = generations.get(user_id, 0) + 1
-        at = time.time() if at is None else at
-        self.__dict__.setdefault("_tombstones_seen", {})[user_id] = at
-        _tell_forget(user_id)
-        return at
+        writes the returned time as the tombstone's); ``at``: a tombstone read back."""
+        return self._forgets.counted(user_id, at)
 
     def _forget_running(self, user_id: str) -> Callable[[], None]:
-        """Mark a forget of ``user_id`` (counted already) as under way until
-        the returned function is called (once its deletes are committed; calling it again
-        does nothing): meanwhile :meth:`forget_generation` answers values never read again,
-        so what was read while its rows were still there is never taken for what is read
-        after; at the end the forget's listeners are told again (a cache filled meanwhile)."""
-        running: dict[str, int] = self.__dict__.setdefault("_forgets_running", {})
-        running[user_id] = running.get(user_id, 0) + 1
-        ended = False
-
-        def end() -> None:
-            nonlocal ended
-            if ended:
-                return
-            ended = True
-            running[user_id] -= 1
-            if not running[user_id]:
-                del running[user_id]
-            _tell_forget(user_id)
-
-        return end
+        """Mark a forget of ``user_id`` (counted already) as under way until the returned
+        function is called (once its deletes are committed): see :meth:`forget_generation`."""
+        return self._forgets.under_way(user_id)
 
     async def __aenter__(self) -> MemoryStore:
         """Open the store."""

@@ -19,22 +19,22 @@ from typing import Any, TypeVar
 from loguru import logger
 
 from pipecat_summarizer._validation import check_number
-from pipecat_summarizer.store import _postgres_pool, _postgres_search, _postgres_writes
+from pipecat_summarizer.store import _postgres_search, _postgres_writes
 from pipecat_summarizer.store._dsn import mask_dsn
 from pipecat_summarizer.store._postgres_pool import (
-    FORGOTTEN_AT,
     MESSAGES_AT,
-    TOMBSTONE_AT,
-    WAIT_FOR_FORGET,
+    TOMBSTONES,
     Lease,
     LeaseBook,
     asyncpg_error,
+    create_pool,
     lost,
+    read_tombstone,
     terminate,
     warm,
 )
 from pipecat_summarizer.store._postgres_schema import check_read_only, migrate, session_key
-from pipecat_summarizer.store._postgres_search import search_sql
+from pipecat_summarizer.store._postgres_search import HIT_SHAPES, MAX_SEARCH_LIMIT, search_sql
 from pipecat_summarizer.store._rows import (
     CALL_COLS,
     COMPACTION_COLS,
@@ -69,30 +69,9 @@ from pipecat_summarizer.store.records import (
     user_hash,
 )
 
-
-async def _keep_session(conn) -> None:
-    """The pool's reset: nothing to undo (see ``PostgresMemoryStore.open``)."""
-
-
 _CONFIG = re.compile(r"^[a-z_]+$")
 #: SQL: the session a ``call_id`` argument (``$1``) names.
 _SESSION = session_key(1)
-#: The columns of a search's rows; a search by caller adds its words' counts.
-_HIT_KEYS = (
-    "call_id",
-    "position",
-    "turn",
-    "at",
-    "role",
-    "content",
-    "removed_by",
-    "score",
-    "user_id",
-)
-_HIT_SHAPES = (_HIT_KEYS, (*_HIT_KEYS, "df", "edge"))
-#: The largest search ``limit`` sent (PostgreSQL binds it as an int4): a larger one reads
-#: every match, as this does.
-MAX_SEARCH_LIMIT = 2**31 - 1
 T = TypeVar("T")
 #: The connection a search holds: its statements go there (see ``_fetch``).
 _HELD: contextvars.ContextVar[Any] = contextvars.ContextVar("pcs_search_conn", default=None)
@@ -169,7 +148,7 @@ class PostgresMemoryStore(MemoryStore):
         # common words' counts in callers' word indexes, reused for a minute (see
         # _postgres_search.caller_search_sql)
         self._df: _postgres_search.WordCounts = {}
-        # the server pids of the connections that have the search function (see warm)
+        # the server pids of the connections that have the functions (search, tombstone)
         self._functions: set[int] = set()
 
     def __repr__(self) -> str:
@@ -180,31 +159,15 @@ class PostgresMemoryStore(MemoryStore):
         """Create the pool and migrate the schema (idempotent)."""
         if self._pool is not None:
             return
-        import asyncpg
-
         async with self._lock:
             if self._pool is not None:
                 return
-            pool = await asyncpg.create_pool(
+            pool = await create_pool(
                 self.dsn,
                 min_size=self.min_size,
                 max_size=self.max_size,
                 timeout=self.connect_timeout_s,
-                command_timeout=30,
-                server_settings={
-                    # small per-turn queries: starting parallel workers costs more than it saves
-                    "max_parallel_workers_per_gather": "0",
-                    # a search planned with its own words (their statistics, the tsquery
-                    # folded to a constant), never a cached generic plan: ~0.3 ms to plan,
-                    # where a generic plan ran the search 1.5-2.5x slower
-                    "plan_cache_mode": "force_custom_plan",
-                    **({"default_transaction_read_only": "on"} if self.read_only else {}),
-                },
-                # the store leaves no session state (no SET, LISTEN, cursor or session
-                # lock), so a released connection needs no RESET ALL round trip; asyncpg
-                # still rolls back a transaction left open
-                reset=_keep_session,
-                # each new connection runs a turn's statements once (see warm)
+                read_only=self.read_only,
                 init=self._init_connection,
             )
             try:
@@ -434,7 +397,7 @@ class PostgresMemoryStore(MemoryStore):
                     self._functions.discard(conn.get_server_pid())
                     function = False
                     continue
-                if rows and tuple(rows[0].keys()) not in _HIT_SHAPES:
+                if rows and tuple(rows[0].keys()) not in HIT_SHAPES:
                     # never another statement's rows as hits: that connection is not trusted
                     terminate(conn)
                     columns = list(rows[0].keys())
@@ -444,64 +407,32 @@ class PostgresMemoryStore(MemoryStore):
             _HELD.reset(held)
 
     async def forgotten_at(self, user_id: str) -> float | None:
-        """When ``user_id`` was last forgotten (the tombstone's time), or ``None``.
-
-        A forget of the caller under way in another process (its deletes not committed) is
-        waited for, at most ``TOMBSTONE_WAIT_S``: the read answers once it committed (its
-        tombstone) or rolled back. One statement (see ``tombstone_function_sql``).
+        """When ``user_id`` was last forgotten (the tombstone's time), or ``None``; a forget of
+        the caller under way in another process (deletes not committed) is waited for, at
+        most ``TOMBSTONE_WAIT_S`` (see ``_postgres_pool.read_tombstone``).
 
         Raises:
-            StoreError: If the forget is still under way after that wait (not known in
-                time: a live call's watch places nothing).
+            StoreError: If it is still under way then (not known in time).
         """
         check_user_id(user_id)
         key = user_hash(user_id)
-        return await self._read(lambda conn: self._tombstone_at(conn, key))
-
-    async def _tombstone_at(self, conn: Any, key: str) -> float | None:
-        pid = conn.get_server_pid()
-        try:
-            if pid in self._functions:
-                try:
-                    rows = await conn.fetch(TOMBSTONE_AT, key)
-                except asyncpg_error() as e:
-                    if getattr(e, "sqlstate", None) != "42883":
-                        raise
-                    self._functions.discard(pid)  # a session reset dropped it: as without
-                else:
-                    at = rows[0]["at"]
-                    return None if at is None else float(at)
-            if not self.read_only:  # (inspect reads no live call's tombstone: no wait)
-                # without the function: the wait is a statement of its own (the lock goes as
-                # it ends), bounded by asyncpg's timeout
-                await conn.execute(WAIT_FOR_FORGET, key, timeout=_postgres_pool.TOMBSTONE_WAIT_S)
-        except (TimeoutError, asyncpg_error()) as e:
-            if isinstance(e, TimeoutError) or getattr(e, "sqlstate", None) == "55P03":
-                waited = _postgres_pool.TOMBSTONE_WAIT_S  # lock_timeout, or asyncpg's
-                raise StoreError(
-                    f"a forget of the caller still under way after {waited:g} s"
-                ) from None
-            raise
-        rows = await conn.fetch(FORGOTTEN_AT, key)
-        return float(rows[0]["at"]) if rows else None
+        return await self._read(
+            lambda conn: read_tombstone(conn, key, self._functions, self.read_only)
+        )
 
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
         """The forget tombstones among ``user_hashes``: their times, by hash (one read of
         the tombstones' primary key). A closed store answers ``{}`` (never opened again).
 
-        Unlike :meth:`forgotten_at`, it never waits for a forget under way: it is the
-        vector cache's periodic sweep of many callers (a wait per caller would queue it
-        behind every forget of the fleet), a tombstone it misses is found by the next sweep,
-        and the cache drops a caller's vectors again for a while after it sees one; a live
-        call's own watch reads :meth:`forgotten_at`. A call's forget baseline reads it too:
-        one read before the forget committed only makes that forget count during the call
-        (its recording stops: the safe side)."""
+        Unlike :meth:`forgotten_at` it never waits for a forget under way: the vector
+        cache's sweep of many callers would queue behind every forget of the fleet, and its
+        next sweep finds a tombstone it missed (a live call's watch reads ``forgotten_at``);
+        a call's baseline read before a forget commits makes that forget count during the
+        call (its recording stops: the safe side)."""
         keys = list(dict.fromkeys(k for k in user_hashes if isinstance(k, str)))
         if not keys or self._pool is None or self._closing:
             return {}
-        rows = await self._fetch(
-            "SELECT user_hash, at FROM forgotten WHERE user_hash = ANY($1::text[])", keys
-        )
+        rows = await self._fetch(TOMBSTONES, keys)
         return {str(r["user_hash"]): float(r["at"]) for r in rows}
 
     async def caller_memory(self, user_id: str, *, max_calls: int = 5) -> CallerMemory:
