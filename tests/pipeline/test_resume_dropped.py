@@ -21,7 +21,7 @@ from pipecat_summarizer.params import MemoryParams, WriterParams
 from pipecat_summarizer.store import open_store
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
-from tests.support.settle import Gap, idle_for, run_settling
+from tests.support.settle import Gap, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = {"role": "system", "content": "You are a helpful voice assistant."}
@@ -109,7 +109,6 @@ async def call(
         await run_settling(
             build(context, processor, llm),
             frames_to_send=frames,
-            idle=idle_for(server, processor, llm),
             send_end_frame=end != "cancel",
         )
     finally:

@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from aiohttp import web
 
@@ -59,6 +60,9 @@ Handler = Callable[[dict], Reply | Awaitable[Reply]]
 class FakeOpenAIServer:
     """The server. ``handler(body) -> Reply`` decides each answer; requests are recorded."""
 
+    #: The servers started and not yet stopped (``tests.support.settle`` asks them).
+    live: ClassVar[set[FakeOpenAIServer]] = set()
+
     def __init__(self, handler: Handler | None = None):
         """Initialize with an optional handler (default: 'OK.' for chat, a summary else)."""
         self.handler: Handler = handler or self.default_handler
@@ -96,6 +100,7 @@ class FakeOpenAIServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
         self._runner, self.base_url = await serve_on_loopback(app)
+        FakeOpenAIServer.live.add(self)
         return self.base_url
 
     @property
@@ -106,6 +111,7 @@ class FakeOpenAIServer:
 
     async def stop(self) -> None:
         """Stop the server."""
+        FakeOpenAIServer.live.discard(self)
         if self._runner:
             await self._runner.cleanup()
 

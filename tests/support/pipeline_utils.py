@@ -9,7 +9,6 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.services.openai.llm import OpenAILLMService
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import (
     ContextSummarizer,
@@ -18,7 +17,7 @@ from pipecat_summarizer import (
     OpenAISummarizer,
 )
 from tests.support.openai_server import Reply, is_summary_request
-from tests.support.settle import Gap, idle_for, run_settling
+from tests.support.settle import Gap, run_settling
 
 
 def main_llm(base_url: str, **settings) -> OpenAILLMService:
@@ -160,11 +159,7 @@ class Run:
 
     async def run(self, frames, tail=0.3):
         pipeline = build(self.context, self.processor, self.llm)
-        frames_to_send = [*frames, Gap(sleep=tail)]
-        if self.processor.recall_step is None:
-            idle = idle_for(self.server, self.processor, self.llm)
-            down, up = await run_settling(pipeline, frames_to_send=frames_to_send, idle=idle)
-        else:  # recall's searches and watches run on timers of their own: full pauses
-            down, up = await run_test(pipeline, frames_to_send=frames_to_send)
+        # each pause ends once settled (full length with recall: its searches run on their own)
+        down, up = await run_settling(pipeline, frames_to_send=[*frames, Gap(sleep=tail)])
         self.down, self.up = down, up
         return self

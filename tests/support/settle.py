@@ -25,8 +25,12 @@ from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.services.llm_service import LLMService
 from pipecat.tests.utils import QueuedFrameProcessor, SleepFrame
 from pipecat.workers.runner import WorkerRunner
+
+from pipecat_summarizer import ContextSummarizer
+from tests.support.openai_server import FakeOpenAIServer
 
 #: No frame moved for this long: what was in motion has stopped.
 QUIET_S = 0.03
@@ -100,6 +104,47 @@ def idle_for(server: Any, processor: Any, llm: Any = None) -> Callable[[], bool]
     return idle
 
 
+#: Parts whose only timers are those :func:`pipeline_idle` watches.
+_KNOWN = (
+    "pipecat.pipeline.",
+    "pipecat.processors.aggregators.",
+    "pipecat.services.openai.",
+    "pipecat.tests.",
+    "pipecat_summarizer.",
+)
+
+
+def _parts(processor: FrameProcessor) -> list[FrameProcessor]:
+    inner = getattr(processor, "processors", None)
+    if not isinstance(inner, list) or processor in inner:
+        return [processor]
+    return [processor, *(p for part in inner for p in _parts(part))]
+
+
+def pipeline_idle(processor: FrameProcessor) -> Callable[[], bool] | None:
+    """The idleness of a pipeline built from known parts (Pipecat's pipelines, aggregators
+    and OpenAI services, this package's processors): every fake OpenAI server started
+    answers nothing, no LLM runs a tool call, each ``ContextSummarizer`` is
+    :func:`processor_idle`. ``None`` when the pipeline holds another part (it may have
+    timers of its own): its pauses stay full."""
+    parts = _parts(processor)
+    for part in parts:
+        module = type(part).__module__
+        if not module.startswith(_KNOWN):
+            return None
+    summarizers = [p for p in parts if isinstance(p, ContextSummarizer)]
+    llms = [p for p in parts if isinstance(p, LLMService)]
+
+    def idle() -> bool:
+        return (
+            all(server.in_flight == 0 for server in FakeOpenAIServer.live)
+            and not any(llm._function_call_tasks for llm in llms)
+            and all(processor_idle(s) for s in summarizers)
+        )
+
+    return idle
+
+
 def _asks_llm(frame: Frame) -> bool:
     return bool(getattr(frame, "run_llm", False))
 
@@ -108,7 +153,7 @@ async def run_settling(
     processor: FrameProcessor,
     *,
     frames_to_send: Sequence[Frame],
-    idle: Callable[[], bool],
+    idle: Callable[[], bool] | None = None,
     observers: list[BaseObserver] | None = None,
     send_end_frame: bool = True,
 ) -> tuple[list[Frame], list[Frame]]:
@@ -118,8 +163,9 @@ async def run_settling(
     Args:
         processor: The pipeline (or processor) under test.
         frames_to_send: Frames sent downstream; ``SleepFrame`` pauses, ``Gap`` settles.
-        idle: True when the test's own parts (servers, the processor) have nothing under
-            way; checked with the answers and the frames' motion.
+        idle: True when the test's parts (servers, the processor) have nothing under way;
+            checked with the answers and the frames' motion. ``None``:
+            :func:`pipeline_idle` (full pauses if it cannot tell).
         observers: More observers for the worker.
         send_end_frame: Send an ``EndFrame`` after the frames (``False``: the frames end
             the pipeline themselves, e.g. with a ``CancelFrame``).
@@ -127,6 +173,7 @@ async def run_settling(
     Returns:
         The frames the sink received downstream (without the ``EndFrame``) and upstream.
     """
+    idle = idle or pipeline_idle(processor) or (lambda: False)
     motion = _Motion()
     up: asyncio.Queue = asyncio.Queue()
     down: asyncio.Queue = asyncio.Queue()
