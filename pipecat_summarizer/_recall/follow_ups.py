@@ -13,14 +13,21 @@ turn takes it by its exact words and scope; one the turn does not ask for ages o
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
-from pipecat_summarizer._recall.gather import clipped, unseen
-from pipecat_summarizer._recall.query import asks_when, gathers
+from pipecat_summarizer._recall.budget import recall_budget
+from pipecat_summarizer._recall.compose import EarlyBlock, choose, inputs, render, renders_early
+from pipecat_summarizer._recall.gather import Found, as_found, clipped, unseen
+from pipecat_summarizer._recall.query import ContextTerms, asks_when, gathers
 from pipecat_summarizer._recall.search import LATER_LIMIT, search_words
 from pipecat_summarizer._recall.select import gather_words
 from pipecat_summarizer._recall.superseded import stated_values
+
+#: What a turn finds with its follow-up searches: the words gathered, the second search's new
+#: hits and their replies, the hits of the stated values' searches.
+Followed = tuple[list[str], Found, list[Any]]
 
 
 async def follow_ups(
@@ -30,19 +37,27 @@ async def follow_ups(
     terms: Sequence[str],
     sent: str,
     found: Sequence[Any],
-) -> None:
+) -> Followed | None:
     """Start the searches the turn's recall (``RecallStep``) makes after its search of
     ``sent`` answers with ``found``, derived as the turn derives them: the second search on
     the names and things of the first hits (a question that gathers), then the searches for
     the values the hits (and the second search's new ones) state, when the question asks
     about time or gathers. Each is a plain early search the turn takes by its exact words
-    and scope; one the turn does not ask for ages out unused."""
+    and scope; one the turn does not ask for ages out unused.
+
+    Returns:
+        What the turn will find with them, once they answered, as the turn reads it
+        (``(gathered, more, later)``: the words gathered, the second search's new hits and
+        their replies, the hits of the values' searches), or ``None`` when one of them
+        failed or is not there to wait for (the turn searches again itself).
+    """
     params = step.params
     scope = {"user_id": step.user_id} if step.user_id else {"call_id": step.call_id}
     hits = clipped((list(found), {}), sent.split())[0]  # as the turn's search returns them
-    more: list[Any] = []
+    more: Found = ([], {})
     gathered = gather_words(hits, query, terms, params.min_score) if params.gather else []
     words = search_words(" ".join(gathered)) if gathered else ""
+    ok = True
     if words:
         limit = params.search_limit
         replies = params.max_snippets + 2
@@ -50,19 +65,88 @@ async def follow_ups(
             words, limit=limit, any_word=True, replies=replies, follow_up=True, **scope
         )
         task = archive.running(words, limit=limit, any_word=True, **_scope(scope))
+        ok = task is not None
         if task is not None:
             try:
                 second = await asyncio.shield(task)
+                found2, replies2 = await as_found(archive, second, words, replies)
+                more = (unseen(found2, hits), replies2)
             except Exception:  # noqa: BLE001 - the turn searches again itself
-                second = []
-            more = unseen(clipped((list(second), {}), words.split())[0], hits)
-    if asks_when(query) or gathers(query):
-        for value in stated_values([*hits, *more][: params.max_snippets]):
-            archive.prefetch(value, limit=LATER_LIMIT, any_word=False, follow_up=True, **scope)
+                ok = False
+    if not (asks_when(query) or gathers(query)):
+        return (gathered, more, []) if ok else None
+    values = stated_values([*hits, *more[0]][: params.max_snippets])
+    waits = []
+    for value in values:
+        archive.prefetch(value, limit=LATER_LIMIT, any_word=False, follow_up=True, **scope)
+        waits.append(archive.running(value, limit=LATER_LIMIT, any_word=False, **_scope(scope)))
+    if not ok or any(w is None for w in waits):
+        return None
+    try:
+        answers = [await asyncio.shield(w) for w in waits]
+    except Exception:  # noqa: BLE001 - the turn searches again itself
+        return None
+    later = clipped(([h for a in answers for h in a], {}), values)[0]
+    return gathered, more, later
+
+
+async def early_work(
+    archive: Any,
+    step: Any,
+    summarizer: Any,
+    view: ContextTerms,
+    query: str,
+    terms: Sequence[str],
+    words: str,
+    said: str,
+    found: Sequence[Any],
+) -> None:
+    """``RecallPrefetch``'s early search of ``words`` answered with ``found``: its follow-up
+    searches (:func:`follow_ups`), then, once they answered, the turn's work after them (the
+    snippets chosen and the block's text, see :mod:`~pipecat_summarizer._recall.compose`) on
+    the summarizer's context as it is with ``said`` as its last message (``view``: the
+    prefetch's reading of it, kept from turn to turn), kept in ``archive`` (the
+    ``PrefetchingArchive``) for the turn whose own inputs are exactly these."""
+    user_id = step.user_id
+    generation = archive.generation(user_id)
+    first = step.params.max_snippets + 2
+    hits = await as_found(archive, found, words, first)
+    followed = await follow_ups(archive, step, query, terms, words, found)
+    texts_in_view = getattr(getattr(summarizer, "record", None), "texts_in_view", None)
+    if followed is None or not callable(texts_in_view):
+        return
+    gathered, more, later = followed
+    params = step.params
+    view.update([*summarizer.context.get_messages(), {"role": "user", "content": said}])
+    texts = list(texts_in_view())
+    key = inputs(query, terms, hits, gathered, more, later, view, texts)
+    snippets, size = choose(
+        hits, query, terms, view, texts, params, gathered=gathered, more=more, later=later
+    )
+    budget = recall_budget(size, None)
+    if budget is None or archive.generation(user_id) != generation:
+        return  # no block, or the caller was forgotten meanwhile: nothing is kept
+    rendered = renders_early(query)
+    text = None
+    if rendered:
+        text = render(
+            snippets,
+            query,
+            params,
+            budget=budget,
+            call_id=step.call_id,
+            count=step.count,
+            texts=texts,
+            now=step.now(),
+        )
+    made = time.monotonic()
+    archive.keep_block(
+        EarlyBlock(words, key, snippets, size, budget, rendered, text, user_id, generation, made)
+    )
 
 
 def _scope(scope: dict[str, Any]) -> dict[str, Any]:
     return {"user_id": scope.get("user_id"), "call_id": scope.get("call_id")}
 
 
-__all__ = ["follow_ups"]
+__all__ = ["Followed", "early_work", "follow_ups"]

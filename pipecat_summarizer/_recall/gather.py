@@ -108,6 +108,18 @@ async def read_replies(
             replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
 
 
+async def as_found(archive: Any, found: Sequence[Any], words: str, first: int) -> Found:
+    """A search's answer ``found`` (of ``words``) as the recall step reads it without recall
+    by meaning: its hits, the replies of the first ``first`` (read with the search, read
+    ahead, or read now), each text clipped around the words (see :func:`clipped`)."""
+    hits = list(found or [])
+    replies: dict[tuple[str, int], tuple[str, str]] = dict(getattr(found, "replies", {}))
+    read = {(h.call_id, h.position) for h in hits[:first]} if hasattr(found, "replies") else ()
+    unread = [h for h in hits[:first] if (h.call_id, h.position) not in read]
+    await read_replies(archive, unread, replies)
+    return clipped((hits, replies), words.split())
+
+
 #: Replies read ahead for hits an early search returned (:func:`read_ahead`), by the hit
 #: (weakly: an entry goes with its hit): ``(id(hit), reply or None)``.
 _AHEAD: weakref.WeakKeyDictionary[Any, tuple[int, tuple[str, str] | None]] = (
@@ -293,6 +305,7 @@ def consume(task: asyncio.Task) -> None:
 __all__ = [
     "MAX_HIT_CHARS",
     "Found",
+    "as_found",
     "clip",
     "clipped",
     "consume",

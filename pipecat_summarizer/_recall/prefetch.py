@@ -16,6 +16,10 @@ other goes to the archive as before. The turn's recall, ranking and budget are u
 Once the early search answers, the searches the turn makes after it (a second search on
 the first hits' names, the stated values' searches) start too, derived as the turn derives
 them (:mod:`~pipecat_summarizer._recall.follow_ups`): the turn takes those ready as well.
+Once they answered, the turn's work after them (the snippets chosen, the block's text) is done
+too, on the context as it is with the caller's words as its last message, and kept with what
+it depended on (:mod:`~pipecat_summarizer._recall.compose`): the turn uses it only when its
+own inputs are the same, else chooses as before.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 
-from pipecat_summarizer._recall.follow_ups import follow_ups
+from pipecat_summarizer._recall.compose import EarlyBlock
+from pipecat_summarizer._recall.follow_ups import early_work
 from pipecat_summarizer._recall.gather import read_ahead
 from pipecat_summarizer._recall.query import MAX_QUERY_CHARS, ContextTerms, focus, recall_query
 from pipecat_summarizer._recall.search import search_words
@@ -91,6 +96,8 @@ class PrefetchingArchive:
         #: Follow-up searches (a turn's second and values' searches) started early, and served.
         self.follow_ups_started = 0
         self.follow_ups_served = 0
+        # the turn's work after the search, done early (see compose.py): the latest one
+        self._block: EarlyBlock | None = None
 
     def __getattr__(self, name: str) -> Any:
         # only called for what this class lacks: the archive's other methods
@@ -105,6 +112,21 @@ class PrefetchingArchive:
         if user_id is None or not callable(generation):
             return 0
         return int(generation(user_id))
+
+    def generation(self, user_id: str | None) -> int:
+        """The archive's forget count for ``user_id`` (0 without a caller or a count)."""
+        return self._generation(user_id)
+
+    def keep_block(self, block: EarlyBlock) -> None:
+        """Keep ``block`` for the turn (see :meth:`take_block`): it replaces the one kept."""
+        self._block = block
+
+    def take_block(self) -> EarlyBlock | None:
+        """The early work kept for the turn, taken (it serves one turn at most); the recall
+        step uses it only when its inputs equal the turn's own (see
+        :class:`~pipecat_summarizer._recall.compose.EarlyBlock`)."""
+        block, self._block = self._block, None
+        return block
 
     def in_flight(self) -> bool:
         """Whether an early search of a turn's words is still running (follow-ups aside: the
@@ -183,6 +205,7 @@ class PrefetchingArchive:
             if not early.task.done():
                 del self._early[key]
                 early.task.cancel()
+        self._block = None  # made for the earlier words
         following, self._following = self._following, set()
         for task in following:
             task.cancel()
@@ -242,6 +265,11 @@ class PrefetchingArchive:
                 del self._early[key]
                 if not early.task.done():
                     early.task.cancel()
+        block = self._block
+        if block is not None and (
+            not block.fresh(now) or block.generation != self._generation(block.user_id)
+        ):
+            self._block = None  # the forgotten text goes from memory too
 
     async def _answer(self, early: _Early, key: _Key) -> Sequence[Any]:
         try:
@@ -284,6 +312,7 @@ class PrefetchingArchive:
     def clear(self) -> None:
         """Drop (and cancel) the early searches (the call is over)."""
         early, self._early = self._early, {}
+        self._block = None
         for e in early.values():
             if not e.task.done():
                 e.task.cancel()
@@ -360,6 +389,10 @@ class RecallPrefetch(FrameProcessor):
         self._archive = prefetching_archive(step) if step is not None else None
         self._parts: list[TextPartForConcatenation] = []
         self._terms = ContextTerms()
+        # the context as the turn's recall will read it (its last block kept): the view
+        # the early work judges against
+        self._view = ContextTerms()
+        self._summarizer = summarizer
         self._misplaced = False  # said once: placed after the user aggregator
 
     @property
@@ -424,7 +457,17 @@ class RecallPrefetch(FrameProcessor):
             then = None
             if step.semantic is None:  # with it the turn's hits are fused: other follow-ups
                 terms = focus(query, self._terms.common())
-                then = partial(follow_ups, archive, step, query, terms, words)
+                then = partial(
+                    early_work,
+                    archive,
+                    step,
+                    self._summarizer,
+                    self._view,
+                    query,
+                    terms,
+                    words,
+                    said,
+                )
             archive.prefetch(
                 words,
                 limit=step.params.search_limit,

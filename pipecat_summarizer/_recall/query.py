@@ -445,6 +445,11 @@ class ContextTerms:
         """:func:`rare_terms` of the context's texts."""
         return {t for t in set(terms) & specific_terms(query) if self._df.get(t, 0) <= 1}
 
+    def fingerprint(self) -> tuple[tuple[Any, str], ...]:
+        """Each message's role and text as read, in order: equal for two contexts whose
+        statistics, view and size are equal (what a choice made on one may be reused for)."""
+        return tuple((r.role, r.text) for r in self._reads)
+
     def tokens(self) -> int:
         """The context's texts' estimated tokens (kept by :meth:`update`, not recounted)."""
         return self._size

@@ -112,8 +112,6 @@ class ArchiveSearch(RecallHooks):
         # when this call started (wall clock, as the forget tombstones): a forget by another
         # process after it counts here too (see _search_with_replies)
         self._since = time.time()
-        #: The forget watch of the turn in progress (``hits_for_turn(watch=False)``).
-        self.turn_watch: asyncio.Task | None = None
         # counters (no conversation text): searches that missed the budget, failed
         self.missed = 0
         self.errors = 0
@@ -128,9 +126,10 @@ class ArchiveSearch(RecallHooks):
         wait_s: float,
         *,
         watch: bool = True,
+        turn: Sequence[asyncio.Task | None] = (),
     ) -> asyncio.Task:
         return asyncio.ensure_future(
-            self._search_with_replies(query, limit, terms, wait_s=wait_s, watch=watch)
+            self._search_with_replies(query, limit, terms, wait_s=wait_s, watch=watch, turn=turn)
         )
 
     async def _search_with_replies(
@@ -142,6 +141,7 @@ class ArchiveSearch(RecallHooks):
         semantic: bool = True,
         wait_s: float | None = None,
         watch: bool = True,
+        turn: Sequence[asyncio.Task | None] = (),
     ) -> Found:
         """The hits, and the message that followed each of the first ones (the answer to a
         question, the rest of a story): one search, then one read per hit that can be
@@ -149,7 +149,8 @@ class ArchiveSearch(RecallHooks):
         and joins when ready within :data:`RANK_SHARE` of ``wait_s``; a later one never
         costs the lexical hits (``semantic_late`` counts those turns). ``watch=False``: the
         caller reads the forget tombstone itself (a turn, beside its selection: see
-        :meth:`_watch`), so the hits do not wait for that read."""
+        :meth:`_watch`), so the hits do not wait for that read; ``turn`` then holds that
+        watch by this coroutine's first step (the watch starts after the search's task)."""
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
         generation = self._generation()
         index = self.semantic if semantic else None
@@ -173,10 +174,10 @@ class ArchiveSearch(RecallHooks):
         watch_: Awaitable[bool] | None = None
         if watch and self.user_id is not None and callable(noticed):
             watch_ = noticed(self.user_id, self._since)
-        # a turn's own watch (hits_for_turn(watch=False) set it before this first step): the
+        # a turn's own watch (_hits put it in ``turn`` before this first step): the
         # ranking waits for it too, so the index drops a forgotten caller's rows first; the
         # turn itself checks it before placing (_watched), even when the ranking is late
-        shared = self.turn_watch if watch_ is None and index is not None else None
+        shared = turn[0] if turn and watch_ is None and index is not None else None
 
         async def rank() -> tuple[list, Mapping] | None:
             # by meaning (a sentence model embeds the query in its own thread, ~20 ms of
@@ -240,12 +241,9 @@ class ArchiveSearch(RecallHooks):
         terms: Sequence[str] | None = None,
         *,
         wait_s: float | None = None,
-        watch: bool = True,
     ) -> tuple[Found, str]:
         """The hits for this turn's query, within the latency budget (or ``wait_s``, what
-        is left of it for the search). ``watch=False``: the forget tombstone is read beside
-        the search (started after it, so a search at turn time is not queued behind it),
-        not awaited: the turn's watch (``turn_watch``) is awaited before placing.
+        is left of it for the search).
 
         Returns:
             ``((hits, replies), how)``: ``how`` is ``"on_time"``, ``"late"`` (a previous turn's late
@@ -253,30 +251,45 @@ class ArchiveSearch(RecallHooks):
             previous search is still running: no second search is stacked on a slow
             archive).
         """
+        found, how, _ = await self._hits(query, terms, wait_s, watch=True)
+        return found, how
+
+    async def _turn_hits(
+        self, query: str, terms: Sequence[str] | None, wait_s: float
+    ) -> tuple[Found, str, asyncio.Task | None]:
+        """:meth:`hits_for_turn`, and the turn's forget watch (see :meth:`_watch`): the
+        caller's tombstone is read beside the search (started after it, so a search at turn
+        time is not queued behind it), not awaited: the turn awaits it before placing."""
+        return await self._hits(query, terms, wait_s, watch=False)
+
+    async def _hits(
+        self, query: str, terms: Sequence[str] | None, wait_s: float | None, *, watch: bool
+    ) -> tuple[Found, str, asyncio.Task | None]:
         late: Found = ([], {})
-        self.turn_watch = None
         self.forgotten()  # a late answer from before a forget is dropped
         previous = self._inflight
         if previous is not None:
             if not previous.done():
                 self.missed += 1
-                return ([], {}), "busy"
+                return ([], {}), "busy", None
             self._inflight = None
             late = self._result(previous)
         budget = self.params.latency_budget_s if wait_s is None else wait_s
-        task = self._search(query, self.params.search_limit, terms, budget, watch=watch)
+        turn: list[asyncio.Task | None] = []  # the watch, read at the search's first step
+        task = self._search(query, self.params.search_limit, terms, budget, watch=watch, turn=turn)
         if not watch:
-            self.turn_watch = self._watch()
+            turn.append(self._watch())
+        watched = turn[0] if turn else None
         if not task.done() and budget > 0:
             await wait_for_task(task, budget)
         if task.done():
-            return self._result(task), "on_time"
+            return self._result(task), "on_time", watched
         self.missed += 1
         self._inflight = task  # may serve the next turn
         task.add_done_callback(consume)
         if late[0]:
-            return late, "late"
-        return ([], {}), "missed"
+            return late, "late", watched
+        return ([], {}), "missed", watched
 
     def _generation(self) -> int:
         generation = getattr(self.archive, "forget_generation", None)

@@ -23,10 +23,10 @@ from pipecat_summarizer._recall.budget import (
     recall_budget,
     search_wait,
 )
+from pipecat_summarizer._recall.compose import EarlyBlock, choose, inputs, render
 from pipecat_summarizer._recall.gather import (
     Found,
     consume,
-    mark_later,
     wait_for_task,
     with_gathered,
 )
@@ -43,14 +43,12 @@ from pipecat_summarizer._recall.query import (
     focus,
     gathers,
     latest_user_index,
-    query_parts,
     recall_query,
     topic_terms,
 )
 from pipecat_summarizer._recall.render import (
     place_recall,
     recall_message,
-    render_recall,
     snippet_when,
     speaker,
     window,
@@ -61,12 +59,9 @@ from pipecat_summarizer._recall.search import loop_time as _now
 from pipecat_summarizer._recall.select import (
     Snippet,
     View,
-    block_budget,
     block_cap,
-    context_view,
     gather_words,
     select_hits,
-    still_relevant,
 )
 from pipecat_summarizer._text.tokens import estimate_text_tokens as estimate_tokens
 from pipecat_summarizer.params import RecallParams
@@ -114,6 +109,11 @@ class RecallStep(ArchiveSearch):
         self.turns = 0
         self.recalled = 0
         self.late_served = 0
+        #: Turns whose block was chosen and rendered (``early_blocks``), or chosen only
+        #: (``early_choices``: less room, or a question about time), before the turn ended
+        #: (``RecallPrefetch``'s early work, on exactly the turn's inputs).
+        self.early_blocks = 0
+        self.early_choices = 0
         # what the work after the search took lately: kept out of the waits and of the
         # selection's time (see Reserves)
         self._reserves = Reserves()
@@ -201,8 +201,7 @@ class RecallStep(ArchiveSearch):
         # waits for it, as ever): a search started early costs no store trip before them;
         # the block is placed only once it has answered (a late ranking never skips it)
         generation = self._generation()
-        (hits, replies), how = await self.hits_for_turn(query, terms, wait_s=wait, watch=False)
-        watch, self.turn_watch = self.turn_watch, None
+        (hits, replies), how, watch = await self._turn_hits(query, terms, wait)
         tally[0] = len(hits)
         if not hits:
             return None
@@ -234,58 +233,55 @@ class RecallStep(ArchiveSearch):
             return None  # the turn moved on while the archive answered
         context.update(current)
         texts = list(view_texts())  # the summary and pinned facts: corrections included
-        view = context_view(context, texts)
-        rare = context.rare(query, terms)
-        most: int | None = None
-        if params.adaptive:
-            # the cap follows the context: a new call's empty context leaves the most room
-            cap, most = block_cap(params, context.tokens())
+        # the same work done before the turn ended, on exactly these inputs, if any
+        early = self._early_block(
+            how,
+            lambda: inputs(query, terms, (hits, replies), gathered, more, later, context, texts),
+        )
         # the frame's time bounds what runs after the search: hits are judged best first
         # until the deadline, and what is chosen by then is placed
         deadline = started + planned
         choose_by = deadline - min(self._reserves.select, planned / 2)
         picking = _now()
-        snippets = select_hits(
-            hits,
-            query,
-            view,
-            params,
-            replies=replies,
-            terms=terms,
-            rare=rare,
-            min_similarity=self._min_similarity(),
-            parts=query_parts(query, terms),
-            most=None if more[0] or how == "late" else most,
-            deadline=choose_by,
-            clock=_now,
-        )
-        if more[0]:
-            snippets = with_gathered(
-                snippets, more, query, view, gathered, params, deadline=choose_by, clock=_now
+        if early is not None:
+            snippets, size = early.snippets, early.size
+        else:
+            snippets, size = choose(
+                (hits, replies),
+                query,
+                terms,
+                context,
+                texts,
+                params,
+                how=how,
+                gathered=gathered,
+                more=more,
+                later=later,
+                min_similarity=self._min_similarity(),
+                deadline=choose_by,
+                clock=_now,
             )
         chosen = _now()
-        if how == "late":
-            snippets = still_relevant(snippets, query, params.min_score)
-        snippets = mark_later(snippets, later)
-        size = params.max_tokens
-        if most is not None:
-            snippets = snippets[:most]
-            size = block_budget(snippets, params.min_tokens, cap)
         budget = recall_budget(size, room())
         if budget is None:
             return None  # the conversation grew meanwhile: recall gives way
-        text = render_recall(
-            snippets,
-            query=query,
-            call_id=self.call_id,
-            max_tokens=budget,
-            max_snippet_tokens=params.max_snippet_tokens,
-            count=self.count,
-            in_view=texts,
-            now=self.now(),
-            deadline=deadline,
-            clock=_now,
-        )
+        if early is not None and early.rendered and early.budget == budget:
+            text = early.text
+            self.early_blocks += 1
+        else:
+            text = render(
+                snippets,
+                query,
+                params,
+                budget=budget,
+                call_id=self.call_id,
+                count=self.count,
+                texts=texts,
+                now=self.now(),
+                deadline=deadline,
+                clock=_now,
+            )
+            self.early_choices += early is not None
         if text is None:
             self._measured(found, picking, chosen)
             return None
@@ -301,6 +297,20 @@ class RecallStep(ArchiveSearch):
         self.recalled += 1
         self.late_served += how == "late"
         return placed
+
+    def _early_block(self, how: str, key: Callable[[], tuple]) -> EarlyBlock | None:
+        """The early work (``RecallPrefetch``'s) done on exactly ``key``'s inputs, taken, if
+        any is fresh and the caller was not forgotten since (the turn's own forget watch still
+        gates placing)."""
+        take = getattr(self._early, "take_block", None)
+        if how != "on_time" or take is None:
+            return None
+        early: EarlyBlock | None = take()
+        if early is None or not early.fresh(time.monotonic()):
+            return None
+        if early.generation != self._generation() or early.key != key():
+            return None
+        return early
 
     def _measured(self, found: float, picking: float, chosen: float) -> None:
         # measured, not guessed: what the next turn keeps back of its budget

@@ -193,8 +193,9 @@ async def test_a_failing_or_slow_follow_up_never_costs_the_turn(
 
 async def test_the_forget_watch_runs_beside_the_selection(openai_server, tmp_path, monkeypatch):
     # the tombstone read is slow: the early search's hits go to the selection without
-    # waiting for it; the block is placed once it has answered (no forget)
-    import pipecat_summarizer._recall.step as step_module
+    # waiting for it (made early now, before the turn's watch starts); the block is placed
+    # once it has answered (no forget)
+    import pipecat_summarizer._recall.compose as step_module
     from tests.pipeline.test_recall_attacks_prefetch import WatchedSQLite
 
     events: list[str] = []
@@ -222,7 +223,8 @@ async def test_the_forget_watch_runs_beside_the_selection(openai_server, tmp_pat
         await store.close()
     (block,) = _blocks(openai_server.chat_requests)
     assert "red Fiat" in block
-    assert events[:3] == ["watch", "select", "watched"]
+    assert events.count("watch") == events.count("watched") == 1
+    assert events.index("select") < events.index("watched")
 
 
 async def test_a_search_at_turn_time_goes_to_the_store_before_the_forget_watch(

@@ -1,0 +1,192 @@
+"""The turn's work after the search: the hits chosen, the block's size, its text; and the same
+work done early, kept for the turn that asks for exactly what it was done on.
+
+:func:`choose` and :func:`render` are what ``RecallStep`` runs on the hits once the archive
+answered (pure: the same inputs, the same block). When ``RecallPrefetch``'s early search and
+its follow-ups answer before the caller's turn ends, the prefetch runs them then, on the
+context as it is with the caller's words as its last message, and keeps the result as an
+:class:`EarlyBlock` with its :func:`inputs`: everything the result depends on (the query and
+its terms, the hits and their replies, the gathered and corrected hits, the context's
+messages, the summary and pinned facts; the block's token budget for the text). The turn
+computes its own inputs and takes the early result only when they are equal, so it is the
+block the turn would have chosen with time enough; anything changed meanwhile (other words,
+a summary spliced in, a forget, less room) and the turn chooses as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipecat_summarizer._recall.gather import Found, mark_later, with_gathered
+from pipecat_summarizer._recall.query import ContextTerms, asks_when, query_parts
+from pipecat_summarizer._recall.render import render_recall
+from pipecat_summarizer._recall.select import (
+    Snippet,
+    block_budget,
+    block_cap,
+    context_view,
+    select_hits,
+    still_relevant,
+)
+from pipecat_summarizer.params import RecallParams
+
+#: How long an early block may serve a turn, from when it was made (seconds; as an early
+#: search's answer, ``prefetch.MAX_AGE_S``).
+MAX_AGE_S = 5.0
+
+
+def inputs(
+    query: str,
+    terms: Sequence[str],
+    found: Found,
+    gathered: Sequence[str],
+    more: Found,
+    later: Sequence[Any],
+    context: ContextTerms,
+    texts: Sequence[str],
+) -> tuple:
+    """What the work after the search depends on, compared by value (the params, the call
+    and the step's counter are the step's own and never change)."""
+    return (
+        query,
+        tuple(terms),
+        found[0],
+        found[1],
+        tuple(gathered),
+        more[0],
+        more[1],
+        list(later),
+        context.fingerprint(),
+        tuple(texts),
+    )
+
+
+def choose(
+    found: Found,
+    query: str,
+    terms: Sequence[str],
+    context: ContextTerms,
+    texts: Sequence[str],
+    params: RecallParams,
+    *,
+    how: str = "on_time",
+    gathered: Sequence[str] = (),
+    more: Found = ([], {}),
+    later: Sequence[Any] = (),
+    min_similarity: float | None = None,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[list[Snippet], int]:
+    """The snippets worth recalling this turn and the block's size (tokens, before the
+    request ceiling's room): the hits judged against what the model sees (``context``
+    brought up to the turn's messages, and ``texts``, the summary and pinned facts), the
+    second search's hits after them, corrections marked. ``deadline`` (``clock``'s time):
+    the hits are judged best first until then (see ``select_hits``); ``None``: all are."""
+    hits, replies = found
+    view = context_view(context, texts)
+    most: int | None = None
+    cap = params.max_tokens
+    if params.adaptive:
+        # the cap follows the context: a new call's empty context leaves the most room
+        cap, most = block_cap(params, context.tokens())
+    snippets = select_hits(
+        hits,
+        query,
+        view,
+        params,
+        replies=replies,
+        terms=terms,
+        rare=context.rare(query, terms),
+        min_similarity=min_similarity,
+        parts=query_parts(query, terms),
+        most=None if more[0] or how == "late" else most,
+        deadline=deadline,
+        clock=clock,
+    )
+    if more[0]:
+        snippets = with_gathered(
+            snippets, more, query, view, gathered, params, deadline=deadline, clock=clock
+        )
+    if how == "late":
+        snippets = still_relevant(snippets, query, params.min_score)
+    snippets = mark_later(snippets, later)
+    size = params.max_tokens
+    if most is not None:
+        snippets = snippets[:most]
+        size = block_budget(snippets, params.min_tokens, cap)
+    return snippets, size
+
+
+def render(
+    snippets: Sequence[Snippet],
+    query: str,
+    params: RecallParams,
+    *,
+    budget: int,
+    call_id: str | None,
+    count: Callable[[str], int],
+    texts: Sequence[str],
+    now: float,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> str | None:
+    """The recalled message's text for ``snippets`` within ``budget`` tokens (see
+    ``render_recall``), or ``None`` when nothing fits."""
+    return render_recall(
+        snippets,
+        query=query,
+        call_id=call_id,
+        max_tokens=budget,
+        max_snippet_tokens=params.max_snippet_tokens,
+        count=count,
+        in_view=texts,
+        now=now,
+        deadline=deadline,
+        clock=clock,
+    )
+
+
+@dataclass(frozen=True)
+class EarlyBlock:
+    """The work after the search, done before the turn ended (see the module's docstring).
+
+    Parameters:
+        words: The early search's words (what the turn's search sends).
+        key: Its :func:`inputs`.
+        snippets: The snippets chosen.
+        size: The block's size before the room (see :func:`choose`).
+        budget: The token budget ``text`` was rendered for.
+        rendered: Whether ``text`` was made early (not for a question about time, whose
+            labels say how long ago by the turn's clock).
+        text: The block's text (``None``: nothing fitted).
+        user_id: The caller (``None``: this call only).
+        generation: The archive's forget count for the caller then.
+        made: When it was made (``time.monotonic()``).
+    """
+
+    words: str
+    key: tuple
+    snippets: list[Snippet]
+    size: int
+    budget: int
+    rendered: bool
+    text: str | None
+    user_id: str | None
+    generation: int
+    made: float
+
+    def fresh(self, now: float) -> bool:
+        """Young enough to serve a turn (see :data:`MAX_AGE_S`)."""
+        return 0.0 <= now - self.made <= MAX_AGE_S
+
+
+def renders_early(query: str) -> bool:
+    """Whether the block's text can be made before the turn: not for a question about time,
+    whose labels say how long ago by the turn's clock."""
+    return not asks_when(query)
+
+
+__all__ = ["MAX_AGE_S", "EarlyBlock", "choose", "inputs", "render", "renders_early"]

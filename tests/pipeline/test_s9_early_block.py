@@ -1,0 +1,142 @@
+"""The turn's work after the search (the snippets chosen, the block's text) done before the
+turn ends by ``RecallPrefetch``, once its early search and follow-ups answered, and reused by
+the turn only when every input it depended on is still the same: the block reused is the one
+the turn makes itself; other final words, a fact pinned meanwhile and a forget each make the
+turn choose again. Real pipelines (a real ``LLMContextAggregatorPair`` fed transcriptions,
+``ContextSummarizer``, Pipecat's OpenAI service against the local server) on SQLite files."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pipecat.frames.frames import DataFrame, Frame
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.tests.utils import run_test
+
+from pipecat_summarizer import RecallPrefetch
+from tests.pipeline.test_recall_attacks_prefetch import (
+    _blocks,
+    _Forget,
+    _Forgetter,
+    _pipeline,
+    _processor,
+    _store,
+)
+from tests.pipeline.test_s8_early_follow_ups import ASK, RECALL, _seed, _turn
+from tests.support.openai_server import Reply
+
+CAR_ASK = "Which car did I rent at the airport?"
+CAR_FACT = "Noted: the caller rented a red Fiat from Avis at the airport."
+
+
+class _Pin(DataFrame):
+    """Asks :class:`_Pinner` to pin a fact, in the frame stream's order."""
+
+
+class _Pinner(FrameProcessor):
+    """Pins :data:`CAR_FACT` when a :class:`_Pin` passes (the application, mid-turn)."""
+
+    def __init__(self, processor):
+        super().__init__()
+        self._processor = processor
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, _Pin):
+            self._processor.pin("car", CAR_FACT)
+            return
+        await self.push_frame(frame, direction)
+
+
+class _Passing(FrameProcessor):
+    """In the companion's place, without it: every frame passed on."""
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        await self.push_frame(frame, direction)
+
+
+async def _call(server, store, frames, *, early=True, extra=()):
+    """One call's turn; returns its recall step and the blocks the LLM received."""
+    server.handler = lambda body: Reply("Sure.")
+    before = len(server.chat_requests)
+    context, summarizer, processor = _processor(server, store, user_id="alice", recall=RECALL)
+    companion = RecallPrefetch(processor) if early else _Passing()
+    more = [f(processor) if callable(f) else f for f in extra]
+    try:
+        await run_test(
+            _pipeline(server, context, processor, companion, *more), frames_to_send=frames
+        )
+    finally:
+        await summarizer.aclose()
+    return processor.recall_step, _blocks(server.chat_requests[before:])
+
+
+async def test_the_block_made_early_is_the_turns_own(openai_server, tmp_path):
+    # a question that gathers (second search, values' searches): chosen and rendered while
+    # the caller spoke, the turn only compares its inputs; the same block as chosen at turn
+    # time without the early work
+    results = []
+    for early_work in (True, False):  # each on its own archive: a call archives its turn
+        store = _store(str(tmp_path / f"{early_work}.db"))
+        try:
+            await _seed(store)
+            results.append(await _call(openai_server, store, _turn(ASK), early=early_work))
+        finally:
+            await store.close()
+    (step, early), (plain_step, plain) = results
+    assert (step.early_blocks, step.early_choices) == (1, 0)
+    assert (plain_step.early_blocks, plain_step.early_choices) == (0, 0)
+    assert len(early) == 1 and early == plain
+    assert "lives in Porto" in early[0] and "flying in on Friday" in early[0]
+
+
+async def test_other_final_words_are_chosen_for_at_turn_time(openai_server, tmp_path):
+    # the interim words' early block is ready; the final words ask something else and their
+    # early search is still running at the turn's end: the turn chooses for its own words
+    class Slow(type(_store(":memory:"))):
+        async def search(self, query, **kwargs):
+            if "sister" in query:
+                await asyncio.sleep(0.3)
+            return await super().search(query, **kwargs)
+
+    store = Slow(tmp_path / "m.db")
+    try:
+        await _seed(store)
+        frames = _turn("What are all the plans with my sister?", interim=CAR_ASK)
+        step, blocks = await _call(openai_server, store, frames)
+    finally:
+        await store.close()
+    assert (step.early_blocks, step.early_choices) == (0, 0)
+    (block,) = blocks
+    assert "lives in Porto" in block and "red Fiat" not in block
+
+
+async def test_a_fact_pinned_after_the_early_work_is_not_quoted(openai_server, tmp_path):
+    # the early block quotes the rental; the application pins it as a fact before the turn
+    # ends: the turn chooses again and leaves out what the model now sees
+    store = _store(str(tmp_path / "m.db"))
+    try:
+        await _seed(store)
+        frames = _turn(CAR_ASK, between=[_Pin()])
+        step, blocks = await _call(openai_server, store, frames, extra=[_Pinner])
+    finally:
+        await store.close()
+    assert (step.early_blocks, step.early_choices) == (0, 0)
+    assert not any("red Fiat" in b for b in blocks)
+    request = openai_server.chat_requests[-1]
+    assert CAR_FACT in str(request)  # the fact reached the model: the pin landed in time
+
+
+async def test_a_forget_after_the_early_work_drops_it(openai_server, tmp_path):
+    store = _store(str(tmp_path / "m.db"))
+    try:
+        await _seed(store)
+        frames = _turn(CAR_ASK, between=[_Forget("alice")])
+        forgetter = _Forgetter(store)
+        step, blocks = await _call(openai_server, store, frames, extra=[forgetter])
+    finally:
+        await store.close()
+    assert forgetter.forgotten and forgetter.forgotten[0] > 0
+    assert step.early_blocks == step.early_choices == 0
+    assert blocks == []
