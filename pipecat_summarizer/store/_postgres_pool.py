@@ -276,7 +276,10 @@ async def warm(conn: Any, config: str, function: bool) -> bool:
         except asyncpg_error() as e:
             if broken(e):
                 raise
-            logger.warning(f"PostgreSQL search function not created ({e}): planned per search")
+            logger.warning(
+                f"PostgreSQL functions not created ({e}): each search is planned, and a "
+                "tombstone read waits for a forget under way in a statement of its own"
+            )
             function = False
     nobody = "pcs-warm-up"  # no rows: such a caller would only be read, never changed
     statements: list[tuple] = [

@@ -135,3 +135,17 @@ async def test_the_vector_caches_batch_read_never_waits(stores):
         assert time.monotonic() - started < WAIT_S  # not held by the caller's lock
     finally:
         await forgetting.rollback()
+
+
+async def test_a_connection_whose_function_went_reads_and_waits_without_it(stores):
+    store, other = stores
+    async with store._pool.acquire() as conn:  # a pooler's or a server's session reset
+        await conn.execute("DISCARD TEMP")
+        pid = conn.get_server_pid()
+    forgetting = await _forgetting(other, "gu", 8.0)
+    read = asyncio.ensure_future(store.forgotten_at("gu"))
+    await asyncio.sleep(WAIT_S / 3)
+    assert not read.done()
+    await forgetting.commit()
+    assert await asyncio.wait_for(read, 5) == 8.0
+    assert pid not in store._functions  # known gone: the next read sends no doomed call
