@@ -13,16 +13,18 @@ of a turn on the store's thread (the choice of the words ranked, warm and cold, 
 edge, the ranking, the replies' read); ``--quality``, on SQLite, how often the hits hold a
 message with all the question's words (the answer, in the voice corpus).
 
-What a bot would see, not the benchmark's own state: every SQLite size is timed before
-PostgreSQL's server starts (its work after a bulk load, autovacuum and the checkpointer,
-ran beside SQLite's 1M timings), and a SQLite file is read into the OS page cache before it
-is timed (a cached archive's pages were otherwise wherever the machine's last hour left
-them: at 1M a "new" question then read 30-140 KiB from storage, 20-60 ms); ``--cold``
-takes the file out of the page cache before the new questions instead (a call after the
-machine's memory went to other work). Below the table, the slowest 1% of each pass is split
-into CPU time (by thread; garbage collections apart), the wait for a CPU while other
-processes ran, and the rest (storage reads), beside the p99 without the waits for a CPU
-(benchmarks/_tail.py): nothing is left out of the p99s.
+What a bot would see, not the benchmark's own state: a SQLite file is read into the OS page
+cache before it is timed (a cached archive's pages were otherwise wherever the machine's
+last hours left them: at 1M a call's new question then read ~320 KiB from storage on
+average, and their p99 was 40-70 ms where it is 10 ms warm); ``--cold`` takes the file
+out of the page cache before the new questions instead (a call after the machine's memory
+went to other work). Every
+SQLite size is timed before PostgreSQL's server starts, so nothing of its work after a bulk
+load (autovacuum, the checkpointer, its files written back) runs beside SQLite's timings.
+Below the table, the slowest 1% of each pass is split into CPU time (by thread; garbage
+collections apart), the wait for a CPU while other processes ran, and the rest (storage
+reads), beside the p99 without the waits for a CPU (benchmarks/_tail.py): nothing is left
+out of the p99s.
 
 The archive is written through the store's own write path (``store.write``, 20,000
 records per transaction); SQLite files are kept under ``--cache`` (default ``/tmp/G``, by
@@ -64,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import voice_corpus  # noqa: E402
+from _recall_sqlite import PHASES, sqlite_phases, sqlite_quality  # noqa: E402
 from _tail import Spent, TurnClock, tail_line  # noqa: E402
 from loguru import logger  # noqa: E402
 
@@ -269,97 +272,6 @@ async def time_recall(
             runs.append((t1 - t0) * 1000 + (_server_cpu_ns(pids) - s0) / 1e6)
         least.append(min(runs))
     return search, turn, least, new, spent
-
-
-#: The phases of a SQLite search timed by ``--phases`` (CPU time on the store's thread).
-PHASES = ("choice", "cold choice", "edge and bounds", "ranking", "replies", "total")
-
-
-async def sqlite_phases(store, queries: list[str], params) -> dict[str, list[float]]:
-    """Per query, the CPU time (ms) of each phase of the turn's work on the store's thread:
-    the choice of the words ranked (``rarest``, counts cached as the turns left them; and
-    cold: the counts of a caller's first turns), the window's edge and the scope's bounds,
-    the ranking (``best_matches``, with the older all-words messages), the read of the
-    first hits' replies, and the total."""
-    spent: dict[str, float] = {}
-
-    def timed(name, fn):
-        def run(*args, **kwargs):
-            t0 = time.thread_time()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[name] = spent.get(name, 0.0) + time.thread_time() - t0
-
-        return run
-
-    phases: dict[str, list[float]] = {name: [] for name in PHASES}
-    first = params.max_snippets + 2
-    for query in queries:
-        words = query_words(search_words(query))
-
-        def turn(conn, words=words) -> dict[str, float]:
-            spent.clear()
-            saved = sqlite_search.rarest, sqlite_search.best_matches
-            sqlite_search.rarest = timed("choice", saved[0])
-            sqlite_search.best_matches = timed("ranking", saved[1])
-            try:
-                t0 = time.thread_time()
-                rows = sqlite_search.find(
-                    conn, store._df, words, "caller", None, params.search_limit, True
-                )
-                timed("replies", sqlite_search.followers)(conn, [r[:2] for r in rows[:first]])
-                total = time.thread_time() - t0
-                timed("cold choice", saved[0])(
-                    conn, {}, words, sqlite_search.search_bounds(conn, "caller", None)
-                )
-            finally:
-                sqlite_search.rarest, sqlite_search.best_matches = saved
-            out = {k: v * 1000 for k, v in spent.items()}
-            out["total"] = total * 1000
-            out["edge and bounds"] = out["total"] - sum(
-                out.get(k, 0.0) for k in ("choice", "ranking", "replies")
-            )
-            return out
-
-        for name, ms in (await store._run(turn)).items():
-            phases[name].append(ms)
-    return phases
-
-
-async def sqlite_quality(store, queries: list[str], params) -> tuple[int, float, float, float]:
-    """How well the ranked search finds an answer: of the questions whose words all stand
-    in one of the caller's messages (the message that answers them, in this corpus), the
-    share whose first 10 hits hold such a message, whose first ``max_snippets`` do, and
-    whose first 10 hold the latest one: ``(questions, top 10, top max_snippets, latest)``."""
-
-    def measure(conn) -> tuple[int, float, float, float]:
-        bounds = sqlite_search.search_bounds(conn, "caller", None)
-        found = [0, 0, 0, 0]
-        for query in queries:
-            words = query_words(search_words(query))
-            if not words or bounds is None:
-                continue
-            answers = conn.execute(
-                "SELECT m.call_id, m.position FROM messages_fts f JOIN messages m "
-                f"ON m.id = (f.rowid & {sqlite_search.schema.ID_MASK}) "
-                "WHERE messages_fts MATCH ? AND f.rowid BETWEEN ? AND ? ORDER BY f.rowid DESC",
-                (" ".join(f'"{w}"' for w in words), *bounds),
-            ).fetchall()
-            if not answers:
-                continue
-            rows = sqlite_search.find(
-                conn, store._df, words, "caller", None, params.search_limit, True
-            )
-            hits = [tuple(r[:2]) for r in rows]
-            found[0] += 1
-            found[1] += bool(set(hits[:10]) & set(answers))
-            found[2] += bool(set(hits[: params.max_snippets]) & set(answers))
-            found[3] += answers[0] in hits[:10]
-        n = max(found[0], 1)
-        return found[0], found[1] / n, found[2] / n, found[3] / n
-
-    return await store._run(measure)
 
 
 async def _pg_sizes(store) -> str:
