@@ -21,6 +21,7 @@ from pipecat_summarizer._compaction.measure import Measurement
 from pipecat_summarizer._compaction.trigger import CompactionTrigger, trigger_reason
 from pipecat_summarizer.params import ContextSummarizerParams, TriggerParams
 from tests.support.pipeline_utils import USER_LINE, Run, cfg, scripted, texts_of, turns
+from tests.support.settle import Gap, run_settling
 
 
 def run_with(server, config, params: ContextSummarizerParams) -> Run:
@@ -307,7 +308,6 @@ async def _tool_round_at_the_threshold(server, *, guard: bool) -> list[dict]:
     """Four turns, the fourth answered by a tool round (a call, its result, then the answer);
     the message threshold (7) trips on the fourth turn's request. Returns the main-LLM
     request of the fifth turn."""
-    from pipecat.tests.utils import SleepFrame, run_test
 
     from tests.support.openai_server import Reply, is_summary_request
     from tests.support.pipeline_utils import lookup_tool_pipeline
@@ -325,9 +325,9 @@ async def _tool_round_at_the_threshold(server, *, guard: bool) -> list[dict]:
     server.handler = handler
     pipeline = lookup_tool_pipeline(server, cfg(messages=7, keep=4), guard=guard)
     said = ["one", "two", "three", "four: look it up", "five"]
-    await run_test(
+    await run_settling(
         pipeline,
-        frames_to_send=[*turns(said, gap=0.5), SleepFrame(sleep=0.3)],
+        frames_to_send=[*turns(said, gap=0.5), Gap(sleep=0.3)],
     )
     assert server.summary_requests
     return next(b for b in server.chat_requests if b["messages"][-1]["content"] == "five")
@@ -363,7 +363,6 @@ async def _in_flight_when_answers_start(server, *, tools: bool) -> list[bool]:
     from pipecat.processors.aggregators.llm_context import LLMContext
     from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
     from pipecat.processors.frame_processor import FrameProcessor
-    from pipecat.tests.utils import SleepFrame, run_test
 
     from tests.support.pipeline_utils import main_llm
 
@@ -388,9 +387,9 @@ async def _in_flight_when_answers_start(server, *, tools: bool) -> list[bool]:
 
     pair = LLMContextAggregatorPair(context)
     llm = main_llm(server.base_url)
-    await run_test(
+    await run_settling(
         Pipeline([pair.user(), summarizer, llm, summarizer.after_llm(), Probe(), pair.assistant()]),
-        frames_to_send=[*turns(["one", "two", "three"], gap=0.2), SleepFrame(sleep=0.6)],
+        frames_to_send=[*turns(["one", "two", "three"], gap=0.2), Gap(sleep=0.6)],
     )
     return seen
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from pipecat.processors.filters.identity_filter import IdentityFilter
 from pipecat.processors.frame_processor import FrameProcessor
-from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import LLMRequestGuard, OpenAISummarizer
 from tests.support.pipeline_utils import main_llm, turns
+from tests.support.settle import Gap, run_settling
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -96,11 +96,11 @@ async def test_foundational_pipeline_compacts_with_its_companion_and_handlers(op
         applied.append(event)
 
     # Pipecat's default thresholds (20 messages, keep 4): the first compaction on turn 10
-    await run_test(
+    await run_settling(
         pipeline,
         frames_to_send=[
             *turns([f"user message number {i}" for i in range(1, 13)], gap=0.2),
-            SleepFrame(sleep=0.3),
+            Gap(sleep=0.3),
         ],
     )
     await backend.aclose()

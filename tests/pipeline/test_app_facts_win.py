@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
@@ -19,6 +18,7 @@ from pipecat_summarizer.store import open_store
 from pipecat_summarizer.tools import REMEMBER_FACT, register_remember_fact
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = {"role": "system", "content": "You are a helpful voice assistant."}
@@ -53,7 +53,7 @@ async def _call(server, db: str, call_id: str, texts: list[str], *, pins=(), too
     if tool:
         register_remember_fact(llm, processor, context)
     try:
-        await run_test(build(context, processor, llm), frames_to_send=turns(texts, gap=0.4))
+        await run_settling(build(context, processor, llm), frames_to_send=turns(texts, gap=0.4))
     finally:
         await store.close()
     return processor

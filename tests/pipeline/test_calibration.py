@@ -14,7 +14,6 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.task import PipelineParams
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
-from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
@@ -22,6 +21,7 @@ from pipecat_summarizer.params import CeilingParams, ContextSummarizerParams, Tr
 from pipecat_summarizer.params.compaction import CalibrationParams
 from tests.support.openai_server import FakeOpenAIServer, Reply, is_summary_request
 from tests.support.pipeline_utils import cfg, echo_summary, main_llm, turns
+from tests.support.settle import Gap, run_settling
 
 ESTIMATE = EstimateTokenCounter()
 
@@ -87,9 +87,9 @@ class Call:
         pipeline = Pipeline(
             [pair.user(), self.processor, llm, self.processor.after_llm(), pair.assistant()]
         )
-        self.down, _ = await run_test(
+        self.down, _ = await run_settling(
             pipeline,
-            frames_to_send=[*turns(texts), SleepFrame(sleep=0.3)],
+            frames_to_send=[*turns(texts), Gap(sleep=0.3)],
             pipeline_params=PipelineParams(
                 enable_metrics=self.metrics, enable_usage_metrics=self.metrics
             ),

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 
-from pipecat.tests.utils import SleepFrame, run_test
-
 from pipecat_summarizer._compaction.prompt import parse_request
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import cfg, lookup_tool_pipeline, turns, user_turn
+from tests.support.settle import Gap, run_settling
 
 SAID = ["first: my order is 4471", "second: ship it to Lyon", "third: thanks"]
 
@@ -43,9 +42,9 @@ async def _call(server, *, guard: bool) -> list[list[dict]]:
 
     server.handler = handler
     pipeline = lookup_tool_pipeline(server, cfg(messages=7, keep=2), guard=guard)
-    await run_test(
+    await run_settling(
         pipeline,
-        frames_to_send=[*turns(SAID, gap=0.4), SleepFrame(sleep=0.3)],
+        frames_to_send=[*turns(SAID, gap=0.4), Gap(sleep=0.3)],
     )
     out = []
     for body in server.summary_requests:
@@ -93,8 +92,8 @@ async def _slow_third_turn(server, after: list) -> list[dict]:
 
     server.handler = handler
     pipeline = lookup_tool_pipeline(server, cfg(messages=6, keep=2), guard=True)
-    turns_ = [user_turn("one"), SleepFrame(sleep=0.3), user_turn("two"), SleepFrame(sleep=0.3)]
-    await run_test(pipeline, frames_to_send=[*turns_, user_turn("three"), *after])
+    turns_ = [user_turn("one"), Gap(sleep=0.3), user_turn("two"), Gap(sleep=0.3)]
+    await run_settling(pipeline, frames_to_send=[*turns_, user_turn("three"), *after])
     return summaries
 
 
@@ -118,6 +117,6 @@ async def test_a_summary_landing_while_the_response_runs_cancels_the_wait(openai
     would summarize the one or two messages the manual summary kept)."""
     from pipecat.frames.frames import LLMSummarizeContextFrame
 
-    manual = [SleepFrame(sleep=0.2), LLMSummarizeContextFrame(), SleepFrame(sleep=1.2)]
+    manual = [Gap(sleep=0.2), LLMSummarizeContextFrame(), Gap(sleep=1.2)]
     summaries = await _slow_third_turn(openai_server, manual)
     assert len(summaries) == 1, [parse_request(b["messages"][1]["content"]) for b in summaries]

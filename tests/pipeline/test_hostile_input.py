@@ -17,7 +17,6 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.aggregators import async_tool_messages
 from pipecat.processors.aggregators.llm_context import LLMSpecificMessage
-from pipecat.tests.utils import SleepFrame
 
 import pipecat_summarizer._compaction.ceiling as ceiling_module
 import pipecat_summarizer._compaction.plan as plan_module
@@ -38,6 +37,7 @@ from tests.support.pipeline_utils import (
     turns,
     user_turn,
 )
+from tests.support.settle import Gap
 
 SECRET = "boom-secret-7f3a"  # text an internal error carries; never in a log line
 
@@ -329,10 +329,10 @@ async def test_a_tool_result_written_over_its_placeholder_is_counted(openai_serv
     frames = [
         LLMMessagesAppendFrame(messages=history, run_llm=False),
         user_turn("anything yet?"),  # the meter measures the placeholder
-        SleepFrame(sleep=0.2),
+        Gap(sleep=0.2),
         LLMMessagesTransformFrame(transform=write_result),
         user_turn("and now?"),
-        SleepFrame(sleep=0.2),
+        Gap(sleep=0.2),
     ]
     await r.run(frames)
 
@@ -364,9 +364,9 @@ async def test_nothing_evictable_is_remembered_by_content_not_by_count(openai_se
     ]
     frames = [
         LLMMessagesUpdateFrame(messages=context_a, run_llm=True),
-        SleepFrame(sleep=0.3),
+        Gap(sleep=0.3),
         LLMMessagesUpdateFrame(messages=context_b, run_llm=True),
-        SleepFrame(sleep=0.3),
+        Gap(sleep=0.3),
     ]
     await r.run(frames)
 
@@ -423,7 +423,7 @@ async def test_pending_messages_of_a_replaced_context_are_not_summarized_into_th
         LLMMessagesUpdateFrame(
             messages=[system, {"role": "user", "content": "a new conversation"}], run_llm=True
         ),
-        SleepFrame(sleep=0.2),
+        Gap(sleep=0.2),
         LLMMessagesTransformFrame(transform=recover),
         *turns(_said(8), 0.1),
     ]

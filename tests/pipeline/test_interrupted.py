@@ -17,7 +17,6 @@ from pipecat.frames.frames import (
     LLMTextFrame,
 )
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._compaction.prompt import build_request, parse_request
@@ -26,6 +25,7 @@ from pipecat_summarizer.params import CeilingParams, ContextSummarizerParams, Re
 from pipecat_summarizer.summarizers import ExtractiveSummarizer
 from tests.support.openai_server import FakeOpenAIServer
 from tests.support.pipeline_utils import build, cfg, main_llm, scripted, turns, user_turn
+from tests.support.settle import Gap, run_settling
 
 PARTIAL = "I found your order QX-5521 from last week, and it was delivered to"
 FILLER = [f"filler turn {i} " + "about lunch ideas and recipes " * 8 for i in range(10)]
@@ -35,12 +35,12 @@ def _answer(interrupt: bool) -> list:
     """The bot's answer streaming to the assistant aggregator, and the barge-in (or its end)."""
     return [
         user_turn("Hi, a table for four on Friday please."),
-        SleepFrame(sleep=0.3),
+        Gap(sleep=0.3),
         LLMFullResponseStartFrame(),
         LLMTextFrame(PARTIAL),
-        SleepFrame(sleep=0.2),
+        Gap(sleep=0.2),
         InterruptionFrame() if interrupt else LLMFullResponseEndFrame(),
-        SleepFrame(sleep=0.2),
+        Gap(sleep=0.2),
     ]
 
 
@@ -53,7 +53,7 @@ async def _call(server, *, interrupt: bool, config=None, params=None, more=(), s
         params=params,
     )
     frames = [*_answer(interrupt), *turns(["Wait, can we make it Saturday?", *more], gap=0.25)]
-    await run_test(build(context, processor, main_llm(server.base_url)), frames_to_send=frames)
+    await run_settling(build(context, processor, main_llm(server.base_url)), frames_to_send=frames)
     return processor, context
 
 
@@ -161,7 +161,7 @@ async def test_the_processors_own_summary_and_the_archive_mark_a_cut_answer(
     )
     frames = [*_answer(True), *turns(["Wait, can we make it Saturday?", *FILLER[:4]], gap=0.25)]
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(openai_server.base_url)), frames_to_send=frames
         )
         archived = await store.messages(processor.call_id or "")

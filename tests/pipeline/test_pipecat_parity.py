@@ -23,7 +23,7 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.async_tool_messages import ASYNC_TOOL_INSTRUCTIONS
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
-from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import (
     ContextSummarizer,
@@ -38,6 +38,7 @@ from pipecat_summarizer._text.tokens import EstimateTokenCounter, count_text
 from pipecat_summarizer.guard import LLMRequestGuard
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import cfg, main_llm, texts_of, turns
+from tests.support.settle import Gap, run_settling
 
 C = EstimateTokenCounter()
 BUILTIN_MARK = "Conversation history:"  # Pipecat's built-in summary request transcript
@@ -113,9 +114,9 @@ async def _tool_heavy_call(server, *, guard: bool, ceiling: int = 2000, n_turns:
         options=SummarizerOptions(max_request_tokens=ceiling, retry_backoff_s=0.5),
     )
     said = [f"look up record {k} " + "with some detail " * 20 for k in range(n_turns)]
-    await run_test(
+    await run_settling(
         pipeline(context, summarizer, llm, guard=guard),
-        frames_to_send=[*turns(said, gap=0.35), SleepFrame(sleep=0.3)],
+        frames_to_send=[*turns(said, gap=0.35), Gap(sleep=0.3)],
     )
     return summarizer, context, said
 
@@ -190,7 +191,9 @@ async def _manual_from_handler(server, *, guard: bool):
         *turns(["please wrap up our conversation"], gap=0.6),
         *turns(["thanks"], gap=0.2),
     ]
-    down, _ = await run_test(pipeline(context, summarizer, llm, guard=guard), frames_to_send=frames)
+    down, _ = await run_settling(
+        pipeline(context, summarizer, llm, guard=guard), frames_to_send=frames
+    )
     return summarizer, context, applied, down
 
 
@@ -241,9 +244,9 @@ async def _instructed_call(server, *, attach: str, ceiling: int = 900):
         llm=llm if attach == "constructor" else None,
     )
     said = [f"turn {k} " + "some words of chat " * 20 for k in range(14)]
-    await run_test(
+    await run_settling(
         pipeline(context, summarizer, llm, guard=attach == "guard"),
-        frames_to_send=[*turns(said, gap=0.1), SleepFrame(sleep=0.2)],
+        frames_to_send=[*turns(said, gap=0.1), Gap(sleep=0.2)],
     )
     return summarizer
 
@@ -301,9 +304,9 @@ async def test_manual_only_mode_never_triggers_but_honours_manual_frames(openai_
     frames = [
         *turns(said, gap=0.08),  # far over both thresholds
         LLMSummarizeContextFrame(),
-        SleepFrame(sleep=0.3),
+        Gap(sleep=0.3),
     ]
-    await run_test(
+    await run_settling(
         pipeline(context, summarizer, main_llm(openai_server.base_url)), frames_to_send=frames
     )
     assert [e.reason for e in applied] == ["manual"]
@@ -352,9 +355,9 @@ async def test_a_small_target_reaches_the_summarizer_as_given(openai_server):
         config=cfg(tokens=8000, messages=4, keep=2, target_context_tokens=50),
         summarizer=OpenAISummarizer(base_url=openai_server.base_url, model="cheap"),
     )
-    await run_test(
+    await run_settling(
         pipeline(context, summarizer, main_llm(openai_server.base_url)),
-        frames_to_send=[*turns([f"m{k}" for k in range(6)], gap=0.08), SleepFrame(sleep=0.2)],
+        frames_to_send=[*turns([f"m{k}" for k in range(6)], gap=0.08), Gap(sleep=0.2)],
     )
     assert openai_server.summary_requests
     assert {b["max_tokens"] for b in openai_server.summary_requests} == {50}
@@ -369,7 +372,7 @@ async def test_a_guard_not_after_an_llm_says_so_and_passes_frames_on(openai_serv
     )
     down, _ = await run_test(
         Pipeline([summarizer, summarizer.after_llm()]),
-        frames_to_send=[LLMSummarizeContextFrame(), SleepFrame(sleep=0.1)],
+        frames_to_send=[LLMSummarizeContextFrame(), Gap(sleep=0.1)],
         expected_down_frames=[],  # consumed by the summarizer, not passed on
     )
     assert summarizer.llm is None

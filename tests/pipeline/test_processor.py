@@ -15,7 +15,7 @@ from pipecat.frames.frames import (
     LLMSummarizeContextFrame,
 )
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import (
     ContextCompactedFrame,
@@ -39,6 +39,7 @@ from tests.support.pipeline_utils import (
     user_texts,
     user_turn,
 )
+from tests.support.settle import Gap, run_settling
 
 # -- a. barge-in ---------------------------------------------------------------------------
 
@@ -105,7 +106,7 @@ async def test_context_replaced_while_in_flight_discards_the_summary(openai_serv
     reset = [{"role": "system", "content": "New node."}, {"role": "user", "content": "fresh"}]
     frames = turns(said, gap=0.1) + [
         LLMMessagesUpdateFrame(messages=reset, run_llm=False),
-        SleepFrame(sleep=0.8),
+        Gap(sleep=0.8),
     ]
     await r.run(frames)
     assert len(openai_server.summary_requests) == 1
@@ -261,9 +262,9 @@ async def test_summarizer_input_is_bounded_and_the_rest_waits(openai_server):
             messages=[huge, {"role": "assistant", "content": "ok"}, *long], run_llm=False
         ),
         LLMSummarizeContextFrame(),
-        SleepFrame(sleep=0.3),
+        Gap(sleep=0.3),
         LLMSummarizeContextFrame(),
-        SleepFrame(sleep=0.3),
+        Gap(sleep=0.3),
     ]
     await r.run(frames)
     first, second = openai_server.summary_requests[:2]
@@ -390,7 +391,7 @@ async def test_manual_summary_honours_the_override(openai_server):
     frames = [
         *turns([f"user message number {i}" for i in range(3)], gap=0.08),
         LLMSummarizeContextFrame(config=override),
-        SleepFrame(sleep=0.3),
+        Gap(sleep=0.3),
     ]
     await r.run(frames)
     assert [e.reason for e in r.applied] == ["manual"]
@@ -416,7 +417,7 @@ async def test_manual_frame_is_consumed_not_passed_downstream(openai_server):
     )
     down, up = await run_test(
         processor,
-        frames_to_send=[LLMSummarizeContextFrame(), SleepFrame(sleep=0.3)],
+        frames_to_send=[LLMSummarizeContextFrame(), Gap(sleep=0.3)],
         expected_down_frames=[],
     )
     assert [type(f) for f in up] == [ContextCompactedFrame]
@@ -456,9 +457,9 @@ async def test_speculative_context_frames_are_ignored(openai_server):
         config=cfg(messages=5, keep=2),
         summarizer=OpenAISummarizer(base_url=openai_server.base_url, model="cheap"),
     )
-    await run_test(
+    await run_settling(
         processor,
-        frames_to_send=[LLMContextFrame(context=context, speculation=True), SleepFrame(sleep=0.2)],
+        frames_to_send=[LLMContextFrame(context=context, speculation=True), Gap(sleep=0.2)],
     )
     assert openai_server.summary_requests == []
 
@@ -491,7 +492,7 @@ async def test_interruption_alone_does_not_cancel(openai_server):
         *turns([f"user message number {i}" for i in range(3)], gap=0.05),
         InterruptionFrame(),
         InterruptionFrame(),
-        SleepFrame(sleep=0.7),
+        Gap(sleep=0.7),
     ]
     await r.run(frames)
     assert len(openai_server.summary_requests) == 1
@@ -514,7 +515,7 @@ def test_deprecated_config_is_accepted():
 async def test_user_turn_helper_appends(openai_server):
     # guards the helper the other tests rely on: one user turn -> one chat request
     r = Run(openai_server, cfg(messages=50))
-    await r.run([user_turn("hello there"), SleepFrame(sleep=0.2)])
+    await r.run([user_turn("hello there"), Gap(sleep=0.2)])
     assert user_texts(r.context.messages) == ["hello there"]
     assert r.context.messages[-1]["role"] == "assistant"
 
@@ -526,7 +527,7 @@ async def test_cancel_frame_and_cleanup_cancel_the_in_flight_summary(openai_serv
     r = Run(openai_server, cfg(messages=4, keep=1))
     started = time.monotonic()
     frames = [*turns([f"user message number {i}" for i in range(3)], gap=0.1), CancelFrame()]
-    await run_test(
+    await run_settling(
         build(r.context, r.processor, r.llm), frames_to_send=frames, send_end_frame=False
     )
     assert time.monotonic() - started < 10
@@ -542,10 +543,10 @@ async def test_manual_override_budget_is_not_capped(openai_server):
     frames = [
         *turns([f"user message number {i}" for i in range(3)], gap=0.08),
         LLMSummarizeContextFrame(config=override),
-        SleepFrame(sleep=0.3),
+        Gap(sleep=0.3),
         *turns([f"user message number {i}" for i in range(3, 6)], gap=0.08),
         LLMSummarizeContextFrame(),
-        SleepFrame(sleep=0.3),
+        Gap(sleep=0.3),
     ]
     await r.run(frames)
     budgets = [b["max_tokens"] for b in openai_server.summary_requests]

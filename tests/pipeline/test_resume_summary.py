@@ -14,7 +14,6 @@ import asyncio
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer
 from pipecat_summarizer.params import MemoryParams
@@ -32,6 +31,7 @@ from tests.pipeline.test_resume_dropped import (
     notices,
 )
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import Gap, run_settling
 
 LATER = ["Thanks for holding on.", "Is the parcel still on its way?", "Please check again."]
 
@@ -60,9 +60,9 @@ async def resumed_call(server, target: str) -> ContextSummarizer:
         await never.wait()
 
     llm.register_function(TOOL, lookup)
-    frames = [SleepFrame(sleep=0.5), *turns([AGAIN, *LATER], gap=0.4)]
+    frames = [Gap(sleep=0.5), *turns([AGAIN, *LATER], gap=0.4)]
     try:
-        await run_test(build(context, processor, llm), frames_to_send=frames)
+        await run_settling(build(context, processor, llm), frames_to_send=frames)
     finally:
         await store.close()
     return processor

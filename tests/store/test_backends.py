@@ -12,7 +12,6 @@ import time
 
 import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER
@@ -27,6 +26,7 @@ from pipecat_summarizer.store.records import (
 )
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, texts_of, turns
+from tests.support.settle import Gap, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful voice assistant."
@@ -303,7 +303,7 @@ async def _call(server, target, *, user_id, call_id, texts, memory=None, pins=()
         processor.applied.append(event)
 
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(server.base_url)),
             frames_to_send=[*turns(texts, gap=gap)],
         )
@@ -480,7 +480,7 @@ async def test_database_down_for_a_stretch_of_turns(
     await outage.begin()
     recovery = asyncio.create_task(recover_after_six_turns())
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(openai_server.base_url)),
             frames_to_send=[*turns(texts, gap=0.15)],
         )
@@ -518,7 +518,6 @@ async def test_evicted_messages_keep_their_place_until_summarized_or_replaced(
     openai_server, store_target
 ):
     from pipecat.frames.frames import LLMMessagesTransformFrame, LLMMessagesUpdateFrame
-    from pipecat.tests.utils import SleepFrame
 
     from pipecat_summarizer import SummarizerOptions
 
@@ -561,10 +560,10 @@ async def test_evicted_messages_keep_their_place_until_summarized_or_replaced(
         LLMMessagesUpdateFrame(  # ...and the application replaces the context
             messages=[system, {"role": "user", "content": "a new conversation"}], run_llm=True
         ),
-        SleepFrame(sleep=0.2),
+        Gap(sleep=0.2),
     ]
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(openai_server.base_url)), frames_to_send=frames
         )
         archived = await store.messages("evict")

@@ -9,7 +9,6 @@ import json
 import time
 
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer.params import MemoryParams, WriterParams
@@ -17,6 +16,7 @@ from pipecat_summarizer.store import SQLiteMemoryStore, open_store
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord, FactEvent
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 WORD = "Quetzalcoatlus"
@@ -47,7 +47,7 @@ async def _call(server, store, *, texts, forget_after=None, admin=None):
         await (admin or store).forget("alice")
 
     forgetting = asyncio.ensure_future(forget_mid_call()) if forget_after else None
-    await run_test(
+    await run_settling(
         build(context, processor, main_llm(server.base_url)),
         frames_to_send=[*turns(texts, gap=0.15)],
     )

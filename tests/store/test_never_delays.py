@@ -8,7 +8,6 @@ from __future__ import annotations
 import sqlite3
 
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._session.recorder import EARLIER_CALLS_HEADER
@@ -16,6 +15,7 @@ from pipecat_summarizer.params import MemoryParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful hotel concierge."
@@ -35,7 +35,7 @@ async def _call(server, path, texts, *, call_id, options, messages=4):
         memory=options,
     )
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(server.base_url)),
             frames_to_send=turns(texts, gap=0.3),
         )

@@ -10,7 +10,6 @@ import sqlite3
 
 import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer.params import MemoryParams, WriterParams
@@ -23,6 +22,7 @@ from pipecat_summarizer.store.records import (
 )
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 
@@ -145,7 +145,7 @@ async def test_a_call_with_a_nul_in_a_turn_archives_everything(openai_server, st
         memory=MemoryParams(writer=FAST),
     )
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(openai_server.base_url)),
             frames_to_send=[*turns(texts, gap=0.15)],
         )

@@ -23,7 +23,7 @@ from typing import Any
 from pipecat.frames.frames import EndFrame, Frame, LLMFullResponseEndFrame
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.worker import PipelineWorker
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import LLMService
 from pipecat.tests.utils import QueuedFrameProcessor, SleepFrame
@@ -156,6 +156,7 @@ async def run_settling(
     idle: Callable[[], bool] | None = None,
     observers: list[BaseObserver] | None = None,
     send_end_frame: bool = True,
+    pipeline_params: PipelineParams | None = None,
 ) -> tuple[list[Frame], list[Frame]]:
     """Like Pipecat's ``run_test`` (source -> ``processor`` -> sink, an ``EndFrame`` after the
     frames), with each :class:`Gap` ended once settled.
@@ -169,6 +170,7 @@ async def run_settling(
         observers: More observers for the worker.
         send_end_frame: Send an ``EndFrame`` after the frames (``False``: the frames end
             the pipeline themselves, e.g. with a ``CancelFrame``).
+        pipeline_params: The worker's ``PipelineParams`` (metrics...).
 
     Returns:
         The frames the sink received downstream (without the ``EndFrame``) and upstream.
@@ -183,6 +185,7 @@ async def run_settling(
         Pipeline([source, processor, sink]),
         cancel_on_idle_timeout=False,
         observers=[motion, *(observers or [])],
+        params=pipeline_params or PipelineParams(),
     )
     started = asyncio.Event()
 
@@ -209,6 +212,7 @@ async def run_settling(
             else:
                 asked += _asks_llm(frame)
                 await worker.queue_frame(frame)
+                motion.last = time.monotonic()  # queued: its first push is still to come
         if send_end_frame:
             await worker.queue_frame(EndFrame())
 
