@@ -50,7 +50,7 @@ class Gap(SleepFrame):
 
 
 class _Motion(BaseObserver):
-    """When a frame last moved, and how many responses have ended."""
+    """When a frame last moved, and how many responses of an LLM service have ended."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -63,7 +63,8 @@ class _Motion(BaseObserver):
 
     async def on_push_frame(self, data: FramePushed) -> None:
         self.last = time.monotonic()
-        if isinstance(data.frame, LLMFullResponseEndFrame):
+        # an LLM's own responses: a test that plays one by hand sends no request
+        if isinstance(data.frame, LLMFullResponseEndFrame) and isinstance(data.source, LLMService):
             self._ends.add(data.frame.id)
 
 
