@@ -57,7 +57,7 @@ async def test_a_forget_under_way_at_the_turns_end_places_nothing_of_the_caller(
     dsn = pg_server.create_database(f"s9_turnwait_{time.monotonic_ns()}")
     store = _store(dsn)
     other = await asyncpg.connect(dsn)
-    holder = _Holder(other, hold_s=0.5)
+    holder = _Holder(other, hold_s=0.3)
     openai_server.handler = lambda body: Reply("Sure.")
     try:
         await _seed(store)
