@@ -159,7 +159,7 @@ class Run:
 
     async def run(self, frames, tail=0.3):
         pipeline = build(self.context, self.processor, self.llm)
-        # each pause ends once settled (full length with recall: its searches run on their own)
+        # each pause ends once the pipeline has settled
         down, up = await run_settling(pipeline, frames_to_send=[*frames, Gap(sleep=tail)])
         self.down, self.up = down, up
         return self

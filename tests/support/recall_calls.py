@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.render import is_recall_message
@@ -18,6 +17,7 @@ from pipecat_summarizer.store.records import ArchivedMessage
 from pipecat_summarizer.tools import RECALL_MEMORY
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import run_settling
 
 #: A writer that flushes at once, so the next call finds what this one archived.
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
@@ -34,7 +34,7 @@ async def recall_call(
     memory: MemoryParams | None = None,
     user_id: str = "alice",
 ) -> ContextSummarizer:
-    """The caller says ``texts`` (0.2 s apart); compacts at six messages, keeps two."""
+    """The caller says ``texts`` (0.2 s apart at most); compacts at six messages, keeps two."""
     context = LLMContext(messages=[{"role": "system", "content": system}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
     processor = ContextSummarizer(
@@ -48,7 +48,7 @@ async def recall_call(
         recall=recall,
     )
     try:
-        await run_test(
+        await run_settling(  # each pause ends once the turn and its searches have settled
             build(context, processor, main_llm(server.base_url)),
             frames_to_send=[*turns(texts, gap=0.2)],
         )

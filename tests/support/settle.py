@@ -18,6 +18,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pipecat.frames.frames import EndFrame, Frame, LLMFullResponseEndFrame
@@ -29,6 +30,7 @@ from pipecat.services.llm_service import LLMService
 from pipecat.tests.utils import QueuedFrameProcessor, SleepFrame
 from pipecat.workers.runner import WorkerRunner
 
+import pipecat_summarizer
 from pipecat_summarizer import ContextSummarizer
 from tests.support.openai_server import FakeOpenAIServer
 
@@ -71,12 +73,14 @@ class _Motion(BaseObserver):
 def processor_idle(processor: Any) -> bool:
     """The ``ContextSummarizer`` has nothing under way that time alone would move on: no
     summary in flight, its backoff over; with a store, the caller's memory load done, no
-    record queued or being written, no write outage. Never idle with recall (its searches
-    and watches run on their own): pauses stay full there."""
+    record queued or being written, no write outage; with recall, no task of this package
+    alive (its searches, early searches, follow-ups and sweeps run as tasks of their own)."""
     session = processor._session
-    if processor.summary_in_flight or processor.recall_step is not None:
+    if processor.summary_in_flight:
         return False
     if session.schedule.trigger.failures.retry_at > asyncio.get_running_loop().time():
+        return False
+    if processor.recall_step is not None and _package_tasks():
         return False
     recorder = session.recorder
     if recorder is None:
@@ -89,6 +93,23 @@ def processor_idle(processor: Any) -> bool:
         and (inflight is None or inflight.done())
         and not writer.outage
     )
+
+
+_PACKAGE = str(Path(pipecat_summarizer.__file__).parent)
+#: The store writer's loop lives as long as the call (its queue is checked on its own).
+_LONG_LIVED = frozenset({"StoreWriter._loop"})
+
+
+def _package_tasks() -> list[str]:
+    """The tasks alive whose coroutine is this package's (but the writer's loop)."""
+    busy = []
+    for task in asyncio.all_tasks():
+        coro = task.get_coro()
+        code = getattr(coro, "cr_code", None)
+        name = getattr(coro, "__qualname__", "")
+        if code is not None and code.co_filename.startswith(_PACKAGE) and name not in _LONG_LIVED:
+            busy.append(name)
+    return busy
 
 
 def idle_for(server: Any, processor: Any, llm: Any = None) -> Callable[[], bool]:
