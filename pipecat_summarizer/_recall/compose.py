@@ -5,12 +5,13 @@ work done early, kept for the turn that asks for exactly what it was done on.
 answered (pure: the same inputs, the same block). When ``RecallPrefetch``'s early search and
 its follow-ups answer before the caller's turn ends, the prefetch runs them then, on the
 context as it is with the caller's words as its last message, and keeps the result as an
-:class:`EarlyBlock` with its :func:`inputs`: everything the result depends on (the query and
-its terms, the hits and their replies, the gathered and corrected hits, the context's
-messages, the summary and pinned facts; the block's token budget for the text). The turn
-computes its own inputs and takes the early result only when they are equal, so it is the
-block the turn would have chosen with time enough; anything changed meanwhile (other words,
-a summary spliced in, a forget, less room) and the turn chooses as before.
+:class:`EarlyBlock` with what it depended on: the query, its terms, the hits and their replies
+(:func:`searched`: the follow-up searches' answers follow from them), the context's messages,
+the summary and pinned facts (:func:`viewed`), the block's token budget for the text. The turn
+takes the follow-ups' answers only when its own search's inputs are equal, and the choice and
+text only when the context's are too, so it is the block the turn would have made with time
+enough; anything changed meanwhile (other words, a summary spliced in, a fact pinned, a
+forget, less room) and the turn chooses (or renders) as before.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from pipecat_summarizer._recall.gather import Found, mark_later, with_gathered
 from pipecat_summarizer._recall.query import ContextTerms, asks_when, query_parts
-from pipecat_summarizer._recall.render import render_recall
+from pipecat_summarizer._recall.render import render_recall, snippet_when
 from pipecat_summarizer._recall.select import (
     Snippet,
     block_budget,
@@ -37,31 +38,20 @@ from pipecat_summarizer.params import RecallParams
 #: search's answer, ``prefetch.MAX_AGE_S``).
 MAX_AGE_S = 5.0
 
+#: An early search's key: its words, scope (``user_id``, ``call_id``), limit, ``any_word``.
+SearchKey = tuple[str, str | None, str | None, int, bool]
 
-def inputs(
-    query: str,
-    terms: Sequence[str],
-    found: Found,
-    gathered: Sequence[str],
-    more: Found,
-    later: Sequence[Any],
-    context: ContextTerms,
-    texts: Sequence[str],
-) -> tuple:
-    """What the work after the search depends on, compared by value (the params, the call
-    and the step's counter are the step's own and never change)."""
-    return (
-        query,
-        tuple(terms),
-        found[0],
-        found[1],
-        tuple(gathered),
-        more[0],
-        more[1],
-        list(later),
-        context.fingerprint(),
-        tuple(texts),
-    )
+
+def searched(query: str, terms: Sequence[str], found: Found) -> tuple:
+    """What the follow-up searches and the choice depend on of the search: the query, its
+    terms, the hits and their replies (compared by value)."""
+    return (query, tuple(terms), found[0], found[1])
+
+
+def viewed(context: ContextTerms, texts: Sequence[str]) -> tuple:
+    """What the choice depends on of the context: its messages as read (see
+    ``ContextTerms.fingerprint``) and the summary and pinned facts' texts."""
+    return (context.fingerprint(), tuple(texts))
 
 
 def choose(
@@ -154,25 +144,34 @@ class EarlyBlock:
     """The work after the search, done before the turn ended (see the module's docstring).
 
     Parameters:
-        words: The early search's words (what the turn's search sends).
-        key: Its :func:`inputs`.
+        searched: What it was done on of the search (:func:`searched`).
+        gathered: The words of the second search (a question that gathers).
+        more: The second search's new hits and their replies.
+        later: The hits of the stated values' searches (corrections).
+        follow_ups: The follow-up searches started early (their keys).
+        viewed: The context it was chosen against (:func:`viewed`).
         snippets: The snippets chosen.
         size: The block's size before the room (see :func:`choose`).
         budget: The token budget ``text`` was rendered for.
-        rendered: Whether ``text`` was made early (not for a question about time, whose
-            labels say how long ago by the turn's clock).
+        labels: Its snippets' labels by the clock then, for a question about time (see
+            :func:`labels`): the text serves a turn whose labels are the same.
         text: The block's text (``None``: nothing fitted).
         user_id: The caller (``None``: this call only).
-        generation: The archive's forget count for the caller then.
-        made: When it was made (``time.monotonic()``).
+        generation: The archive's forget count for the caller before its follow-ups.
+        made: When its follow-ups started (``time.monotonic()``): each of their answers is
+            younger.
     """
 
-    words: str
-    key: tuple
+    searched: tuple
+    gathered: list[str]
+    more: Found
+    later: list[Any]
+    follow_ups: tuple[SearchKey, ...]
+    viewed: tuple
     snippets: list[Snippet]
     size: int
     budget: int
-    rendered: bool
+    labels: tuple
     text: str | None
     user_id: str | None
     generation: int
@@ -183,10 +182,21 @@ class EarlyBlock:
         return 0.0 <= now - self.made <= MAX_AGE_S
 
 
-def renders_early(query: str) -> bool:
-    """Whether the block's text can be made before the turn: not for a question about time,
-    whose labels say how long ago by the turn's clock."""
-    return not asks_when(query)
+def labels(snippets: Sequence[Snippet], query: str, call_id: str | None, now: float) -> tuple:
+    """What the block's text depends on of the clock: for a question about time, each
+    snippet's label ("three weeks ago, on ...") at ``now``; nothing otherwise."""
+    if not asks_when(query):
+        return ()
+    return tuple(snippet_when(s, call_id, now=now, relative=True) for s in snippets)
 
 
-__all__ = ["MAX_AGE_S", "EarlyBlock", "choose", "inputs", "render", "renders_early"]
+__all__ = [
+    "MAX_AGE_S",
+    "EarlyBlock",
+    "SearchKey",
+    "choose",
+    "render",
+    "labels",
+    "searched",
+    "viewed",
+]

@@ -18,7 +18,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipecat_summarizer._recall.budget import recall_budget
-from pipecat_summarizer._recall.compose import EarlyBlock, choose, inputs, render, renders_early
+from pipecat_summarizer._recall.compose import (
+    EarlyBlock,
+    SearchKey,
+    choose,
+    labels,
+    render,
+    searched,
+    viewed,
+)
 from pipecat_summarizer._recall.gather import Found, as_found, clipped, unseen
 from pipecat_summarizer._recall.query import ContextTerms, asks_when, gathers
 from pipecat_summarizer._recall.search import LATER_LIMIT, search_words
@@ -27,7 +35,7 @@ from pipecat_summarizer._recall.superseded import stated_values
 
 #: What a turn finds with its follow-up searches: the words gathered, the second search's new
 #: hits and their replies, the hits of the stated values' searches.
-Followed = tuple[list[str], Found, list[Any]]
+Followed = tuple[list[str], Found, list[Any], tuple[SearchKey, ...]]
 
 
 async def follow_ups(
@@ -47,9 +55,10 @@ async def follow_ups(
 
     Returns:
         What the turn will find with them, once they answered, as the turn reads it
-        (``(gathered, more, later)``: the words gathered, the second search's new hits and
-        their replies, the hits of the values' searches), or ``None`` when one of them
-        failed or is not there to wait for (the turn searches again itself).
+        (``(gathered, more, later, searches)``: the words gathered, the second search's new
+        hits and their replies, the hits of the values' searches, and each search's key),
+        or ``None`` when one of them failed or is not there to wait for (the turn searches
+        again itself).
     """
     params = step.params
     scope = {"user_id": step.user_id} if step.user_id else {"call_id": step.call_id}
@@ -58,6 +67,8 @@ async def follow_ups(
     gathered = gather_words(hits, query, terms, params.min_score) if params.gather else []
     words = search_words(" ".join(gathered)) if gathered else ""
     ok = True
+    started: list[SearchKey] = []
+    user, call = scope.get("user_id"), scope.get("call_id")
     if words:
         limit = params.search_limit
         replies = params.max_snippets + 2
@@ -66,6 +77,7 @@ async def follow_ups(
         )
         task = archive.running(words, limit=limit, any_word=True, **_scope(scope))
         ok = task is not None
+        started.append((words, user, call, limit, True))
         if task is not None:
             try:
                 second = await asyncio.shield(task)
@@ -74,12 +86,13 @@ async def follow_ups(
             except Exception:  # noqa: BLE001 - the turn searches again itself
                 ok = False
     if not (asks_when(query) or gathers(query)):
-        return (gathered, more, []) if ok else None
+        return (gathered, more, [], tuple(started)) if ok else None
     values = stated_values([*hits, *more[0]][: params.max_snippets])
     waits = []
     for value in values:
         archive.prefetch(value, limit=LATER_LIMIT, any_word=False, follow_up=True, **scope)
         waits.append(archive.running(value, limit=LATER_LIMIT, any_word=False, **_scope(scope)))
+        started.append((value, user, call, LATER_LIMIT, False))
     if not ok or any(w is None for w in waits):
         return None
     try:
@@ -87,7 +100,7 @@ async def follow_ups(
     except Exception:  # noqa: BLE001 - the turn searches again itself
         return None
     later = clipped(([h for a in answers for h in a], {}), values)[0]
-    return gathered, more, later
+    return gathered, more, later, tuple(started)
 
 
 async def early_work(
@@ -109,40 +122,50 @@ async def early_work(
     ``PrefetchingArchive``) for the turn whose own inputs are exactly these."""
     user_id = step.user_id
     generation = archive.generation(user_id)
-    first = step.params.max_snippets + 2
-    hits = await as_found(archive, found, words, first)
+    made = time.monotonic()  # before the follow-ups start: each answer is younger
+    hits = await as_found(archive, found, words, step.params.max_snippets + 2)
     followed = await follow_ups(archive, step, query, terms, words, found)
     texts_in_view = getattr(getattr(summarizer, "record", None), "texts_in_view", None)
     if followed is None or not callable(texts_in_view):
         return
-    gathered, more, later = followed
+    gathered, more, later, searches = followed
     params = step.params
     view.update([*summarizer.context.get_messages(), {"role": "user", "content": said}])
     texts = list(texts_in_view())
-    key = inputs(query, terms, hits, gathered, more, later, view, texts)
     snippets, size = choose(
         hits, query, terms, view, texts, params, gathered=gathered, more=more, later=later
     )
     budget = recall_budget(size, None)
     if budget is None or archive.generation(user_id) != generation:
         return  # no block, or the caller was forgotten meanwhile: nothing is kept
-    rendered = renders_early(query)
-    text = None
-    if rendered:
-        text = render(
-            snippets,
-            query,
-            params,
-            budget=budget,
-            call_id=step.call_id,
-            count=step.count,
-            texts=texts,
-            now=step.now(),
-        )
-    made = time.monotonic()
-    archive.keep_block(
-        EarlyBlock(words, key, snippets, size, budget, rendered, text, user_id, generation, made)
+    now = step.now()
+    text = render(
+        snippets,
+        query,
+        params,
+        budget=budget,
+        call_id=step.call_id,
+        count=step.count,
+        texts=texts,
+        now=now,
     )
+    block = EarlyBlock(
+        searched=searched(query, terms, hits),
+        gathered=gathered,
+        more=more,
+        later=later,
+        follow_ups=searches,
+        viewed=viewed(view, texts),
+        snippets=snippets,
+        size=size,
+        budget=budget,
+        labels=labels(snippets, query, step.call_id, now),
+        text=text,
+        user_id=user_id,
+        generation=generation,
+        made=made,
+    )
+    archive.keep_block(block)
 
 
 def _scope(scope: dict[str, Any]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 
-from pipecat_summarizer._recall.compose import EarlyBlock
+from pipecat_summarizer._recall.compose import EarlyBlock, SearchKey
 from pipecat_summarizer._recall.follow_ups import early_work
 from pipecat_summarizer._recall.gather import read_ahead
 from pipecat_summarizer._recall.query import MAX_QUERY_CHARS, ContextTerms, focus, recall_query
@@ -59,7 +59,7 @@ MAX_KEPT = 12
 #: transcriptions cost O(turn^2) on the loop (4.5 s of CPU over a 125 KB turn in 500 parts).
 KEPT_CHARS = 4 * MAX_QUERY_CHARS
 
-_Key = tuple[str, str | None, str | None, int, bool]
+_Key = SearchKey
 
 
 class _Early:
@@ -128,6 +128,13 @@ class PrefetchingArchive:
         block, self._block = self._block, None
         return block
 
+    def served_block(self, block: EarlyBlock) -> None:
+        """The turn took ``block``'s follow-up answers: its early follow-up searches are
+        taken as if the turn had asked for them (counted as served)."""
+        for key in block.follow_ups:
+            if self._early.pop(key, None) is not None:
+                self.follow_ups_served += 1
+
     def in_flight(self) -> bool:
         """Whether an early search of a turn's words is still running (follow-ups aside: the
         next words' search need not wait for them)."""
@@ -167,6 +174,11 @@ class PrefetchingArchive:
         self._prune(now)
         early = self._early.get(key)
         if early is not None and self._usable(early, user_id, now):
+            if then is not None and not follow_up:
+                # the same words, another query (a word the search leaves out, "like?"):
+                # the turn's work after the search is done again for it, not the last one
+                self._stop_following()
+                early.task.add_done_callback(partial(self._then, then, user_id, early.generation))
             return False
         if not follow_up:
             self._supersede()
@@ -206,6 +218,9 @@ class PrefetchingArchive:
                 del self._early[key]
                 early.task.cancel()
         self._block = None  # made for the earlier words
+        self._stop_following()
+
+    def _stop_following(self) -> None:
         following, self._following = self._following, set()
         for task in following:
             task.cancel()
@@ -392,6 +407,7 @@ class RecallPrefetch(FrameProcessor):
         # the context as the turn's recall will read it (its last block kept): the view
         # the early work judges against
         self._view = ContextTerms()
+        self._worked: tuple[str, str] | None = None  # the words and query worked on last
         self._summarizer = summarizer
         self._misplaced = False  # said once: placed after the user aggregator
 
@@ -425,6 +441,7 @@ class RecallPrefetch(FrameProcessor):
                 self._start(concatenate_aggregated_text([*self._parts, part]), final=False)
         elif isinstance(frame, LLMContextUserTurnFrame):
             self._parts = []  # the aggregator wrote the turn: the next one starts empty
+            self._worked = None
         elif (
             isinstance(frame, LLMContextFrame)
             and direction == FrameDirection.DOWNSTREAM
@@ -455,7 +472,10 @@ class RecallPrefetch(FrameProcessor):
                 return
             scope = {"user_id": step.user_id} if step.user_id else {"call_id": step.call_id}
             then = None
-            if step.semantic is None:  # with it the turn's hits are fused: other follow-ups
+            if step.semantic is None and (words, query) != self._worked:
+                # with semantic recall the turn's hits are fused: other follow-ups; the same
+                # words and query again (a repeated final part): the work under way serves
+                self._worked = (words, query)
                 terms = focus(query, self._terms.common())
                 then = partial(
                     early_work,

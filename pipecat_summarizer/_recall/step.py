@@ -23,7 +23,14 @@ from pipecat_summarizer._recall.budget import (
     recall_budget,
     search_wait,
 )
-from pipecat_summarizer._recall.compose import EarlyBlock, choose, inputs, render
+from pipecat_summarizer._recall.compose import (
+    EarlyBlock,
+    choose,
+    labels,
+    render,
+    searched,
+    viewed,
+)
 from pipecat_summarizer._recall.gather import (
     Found,
     consume,
@@ -110,8 +117,8 @@ class RecallStep(ArchiveSearch):
         self.recalled = 0
         self.late_served = 0
         #: Turns whose block was chosen and rendered (``early_blocks``), or chosen only
-        #: (``early_choices``: less room, or a question about time), before the turn ended
-        #: (``RecallPrefetch``'s early work, on exactly the turn's inputs).
+        #: (``early_choices``: less room, or a label of a question about time changed),
+        #: before the turn ended (``RecallPrefetch``'s early work, on the turn's inputs).
         self.early_blocks = 0
         self.early_choices = 0
         # what the work after the search took lately: kept out of the waits and of the
@@ -205,25 +212,33 @@ class RecallStep(ArchiveSearch):
         tally[0] = len(hits)
         if not hits:
             return None
-        # the extra searches (gathered words, corrected values) only take what the whole
-        # work after the search leaves; every wait of theirs ends at one moment, so the work
-        # between them (reading the values to search) comes out of it too
-        extra = min(until, started + planned - min(self._reserves.extra, planned / 2))
+        # the turn's work after the search done early (RecallPrefetch's), if it was done on
+        # these very hits: its follow-up searches' answers are the ones this turn would
+        # take, and its choice serves if the context is still the one it was made on
+        early = self._early_block(how, searched(query, terms, (hits, replies)))
         more: Found = ([], {})
         gathered: list[str] = []
-        if params.gather and how == "on_time":
-            gathered = gather_words(hits, query, terms, params.min_score)
-            left = extra - _now()
-            if gathered and left > 0:  # only with time left in the turn's budget
-                until = extra
-                more = await self._gather(gathered, hits, left, watch=watch is None)
-                tally[0] += len(more[0])
         later: list[Any] = []
-        # a value the hits state may have been corrected in a later call: searched when the
-        # question asks about time or gathers (each such search costs the frame ~2-3 ms)
-        if how == "on_time" and (asks_when(query) or gathers(query)) and _now() < extra:
-            until = extra
-            later = await self._later([*hits, *more[0]], extra)
+        if early is not None:
+            gathered, more, later = early.gathered, early.more, early.later
+            tally[0] += len(more[0])
+        else:
+            # the extra searches (gathered words, corrected values) only take what the
+            # whole work after the search leaves; every wait of theirs ends at one moment,
+            # so the work between them (reading the values to search) comes out of it too
+            extra = min(until, started + planned - min(self._reserves.extra, planned / 2))
+            if params.gather and how == "on_time":
+                gathered = gather_words(hits, query, terms, params.min_score)
+                left = extra - _now()
+                if gathered and left > 0:  # only with time left in the turn's budget
+                    until = extra
+                    more = await self._gather(gathered, hits, left, watch=watch is None)
+                    tally[0] += len(more[0])
+            # a value the hits state may have been corrected in a later call: searched when
+            # the question asks about time or gathers (each such search costs ~2-3 ms)
+            if how == "on_time" and (asks_when(query) or gathers(query)) and _now() < extra:
+                until = extra
+                later = await self._later([*hits, *more[0]], extra)
         # a wait that ran to its end resumed a little after it (the loop's timer, the
         # interpreter's lock): measured from its end, the reserves cover that too
         found = min(_now(), until)
@@ -233,11 +248,8 @@ class RecallStep(ArchiveSearch):
             return None  # the turn moved on while the archive answered
         context.update(current)
         texts = list(view_texts())  # the summary and pinned facts: corrections included
-        # the same work done before the turn ended, on exactly these inputs, if any
-        early = self._early_block(
-            how,
-            lambda: inputs(query, terms, (hits, replies), gathered, more, later, context, texts),
-        )
+        if early is not None and early.viewed != viewed(context, texts):
+            early = None  # made on another context (a summary spliced, a fact pinned...)
         # the frame's time bounds what runs after the search: hits are judged best first
         # until the deadline, and what is chosen by then is placed
         deadline = started + planned
@@ -265,7 +277,12 @@ class RecallStep(ArchiveSearch):
         budget = recall_budget(size, room())
         if budget is None:
             return None  # the conversation grew meanwhile: recall gives way
-        if early is not None and early.rendered and early.budget == budget:
+        now = self.now()
+        if (
+            early is not None
+            and early.budget == budget
+            and (not early.labels or early.labels == labels(snippets, query, self.call_id, now))
+        ):
             text = early.text
             self.early_blocks += 1
         else:
@@ -277,7 +294,7 @@ class RecallStep(ArchiveSearch):
                 call_id=self.call_id,
                 count=self.count,
                 texts=texts,
-                now=self.now(),
+                now=now,
                 deadline=deadline,
                 clock=_now,
             )
@@ -298,19 +315,21 @@ class RecallStep(ArchiveSearch):
         self.late_served += how == "late"
         return placed
 
-    def _early_block(self, how: str, key: Callable[[], tuple]) -> EarlyBlock | None:
-        """The early work (``RecallPrefetch``'s) done on exactly ``key``'s inputs, taken, if
-        any is fresh and the caller was not forgotten since (the turn's own forget watch still
-        gates placing)."""
-        take = getattr(self._early, "take_block", None)
+    def _early_block(self, how: str, searched: tuple) -> EarlyBlock | None:
+        """The early work (``RecallPrefetch``'s) done on exactly these ``searched`` inputs
+        (query, terms, hits, replies), taken, if any is fresh and the caller was not
+        forgotten since (the turn's own forget watch still gates placing)."""
+        early = self._early
+        take = getattr(early, "take_block", None)
         if how != "on_time" or take is None:
             return None
-        early: EarlyBlock | None = take()
-        if early is None or not early.fresh(time.monotonic()):
+        block: EarlyBlock | None = take()
+        if block is None or not block.fresh(time.monotonic()):
             return None
-        if early.generation != self._generation() or early.key != key():
+        if block.generation != self._generation() or block.searched != searched:
             return None
-        return early
+        getattr(early, "served_block", lambda _: None)(block)  # its follow-ups: taken
+        return block
 
     def _measured(self, found: float, picking: float, chosen: float) -> None:
         # measured, not guessed: what the next turn keeps back of its budget
