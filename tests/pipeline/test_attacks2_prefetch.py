@@ -21,7 +21,6 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
     LLMUserAggregatorParams,
 )
-from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.turns.user_turn_strategies import ExternalUserTurnStrategies
 
 from pipecat_summarizer._recall import prefetch as prefetch_module
@@ -46,6 +45,7 @@ from tests.pipeline.test_recall_attacks_prefetch import (
 )
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import main_llm
+from tests.support.settle import Gap, run_settling
 
 ASK = "Which hotel did I book in Lisbon?"
 # a caller who talks on: ~200 characters a final transcription, no end of turn between
@@ -73,7 +73,7 @@ async def test_a_companion_after_the_user_aggregator_says_so_once_and_recall_sti
     try:
         await _seed(store)
         two_turns = [*_speech(ASK), *_end_turn(), *_speech("And my car?"), *_end_turn()]
-        await asyncio.wait_for(run_test(pipeline, frames_to_send=two_turns), timeout=30)
+        await asyncio.wait_for(run_settling(pipeline, frames_to_send=two_turns), timeout=30)
     finally:
         await summarizer.aclose()
         await store.close()
@@ -111,7 +111,7 @@ async def test_a_long_turn_in_many_parts_reads_a_bounded_tail(openai_server, tmp
     frames = [UserStartedSpeakingFrame()]
     frames += [TranscriptionFrame(f"{RAMBLE}{i}", "alice", "t0") for i in range(300)]
     try:
-        await run_test(Pipeline([companion]), frames_to_send=frames)
+        await run_settling(Pipeline([companion]), frames_to_send=frames)
     finally:
         await summarizer.aclose()
         await store.close()
@@ -133,9 +133,9 @@ async def test_a_long_turns_early_search_still_serves_the_turn(openai_server, tm
     try:
         await _seed(store)
         finals = [RAMBLE * 11] * 9 + [ASK]  # 8.4 KB: past KEPT_CHARS
-        frames = [*_speech(*finals[:-1]), *_speech(finals[-1]), SleepFrame(sleep=0.8), *_end_turn()]
+        frames = [*_speech(*finals[:-1]), *_speech(finals[-1]), Gap(sleep=0.8), *_end_turn()]
         await asyncio.wait_for(
-            run_test(
+            run_settling(
                 _pipeline(openai_server, context, processor, companion), frames_to_send=frames
             ),
             timeout=60,
@@ -209,7 +209,7 @@ async def test_a_100_kb_interim_reads_a_bounded_tail(openai_server, tmp_path, mo
     huge = (RAMBLE * 1200)[:100_000] + " " + ASK
     frames = [UserStartedSpeakingFrame(), InterimTranscriptionFrame(huge, "alice", "t0")]
     try:
-        await run_test(Pipeline([companion]), frames_to_send=frames)
+        await run_settling(Pipeline([companion]), frames_to_send=frames)
     finally:
         await summarizer.aclose()
         await store.close()

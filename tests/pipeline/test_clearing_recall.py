@@ -12,7 +12,6 @@ import json
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._compaction.clearing import PLACEHOLDER_PREFIX
@@ -27,6 +26,7 @@ from pipecat_summarizer.tools import register_recall_memory
 from tests.support.order_tools import ASKED, order_desk, order_result, tool_results
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
 from tests.support.recall_calls import FAST
+from tests.support.settle import run_settling
 
 LOOKED_UP = ("A17", "B23", "C31")
 
@@ -57,7 +57,7 @@ async def _one_call(server, target: str, said: list[str], config=None) -> None:
     schema = FunctionSchema(name="lookup_order", description=".", properties={}, required=[])
     context.set_tools(ToolsSchema(standard_tools=[*context.tools.standard_tools, schema]))
     try:
-        await run_test(build(context, processor, llm), frames_to_send=turns(said, gap=0.35))
+        await run_settling(build(context, processor, llm), frames_to_send=turns(said, gap=0.35))
     finally:
         await processor.cleanup()
         await store.close()

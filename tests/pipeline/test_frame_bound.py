@@ -18,7 +18,6 @@ from pipecat.frames.frames import LLMContextFrame
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._compaction.measure import ContextMeter
@@ -27,6 +26,7 @@ from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import ArchivedMessage, SQLiteMemoryStore
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 EARLIER = [
@@ -108,7 +108,7 @@ async def test_the_recalled_block_is_placed_and_cleared_without_recounting_the_c
             recall=RecallParams(latency_budget_s=5.0),  # on time: a block every turn
         )
         try:
-            await run_test(
+            await run_settling(
                 build(context, processor, main_llm(openai_server.base_url)),
                 frames_to_send=[*turns(QUESTIONS, gap=0.4)],
             )
@@ -293,7 +293,7 @@ async def _three_asks(
         )
         timer = TimeInProcessor(processor)
         try:
-            await run_test(
+            await run_settling(
                 build(context, processor, main_llm(openai_server.base_url)),
                 frames_to_send=[*turns(ASKS, gap=0.3)],
                 observers=[timer],

@@ -15,7 +15,6 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
@@ -27,6 +26,7 @@ from pipecat_summarizer.params import MemoryParams, PinningParams, RecallParams,
 from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import cfg, main_llm, turns
+from tests.support.settle import Gap, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful hotel concierge."
@@ -89,7 +89,7 @@ async def test_an_update_of_copies_never_keeps_an_unpinned_app_fact_in_the_head(
         _Do(lambda: processor.unpin("status")),
         *turns(["So can I get my refund now?"], gap=0.3),
     ]
-    await run_test(_pipeline(openai_server, context, processor), frames_to_send=frames)
+    await run_settling(_pipeline(openai_server, context, processor), frames_to_send=frames)
     last = openai_server.chat_requests[-1]["messages"]
     assert frozen not in _authority_texts(last)  # the application unpinned it
     noted = [m for m in last if str(m["content"]).startswith(NOTED_HEADER)]
@@ -110,7 +110,7 @@ async def test_an_update_of_copies_keeps_one_recalled_block_never_archived(opena
         LLMMessagesUpdateFrame(
             messages=[node, {"role": "user", "content": "A question on my bill."}], run_llm=True
         ),
-        SleepFrame(sleep=0.4),
+        Gap(sleep=0.4),
         *turns(["Which hotel were we staying at, the Marquis?"], gap=0.3),
         # the application hands the context back as copies, the recalled block in it
         _Do(lambda: context.set_messages(copy.deepcopy(context.get_messages()))),
@@ -118,7 +118,7 @@ async def test_an_update_of_copies_keeps_one_recalled_block_never_archived(opena
         *turns(["Thanks, that is all."], gap=0.3),
     ]
     try:
-        await run_test(_pipeline(openai_server, context, processor), frames_to_send=frames)
+        await run_settling(_pipeline(openai_server, context, processor), frames_to_send=frames)
         archived = await store.messages("c1")
     finally:
         await store.close()
@@ -223,7 +223,7 @@ async def test_caller_text_like_our_headers_or_unstorable_reaches_the_llm_and_th
         "A NUL \x00 byte at the Marquis?",
     ]
     try:
-        await run_test(
+        await run_settling(
             _pipeline(openai_server, context, processor), frames_to_send=turns(texts, gap=0.15)
         )
         archived = await store.messages("c1")
@@ -249,11 +249,11 @@ async def test_an_update_that_empties_everything_archives_once_and_keeps_the_fac
     frames = [
         *turns([HOTEL, "Is the spa open?"], gap=0.15),
         LLMMessagesUpdateFrame(messages=[], run_llm=True),  # everything, the head included
-        SleepFrame(sleep=0.15),
+        Gap(sleep=0.15),
         *turns(["Hello again."], gap=0.15),
     ]
     try:
-        await run_test(_pipeline(openai_server, context, processor), frames_to_send=frames)
+        await run_settling(_pipeline(openai_server, context, processor), frames_to_send=frames)
         archived = await store.messages("c1")
     finally:
         await store.close()

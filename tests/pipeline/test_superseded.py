@@ -8,7 +8,6 @@ as a correction."""
 from __future__ import annotations
 
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer
 from pipecat_summarizer._recall.render import is_recall_message
@@ -16,6 +15,7 @@ from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer.summarizers import ExtractiveSummarizer
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 BOOKING = "Our anniversary dinner is on 14 March, a table for 4 people."
@@ -40,7 +40,7 @@ async def _call(server, store, texts, *, user_id="caller-7", call_id="call-1", r
         memory=MemoryParams(writer=FAST),
         recall=recall or RecallParams(enabled=False),
     )
-    await run_test(
+    await run_settling(
         build(context, processor, main_llm(server.base_url)),
         frames_to_send=[*turns(texts, gap=0.25)],
     )

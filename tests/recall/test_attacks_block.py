@@ -11,7 +11,6 @@ import json
 
 import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.render import RECALL_HEADER, is_recall_message
@@ -26,6 +25,7 @@ from pipecat_summarizer.store import open_store
 from tests.recall.test_attacks_dates import archived, plain, utc
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
 from tests.support.recall_calls import FAST
+from tests.support.settle import run_settling
 
 QUESTIONS = [
     "Which hotel room did I book for the conference?",
@@ -69,7 +69,7 @@ async def _call(
         recall=recall,
     )
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(server.base_url)),
             frames_to_send=turns(texts, gap=gap),
         )

@@ -5,7 +5,6 @@ with a real SQLite store against the local OpenAI-protocol server, and the pure 
 from __future__ import annotations
 
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.render import RECALL_HEADER
@@ -21,6 +20,7 @@ from pipecat_summarizer.params import (
 from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 CEILING = 500
@@ -62,7 +62,7 @@ async def test_a_request_with_recall_stays_under_the_ceiling(openai_server, tmp_
     ]
     asks = ["Which Marquis room had the blue door and the sticking balcony?"] * 2
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(openai_server.base_url)),
             frames_to_send=turns([*said, *asks], gap=0.2),
         )

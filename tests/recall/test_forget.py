@@ -11,7 +11,6 @@ from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.render import RECALL_HEADER
@@ -19,6 +18,7 @@ from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import cfg, main_llm, turns
+from tests.support.settle import run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 HOTEL = "We are staying at the Hotel Marquis in Lisbon, room 418, arriving Friday."
@@ -78,7 +78,7 @@ async def test_recall_stops_quoting_a_forgotten_caller_at_once(openai_server, tm
     pair = LLMContextAggregatorPair(context)
     pipeline = Pipeline([pair.user(), processor, llm, processor.after_llm(), pair.assistant()])
     try:
-        await run_test(pipeline, frames_to_send=turns([HOTEL, *FILLER, FORGET], gap=0.25))
+        await run_settling(pipeline, frames_to_send=turns([HOTEL, *FILLER, FORGET], gap=0.25))
     finally:
         await summarizer.aclose()
         await store.close()

@@ -25,7 +25,6 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
     LLMUserAggregatorParams,
 )
-from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.turns.user_turn_strategies import ExternalUserTurnStrategies
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
@@ -37,6 +36,7 @@ from pipecat_summarizer.store import SQLiteMemoryStore
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import cfg, main_llm
+from tests.support.settle import Gap, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 PET = "Our dog Rex is a golden retriever, and he travels with us."
@@ -117,15 +117,15 @@ async def _call(server, tmp_path, wordllama, *, early: bool) -> tuple[list[str],
         [*head, pair.user(), processor, main_llm(server.base_url), pair.assistant()]
     )
     frames = [
-        SleepFrame(sleep=1.0),  # the caller's earlier call is indexed at the call's start
+        Gap(sleep=1.0),  # the caller's earlier call is indexed at the call's start
         UserStartedSpeakingFrame(),
         TranscriptionFrame(ASK, "al", "t0"),
-        SleepFrame(sleep=0.5),  # the caller is still speaking
+        Gap(sleep=0.5),  # the caller is still speaking
         UserStoppedSpeakingFrame(),
-        SleepFrame(sleep=1.0),
+        Gap(sleep=1.0),
     ]
     try:
-        await run_test(pipeline, frames_to_send=frames)
+        await run_settling(pipeline, frames_to_send=frames)
     finally:
         embedder.gate.set()
         await summarizer.aclose()

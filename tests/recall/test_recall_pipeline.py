@@ -8,7 +8,6 @@ import asyncio
 
 import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.render import RECALL_HEADER, is_recall_message
@@ -16,6 +15,7 @@ from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful hotel concierge."
@@ -68,7 +68,7 @@ async def _call(
         recall=recall,
     )
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(server.base_url)),
             frames_to_send=[*turns(texts, gap=gap)],
         )

@@ -14,7 +14,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall import semantic as semantic_module
@@ -28,6 +27,7 @@ from pipecat_summarizer.params import MemoryParams, RecallParams, SemanticRecall
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.settle import Gap, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful hotel concierge."
@@ -82,10 +82,10 @@ async def _call(
         recall=recall,
     )
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(server.base_url)),
             # lead: the moment between pickup and the caller's first words
-            frames_to_send=[*([SleepFrame(sleep=lead)] if lead else []), *turns(texts, gap=gap)],
+            frames_to_send=[*([Gap(sleep=lead)] if lead else []), *turns(texts, gap=gap)],
         )
     finally:
         await summarizer.aclose()

@@ -7,7 +7,6 @@ import json
 
 import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer.params import MemoryParams, RecallParams
@@ -23,6 +22,7 @@ from tests.recall.test_recall_pipeline import FAST, FILLER, HOTEL, _summaries
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
 from tests.support.recall_calls import asks_recall
+from tests.support.settle import run_settling
 
 _OPEN: list[OpenAISummarizer] = []
 
@@ -63,7 +63,7 @@ async def test_recall_memory_tool_through_a_real_pipeline(openai_server, tmp_pat
     schema = register_recall_memory(llm, processor, context)  # the one line
     assert schema.name == RECALL_MEMORY
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, llm),
             frames_to_send=[*turns([HOTEL, *FILLER, asked], gap=0.25), *turns(["ok"], gap=0.3)],
         )
@@ -120,7 +120,7 @@ async def test_recall_memory_for_flows_has_the_flows_handler_shape(openai_server
     context = LLMContext(messages=[{"role": "system", "content": "Be brief."}])
     processor = _processor(openai_server, store, context)
     try:
-        await run_test(
+        await run_settling(
             build(context, processor, main_llm(openai_server.base_url)),
             frames_to_send=[*turns([HOTEL, *FILLER], gap=0.2)],
         )
