@@ -33,15 +33,15 @@ from pipecat_summarizer._recall.semantic import SemanticIndex
 from pipecat_summarizer.params import RecallParams, SemanticRecallParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
-from tests.pipeline.test_recall_attacks_prefetch import (
+from tests.support.early_search import (
     RECALL,
-    _blocks,
-    _end_turn,
-    _pipeline,
-    _processor,
-    _seed,
-    _speech,
-    _store,
+    desk,
+    end_turn,
+    prefetch_pipeline,
+    recall_blocks,
+    seed_trips,
+    speech,
+    watched_store,
 )
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import main_llm
@@ -56,9 +56,9 @@ async def test_a_companion_after_the_user_aggregator_says_so_once_and_recall_sti
     openai_server, tmp_path, logs
 ):
     openai_server.handler = lambda body: Reply("Sure.")
-    store = _store(str(tmp_path / "m.db"))
+    store = watched_store(str(tmp_path / "m.db"))
     store.delay_s = 0.0
-    context, summarizer, processor = _processor(
+    context, summarizer, processor = desk(
         openai_server, store, user_id="alice", recall=RecallParams(latency_budget_s=2.0)
     )
     companion = RecallPrefetch(processor)
@@ -71,8 +71,8 @@ async def test_a_companion_after_the_user_aggregator_says_so_once_and_recall_sti
         [pair.user(), companion, processor, main_llm(openai_server.base_url), pair.assistant()]
     )
     try:
-        await _seed(store)
-        two_turns = [*_speech(ASK), *_end_turn(), *_speech("And my car?"), *_end_turn()]
+        await seed_trips(store)
+        two_turns = [*speech(ASK), *end_turn(), *speech("And my car?"), *end_turn()]
         await asyncio.wait_for(run_settling(pipeline, frames_to_send=two_turns), timeout=30)
     finally:
         await summarizer.aclose()
@@ -81,16 +81,16 @@ async def test_a_companion_after_the_user_aggregator_says_so_once_and_recall_sti
     assert len(said) == 1 and "RecallPrefetch" in said[0]["message"]
     # the call is unharmed: both turns reached the LLM, the first with its recalled hotel
     assert len(openai_server.chat_requests) == 2
-    assert any("Marquis" in b or "hotel" in b.lower() for b in _blocks(openai_server.chat_requests))
+    assert any(
+        "Marquis" in b or "hotel" in b.lower() for b in recall_blocks(openai_server.chat_requests)
+    )
 
 
 def _reading_companion(openai_server, tmp_path, monkeypatch):
     """Alice's call's store, summarizer and companion, and how many characters each early
     search read."""
     store = SQLiteMemoryStore(tmp_path / "m.db")
-    _context, summarizer, processor = _processor(
-        openai_server, store, user_id="alice", recall=RECALL
-    )
+    _context, summarizer, processor = desk(openai_server, store, user_id="alice", recall=RECALL)
     read: list[int] = []
     real = prefetch_module.turn_query
 
@@ -124,19 +124,18 @@ async def test_a_long_turns_early_search_still_serves_the_turn(openai_server, tm
     """The bounded tail is the one the turn's query reads: the early search of a 10 KB turn
     (a question at its end) still answers the turn, whose archive is slower than its budget."""
     openai_server.handler = lambda body: Reply("Sure.")
-    store = _store(str(tmp_path / "m.db"))
+    store = watched_store(str(tmp_path / "m.db"))
     store.delay_s = 0.6  # twice RECALL's budget
-    context, summarizer, processor = _processor(
-        openai_server, store, user_id="alice", recall=RECALL
-    )
+    context, summarizer, processor = desk(openai_server, store, user_id="alice", recall=RECALL)
     companion = RecallPrefetch(processor)
     try:
-        await _seed(store)
+        await seed_trips(store)
         finals = [RAMBLE * 11] * 9 + [ASK]  # 8.4 KB: past KEPT_CHARS
-        frames = [*_speech(*finals[:-1]), *_speech(finals[-1]), Gap(sleep=0.8), *_end_turn()]
+        frames = [*speech(*finals[:-1]), *speech(finals[-1]), Gap(sleep=0.8), *end_turn()]
         await asyncio.wait_for(
             run_settling(
-                _pipeline(openai_server, context, processor, companion), frames_to_send=frames
+                prefetch_pipeline(openai_server, context, processor, companion),
+                frames_to_send=frames,
             ),
             timeout=60,
         )
@@ -188,7 +187,7 @@ async def test_a_forgotten_callers_early_answers_leave_memory_at_the_next_look(t
     store = SQLiteMemoryStore(tmp_path / "m.db")
     archive = PrefetchingArchive(store)
     try:
-        await _seed(store)
+        await seed_trips(store)
         assert archive.prefetch("hotel", user_id="alice", any_word=True)
         assert archive.prefetch("car", user_id="alice", any_word=True)
         assert archive.prefetch("hotel", user_id="bob", any_word=True)

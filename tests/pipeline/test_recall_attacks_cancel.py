@@ -15,7 +15,7 @@ from pipecat.frames.frames import CancelFrame
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer.params import RecallParams
-from tests.pipeline.test_recall_attacks_prefetch import _searches_running, _seed, _store
+from tests.support.early_search import searches_running, seed_trips, watched_store
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import build, main_llm, user_turn
 from tests.support.recall_calls import travel_desk
@@ -42,13 +42,13 @@ async def test_a_call_cancelled_while_recall_waits_leaves_no_search_behind(
     openai_server, store_target, logs, caplog, how
 ):
     openai_server.handler = lambda body: Reply("Sure.")
-    store = _store(store_target)
+    store = watched_store(store_target)
     store.delay_s = 5.0 if how == "slow" else 0.6
     store.fail = how == "failing"
     recall = RecallParams(latency_budget_s=2.0)  # the turn is still waiting at the cancel
     context, processor, summarizer = travel_desk(openai_server, store, recall, call_id="now")
     try:
-        await _seed(store)
+        await seed_trips(store)
         with caplog.at_level(logging.WARNING):
             try:
                 await run_test(
@@ -63,7 +63,7 @@ async def test_a_call_cancelled_while_recall_waits_leaves_no_search_behind(
             finally:
                 await summarizer.aclose()
             await asyncio.sleep(0.8)  # a failing search has failed by now
-            left = _searches_running()
+            left = searches_running()
             await _end_searches()  # hygiene: nothing of this call runs into the next test
             gc.collect()  # an exception nobody read is reported when its task is collected
     finally:

@@ -16,8 +16,7 @@ from pipecat.tests.utils import SleepFrame
 
 from pipecat_summarizer._recall.prefetch import MAX_KEPT
 from pipecat_summarizer.store import SQLiteMemoryStore
-from tests.pipeline.test_recall_attacks_prefetch import _Watched
-from tests.pipeline.test_s8_early_follow_ups import _run, _seed
+from tests.support.early_search import Watched, early_call, seed_sister
 
 PHRASES = [
     f"and the {w} {v}"
@@ -31,7 +30,7 @@ PHRASES = [
 ]
 
 
-class _Peak(_Watched, SQLiteMemoryStore):
+class _Peak(Watched, SQLiteMemoryStore):
     """Records how many of its searches run at once (each waits ``delay_s``: a slow archive)."""
 
     def __init__(self, *args, **kwargs):
@@ -52,12 +51,12 @@ async def test_many_final_parts_to_a_slow_archive_keep_early_work_bounded(openai
     store = _Peak(str(tmp_path / "m.db"))
     store.delay_s = 0.2
     try:
-        await _seed(store)
+        await seed_sister(store)
         frames: list = [UserStartedSpeakingFrame()]
         for phrase in PHRASES:  # 24 final parts, 5 ms apart
             frames += [TranscriptionFrame(phrase, "alice", "t0"), SleepFrame(sleep=0.005)]
         frames += [SleepFrame(sleep=0.05), UserStoppedSpeakingFrame(), SleepFrame(sleep=0.25)]
-        companion, _ = await _run(openai_server, store, frames)
+        companion, _ = await early_call(openai_server, store, frames)
     finally:
         await store.close()
     assert companion.archive is not None and companion.archive.started >= len(PHRASES) // 2

@@ -14,9 +14,15 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import RecallPrefetch
 from pipecat_summarizer.store.records import user_hash
-from tests.pipeline.test_recall_attacks_prefetch import _blocks, _pipeline, _processor, _store
-from tests.pipeline.test_s8_early_follow_ups import RECALL, _turn
 from tests.recall.test_attacks_dates import archived, utc
+from tests.support.early_search import (
+    RECALL,
+    desk,
+    prefetch_pipeline,
+    recall_blocks,
+    spoken_turn,
+    watched_store,
+)
 from tests.support.openai_server import Reply
 
 SECRET = ["My locker code is 4411, remember it.", "Noted, locker 4411."]
@@ -56,7 +62,7 @@ class _AdminTool(FrameProcessor):
 async def test_a_turn_during_the_forget_quotes_nothing_of_it(openai_server, store_target):
     import asyncpg
 
-    store = _store(store_target)
+    store = watched_store(store_target)
     admin = _AdminTool(store)
     writer = await asyncpg.connect(store_target)
     try:
@@ -66,15 +72,13 @@ async def test_a_turn_during_the_forget_quotes_nothing_of_it(openai_server, stor
         await writer.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", user_hash("alice")
         )
-        frames = [_Admin("forget"), SleepFrame(sleep=0.1), *_turn(ASK), _Admin("release")]
+        frames = [_Admin("forget"), SleepFrame(sleep=0.1), *spoken_turn(ASK), _Admin("release")]
         openai_server.handler = lambda body: Reply("Sure.")
-        context, summarizer, processor = _processor(
-            openai_server, store, user_id="alice", recall=RECALL
-        )
+        context, summarizer, processor = desk(openai_server, store, user_id="alice", recall=RECALL)
         companion = RecallPrefetch(processor)
         try:
             await run_test(
-                _pipeline(openai_server, context, processor, companion, admin),
+                prefetch_pipeline(openai_server, context, processor, companion, admin),
                 frames_to_send=frames,
             )
         finally:
@@ -85,4 +89,4 @@ async def test_a_turn_during_the_forget_quotes_nothing_of_it(openai_server, stor
             await admin.held.rollback()
         await writer.close()
         await store.close()
-    assert not [b for b in _blocks(openai_server.chat_requests) if "4411" in b]
+    assert not [b for b in recall_blocks(openai_server.chat_requests) if "4411" in b]

@@ -14,15 +14,15 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import RecallPrefetch
 from pipecat_summarizer.params import RecallParams, SemanticRecallParams
-from tests.pipeline.test_recall_attacks_prefetch import (
+from tests.support.early_search import (
+    Forget,
+    Forgetter,
     WatchedSQLite,
-    _blocks,
-    _Forget,
-    _Forgetter,
-    _pipeline,
-    _processor,
-    _seed,
-    _speech,
+    desk,
+    prefetch_pipeline,
+    recall_blocks,
+    seed_trips,
+    speech,
 )
 from tests.support.openai_server import Reply
 
@@ -46,23 +46,21 @@ async def test_a_slow_watch_with_semantic_recall_places_nothing_forgotten(openai
         latency_budget_s=0.3, semantic=SemanticRecallParams(embedder=_Model(), min_similarity=0.0)
     )
     try:
-        await _seed(store)
-        context, summarizer, processor = _processor(
-            openai_server, store, user_id="alice", recall=recall
-        )
+        await seed_trips(store)
+        context, summarizer, processor = desk(openai_server, store, user_id="alice", recall=recall)
         companion = RecallPrefetch(processor)
-        forgetter = _Forgetter(admin)  # another store object: this call never counted it
+        forgetter = Forgetter(admin)  # another store object: this call never counted it
         frames = [
-            *_speech("Which hotel did I book with you last time?"),
+            *speech("Which hotel did I book with you last time?"),
             SleepFrame(sleep=0.2),  # the early search is over: it read alice's rows
-            _Forget("alice"),
+            Forget("alice"),
             SleepFrame(sleep=0.1),
             UserStoppedSpeakingFrame(),
             SleepFrame(sleep=0.4),
         ]
         try:
             await run_test(
-                _pipeline(openai_server, context, processor, companion, forgetter),
+                prefetch_pipeline(openai_server, context, processor, companion, forgetter),
                 frames_to_send=frames,
             )
         finally:
@@ -72,4 +70,6 @@ async def test_a_slow_watch_with_semantic_recall_places_nothing_forgotten(openai
         await admin.close()
     assert forgetter.forgotten and forgetter.forgotten[0] > 0
     assert "done" in store.ended  # the early search did find alice's rows
-    assert "Marquis" not in str(openai_server.chat_requests), _blocks(openai_server.chat_requests)
+    assert "Marquis" not in str(openai_server.chat_requests), recall_blocks(
+        openai_server.chat_requests
+    )

@@ -13,21 +13,21 @@ from pipecat.frames.frames import UserStoppedSpeakingFrame
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer import RecallPrefetch
-from tests.pipeline.test_recall_attacks_prefetch import (
+from tests.support.early_search import (
     RECALL,
-    _blocks,
-    _Forget,
-    _Forgetter,
-    _pipeline,
-    _processor,
-    _seed,
-    _speech,
-    _store,
+    Forget,
+    Forgetter,
+    desk,
+    prefetch_pipeline,
+    recall_blocks,
+    seed_trips,
+    speech,
+    watched_store,
 )
 from tests.support.openai_server import Reply
 
 
-class _BehindForgetter(_Forgetter):
+class _BehindForgetter(Forgetter):
     """The other process's forget; its clock is ``behind_s`` behind (the tombstone's time)."""
 
     def __init__(self, store, path: str, behind_s: float):
@@ -37,7 +37,7 @@ class _BehindForgetter(_Forgetter):
 
     async def process_frame(self, frame, direction) -> None:
         await super().process_frame(frame, direction)
-        if isinstance(frame, _Forget):
+        if isinstance(frame, Forget):
             with sqlite3.connect(self._path) as conn:
                 conn.execute("UPDATE forgotten SET at = at - ?", (self._behind_s,))
 
@@ -48,25 +48,23 @@ async def test_a_forget_by_a_process_whose_clock_is_behind_is_honoured(
 ):
     openai_server.handler = lambda body: Reply("Sure.")
     path = str(tmp_path / "m.db")
-    store, admin = _store(path), _store(path)
+    store, admin = watched_store(path), watched_store(path)
     try:
-        await _seed(store)
-        context, summarizer, processor = _processor(
-            openai_server, store, user_id="alice", recall=RECALL
-        )
+        await seed_trips(store)
+        context, summarizer, processor = desk(openai_server, store, user_id="alice", recall=RECALL)
         companion = RecallPrefetch(processor)
         forgetter = _BehindForgetter(admin, path, behind_s)
         frames = [
-            *_speech("Which hotel did I book with you last time?"),
+            *speech("Which hotel did I book with you last time?"),
             SleepFrame(sleep=0.15),  # the early search is over: it read alice's rows
-            _Forget("alice"),
+            Forget("alice"),
             SleepFrame(sleep=0.1),
             UserStoppedSpeakingFrame(),
             SleepFrame(sleep=0.25),
         ]
         try:
             await run_test(
-                _pipeline(openai_server, context, processor, companion, forgetter),
+                prefetch_pipeline(openai_server, context, processor, companion, forgetter),
                 frames_to_send=frames,
             )
         finally:
@@ -76,5 +74,5 @@ async def test_a_forget_by_a_process_whose_clock_is_behind_is_honoured(
         await admin.close()
     assert forgetter.forgotten and forgetter.forgotten[0] > 0
     assert store.ended[0] == "done"  # the early search did find alice's rows
-    assert _blocks(openai_server.chat_requests) == []
+    assert recall_blocks(openai_server.chat_requests) == []
     assert "Marquis" not in str(openai_server.chat_requests)

@@ -8,11 +8,17 @@ from __future__ import annotations
 from loguru import logger
 
 from pipecat_summarizer.store import SQLiteMemoryStore
-from tests.pipeline.test_recall_attacks_prefetch import _blocks, _Watched
-from tests.pipeline.test_s8_early_follow_ups import ASK, _run, _seed, _turn
+from tests.support.early_search import (
+    SISTER_ASK,
+    Watched,
+    early_call,
+    recall_blocks,
+    seed_sister,
+    spoken_turn,
+)
 
 
-class _NoTombstones(_Watched, SQLiteMemoryStore):
+class _NoTombstones(Watched, SQLiteMemoryStore):
     async def forgotten_at(self, user_id):
         raise PermissionError("permission denied for table forgotten (alice's secret)")
 
@@ -22,12 +28,16 @@ async def test_a_failing_forget_watch_places_nothing_and_says_so_once(openai_ser
     lines: list[str] = []
     sink = logger.add(lambda m: lines.append(str(m)), level="INFO", format="{level} {message}")
     try:
-        await _seed(store)
-        await _run(openai_server, store, [*_turn(ASK), *_turn("And the car I rented?")])
+        await seed_sister(store)
+        await early_call(
+            openai_server, store, [*spoken_turn(SISTER_ASK), *spoken_turn("And the car I rented?")]
+        )
     finally:
         logger.remove(sink)
         await store.close()
-    assert _blocks(openai_server.chat_requests) == []  # a forget may be unseen: nothing placed
+    assert (
+        recall_blocks(openai_server.chat_requests) == []
+    )  # a forget may be unseen: nothing placed
     assert not any("secret" in line for line in lines)
     warnings = [line for line in lines if line.startswith("WARNING") and "forget" in line]
     assert len(warnings) == 1, lines

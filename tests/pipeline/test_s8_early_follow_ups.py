@@ -12,81 +12,32 @@ import asyncio
 import logging
 
 import pytest
-from pipecat.frames.frames import (
-    InterimTranscriptionFrame,
-    TranscriptionFrame,
-    UserStartedSpeakingFrame,
-    UserStoppedSpeakingFrame,
-)
-from pipecat.tests.utils import SleepFrame, run_test
 
-from pipecat_summarizer import RecallPrefetch
-from pipecat_summarizer.params import RecallParams
-from tests.pipeline.test_recall_attacks_prefetch import (
-    _blocks,
-    _Forget,
-    _Forgetter,
-    _pipeline,
-    _processor,
-    _store,
+from tests.support.early_search import (
+    RECALL,
+    SISTER_ASK,
+    Forget,
+    WatchedSQLite,
+    early_call,
+    recall_blocks,
+    seed_sister,
+    spoken_turn,
+    watched_store,
 )
-from tests.recall.test_attacks_dates import archived, utc
 from tests.support.openai_server import Reply
-
-ASK = "What are all the plans with my sister?"
-SISTER = ["My sister Marta lives in Porto and we plan a visit.", "Lovely, Porto in spring."]
-# shares no word with the question: only the second search on "marta porto" finds it
-WEDDING = ["Marta is flying in on Friday for the wedding.", "Noted, Friday."]
-FIX = ["Make that Saturday, not Friday: the flight moved.", "Noted, Saturday."]
-CAR = ["I rented a red Fiat from Avis at the airport.", "Noted, a red Fiat."]
-RECALL = RecallParams(latency_budget_s=0.3)  # a loaded machine: the budget never binds here
-
-
-async def _seed(store) -> None:
-    await store.write(archived(SISTER, call_id="a1", at=utc(2026, 4, 1), user_id="alice"))
-    await store.write(archived(WEDDING, call_id="a2", at=utc(2026, 4, 20), user_id="alice"))
-    await store.write(archived(FIX, call_id="a3", at=utc(2026, 4, 22), user_id="alice"))
-    await store.write(archived(CAR, call_id="a4", at=utc(2026, 4, 25), user_id="alice"))
-
-
-def _turn(final: str, *, interim: str | None = None, between: list | None = None) -> list:
-    """One spoken turn: interim words, the final ones, a pause (the early work ends), then
-    ``between`` (a forget) and the turn's end."""
-    frames: list = [UserStartedSpeakingFrame()]
-    if interim is not None:
-        frames += [InterimTranscriptionFrame(interim, "alice", "t0"), SleepFrame(sleep=0.05)]
-    frames += [TranscriptionFrame(final, "alice", "t0"), SleepFrame(sleep=0.1)]
-    if between:  # a system frame overtakes queued data frames: the forget lands first
-        frames += [*between, SleepFrame(sleep=0.08)]
-    return [*frames, UserStoppedSpeakingFrame(), SleepFrame(sleep=0.15)]
-
-
-async def _run(server, store, frames, *, admin=None) -> tuple[RecallPrefetch, _Forgetter | None]:
-    server.handler = lambda body: Reply("Sure.")
-    context, summarizer, processor = _processor(server, store, user_id="alice", recall=RECALL)
-    companion = RecallPrefetch(processor)
-    forgetter = _Forgetter(admin) if admin is not None else None
-    extra = [forgetter] if forgetter is not None else []
-    try:
-        await run_test(
-            _pipeline(server, context, processor, companion, *extra), frames_to_send=frames
-        )
-    finally:
-        await summarizer.aclose()
-    return companion, forgetter
 
 
 async def test_the_follow_up_searches_are_served_by_early_ones(openai_server, tmp_path):
-    store = _store(str(tmp_path / "m.db"))
+    store = watched_store(str(tmp_path / "m.db"))
     try:
-        await _seed(store)
-        companion, _ = await _run(openai_server, store, _turn(ASK))
+        await seed_sister(store)
+        companion, _ = await early_call(openai_server, store, spoken_turn(SISTER_ASK))
     finally:
         await store.close()
     archive = companion.archive
     assert archive is not None
     words = [w for w, _ in store.searches]
-    (block,) = _blocks(openai_server.chat_requests)
+    (block,) = recall_blocks(openai_server.chat_requests)
     assert "lives in Porto" in block and "flying in on Friday" in block  # gathered
     # the main search, the gathered names' and the values' searches: all started on the
     # words, all taken by the turn, none made at turn time
@@ -103,16 +54,16 @@ async def test_the_follow_up_searches_are_served_by_early_ones(openai_server, tm
     indirect=["backend"],
 )
 async def test_a_forget_after_the_follow_ups_started_is_honoured(openai_server, store_target, by):
-    store = _store(store_target)
-    admin = store if by == "the call's store" else _store(store_target)
+    store = watched_store(store_target)
+    admin = store if by == "the call's store" else watched_store(store_target)
     try:
-        await _seed(store)
+        await seed_sister(store)
         if admin is not store:
             # the other process's store is open before the call: its forget's connect (80+ ms
             # on a loaded machine) must not put the tombstone after the turn's watch
             await admin.open()
-        companion, forgetter = await _run(
-            openai_server, store, _turn(ASK, between=[_Forget("alice")]), admin=admin
+        companion, forgetter = await early_call(
+            openai_server, store, spoken_turn(SISTER_ASK, between=[Forget("alice")]), admin=admin
         )
     finally:
         await store.close()
@@ -121,7 +72,7 @@ async def test_a_forget_after_the_follow_ups_started_is_honoured(openai_server, 
     assert forgetter is not None and forgetter.forgotten and forgetter.forgotten[0] > 0
     archive = companion.archive
     assert archive is not None and archive.follow_ups_started >= 2  # before the forget
-    assert _blocks(openai_server.chat_requests) == []
+    assert recall_blocks(openai_server.chat_requests) == []
     sent = str(openai_server.chat_requests)
     assert "Marta" not in sent and "Porto" not in sent and "Friday" not in sent
     if by == "the call's store":  # nothing found before the forget is taken
@@ -131,14 +82,14 @@ async def test_a_forget_after_the_follow_ups_started_is_honoured(openai_server, 
 async def test_words_that_change_after_the_interim_never_serve_its_follow_ups(
     openai_server, tmp_path
 ):
-    store = _store(str(tmp_path / "m.db"))
+    store = watched_store(str(tmp_path / "m.db"))
     try:
-        await _seed(store)
-        frames = _turn("What are all the cars I rented?", interim=ASK)
-        companion, _ = await _run(openai_server, store, frames)
+        await seed_sister(store)
+        frames = spoken_turn("What are all the cars I rented?", interim=SISTER_ASK)
+        companion, _ = await early_call(openai_server, store, frames)
     finally:
         await store.close()
-    (block,) = _blocks(openai_server.chat_requests)
+    (block,) = recall_blocks(openai_server.chat_requests)
     assert "red Fiat" in block
     assert "Marta" not in block and "Porto" not in block and "Friday" not in block
     words = [w for w, _ in store.searches]
@@ -165,21 +116,20 @@ class _FollowUpsFail:
 async def test_a_failing_or_slow_follow_up_never_costs_the_turn(
     openai_server, tmp_path, caplog, how
 ):
-    from tests.pipeline.test_recall_attacks_prefetch import WatchedSQLite
 
     class Store(_FollowUpsFail, WatchedSQLite):
         stall = how == "slow"
 
     store = Store(tmp_path / "m.db")
     try:
-        await _seed(store)
+        await seed_sister(store)
         with caplog.at_level(logging.WARNING):
-            companion, _ = await _run(openai_server, store, _turn(ASK))
+            companion, _ = await early_call(openai_server, store, spoken_turn(SISTER_ASK))
     finally:
         await store.close()
-    (block,) = _blocks(openai_server.chat_requests)
+    (block,) = recall_blocks(openai_server.chat_requests)
     assert "lives in Porto" in block  # the first search's hits, placed
-    assert openai_server.chat_requests[-1]["messages"][-1]["content"] == ASK
+    assert openai_server.chat_requests[-1]["messages"][-1]["content"] == SISTER_ASK
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert companion.archive is not None and companion.archive.follow_ups_started >= 1
     words = [w for w, _ in store.searches]
@@ -196,7 +146,6 @@ async def test_the_forget_watch_runs_beside_the_selection(openai_server, tmp_pat
     # waiting for it (made early now, before the turn's watch starts); the block is placed
     # once it has answered (no forget)
     import pipecat_summarizer._recall.compose as step_module
-    from tests.pipeline.test_recall_attacks_prefetch import WatchedSQLite
 
     events: list[str] = []
 
@@ -217,11 +166,11 @@ async def test_the_forget_watch_runs_beside_the_selection(openai_server, tmp_pat
     monkeypatch.setattr(step_module, "select_hits", selecting)
     store = Store(tmp_path / "m.db")
     try:
-        await _seed(store)
-        await _run(openai_server, store, _turn("Which car did I rent at the airport?"))
+        await seed_sister(store)
+        await early_call(openai_server, store, spoken_turn("Which car did I rent at the airport?"))
     finally:
         await store.close()
-    (block,) = _blocks(openai_server.chat_requests)
+    (block,) = recall_blocks(openai_server.chat_requests)
     assert "red Fiat" in block
     assert events.count("watch") == events.count("watched") == 1
     assert events.index("select") < events.index("watched")
@@ -232,7 +181,6 @@ async def test_a_search_at_turn_time_goes_to_the_store_before_the_forget_watch(
 ):
     # no early search: the turn's own search is sent first, its tombstone read after it
     # (one store thread: a search queued behind the read would lose part of its budget)
-    from tests.pipeline.test_recall_attacks_prefetch import WatchedSQLite
     from tests.support.recall_calls import recall_call
 
     order: list[str] = []
@@ -249,7 +197,7 @@ async def test_a_search_at_turn_time_goes_to_the_store_before_the_forget_watch(
     openai_server.handler = lambda body: Reply("Sure.")
     store = Store(tmp_path / "m.db")
     try:
-        await _seed(store)
+        await seed_sister(store)
         await recall_call(
             openai_server,
             store,
@@ -260,6 +208,10 @@ async def test_a_search_at_turn_time_goes_to_the_store_before_the_forget_watch(
         )
     finally:
         await store.close()
-    (block,) = _blocks(openai_server.chat_requests)
+    (block,) = recall_blocks(openai_server.chat_requests)
     assert "red Fiat" in block
     assert order[:2] == ["search", "watch"]
+
+
+# the names other test modules import from here (tests.support.early_search holds them now)
+ASK, _seed, _turn = SISTER_ASK, seed_sister, spoken_turn
