@@ -17,6 +17,7 @@ a machine running nothing else would show).
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import statistics
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -145,6 +147,19 @@ class TurnClock:
             read_kib=(read1 - read0) / 1024,
             threads={k: v for k, v in threads.items() if v > 0},
         )
+
+
+async def pool_backends(store: Any) -> list[int]:
+    """The PostgreSQL server backends of the store's pool, every connection it may open
+    opened first (``max_size`` statements at once): a connection opened later, by the
+    turns, would be a backend whose CPU time no frame is charged."""
+    size = int(getattr(store, "max_size", 1))
+    await asyncio.gather(*(store._fetch("SELECT pg_sleep(0.05)") for _ in range(size)))
+    rows = await store._fetch(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND backend_type = 'client backend'"
+    )
+    return [r[0] for r in rows]
 
 
 def pct(values: Sequence[float], q: float) -> float:

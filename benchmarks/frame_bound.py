@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _tail import Spent, TurnClock, tail_line  # noqa: E402
+from _tail import Spent, TurnClock, pool_backends, tail_line  # noqa: E402
 from frame_delay import InstantLLM, percentile  # noqa: E402
 from hot_path import Stamp, TurnEnd, build_messages, describe_code, no_trip_config  # noqa: E402
 from loguru import logger  # noqa: E402
@@ -176,15 +176,6 @@ class Row:
     spent: list[Spent] = field(default_factory=list)
 
 
-async def backend_pids(store: Any) -> list[int]:
-    """The PostgreSQL server backends of the store's pool (their CPU is the frame's too)."""
-    rows = await store._fetch(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-        "AND backend_type = 'client backend'"
-    )
-    return [r[0] for r in rows]
-
-
 async def one_call(target: str, backend: str, args: argparse.Namespace, n: int) -> Row:
     """One call of ``args.turns`` questions over the archive at ``target``."""
     rng = random.Random(n)
@@ -195,7 +186,7 @@ async def one_call(target: str, backend: str, args: argparse.Namespace, n: int) 
         clocks = Clocks()
         if backend == "PostgreSQL":
             await store.search("warm", user_id="caller", limit=1, any_word=True)
-            clocks.pids = await backend_pids(store)
+            clocks.pids = await pool_backends(store)
         context = LLMContext(messages=build_messages(args.context, rng))
         ours = TimedSummarizer(
             context=context,

@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import voice_corpus  # noqa: E402
 from _recall_sqlite import PHASES, sqlite_phases, sqlite_quality  # noqa: E402
-from _tail import Spent, TurnClock, tail_line  # noqa: E402
+from _tail import Spent, TurnClock, pool_backends, tail_line  # noqa: E402
 from loguru import logger  # noqa: E402
 
 from pipecat_summarizer._recall.step import RecallStep, search_words  # noqa: E402
@@ -211,11 +211,7 @@ async def time_recall(
         await step.hits_for_turn(query)
     pids: list[int] = []
     if not isinstance(store, SQLiteMemoryStore):
-        rows = await store._fetch(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND backend_type = 'client backend'"
-        )
-        pids = [r[0] for r in rows]
+        pids = await pool_backends(store)
     clock = TurnClock(pids)
     spent: dict[str, list[Spent]] = {"new": [], "turn": []}
     new = []
