@@ -9,21 +9,32 @@ from __future__ import annotations
 
 import asyncio
 
-from pipecat.frames.frames import DataFrame, Frame
+from pipecat.frames.frames import (
+    DataFrame,
+    Frame,
+    InterimTranscriptionFrame,
+    TranscriptionFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
+)
+from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-from pipecat.tests.utils import run_test
+from pipecat.tests.utils import SleepFrame, run_test
 
-from pipecat_summarizer import RecallPrefetch
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, RecallPrefetch
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
+from pipecat_summarizer.params import CeilingParams, ContextSummarizerParams, MemoryParams
 from tests.pipeline.test_recall_attacks_prefetch import (
     _blocks,
     _Forget,
     _Forgetter,
     _pipeline,
-    _processor,
     _store,
 )
 from tests.pipeline.test_s8_early_follow_ups import ASK, RECALL, _seed, _turn
 from tests.support.openai_server import Reply
+from tests.support.pipeline_utils import cfg
+from tests.support.recall_calls import FAST
 
 CAR_ASK = "Which car did I rent at the airport?"
 CAR_FACT = "Noted: the caller rented a red Fiat from Avis at the airport."
@@ -56,11 +67,26 @@ class _Passing(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-async def _call(server, store, frames, *, early=True, extra=()):
+async def _call(server, store, frames, *, early=True, extra=(), ceiling=None):
     """One call's turn; returns its recall step and the blocks the LLM received."""
     server.handler = lambda body: Reply("Sure.")
     before = len(server.chat_requests)
-    context, summarizer, processor = _processor(server, store, user_id="alice", recall=RECALL)
+    context = LLMContext(messages=[{"role": "system", "content": "You are a travel desk."}])
+    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
+    params = ContextSummarizerParams(
+        ceiling=None if ceiling is None else CeilingParams(max_request_tokens=ceiling)
+    )
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=40, keep=4),
+        summarizer=summarizer,
+        params=params,
+        store=store,
+        call_id="now-alice",
+        user_id="alice",
+        memory=MemoryParams(writer=FAST),
+        recall=RECALL,
+    )
     companion = RecallPrefetch(processor) if early else _Passing()
     more = [f(processor) if callable(f) else f for f in extra]
     try:
@@ -140,3 +166,44 @@ async def test_a_forget_after_the_early_work_drops_it(openai_server, tmp_path):
     assert forgetter.forgotten and forgetter.forgotten[0] > 0
     assert step.early_blocks == step.early_choices == 0
     assert blocks == []
+
+
+async def test_the_same_words_asked_otherwise_are_worked_on_again(openai_server, tmp_path):
+    # the final words add only a word the search leaves out ("then"): the early search is
+    # the same, the query is not; the work after the search is done again for the final one
+    store = _store(str(tmp_path / "m.db"))
+    frames = [
+        UserStartedSpeakingFrame(),
+        InterimTranscriptionFrame(CAR_ASK, "alice", "t0"),
+        SleepFrame(sleep=0.1),
+        TranscriptionFrame(CAR_ASK[:-1] + " then?", "alice", "t0"),
+        SleepFrame(sleep=0.1),
+        UserStoppedSpeakingFrame(),
+        SleepFrame(sleep=0.15),
+    ]
+    try:
+        await _seed(store)
+        step, blocks = await _call(openai_server, store, frames)
+    finally:
+        await store.close()
+    assert (step.early_blocks, step.early_choices) == (1, 0)
+    (block,) = blocks
+    assert "red Fiat" in block
+
+
+async def test_less_room_at_the_turn_renders_the_early_choice_again(openai_server, tmp_path):
+    # the request ceiling leaves less room than the early block was made for: the choice
+    # serves, the text is rendered again within the room, and the request stays under it
+    ceiling = 400
+    store = _store(str(tmp_path / "m.db"))
+    try:
+        await _seed(store)
+        step, blocks = await _call(openai_server, store, _turn(ASK), ceiling=ceiling)
+    finally:
+        await store.close()
+    assert (step.early_blocks, step.early_choices) == (0, 1)
+    (block,) = blocks
+    assert "lives in Porto" in block
+    counter = EstimateTokenCounter()
+    request = openai_server.chat_requests[-1]
+    assert sum(counter.count_message(m) for m in request["messages"]) <= ceiling
