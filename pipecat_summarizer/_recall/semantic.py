@@ -34,8 +34,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,7 +42,18 @@ from loguru import logger
 from pipecat_summarizer._recall import vector_cache
 from pipecat_summarizer._recall.embedding import Embedder, embedder_for
 from pipecat_summarizer._recall.fusion import SemanticHit, top_matches
-from pipecat_summarizer._recall.vector_cache import cached_vectors, forget_vectors, unit_rows
+from pipecat_summarizer._recall.semantic_rows import (
+    Message,
+    SimilarityView,
+    State,
+    embed_into,
+    embedding_executor,
+    query_executor,
+    read_all,
+    read_error,
+    read_new,
+)
+from pipecat_summarizer._recall.vector_cache import forget_vectors, unit_rows
 from pipecat_summarizer.params import SemanticRecallParams
 
 #: The roles whose messages are embedded (instructions are never recalled, tool output is
@@ -77,73 +86,6 @@ QUERY_VECTORS = 8
 # -- the shell -------------------------------------------------------------------------
 
 
-#: An embedded message: ``ArchivedText``'s fields as a tuple, in its order (``SemanticHit(*m)``
-#: builds a hit of it). A plain tuple of strings and numbers, which the garbage collector stops
-#: tracking: 20,000 objects kept per call made its full passes (50-130 ms, GIL held) come sooner.
-_Message = tuple[str, int, int, float, str, str]
-
-
-@dataclass
-class _State:
-    """The embedded messages: row ``i`` of ``vectors`` is ``messages[i]``.
-
-    Changed on the event loop only, and only by appending (``messages`` and ``rows`` first,
-    then ``vectors``), so a ranking in a worker thread that took ``vectors`` reads rows that
-    never change. Dropping the caller (a forget) replaces the state whole.
-    """
-
-    messages: list[_Message] = field(default_factory=list)
-    rows: dict[tuple[str, int], int] = field(default_factory=dict)
-    buffer: np.ndarray | None = None  # room to grow: rows past len(messages) are not read
-    vectors: np.ndarray | None = None  # buffer[: len(messages)]
-
-
-_EXECUTORS: dict[str, ThreadPoolExecutor] = {}
-_EXECUTOR_LOCK = threading.Lock()
-
-
-def _executor(name: str) -> ThreadPoolExecutor:
-    with _EXECUTOR_LOCK:
-        if name not in _EXECUTORS:
-            _EXECUTORS[name] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        return _EXECUTORS[name]
-
-
-def _embedding_executor() -> ThreadPoolExecutor:
-    """The process's one indexing thread (``semantic-embed``), shared by every call and
-    event loop: the work is CPU-bound, so more threads would only take more of the GIL from
-    the loops. Its queue is bounded by the index: each call hands it one chunk at a time."""
-    return _executor("semantic-embed")
-
-
-def _query_executor() -> ThreadPoolExecutor:
-    """The process's one query thread (``semantic-query``): a turn's query is never queued
-    behind a returning caller's indexing (a chunk of a sentence encoder takes ~0.5 s)."""
-    return _executor("semantic-query")
-
-
-def _embed_into(
-    embedder: Embedder,
-    texts: list[str],
-    buffer: np.ndarray | None,
-    n: int,
-    owner: str | None = None,
-) -> tuple[np.ndarray, int]:
-    """(Worker thread.) ``buffer`` with the vectors of ``texts`` in rows ``n`` on: the same
-    array when it has room (rows from ``n`` on are read by no one yet), else a grown copy;
-    and how many vectors came from the cache (``owner``'s, see
-    :func:`~pipecat_summarizer._recall.embedding.cached_vectors`)."""
-    vectors, reused = cached_vectors(embedder, texts, owner)
-    need = n + len(vectors)
-    if buffer is None or need > len(buffer) or buffer.shape[1] != vectors.shape[1]:
-        grown = np.zeros((max(need, 2 * n, 256), vectors.shape[1]), dtype=np.float32)
-        if buffer is not None and n:
-            grown[:n] = buffer[:n]
-        buffer = grown
-    buffer[n:need] = vectors
-    return buffer, reused
-
-
 class SemanticIndex:
     """The embedded archive of one caller (or one call), kept in memory by a recall step.
 
@@ -171,7 +113,7 @@ class SemanticIndex:
         self.embedder: Embedder = embedder_for(semantic)
         self.call_id = call_id
         self.user_id = user_id
-        self._state = _State()
+        self._state = State()
         self._next: dict[str, int] = {}  # call -> next position to read
         self._open: list[str] | None = None  # calls read forward (None: not listed yet)
         self._archive: Any = None  # the store, from the first kick or refresh
@@ -248,7 +190,7 @@ class SemanticIndex:
                         opened.append(c.call_id)
                         continue
                     started = time.perf_counter()
-                    found = await self._read_all(archive, c.call_id, cursor)
+                    found = await read_all(archive, c.call_id, cursor, self.user_id)
                     read_s = time.perf_counter() - started
                     added = await self._embed(found, epoch)
                     if added is None:
@@ -261,13 +203,13 @@ class SemanticIndex:
             if self._epoch != epoch:
                 return done
             self._open = opened
-        new: list[_Message] = []
+        new: list[Message] = []
         for call_id in list(self._open):
-            new += await self._read_new(archive, call_id, cursor)
+            new += await read_new(archive, call_id, cursor, self.user_id)
         self.refreshes += 1
         return done + (await self._embed(new, epoch) or 0)
 
-    async def _embed(self, new: list[_Message], epoch: int) -> int | None:
+    async def _embed(self, new: list[Message], epoch: int) -> int | None:
         """Embed ``new`` (the messages not embedded yet) and add them to the index; ``None``
         if the caller was forgotten meanwhile (nothing more is added)."""
         self._check_forgotten()
@@ -296,8 +238,8 @@ class SemanticIndex:
             chunk = kept[i : i + EMBED_CHUNK]
             state = self._state
             buffer, reused = await loop.run_in_executor(
-                _embedding_executor(),
-                _embed_into,
+                embedding_executor(),
+                embed_into,
                 self.embedder,
                 [m[5] for m in chunk],
                 state.buffer,
@@ -338,7 +280,7 @@ class SemanticIndex:
             # a fast model, or a query embedded already: one matrix product, no thread hop
             return self._rank(state, query)
         loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(_query_executor(), self._rank, state, query)
+        found = await loop.run_in_executor(query_executor(), self._rank, state, query)
         self._check_forgotten()
         if self._epoch != epoch:  # forgotten while it ranked
             return [], {}
@@ -359,9 +301,9 @@ class SemanticIndex:
         if self._prepared(query):
             return True
         future = asyncio.get_running_loop().run_in_executor(
-            _query_executor(), self._query_vector, query
+            query_executor(), self._query_vector, query
         )
-        future.add_done_callback(_read_error)
+        future.add_done_callback(read_error)
         return True
 
     def reply(self, call_id: str, position: int) -> tuple[str, str] | None:
@@ -391,7 +333,7 @@ class SemanticIndex:
     # -- internals --
 
     def _rank(
-        self, state: _State, query: str
+        self, state: State, query: str
     ) -> tuple[list[SemanticHit], Mapping[tuple[str, int], float]]:
         vectors = state.vectors  # rows added meanwhile are ranked next turn
         if vectors is None or not len(vectors) or not query.strip():
@@ -402,7 +344,7 @@ class SemanticIndex:
         floor = self.semantic.min_similarity  # set by the params (the model's own default)
         top = top_matches(sims, self.semantic.candidates, -1.0 if floor is None else floor)
         hits = [SemanticHit(*state.messages[r], similarity=s) for r, s in top]
-        return hits, _SimilarityView(state.rows, sims)
+        return hits, SimilarityView(state.rows, sims)
 
     def _prepared(self, query: str) -> bool:
         with self._queries_lock:
@@ -442,7 +384,7 @@ class SemanticIndex:
         finally:
             grew.cancel()
 
-    def _append(self, state: _State, messages: Sequence[_Message], buffer: np.ndarray) -> None:
+    def _append(self, state: State, messages: Sequence[Message], buffer: np.ndarray) -> None:
         # on the loop: the messages and their rows first, then the vectors that rank reads
         n = len(state.messages)
         for i, m in enumerate(messages):
@@ -468,7 +410,7 @@ class SemanticIndex:
         if first:
             return
         dropped = len(self._state.messages)
-        self._state, self._next, self._open = _State(), {}, None
+        self._state, self._next, self._open = State(), {}, None
         with self._queries_lock:
             self._queries.clear()  # the caller's own questions, embedded
         # the process's cache of vectors by text keeps the caller's too (for their next
@@ -480,11 +422,6 @@ class SemanticIndex:
             f"semantic recall (call {self.call_id}): the caller was forgotten; "
             f"dropped {dropped} embedded messages and {cached} cached vectors"
         )
-
-    def _mine(self, m: Any) -> bool:
-        # the caller's own messages only, whatever the archive returns (a call_id another
-        # caller used too); without a user_id, only messages archived without one
-        return getattr(m, "user_id", None) == self.user_id
 
     async def _refresh_safely(self, archive: Any) -> None:
         try:
@@ -503,71 +440,6 @@ class SemanticIndex:
         if self._failing:
             self._failing = False
             logger.info(f"semantic recall (call {self.call_id}): indexing works again")
-
-    async def _read_all(self, archive: Any, call_id: str, cursor: dict[str, int]) -> list[_Message]:
-        rows = await archive.messages(call_id)
-        start = cursor.get(call_id, 0)
-        found = [m for m in rows if int(m.position) >= start]
-        if found:
-            cursor[call_id] = max(int(m.position) for m in found) + 1
-        return [_message(m) for m in found if self._mine(m)]
-
-    async def _read_new(
-        self, archive: Any, call_id: str, cursor: dict[str, int], most: int = 512
-    ) -> list[_Message]:
-        # a running call grows by a few messages a turn: read forward from the last one
-        if call_id not in cursor:
-            found = await self._read_all(archive, call_id, cursor)
-            cursor.setdefault(call_id, 0)
-            return found
-        out: list[_Message] = []
-        at = cursor[call_id]
-        for _ in range(most):
-            m = await archive.message(call_id, at)
-            if m is None:
-                break
-            if self._mine(m):
-                out.append(_message(m))
-            at += 1
-        cursor[call_id] = at
-        return out
-
-
-class _SimilarityView(Mapping[tuple[str, int], float]):
-    """``(call_id, position) -> cosine`` over the index's rows, without building a dict of
-    every message each turn."""
-
-    def __init__(self, rows: Mapping[tuple[str, int], int], sims: np.ndarray):
-        self._rows, self._sims = rows, sims
-
-    def __getitem__(self, key: tuple[str, int]) -> float:
-        row = self._rows[key]
-        if row >= len(self._sims):  # embedded after this turn's ranking
-            raise KeyError(key)
-        return float(self._sims[row])
-
-    def __iter__(self):
-        return iter(self._rows)
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-
-def _read_error(future: asyncio.Future) -> None:
-    # an early embedding that failed costs nothing: the turn embeds its query itself
-    if not future.cancelled():
-        future.exception()
-
-
-def _message(m: Any) -> _Message:
-    return (
-        str(m.call_id),
-        int(m.position),
-        int(getattr(m, "turn", 0) or 0),
-        float(getattr(m, "at", 0.0) or 0.0),
-        str(m.role),
-        str(m.content or ""),
-    )
 
 
 __all__ = ["SemanticIndex"]
