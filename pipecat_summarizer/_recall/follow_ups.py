@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipecat_summarizer._recall.budget import recall_budget
 from pipecat_summarizer._recall.compose import (
@@ -28,10 +28,13 @@ from pipecat_summarizer._recall.compose import (
     viewed,
 )
 from pipecat_summarizer._recall.gather import Found, as_found, clipped, unseen
-from pipecat_summarizer._recall.query import ContextTerms, asks_when, gathers
+from pipecat_summarizer._recall.query import ContextTerms, asks_when, focus, gathers, recall_query
 from pipecat_summarizer._recall.search import LATER_LIMIT, search_words
 from pipecat_summarizer._recall.select import gather_words
 from pipecat_summarizer._recall.superseded import stated_values
+
+if TYPE_CHECKING:
+    from pipecat_summarizer._recall.step import RecallStep
 
 #: What a turn finds with its follow-up searches: the words gathered, the second search's new
 #: hits and their replies, the hits of the stated values' searches.
@@ -168,8 +171,31 @@ async def early_work(
     archive.keep_block(block)
 
 
+def turn_query(
+    step: RecallStep, messages: Sequence[Any], said: str, terms: ContextTerms
+) -> str | None:
+    """The query the turn's recall will ask if the caller's turn is ``said`` and the context
+    is otherwise ``messages``: what ``RecallStep.prepare`` computes, on the context as it
+    will be (``None``: that turn will not search). ``terms`` is this companion's own
+    :class:`ContextTerms`, kept from turn to turn as the step keeps its."""
+    kept = step.without_message(messages)  # last turn's block goes before the turn's recall
+    current = [*(messages if kept is None else kept), {"role": "user", "content": said}]
+    terms.update(current)
+    return recall_query(current, step.params.max_question_words, terms.names())
+
+
+def turn_search(
+    step: RecallStep, messages: Sequence[Any], said: str, terms: ContextTerms
+) -> str | None:
+    """The words the turn's recall will send to the archive (see :func:`turn_query`)."""
+    query = turn_query(step, messages, said, terms)
+    if query is None:
+        return None
+    return search_words(query, focus(query, terms.common())) or None
+
+
 def _scope(scope: dict[str, Any]) -> dict[str, Any]:
     return {"user_id": scope.get("user_id"), "call_id": scope.get("call_id")}
 
 
-__all__ = ["Followed", "early_work", "follow_ups"]
+__all__ = ["Followed", "early_work", "follow_ups", "turn_query", "turn_search"]

@@ -42,9 +42,9 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 
 from pipecat_summarizer._recall.compose import EarlyBlock, SearchKey
-from pipecat_summarizer._recall.follow_ups import early_work
+from pipecat_summarizer._recall.follow_ups import early_work, turn_query
 from pipecat_summarizer._recall.gather import read_ahead
-from pipecat_summarizer._recall.query import MAX_QUERY_CHARS, ContextTerms, focus, recall_query
+from pipecat_summarizer._recall.query import MAX_QUERY_CHARS, ContextTerms, focus
 from pipecat_summarizer._recall.search import search_words
 from pipecat_summarizer._recall.step import RecallStep
 
@@ -346,29 +346,6 @@ def prefetching_archive(step: RecallStep) -> PrefetchingArchive:
     archive = PrefetchingArchive(step.archive)
     step.use_early_searches(archive)
     return archive
-
-
-def turn_query(
-    step: RecallStep, messages: Sequence[Any], said: str, terms: ContextTerms
-) -> str | None:
-    """The query the turn's recall will ask if the caller's turn is ``said`` and the context
-    is otherwise ``messages``: what ``RecallStep.prepare`` computes, on the context as it
-    will be (``None``: that turn will not search). ``terms`` is this companion's own
-    :class:`ContextTerms`, kept from turn to turn as the step keeps its."""
-    kept = step.without_message(messages)  # last turn's block goes before the turn's recall
-    current = [*(messages if kept is None else kept), {"role": "user", "content": said}]
-    terms.update(current)
-    return recall_query(current, step.params.max_question_words, terms.names())
-
-
-def turn_search(
-    step: RecallStep, messages: Sequence[Any], said: str, terms: ContextTerms
-) -> str | None:
-    """The words the turn's recall will send to the archive (see :func:`turn_query`)."""
-    query = turn_query(step, messages, said, terms)
-    if query is None:
-        return None
-    return search_words(query, focus(query, terms.common())) or None
 
 
 class RecallPrefetch(FrameProcessor):
