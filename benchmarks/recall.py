@@ -36,6 +36,7 @@ recall's search (any word, by caller) reads the callers' word index (schema v5,
 
     .venv/bin/python benchmarks/recall.py [--sizes 1000 10000 100000 1000000] [--queries 500]
     .venv/bin/python benchmarks/recall.py --sizes 1000000 --no-postgres --phases
+    .venv/bin/python benchmarks/recall.py --sizes 1000000 --no-postgres --cold
     .venv/bin/python benchmarks/recall.py --corpus synthetic
     .venv/bin/python benchmarks/recall.py --corpus /path/to/locomo10.zip
 
