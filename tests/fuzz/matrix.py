@@ -32,8 +32,10 @@ MATRIX_FAULTS = tuple(f for f in FAULTS if f != "ok")
 FAILURE_WARNING = re.compile(r"summary failed")
 
 
-def matrix_schedule(fault: str) -> Schedule:
-    """The fixed schedule of one matrix row."""
+def matrix_schedule(fault: str | tuple[str, ...]) -> Schedule:
+    """The fixed schedule of one matrix row (``STREAKS`` streaks of ``fault``), or of several
+    rows in one call (a tuple: one streak of each fault, in turn)."""
+    kinds = (fault,) * STREAKS if isinstance(fault, str) else fault
     params = Params(
         max_context_tokens=None,
         max_messages=4,
@@ -61,8 +63,8 @@ def matrix_schedule(fault: str) -> Schedule:
 
     for _ in range(3):
         turn("warm-up: my booking reference is BK-1042")
-    for _ in range(STREAKS):
-        events.append(Event("fault", fault))
+    for kind in kinds:
+        events.append(Event("fault", kind))
         for _ in range(OUTAGE_TURNS):
             turn("during the outage: I am allergic to peanuts")
         events.append(Event("fault", "ok"))
@@ -142,50 +144,57 @@ def _window(result: Result, k: int) -> tuple[float, float, float]:
     return start, end, after
 
 
+def _streak(result: Result, k: int, fault: str) -> Streak:
+    """Measure streak ``k`` of ``result``, an outage of ``fault``."""
+    start, end, after = _window(result, k)
+    # A failure is reported when its attempt ends: a timeout can end just after the
+    # switch back to healthy, so the streak's window runs until recovery is possible.
+    failed = [t for t in result.failed_at if start <= t < after]
+    applied = [t for t in result.applied_at if end <= t < after]
+    first_ok = min(applied, default=after)
+    streak_failed = [t for t in failed if t <= first_ok]
+    calls = [c for c in result.calls if start <= c.started <= end]
+    failing_calls = [c for c in calls if c.fault in FAILING]
+    attempt_times = [c.started for c in failing_calls] if fault != "refused" else streak_failed
+    span = (max(attempt_times) - min(attempt_times)) if attempt_times else 0.0
+    logs = [r for r in result.records if start <= r["t"] <= first_ok + 0.05]
+    warnings = [
+        r for r in logs if r["level"] == "WARNING" and r["name"].startswith("pipecat_summarizer")
+    ]
+    return Streak(
+        calls=len(streak_failed),
+        server_calls=len(failing_calls),
+        span_s=span,
+        bound=backoff_bound(span),
+        warnings=sum(1 for r in warnings if FAILURE_WARNING.search(r["msg"])),
+        other_warnings=[r["msg"][:100] for r in warnings if not FAILURE_WARNING.search(r["msg"])],
+        errors=sum(1 for r in logs if r["level"] in ("ERROR", "CRITICAL")),
+        recovered=bool(applied),
+    )
+
+
 async def run_row(fault: str) -> Row:
     """Play one matrix row and measure each streak."""
-    schedule = matrix_schedule(fault)
-    result = await run_schedule(schedule, time_limit=60)
-    streaks = []
-    for k in range(STREAKS):
-        start, end, after = _window(result, k)
-        # A failure is reported when its attempt ends: a timeout can end just after the
-        # switch back to healthy, so the streak's window runs until recovery is possible.
-        failed = [t for t in result.failed_at if start <= t < after]
-        applied = [t for t in result.applied_at if end <= t < after]
-        first_ok = min(applied, default=after)
-        streak_failed = [t for t in failed if t <= first_ok]
-        calls = [c for c in result.calls if start <= c.started <= end]
-        failing_calls = [c for c in calls if c.fault in FAILING]
-        attempt_times = [c.started for c in failing_calls] if fault != "refused" else streak_failed
-        span = (max(attempt_times) - min(attempt_times)) if attempt_times else 0.0
-        logs = [r for r in result.records if start <= r["t"] <= first_ok + 0.05]
-        warnings = [
-            r
-            for r in logs
-            if r["level"] == "WARNING" and r["name"].startswith("pipecat_summarizer")
-        ]
-        streaks.append(
-            Streak(
-                calls=len(streak_failed),
-                server_calls=len(failing_calls),
-                span_s=span,
-                bound=backoff_bound(span),
-                warnings=sum(1 for r in warnings if FAILURE_WARNING.search(r["msg"])),
-                other_warnings=[
-                    r["msg"][:100] for r in warnings if not FAILURE_WARNING.search(r["msg"])
-                ],
-                errors=sum(1 for r in logs if r["level"] in ("ERROR", "CRITICAL")),
-                recovered=bool(applied),
-            )
-        )
+    result = await run_schedule(matrix_schedule(fault), time_limit=60)
     return Row(
         fault=fault,
         turns=OUTAGE_TURNS,
-        streaks=streaks,
+        streaks=[_streak(result, k, fault) for k in range(STREAKS)],
         violations=[str(v) for v in result.violations],
         result=result,
     )
+
+
+async def run_rows(faults: tuple[str, ...]) -> list[Row]:
+    """Play several rows in one call: one streak of each fault in turn, each after the
+    previous one's recovery (so every streak but the first also shows the single ERROR
+    re-armed); one row per fault, each with the call's violations."""
+    result = await run_schedule(matrix_schedule(faults), time_limit=60 + 10 * len(faults))
+    violations = [str(v) for v in result.violations]
+    return [
+        Row(fault=f, turns=OUTAGE_TURNS, streaks=[_streak(result, k, f)], violations=violations)
+        for k, f in enumerate(faults)
+    ]
 
 
 async def run_matrix(faults: tuple[str, ...] = MATRIX_FAULTS) -> list[Row]:
