@@ -24,14 +24,18 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, RecallPrefetch
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
 from pipecat_summarizer.params import CeilingParams, ContextSummarizerParams, MemoryParams
-from tests.pipeline.test_recall_attacks_prefetch import (
-    _blocks,
-    _Forget,
-    _Forgetter,
-    _pipeline,
-    _store,
+from tests.support.early_search import (
+    RECALL,
+    SISTER_ASK,
+    Forget,
+    Forgetter,
+    WatchedSQLite,
+    prefetch_pipeline,
+    recall_blocks,
+    seed_sister,
+    spoken_turn,
+    watched_store,
 )
-from tests.pipeline.test_s8_early_follow_ups import ASK, RECALL, _seed, _turn
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import cfg
 from tests.support.recall_calls import FAST
@@ -91,11 +95,11 @@ async def _call(server, store, frames, *, early=True, extra=(), ceiling=None):
     more = [f(processor) if callable(f) else f for f in extra]
     try:
         await run_test(
-            _pipeline(server, context, processor, companion, *more), frames_to_send=frames
+            prefetch_pipeline(server, context, processor, companion, *more), frames_to_send=frames
         )
     finally:
         await summarizer.aclose()
-    return processor.recall_step, _blocks(server.chat_requests[before:])
+    return processor.recall_step, recall_blocks(server.chat_requests[before:])
 
 
 async def test_the_block_made_early_is_the_turns_own(openai_server, tmp_path):
@@ -104,10 +108,12 @@ async def test_the_block_made_early_is_the_turns_own(openai_server, tmp_path):
     # time without the early work
     results = []
     for early_work in (True, False):  # each on its own archive: a call archives its turn
-        store = _store(str(tmp_path / f"{early_work}.db"))
+        store = watched_store(str(tmp_path / f"{early_work}.db"))
         try:
-            await _seed(store)
-            results.append(await _call(openai_server, store, _turn(ASK), early=early_work))
+            await seed_sister(store)
+            results.append(
+                await _call(openai_server, store, spoken_turn(SISTER_ASK), early=early_work)
+            )
         finally:
             await store.close()
     (step, early), (plain_step, plain) = results
@@ -120,7 +126,7 @@ async def test_the_block_made_early_is_the_turns_own(openai_server, tmp_path):
 async def test_other_final_words_are_chosen_for_at_turn_time(openai_server, tmp_path):
     # the interim words' early block is ready; the final words ask something else and their
     # early search is still running at the turn's end: the turn chooses for its own words
-    class Slow(type(_store(":memory:"))):
+    class Slow(WatchedSQLite):
         async def search(self, query, **kwargs):
             if "sister" in query:
                 await asyncio.sleep(0.3)
@@ -128,8 +134,8 @@ async def test_other_final_words_are_chosen_for_at_turn_time(openai_server, tmp_
 
     store = Slow(tmp_path / "m.db")
     try:
-        await _seed(store)
-        frames = _turn("What are all the plans with my sister?", interim=CAR_ASK)
+        await seed_sister(store)
+        frames = spoken_turn(SISTER_ASK, interim=CAR_ASK)
         step, blocks = await _call(openai_server, store, frames)
     finally:
         await store.close()
@@ -141,10 +147,10 @@ async def test_other_final_words_are_chosen_for_at_turn_time(openai_server, tmp_
 async def test_a_fact_pinned_after_the_early_work_is_not_quoted(openai_server, tmp_path):
     # the early block quotes the rental; the application pins it as a fact before the turn
     # ends: the turn chooses again and leaves out what the model now sees
-    store = _store(str(tmp_path / "m.db"))
+    store = watched_store(str(tmp_path / "m.db"))
     try:
-        await _seed(store)
-        frames = _turn(CAR_ASK, between=[_Pin()])
+        await seed_sister(store)
+        frames = spoken_turn(CAR_ASK, between=[_Pin()])
         step, blocks = await _call(openai_server, store, frames, extra=[_Pinner])
     finally:
         await store.close()
@@ -155,11 +161,11 @@ async def test_a_fact_pinned_after_the_early_work_is_not_quoted(openai_server, t
 
 
 async def test_a_forget_after_the_early_work_drops_it(openai_server, tmp_path):
-    store = _store(str(tmp_path / "m.db"))
+    store = watched_store(str(tmp_path / "m.db"))
     try:
-        await _seed(store)
-        frames = _turn(CAR_ASK, between=[_Forget("alice")])
-        forgetter = _Forgetter(store)
+        await seed_sister(store)
+        frames = spoken_turn(CAR_ASK, between=[Forget("alice")])
+        forgetter = Forgetter(store)
         step, blocks = await _call(openai_server, store, frames, extra=[forgetter])
     finally:
         await store.close()
@@ -171,7 +177,7 @@ async def test_a_forget_after_the_early_work_drops_it(openai_server, tmp_path):
 async def test_the_same_words_asked_otherwise_are_worked_on_again(openai_server, tmp_path):
     # the final words add only a word the search leaves out ("then"): the early search is
     # the same, the query is not; the work after the search is done again for the final one
-    store = _store(str(tmp_path / "m.db"))
+    store = watched_store(str(tmp_path / "m.db"))
     frames = [
         UserStartedSpeakingFrame(),
         InterimTranscriptionFrame(CAR_ASK, "alice", "t0"),
@@ -182,7 +188,7 @@ async def test_the_same_words_asked_otherwise_are_worked_on_again(openai_server,
         SleepFrame(sleep=0.15),
     ]
     try:
-        await _seed(store)
+        await seed_sister(store)
         step, blocks = await _call(openai_server, store, frames)
     finally:
         await store.close()
@@ -195,10 +201,10 @@ async def test_less_room_at_the_turn_renders_the_early_choice_again(openai_serve
     # the request ceiling leaves less room than the early block was made for: the choice
     # serves, the text is rendered again within the room, and the request stays under it
     ceiling = 400
-    store = _store(str(tmp_path / "m.db"))
+    store = watched_store(str(tmp_path / "m.db"))
     try:
-        await _seed(store)
-        step, blocks = await _call(openai_server, store, _turn(ASK), ceiling=ceiling)
+        await seed_sister(store)
+        step, blocks = await _call(openai_server, store, spoken_turn(SISTER_ASK), ceiling=ceiling)
     finally:
         await store.close()
     assert (step.early_blocks, step.early_choices) == (0, 1)
