@@ -113,7 +113,12 @@ class RecallObserver:
 
 @runtime_checkable
 class EarlySearches(Protocol):
-    """A source of searches started before the step asks for them (``RecallPrefetch``'s)."""
+    """A source of searches started before the step asks for them (``RecallPrefetch``'s).
+
+    A source may also offer the turn's work after the search done early: ``take_block()``
+    (an :class:`~pipecat_summarizer._recall.compose.EarlyBlock` or ``None``, taken) and
+    ``served_block(block)`` (the turn used its follow-up answers); the step looks them up
+    by name and uses a block only when its inputs equal the turn's own."""
 
     def take(
         self,
