@@ -13,7 +13,7 @@ import gc
 import logging
 
 import pytest
-from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import RecallPrefetch
 from pipecat_summarizer.params import RecallParams
@@ -32,6 +32,7 @@ from tests.support.early_search import (
     watched_store,
 )
 from tests.support.openai_server import Reply
+from tests.support.settle import Gap, run_settling
 
 HOTEL = ["We are staying at the Hotel Marquis in Lisbon, room 418.", "Noted, the Marquis."]
 CAR = ["I rented a red Fiat from Avis at the airport.", "Noted, a red Fiat."]
@@ -60,7 +61,7 @@ async def test_interim_words_that_differ_from_the_final_turn_never_answer_it(
             *end_turn(),
         ]
         try:
-            await run_test(
+            await run_settling(
                 prefetch_pipeline(openai_server, context, processor, companion),
                 frames_to_send=frames,
             )
@@ -93,7 +94,7 @@ async def test_two_callers_pipelines_on_one_store_never_swap_early_searches(
             companions = {"alice": companions["bob"], "bob": companions["alice"]}
         try:
             await asyncio.gather(
-                *(
+                *(  # full pauses: both callers speak at the same moments
                     run_test(
                         prefetch_pipeline(openai_server, ctx, proc, companions[u]),
                         frames_to_send=[*speech(ask, user=u), *end_turn()],
@@ -134,12 +135,12 @@ async def test_a_forget_between_the_early_search_and_the_turn_is_honoured(
         forgetter = Forgetter(admin)
         frames = [
             *speech("Which hotel did I book with you last time?"),
-            SleepFrame(sleep=0.3),  # the early search is over
+            Gap(sleep=0.3),  # the early search is over
             Forget("alice"),
             *end_turn(),
         ]
         try:
-            await run_test(
+            await run_settling(
                 prefetch_pipeline(openai_server, context, processor, companion, forgetter),
                 frames_to_send=frames,
             )
@@ -168,10 +169,10 @@ async def test_an_early_search_with_no_turn_after_it_leaves_nothing_behind(
         await _seed(store)
         context, summarizer, processor = desk(openai_server, store, user_id="alice", recall=RECALL)
         companion = RecallPrefetch(processor)
-        frames = [*speech("Which hotel did I book?", interim="Which hotel"), SleepFrame(0.2)]
+        frames = [*speech("Which hotel did I book?", interim="Which hotel"), Gap(0.2)]
         with caplog.at_level(logging.WARNING):
             try:
-                await run_test(
+                await run_settling(
                     prefetch_pipeline(openai_server, context, processor, companion),
                     frames_to_send=frames,
                 )
@@ -207,7 +208,7 @@ async def test_a_companion_beside_a_summarizer_without_recall_never_searches(
         companion = RecallPrefetch(processor)
         frames = [*speech("Which hotel did I book?", interim="Which hotel"), *end_turn()]
         try:
-            await run_test(
+            await run_settling(
                 prefetch_pipeline(openai_server, context, processor, companion),
                 frames_to_send=frames,
             )

@@ -25,7 +25,6 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMUserAggregatorParams,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.turns.user_turn_strategies import ExternalUserTurnStrategies
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, RecallPrefetch
@@ -36,6 +35,7 @@ from tests.recall.test_attacks_dates import archived, utc
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import cfg, main_llm
 from tests.support.recall_calls import FAST
+from tests.support.settle import Gap, run_settling
 
 #: A loaded machine: the latency budget never binds in these tests.
 RECALL = RecallParams(latency_budget_s=0.3)
@@ -122,29 +122,40 @@ class Forgetter(FrameProcessor):
     def __init__(self, store):
         super().__init__()
         self._store = store
+        self._forgetting = 0
         self.forgotten: list[int] = []
+
+    @property
+    def settled(self) -> bool:
+        """No forget under way (a settled pause waits for it: ``tests.support.settle``)."""
+        return not self._forgetting
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, Forget):
-            self.forgotten.append(await self._store.forget(frame.user_id))
+            self._forgetting += 1
+            try:
+                self.forgotten.append(await self._store.forget(frame.user_id))
+            finally:
+                self._forgetting -= 1
             return
         await self.push_frame(frame, direction)
 
 
 def speech(*finals: str, interim: str | None = None, user: str = "alice") -> list:
-    """An STT's frames for one turn, before the turn ends."""
+    """An STT's frames for one turn, before the turn ends (its pauses: :class:`Gap`, full
+    length under ``run_test``)."""
     frames: list = [UserStartedSpeakingFrame()]
     if interim is not None:
-        frames += [InterimTranscriptionFrame(interim, user, "t0"), SleepFrame(sleep=0.1)]
+        frames += [InterimTranscriptionFrame(interim, user, "t0"), Gap(sleep=0.1)]
     for text in finals:
-        frames += [TranscriptionFrame(text, user, "t0"), SleepFrame(sleep=0.1)]
+        frames += [TranscriptionFrame(text, user, "t0"), Gap(sleep=0.1)]
     return frames
 
 
 def end_turn() -> list:
     """The turn's end, with time for the early search before it and the answer after it."""
-    return [SleepFrame(sleep=0.3), UserStoppedSpeakingFrame(), SleepFrame(sleep=0.6)]
+    return [Gap(sleep=0.3), UserStoppedSpeakingFrame(), Gap(sleep=0.6)]
 
 
 def spoken_turn(final: str, *, interim: str | None = None, between: list | None = None) -> list:
@@ -153,11 +164,11 @@ def spoken_turn(final: str, *, interim: str | None = None, between: list | None 
     the turn's end."""
     frames: list = [UserStartedSpeakingFrame()]
     if interim is not None:
-        frames += [InterimTranscriptionFrame(interim, "alice", "t0"), SleepFrame(sleep=0.05)]
-    frames += [TranscriptionFrame(final, "alice", "t0"), SleepFrame(sleep=0.1)]
+        frames += [InterimTranscriptionFrame(interim, "alice", "t0"), Gap(sleep=0.05)]
+    frames += [TranscriptionFrame(final, "alice", "t0"), Gap(sleep=0.1)]
     if between:  # a system frame overtakes queued data frames: the forget lands first
-        frames += [*between, SleepFrame(sleep=0.08)]
-    return [*frames, UserStoppedSpeakingFrame(), SleepFrame(sleep=0.15)]
+        frames += [*between, Gap(sleep=0.08)]
+    return [*frames, UserStoppedSpeakingFrame(), Gap(sleep=0.15)]
 
 
 def desk(
@@ -201,14 +212,14 @@ async def early_call(
 ) -> tuple[RecallPrefetch, Forgetter | None]:
     """Alice's call on ``store`` with ``RecallPrefetch``: ``frames`` through
     :func:`prefetch_pipeline` (with a :class:`Forgetter` on ``admin`` if given); the main
-    LLM answers "Sure."."""
+    LLM answers "Sure."; each pause ends once settled (``tests.support.settle``)."""
     server.handler = lambda body: Reply("Sure.")
     context, summarizer, processor = desk(server, store, user_id="alice", recall=recall)
     companion = RecallPrefetch(processor)
     forgetter = Forgetter(admin) if admin is not None else None
     extra = [forgetter] if forgetter is not None else []
     try:
-        await run_test(
+        await run_settling(
             prefetch_pipeline(server, context, processor, companion, *extra),
             frames_to_send=frames,
         )

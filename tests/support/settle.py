@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipecat.frames.frames import EndFrame, Frame, LLMFullResponseEndFrame
+from pipecat.frames.frames import (
+    EndFrame,
+    Frame,
+    LLMFullResponseEndFrame,
+    TranscriptionFrame,
+    UserStoppedSpeakingFrame,
+)
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -147,13 +153,15 @@ def pipeline_idle(processor: FrameProcessor) -> Callable[[], bool] | None:
     """The idleness of a pipeline built from known parts (Pipecat's pipelines, aggregators
     and OpenAI services, this package's processors): every fake OpenAI server started
     answers nothing, no LLM runs a tool call, each ``ContextSummarizer`` is
-    :func:`processor_idle`. ``None`` when the pipeline holds another part (it may have
-    timers of its own): its pauses stay full."""
+    :func:`processor_idle`; a test's own part that says whether it has ``settled`` (a
+    property) counts too. ``None`` when the pipeline holds another part (it may have timers
+    of its own): its pauses stay full."""
     parts = _parts(processor)
     for part in parts:
         module = type(part).__module__
-        if not module.startswith(_KNOWN):
+        if not module.startswith(_KNOWN) and not hasattr(part, "settled"):
             return None
+    own = [p for p in parts if hasattr(p, "settled")]
     summarizers = [p for p in parts if isinstance(p, ContextSummarizer)]
     llms = [p for p in parts if isinstance(p, LLMService)]
 
@@ -162,12 +170,16 @@ def pipeline_idle(processor: FrameProcessor) -> Callable[[], bool] | None:
             all(server.in_flight == 0 for server in FakeOpenAIServer.live)
             and not any(llm._function_call_tasks for llm in llms)
             and all(processor_idle(s) for s in summarizers)
+            and all(p.settled for p in own)
         )
 
     return idle
 
 
-def _asks_llm(frame: Frame) -> bool:
+def _asks_llm(frame: Frame, spoken: bool) -> bool:
+    # a context frame that runs the LLM, or the end of a turn the STT heard words in
+    if isinstance(frame, UserStoppedSpeakingFrame):
+        return spoken
     return bool(getattr(frame, "run_llm", False))
 
 
@@ -225,14 +237,16 @@ async def run_settling(
 
     async def push() -> None:
         await asyncio.wait_for(started.wait(), timeout=30.0)
-        asked = 0
+        asked, spoken = 0, False
         for frame in frames_to_send:
             if isinstance(frame, Gap):
                 await settle(frame, asked)
             elif isinstance(frame, SleepFrame):
                 await asyncio.sleep(frame.sleep)
             else:
-                asked += _asks_llm(frame)
+                asked += _asks_llm(frame, spoken)
+                if isinstance(frame, (TranscriptionFrame, UserStoppedSpeakingFrame)):
+                    spoken = isinstance(frame, TranscriptionFrame)
                 await worker.queue_frame(frame)
                 motion.last = time.monotonic()  # queued: its first push is still to come
         if send_end_frame:
