@@ -8,8 +8,11 @@ have let happen is left: the turn's answer has ended, no request is being answer
 summary is in flight, the summarizer's backoff has run out, and no frame has moved for a
 moment. When any of these does not hold (a slow summary on purpose, a backoff still
 running, a turn without an answer), the pause lasts its full length, as before; so a test
-sees the same state at each turn, only sooner. ``run_test`` treats a :class:`Gap` as the
-``SleepFrame`` it is (full length).
+sees the same state at each turn, only sooner. With a store: the caller's memory loaded,
+nothing queued or being written; with recall: no task of the package alive (its searches).
+A pipeline with a part of the test's own (it may have timers) keeps full pauses unless the
+part says it has ``settled``. ``run_test`` treats a :class:`Gap` as the ``SleepFrame`` it
+is (full length). Polling costs a little CPU (every ``POLL_S``), far less than the waits.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from tests.support.openai_server import FakeOpenAIServer
 
 #: No frame moved for this long: what was in motion has stopped.
 QUIET_S = 0.03
-POLL_S = 0.01
+POLL_S = 0.02
 
 
 @dataclass
@@ -116,20 +119,6 @@ def _package_tasks() -> list[str]:
         if code is not None and code.co_filename.startswith(_PACKAGE) and name not in _LONG_LIVED:
             busy.append(name)
     return busy
-
-
-def idle_for(server: Any, processor: Any, llm: Any = None) -> Callable[[], bool]:
-    """Idle: ``server`` (the fake OpenAI server) answers nothing, ``llm`` runs no tool call,
-    and :func:`processor_idle`."""
-
-    def idle() -> bool:
-        return (
-            server.in_flight == 0
-            and not getattr(llm, "_function_call_tasks", None)
-            and processor_idle(processor)
-        )
-
-    return idle
 
 
 #: Parts whose only timers are those :func:`pipeline_idle` watches.
