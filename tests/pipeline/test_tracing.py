@@ -7,7 +7,6 @@ local OpenAI-protocol server, a real SQLite store), spans read from OpenTelemetr
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -22,14 +21,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
-    EndFrame,
     Frame,
     UserStartedSpeakingFrame,
     UserStoppedSpeakingFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.runner import WorkerRunner
-from pipecat.pipeline.worker import PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame
 
@@ -53,6 +49,7 @@ from pipecat_summarizer.tracing import (
 )
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, user_turn
+from tests.support.settle import Gap, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 CONVERSATION = "conv-tracing-1"
@@ -108,31 +105,14 @@ def spoken_turns(texts: list[str], gap: float = 0.25) -> list[Frame]:
 
 
 async def run_traced(pipeline: Pipeline, frames: list[Frame], *, tracing: bool = True) -> None:
-    """Run ``pipeline`` under a ``PipelineWorker`` with Pipecat's tracing switch."""
-    worker = PipelineWorker(
+    """Run ``pipeline`` under a ``PipelineWorker`` with Pipecat's tracing switch; each pause
+    after a turn ends once settled (``tests.support.settle``)."""
+    await run_settling(
         pipeline,
+        frames_to_send=[Gap(sleep=f.sleep) if type(f) is SleepFrame else f for f in frames],
         enable_tracing=tracing,
         conversation_id=CONVERSATION,
-        cancel_on_idle_timeout=False,
     )
-    started = asyncio.Event()
-
-    @worker.event_handler("on_pipeline_started")
-    async def _started(_worker, _frame):
-        started.set()
-
-    async def push() -> None:
-        await asyncio.wait_for(started.wait(), timeout=5)
-        for frame in frames:
-            if isinstance(frame, SleepFrame):
-                await asyncio.sleep(frame.sleep)
-            else:
-                await worker.queue_frame(frame)
-        await worker.queue_frame(EndFrame())
-
-    runner = WorkerRunner()
-    await runner.add_workers(worker)
-    await asyncio.gather(runner.run(), push())
 
 
 def _by_name(finished: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:

@@ -180,6 +180,7 @@ async def run_settling(
     observers: list[BaseObserver] | None = None,
     send_end_frame: bool = True,
     pipeline_params: PipelineParams | None = None,
+    **worker_kwargs: Any,
 ) -> tuple[list[Frame], list[Frame]]:
     """Like Pipecat's ``run_test`` (source -> ``processor`` -> sink, an ``EndFrame`` after the
     frames), with each :class:`Gap` ended once settled.
@@ -194,6 +195,7 @@ async def run_settling(
         send_end_frame: Send an ``EndFrame`` after the frames (``False``: the frames end
             the pipeline themselves, e.g. with a ``CancelFrame``).
         pipeline_params: The worker's ``PipelineParams`` (metrics...).
+        **worker_kwargs: More ``PipelineWorker`` arguments (``enable_tracing``...).
 
     Returns:
         The frames the sink received downstream (without the ``EndFrame``) and upstream.
@@ -209,6 +211,7 @@ async def run_settling(
         cancel_on_idle_timeout=False,
         observers=[motion, *(observers or [])],
         params=pipeline_params or PipelineParams(),
+        **worker_kwargs,
     )
     started = asyncio.Event()
 
