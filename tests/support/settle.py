@@ -138,6 +138,22 @@ def _parts(processor: FrameProcessor) -> list[FrameProcessor]:
     return [processor, *(p for part in inner for p in _parts(part))]
 
 
+def frames_still(parts: Sequence[FrameProcessor]) -> bool:
+    """No frame is queued at, or being processed by, any of ``parts``. A quiet moment alone
+    did not prove it under load: the LLM had pushed its answer's end, but the assistant
+    aggregator had not yet written the answer when the next user turn landed before it."""
+    for part in parts:
+        inputs = getattr(part, "_FrameProcessor__input_queue", None)
+        process = getattr(part, "_FrameProcessor__process_queue", None)
+        if (inputs is not None and not inputs.empty()) or (
+            process is not None and not process.empty()
+        ):
+            return False
+        if getattr(part, "_FrameProcessor__process_current_frame", None) is not None:
+            return False
+    return True
+
+
 def pipeline_idle(processor: FrameProcessor) -> Callable[[], bool] | None:
     """The idleness of a pipeline built from known parts (Pipecat's pipelines, aggregators
     and OpenAI services, this package's processors): every fake OpenAI server started
@@ -206,6 +222,7 @@ async def run_settling(
     down: asyncio.Queue = asyncio.Queue()
     source = QueuedFrameProcessor(queue=up, queue_direction=FrameDirection.UPSTREAM)
     sink = QueuedFrameProcessor(queue=down, queue_direction=FrameDirection.DOWNSTREAM)
+    parts = [source, *_parts(processor), sink]
     worker = PipelineWorker(
         Pipeline([source, processor, sink]),
         cancel_on_idle_timeout=False,
@@ -223,7 +240,8 @@ async def run_settling(
         deadline = time.monotonic() + gap.sleep
         want = asked if gap.answers is None else gap.answers
         while (now := time.monotonic()) < deadline:
-            if motion.ends >= want and now - motion.last >= QUIET_S and idle():
+            quiet = now - motion.last >= QUIET_S
+            if motion.ends >= want and quiet and frames_still(parts) and idle():
                 return
             await asyncio.sleep(min(POLL_S, deadline - now))
 
