@@ -11,13 +11,11 @@ from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.errors import PipecatSummarizerError
 
 # the forget bookkeeping (its own module), its names where their users import them from
-from pipecat_summarizer.store._forgets import _FORGET_LISTENERS as _FORGET_LISTENERS
 from pipecat_summarizer.store._forgets import BASELINE_WAIT_S as BASELINE_WAIT_S
 from pipecat_summarizer.store._forgets import FORGET_SKEW_S as FORGET_SKEW_S
 from pipecat_summarizer.store._forgets import MAX_BASELINES as MAX_BASELINES
 from pipecat_summarizer.store._forgets import Forgets
 from pipecat_summarizer.store._forgets import on_forget as on_forget
-from pipecat_summarizer.store._forgets import tell_forget as _tell_forget
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
     CallerMemory,
@@ -42,12 +40,6 @@ from pipecat_summarizer.store.records import (
 #: reads; nothing changes on SQLite.
 #: v6 (PostgreSQL): the word index is emptied with the messages by a ``TRUNCATE``.
 SCHEMA_VERSION = 6
-
-
-def _told(user_id: str) -> None:
-    # the listeners are told through this module's name, looked up at each forget: tests
-    # silence this process's listeners by replacing it (and read _FORGET_LISTENERS here)
-    _tell_forget(user_id)
 
 
 def query_words(query: str, limit: int = 32) -> list[str]:
@@ -370,7 +362,7 @@ class MemoryStore(ABC):
         call an ``__init__`` of this class, which has none)."""
         forgets = self.__dict__.get("_forget_book")
         if forgets is None:
-            forgets = self.__dict__["_forget_book"] = Forgets(_told)
+            forgets = self.__dict__["_forget_book"] = Forgets()
         return forgets
 
     def forget_generation(self, user_id: str) -> int:

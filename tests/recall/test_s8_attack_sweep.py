@@ -18,6 +18,7 @@ from pipecat_summarizer._recall.semantic import SemanticIndex
 from pipecat_summarizer._recall.vector_cache import cached_vectors, sweep_tombstones
 from pipecat_summarizer.params import SemanticRecallParams
 from pipecat_summarizer.store import open_store
+from pipecat_summarizer.store._forgets import Forgets
 from pipecat_summarizer.store.records import user_hash
 from tests.recall.test_attacks2_vectors import _archive, _messages
 from tests.recall.test_s8_forget_elsewhere import _in, _tag, _tombstone
@@ -223,9 +224,8 @@ async def test_a_caller_forgotten_elsewhere_who_calls_again_at_once(tmp_path, mo
         other = open_store(target)
         await other.open()
         monkeypatch.setattr(vector_cache, "forget_vectors", lambda owner: 0)  # not this process
-        import pipecat_summarizer.store.base as base
-
-        monkeypatch.setattr(base, "_tell_forget", lambda user_id: None)
+        # another process: its own bookkeeping, whose forget tells none of this one's listeners
+        monkeypatch.setattr(other, "_forget_book", Forgets(lambda user_id: None), raising=False)
         await other.forget(al)
         await other.close()
         monkeypatch.undo()

@@ -1,7 +1,8 @@
-"""Attack on ``store.base.on_forget``: listeners that raise (an ``Exception``, a
-``CancelledError``), that stop themselves or another while told, added twice by two holders,
-equal but distinct listeners, many short-lived stores. A real SQLite store's forget: the
-caller's rows must go whatever a listener does, and no listener may be missed."""
+"""Attack on ``on_forget`` (``store._forgets``, which each store's ``Forgets`` tells):
+listeners that raise (an ``Exception``, a ``CancelledError``), that stop themselves or another
+while told, added twice by two holders, equal but distinct listeners, many short-lived stores.
+A real SQLite store's forget: the caller's rows must go whatever a listener does, and no
+listener may be missed."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store import base as store_base
+from pipecat_summarizer.store import SQLiteMemoryStore, _forgets
 from pipecat_summarizer.store.base import on_forget
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 
@@ -142,7 +142,7 @@ async def test_listeners_stopping_themselves_or_another_while_told_miss_nobody(t
 
 
 async def test_many_stores_forgetting_add_no_listener_and_are_collected(tmp_path):
-    before = len(store_base._FORGET_LISTENERS)
+    before = len(_forgets._FORGET_LISTENERS)
     refs = []
     for i in range(20):
         store = SQLiteMemoryStore(tmp_path / f"m{i}.db")
@@ -152,7 +152,7 @@ async def test_many_stores_forgetting_add_no_listener_and_are_collected(tmp_path
         refs.append(weakref.ref(store))
         del store
     gc.collect()
-    assert len(store_base._FORGET_LISTENERS) == before
+    assert len(_forgets._FORGET_LISTENERS) == before
     assert all(r() is None for r in refs)  # no registry holds a store
 
 
@@ -160,4 +160,4 @@ def test_a_listener_that_cannot_be_called_is_refused_when_added():
     # it was taken, then failed (a WARNING) at every forget, far from the mistake
     with pytest.raises(TypeError, match="callable"):
         on_forget("forget_vectors")  # type: ignore[arg-type]
-    assert all(callable(listener) for _, listener in store_base._FORGET_LISTENERS)
+    assert all(callable(listener) for _, listener in _forgets._FORGET_LISTENERS)
