@@ -219,14 +219,3 @@ async def test_a_companion_beside_a_summarizer_without_recall_never_searches(
     assert store.searches == []
     assert recall_blocks(openai_server.chat_requests) == []
     assert openai_server.chat_requests[-1]["messages"][-1]["content"] == "Which hotel did I book?"
-
-
-# the names other test modules import from here (tests.support.early_search holds them now)
-_blocks, _Forget, _Forgetter, _pipeline, _processor, _store = (
-    recall_blocks,
-    Forget,
-    Forgetter,
-    prefetch_pipeline,
-    desk,
-    watched_store,
-)

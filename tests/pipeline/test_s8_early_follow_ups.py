@@ -211,7 +211,3 @@ async def test_a_search_at_turn_time_goes_to_the_store_before_the_forget_watch(
     (block,) = recall_blocks(openai_server.chat_requests)
     assert "red Fiat" in block
     assert order[:2] == ["search", "watch"]
-
-
-# the names other test modules import from here (tests.support.early_search holds them now)
-ASK, _seed, _turn = SISTER_ASK, seed_sister, spoken_turn

@@ -15,8 +15,16 @@ from pipecat.tests.utils import run_test
 
 from pipecat_summarizer import RecallPrefetch
 from pipecat_summarizer.store.records import user_hash
-from tests.pipeline.test_recall_attacks_prefetch import _blocks, _pipeline, _processor, _store
-from tests.pipeline.test_s8_early_follow_ups import ASK, RECALL, _seed, _turn
+from tests.support.early_search import (
+    RECALL,
+    SISTER_ASK,
+    desk,
+    prefetch_pipeline,
+    recall_blocks,
+    seed_sister,
+    spoken_turn,
+    watched_store,
+)
 from tests.support.openai_server import Reply
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -55,19 +63,17 @@ async def test_a_forget_under_way_at_the_turns_end_places_nothing_of_the_caller(
     openai_server, pg_server
 ):
     dsn = pg_server.create_database(f"s9_turnwait_{time.monotonic_ns()}")
-    store = _store(dsn)
+    store = watched_store(dsn)
     other = await asyncpg.connect(dsn)
     holder = _Holder(other, hold_s=0.3)
     openai_server.handler = lambda body: Reply("Sure.")
     try:
-        await _seed(store)
-        context, summarizer, processor = _processor(
-            openai_server, store, user_id="alice", recall=RECALL
-        )
+        await seed_sister(store)
+        context, summarizer, processor = desk(openai_server, store, user_id="alice", recall=RECALL)
         companion = RecallPrefetch(processor)
         try:
-            pipeline = _pipeline(openai_server, context, processor, companion, holder)
-            await run_test(pipeline, frames_to_send=_turn(ASK, between=[_Hold()]))
+            pipeline = prefetch_pipeline(openai_server, context, processor, companion, holder)
+            await run_test(pipeline, frames_to_send=spoken_turn(SISTER_ASK, between=[_Hold()]))
         finally:
             await summarizer.aclose()
         assert holder.done is not None
@@ -78,6 +84,6 @@ async def test_a_forget_under_way_at_the_turns_end_places_nothing_of_the_caller(
     archive = companion.archive
     assert archive is not None and archive.follow_ups_started >= 1  # found before the forget
     assert openai_server.chat_requests  # the call went on
-    assert _blocks(openai_server.chat_requests) == []
+    assert recall_blocks(openai_server.chat_requests) == []
     sent = str(openai_server.chat_requests)
     assert "Marta" not in sent and "Porto" not in sent and "Friday" not in sent
