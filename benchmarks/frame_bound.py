@@ -12,6 +12,14 @@ when it pushes the frame, ``ContextSummarizer`` with ``RecallParams()`` (the def
 starts with ``--context`` messages already in the context and asks ``--turns`` questions of
 the voice corpus (the first is not timed), one after the other.
 
+Each size runs twice. With prefetch (``--no-prefetch`` leaves it out), a ``RecallPrefetch``
+before the user aggregator gets the caller's words as a speech-to-text service delivers
+them, before the turn ends (benchmarks/_spoken.py: interim transcriptions, ``--lead-ms``
+before the final one and the turn's end, as the ``questions`` replay's --spoken-lead-ms):
+its early search, and the block it chooses and renders, serve the turn when they are done
+on the turn's own words. Without prefetch, each question is appended to the context as a
+message and the search starts when the turn's frame arrives (the figures before prefetch).
+
 Per frame:
 
 * wall: from the push into the processor to the end of its ``process_frame`` (the queue hop,
@@ -24,18 +32,24 @@ Per frame:
   loop waits for the store, so they hardly overlap); on a loaded machine the wall time also
   holds the time the process waited for a CPU.
 
-Below the table, the slowest 1% of frames per backend and size is split into CPU time (the
+Below the table, the slowest 1% of frames are split by phase (benchmarks/_phases.py:
+counting, the search, the extra searches, choosing, rendering, placing the block, the forget
+watch, writing the context, pushing the frame on), with the time each phase ran past the
+budget; then the same frames per backend and size is split into CPU time (the
 loop's, the store thread's, PostgreSQL's backends'; garbage collections apart), the wait for
 a CPU while other processes ran, and the rest (benchmarks/_tail.py), beside the p99 without
 the waits for a CPU; nothing is left out of the p99s.
 
 Printed per backend and size: frames, wall p50 / p99 / max, the hop's p99, CPU p50 / p99,
 the share of frames over the budget, and how recall's searches ended (on time, or missed the
-budget: too slow, or the previous turn's search still running), with the load average.
+budget: too slow, or the previous turn's search still running), with prefetch the share
+of timed turns whose search an early one answered and whose block was the early one (chosen
+and rendered before the turn), with the load average.
 
     .venv/bin/python benchmarks/frame_bound.py [--sizes 1000,10000,100000,1000000]
         [--pg-max 100000] [--turns 200] [--context 100] [--cache /tmp/frame_bound]
-        [--backends sqlite,postgres] [--no-postgres]
+        [--backends sqlite,postgres] [--no-postgres] [--no-prefetch] [--only-prefetch]
+        [--lead-ms 200] [--word-ms 100]
 """
 
 from __future__ import annotations
@@ -50,7 +64,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -58,8 +71,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _tail import Spent, TurnClock, pool_backends, tail_line  # noqa: E402
-from frame_delay import InstantLLM, percentile  # noqa: E402
+from _frame_report import Row, line, report  # noqa: E402
+from _phases import PhaseClock  # noqa: E402
+from _spoken import spoken_turn  # noqa: E402
+from _tail import Spent, TurnClock, pool_backends  # noqa: E402
+from frame_delay import InstantLLM  # noqa: E402
 from hot_path import Stamp, TurnEnd, build_messages, describe_code, no_trip_config  # noqa: E402
 from loguru import logger  # noqa: E402
 from pipecat.frames.frames import Frame, LLMContextFrame, LLMMessagesAppendFrame  # noqa: E402
@@ -67,12 +83,14 @@ from pipecat.pipeline.pipeline import Pipeline  # noqa: E402
 from pipecat.processors.aggregators.llm_context import LLMContext  # noqa: E402
 from pipecat.processors.aggregators.llm_response_universal import (  # noqa: E402
     LLMContextAggregatorPair,
+    LLMUserAggregatorParams,
 )
 from pipecat.processors.frame_processor import FrameDirection  # noqa: E402
 from pipecat.tests.utils import SleepFrame, run_test  # noqa: E402
+from pipecat.turns.user_turn_strategies import ExternalUserTurnStrategies  # noqa: E402
 from recall import CORPUS_VERSION, corpus_questions, fill  # noqa: E402
 
-from pipecat_summarizer import ContextSummarizer, RecallParams  # noqa: E402
+from pipecat_summarizer import ContextSummarizer, RecallParams, RecallPrefetch  # noqa: E402
 from pipecat_summarizer.params import MemoryParams  # noqa: E402
 from pipecat_summarizer.store import open_store  # noqa: E402
 
@@ -131,15 +149,26 @@ class TimedSummarizer(ContextSummarizer):
     hop_ns: list[int]
     cpu: list[int]
     spent: list[Spent]
+    phases: PhaseClock
+    #: per timed frame: an early search (RecallPrefetch's) answered the turn's; the early
+    #: block (chosen and rendered before the turn) was placed
+    early: list[tuple[bool, bool]]
 
     async def process_frame(self, frame, direction):
         """Time the whole ``process_frame`` of a user turn's frame (and its queue hop)."""
         turn = isinstance(frame, LLMContextFrame) and direction == FrameDirection.DOWNSTREAM
         started = time.perf_counter_ns()
+        step = self.recall_step
+        blocks, served = _early_counts(step)
+        if turn:
+            self.phases.begin(self.stamp.pushed_ns[frame.id], started)
         await super().process_frame(frame, direction)
         if turn:
             end = time.perf_counter_ns()  # the time first: the CPU clock's read is not in it
             cpu = self.stamp.clocks.cpu_ns()
+            self.phases.end(end)
+            blocks_now, served_now = _early_counts(step)
+            self.early.append((served_now > served, blocks_now > blocks))
             pushed = self.stamp.pushed_ns.pop(frame.id)
             self.wall_ns.append(end - pushed)
             self.hop_ns.append(started - pushed)
@@ -149,6 +178,23 @@ class TimedSummarizer(ContextSummarizer):
                 spent = self.stamp.turn_clock.stop(started)
                 spent.wall = (end - pushed) / 1e6  # the frame's, as the table's
                 self.spent.append(spent)
+
+    async def push_frame(self, frame, direction=FrameDirection.DOWNSTREAM):
+        """Push on; the timed frame's push is a phase of its own."""
+        if not self.phases.timing:
+            await super().push_frame(frame, direction)
+            return
+        started = time.perf_counter()
+        await super().push_frame(frame, direction)
+        self.phases.push(started)
+
+
+def _early_counts(step: Any) -> tuple[int, int]:
+    """The step's early blocks placed, and its searches an early one answered."""
+    if step is None:
+        return 0, 0
+    early = step.early_searches
+    return step.early_blocks, getattr(early, "served", 0) if early is not None else 0
 
 
 def questions(turns: int, ended: TurnEnd, texts: list[str]) -> Iterator[Frame]:
@@ -162,24 +208,28 @@ def questions(turns: int, ended: TurnEnd, texts: list[str]) -> Iterator[Frame]:
         yield SleepFrame(sleep=0.05 if turn == 0 else 0.005)
 
 
-@dataclass
-class Row:
-    """One backend and size: the timed frames and how recall's searches ended."""
+def spoken_questions(
+    turns: int, ended: TurnEnd, texts: list[str], user: Any, args: argparse.Namespace
+) -> Iterator[Frame]:
+    """Each question spoken (benchmarks/_spoken.py), the next once the answer is in the
+    context."""
+    for turn in range(turns):
+        held = lambda: bool(user.aggregation_string())  # noqa: E731
+        yield from spoken_turn(
+            texts[turn % len(texts)], held, word_s=args.word_ms / 1000, lead_s=args.lead_ms / 1000
+        )
+        while ended.turns <= turn:
+            yield SleepFrame(sleep=0.001)
+        yield SleepFrame(sleep=0.05 if turn == 0 else 0.005)
 
-    backend: str
-    archived: int
-    built: str
-    wall_ms: list[float] = field(default_factory=list)
-    hop_ms: list[float] = field(default_factory=list)
-    cpu_ms: list[float] = field(default_factory=list)
-    searches: dict[str, int] = field(default_factory=dict)
-    spent: list[Spent] = field(default_factory=list)
 
-
-async def one_call(target: str, backend: str, args: argparse.Namespace, n: int) -> Row:
-    """One call of ``args.turns`` questions over the archive at ``target``."""
+async def one_call(
+    target: str, backend: str, args: argparse.Namespace, n: int, prefetch: bool
+) -> Row:
+    """One call of ``args.turns`` questions over the archive at ``target`` (``prefetch``:
+    spoken, with ``RecallPrefetch`` before the user aggregator)."""
     rng = random.Random(n)
-    row = Row(backend, n, "")
+    row = Row(backend, n, "", prefetch)
     store = open_store(target)
     turn_clock: TurnClock | None = None
     try:
@@ -201,22 +251,33 @@ async def one_call(target: str, backend: str, args: argparse.Namespace, n: int) 
         stamp = CpuStamp(clocks)
         stamp.turn_clock = turn_clock = TurnClock(clocks.pids)
         ours.stamp, ours.wall_ns, ours.hop_ns, ours.cpu, ours.spent = stamp, [], [], [], []
-        pair = LLMContextAggregatorPair(context)
+        ours.phases, ours.early = PhaseClock(ours), []
+        turns = ExternalUserTurnStrategies()  # with prefetch, the STT's frames end the turns
+        pair = LLMContextAggregatorPair(
+            context,
+            user_params=LLMUserAggregatorParams(user_turn_strategies=turns) if prefetch else None,
+        )
         ended = TurnEnd()
-        pipeline = Pipeline([pair.user(), stamp, ours, InstantLLM(), pair.assistant(), ended])
+        user = pair.user()
+        head = [RecallPrefetch(ours)] if prefetch else []
+        stages = [*head, user, stamp, ours, InstantLLM(), pair.assistant(), ended]
         texts = corpus_questions("voice", rng, args.turns + 1)
+        frames = (
+            spoken_questions(args.turns + 1, ended, texts, user, args)
+            if prefetch
+            else questions(args.turns + 1, ended, texts)
+        )
         gc.collect()
         gc.freeze()  # the context and the interpreter: collections do not rescan them
-        await run_test(
-            pipeline,
-            frames_to_send=cast(Sequence[Frame], questions(args.turns + 1, ended, texts)),
-        )
+        await run_test(Pipeline(stages), frames_to_send=cast(Sequence[Frame], frames))
         step = ours.recall_step
         assert step is not None
         row.wall_ms = [ns / 1e6 for ns in ours.wall_ns[1:]]
         row.hop_ms = [ns / 1e6 for ns in ours.hop_ns[1:]]
         row.cpu_ms = [ns / 1e6 for ns in ours.cpu[1:]]
         row.spent = ours.spent[1:]
+        row.phases = ours.phases.frames[1:]
+        row.early = ours.early[1:]
         row.searches = {
             "asked": step.turns,
             "recalled": step.recalled,
@@ -271,25 +332,33 @@ async def run(args: argparse.Namespace) -> list[Row]:
         for n in args.sizes:
             if "sqlite" in args.backends:
                 path, built = await sqlite_archive(args.cache, n)
-                copy = work / "memory.db"
-                shutil.copy(path, copy)  # the call's own writes never reach the cache
-                row = await one_call(str(copy), "SQLite", args, n)
-                row.built = built
-                copy.unlink()
-                rows.append(row)
-                print(_line(row), file=sys.stderr, flush=True)
+                for prefetch in args.modes:
+                    copy = work / "memory.db"
+                    shutil.copy(path, copy)  # the call's own writes never reach the cache
+                    row = await one_call(str(copy), "SQLite", args, n, prefetch)
+                    row.built = built
+                    copy.unlink()
+                    rows.append(row)
+                    print(line(row), file=sys.stderr, flush=True)
             if server is not None and n <= args.pg_max:
-                dsn = server.create_database(f"frame_bound_{n}")
+                filled = f"frame_bound_{n}"
+                dsn = server.create_database(filled)
                 t0 = time.perf_counter()
                 store = open_store(dsn)
                 try:
                     await fill(store, n, "voice")
                 finally:
                     await store.close()
-                row = await one_call(dsn, "PostgreSQL", args, n)
-                row.built = f"built in {time.perf_counter() - t0:.0f} s"
-                rows.append(row)
-                print(_line(row), file=sys.stderr, flush=True)
+                built = f"built in {time.perf_counter() - t0:.0f} s"
+                for prefetch in args.modes:
+                    # each call on its own copy: a call's own messages (the same questions)
+                    # are archived, and would be the next call's best hits
+                    name = f"{filled}_{'prefetch' if prefetch else 'plain'}"
+                    server._run("createdb", *_pg_login(server), "-T", filled, name)
+                    row = await one_call(server.dsn_for(name), "PostgreSQL", args, n, prefetch)
+                    row.built = built
+                    rows.append(row)
+                    print(line(row), file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if server is not None:
@@ -297,57 +366,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def _line(row: Row) -> str:
-    return (
-        f"{row.backend} {row.archived:,}: wall p50 {percentile(row.wall_ms, 0.5):.2f} p99 "
-        f"{percentile(row.wall_ms, 0.99):.2f} ms, CPU p99 {percentile(row.cpu_ms, 0.99):.2f} ms "
-        f"({row.built})"
-    )
-
-
-def table(rows: list[Row], budget_ms: float) -> str:
-    """The fixed-width table."""
-    head = [
-        "backend",
-        "archived",
-        "frames",
-        "wall p50",
-        "wall p99",
-        "wall max",
-        "hop p99",
-        "CPU p50",
-        "CPU p99",
-        f"> {budget_ms:g} ms",
-        "on time",
-        "missed",
-        "archive",
-    ]
-    body = []
-    for r in rows:
-        over = sum(w > budget_ms for w in r.wall_ms) / len(r.wall_ms)
-        asked = r.searches["asked"]
-        body.append(
-            [
-                r.backend,
-                f"{r.archived:,}",
-                str(len(r.wall_ms)),
-                f"{percentile(r.wall_ms, 0.5):.2f}",
-                f"{percentile(r.wall_ms, 0.99):.2f}",
-                f"{max(r.wall_ms):.2f}",
-                f"{percentile(r.hop_ms, 0.99):.2f}",
-                f"{percentile(r.cpu_ms, 0.5):.2f}",
-                f"{percentile(r.cpu_ms, 0.99):.2f}",
-                f"{over:.1%}",
-                f"{asked - r.searches['missed']}/{asked}",
-                str(r.searches["missed"]),
-                r.built,
-            ]
-        )
-    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(head, widths, strict=True))]
-    lines.append("-" * (sum(widths) + 2 * (len(widths) - 1)))
-    lines += ["  ".join(c.rjust(w) for c, w in zip(x, widths, strict=True)) for x in body]
-    return "\n".join(lines)
+def _pg_login(server: Any) -> list[str]:
+    return ["-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,6 +382,30 @@ def main(argv: list[str] | None = None) -> int:
         "--backends", default="sqlite,postgres", help="which backends: sqlite, postgres or both"
     )
     parser.add_argument("--no-postgres", action="store_true", help="the same as --backends sqlite")
+    parser.add_argument(
+        "--prefetch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run each size spoken, with RecallPrefetch before the user aggregator "
+        "(--no-prefetch: only the questions appended as messages, the figures before it)",
+    )
+    parser.add_argument(
+        "--only-prefetch", action="store_true", help="only the run with RecallPrefetch"
+    )
+    parser.add_argument(
+        "--lead-ms",
+        type=float,
+        default=200.0,
+        help="with prefetch: from the interim of every word to the final transcription and "
+        "the turn's end (the questions replay's --spoken-lead-ms; default %(default)s)",
+    )
+    parser.add_argument(
+        "--word-ms",
+        type=float,
+        default=100.0,
+        help="with prefetch: from the interim of all but the last word to the interim of "
+        "every word (default %(default)s)",
+    )
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     args.backends = {b.strip().lower() for b in args.backends.split(",") if b.strip()}
@@ -369,6 +413,11 @@ def main(argv: list[str] | None = None) -> int:
         args.backends.discard("postgres")
     if not args.backends or not args.backends <= {"sqlite", "postgres"}:
         parser.error("--backends takes sqlite, postgres or both (comma-separated)")
+    if args.only_prefetch and not args.prefetch:
+        parser.error("--only-prefetch and --no-prefetch exclude each other")
+    args.modes = [True] if args.only_prefetch else [True, False] if args.prefetch else [False]
+    if not (0 <= args.lead_ms <= 60_000 and 0 <= args.word_ms <= 60_000):
+        parser.error("--lead-ms and --word-ms take 0 to 60000")
     if args.turns < 1 or args.context < 2:
         parser.error("--turns must be at least 1 and --context at least 2")
     logger.remove()
@@ -382,19 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
     rows = asyncio.run(run(args))
-    print(
-        "wall: from the push into the processor to the end of its process_frame (hop: the "
-        "part before its process_frame began, outside recall's budget); CPU: this process's "
-        "CPU time meanwhile, plus the server backends' on PostgreSQL (ms)"
-    )
-    print(table(rows, budget_ms))
-    print(
-        "where the slowest frames' time went (ms): CPU of this process (and of PostgreSQL's "
-        "backends; garbage collections included), waiting for a CPU (other processes ran), "
-        "other (blocked: storage reads, waits on the store); nothing left out"
-    )
-    for r in rows:
-        print(f"{r.backend} {r.archived:,}: {tail_line(r.spent, 99, percentile)}")
+    report(rows, budget_ms)
     print(
         f"{time.monotonic() - started:.0f} s; load average {os.getloadavg()[0]:.2f} at the end "
         f"on {os.cpu_count()} CPUs"

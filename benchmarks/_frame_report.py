@@ -1,0 +1,143 @@
+"""benchmarks/frame_bound.py's rows and what it prints of them: the table, and where the
+slowest frames' time went (by phase, benchmarks/_phases.py; by thread and wait,
+benchmarks/_tail.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from _phases import FramePhases, phases_line
+from _tail import Spent, tail_line
+from frame_delay import percentile
+
+
+@dataclass
+class Row:
+    """One backend and size: the timed frames and how recall's searches ended."""
+
+    backend: str
+    archived: int
+    built: str
+    prefetch: bool = False
+    wall_ms: list[float] = field(default_factory=list)
+    hop_ms: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+    searches: dict[str, int] = field(default_factory=dict)
+    spent: list[Spent] = field(default_factory=list)
+    phases: list[FramePhases] = field(default_factory=list)
+    #: per frame: an early search answered it; the early block was placed
+    early: list[tuple[bool, bool]] = field(default_factory=list)
+
+
+def mode(row: Row) -> str:
+    """The row's mode, as the table prints it."""
+    return "prefetch" if row.prefetch else "no prefetch"
+
+
+def line(row: Row) -> str:
+    """One row's figures, printed as it ends."""
+    return (
+        f"{row.backend} {row.archived:,} {mode(row)}: wall p50 "
+        f"{percentile(row.wall_ms, 0.5):.2f} p99 {percentile(row.wall_ms, 0.99):.2f} ms, "
+        f"CPU p99 {percentile(row.cpu_ms, 0.99):.2f} ms "
+        f"({row.built})"
+    )
+
+
+def table(rows: list[Row], budget_ms: float) -> str:
+    """The fixed-width table."""
+    head = [
+        "backend",
+        "archived",
+        "mode",
+        "frames",
+        "wall p50",
+        "wall p99",
+        "wall max",
+        "hop p99",
+        "CPU p50",
+        "CPU p99",
+        f"> {budget_ms:g} ms",
+        "on time",
+        "missed",
+        "early search",
+        "early block",
+        "archive",
+    ]
+    body = []
+    for r in rows:
+        over = sum(w > budget_ms for w in r.wall_ms) / len(r.wall_ms)
+        asked = r.searches["asked"]
+        n = len(r.early)
+        early_search = f"{sum(s for s, _ in r.early) / n:.0%}" if r.prefetch and n else "-"
+        early_block = f"{sum(b for _, b in r.early) / n:.0%}" if r.prefetch and n else "-"
+        body.append(
+            [
+                r.backend,
+                f"{r.archived:,}",
+                mode(r),
+                str(len(r.wall_ms)),
+                f"{percentile(r.wall_ms, 0.5):.2f}",
+                f"{percentile(r.wall_ms, 0.99):.2f}",
+                f"{max(r.wall_ms):.2f}",
+                f"{percentile(r.hop_ms, 0.99):.2f}",
+                f"{percentile(r.cpu_ms, 0.5):.2f}",
+                f"{percentile(r.cpu_ms, 0.99):.2f}",
+                f"{over:.1%}",
+                f"{asked - r.searches['missed']}/{asked}",
+                str(r.searches["missed"]),
+                early_search,
+                early_block,
+                r.built,
+            ]
+        )
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(head, widths, strict=True))]
+    lines.append("-" * (sum(widths) + 2 * (len(widths) - 1)))
+    lines += ["  ".join(c.rjust(w) for c, w in zip(x, widths, strict=True)) for x in body]
+    return "\n".join(lines)
+
+
+def early_split(row: Row, budget_ms: float) -> str:
+    """With prefetch: the wall p99 of the turns the early block served and of the others."""
+    if not row.prefetch:
+        return ""
+    served = [w for w, (_, b) in zip(row.wall_ms, row.early, strict=True) if b]
+    others = [w for w, (_, b) in zip(row.wall_ms, row.early, strict=True) if not b]
+
+    def part(name: str, walls: list[float]) -> str:
+        if not walls:
+            return f"{name}: none"
+        over = sum(w > budget_ms for w in walls)
+        return f"{name}: {len(walls)}, p99 {percentile(walls, 0.99):.2f}, > {budget_ms:g} ms {over}"
+
+    return f"; {part('early block', served)}; {part('without', others)}"
+
+
+def report(rows: list[Row], budget_ms: float) -> None:
+    """Print the table, then the slowest frames' phases and their time's parts."""
+    print(
+        "wall: from the push into the processor to the end of its process_frame (hop: the "
+        "part before its process_frame began, outside recall's budget); CPU: this process's "
+        "CPU time meanwhile, plus the server backends' on PostgreSQL (ms); early search / "
+        "block: the timed turns whose search an early one (RecallPrefetch's) answered, whose "
+        "block was the one chosen and rendered early"
+    )
+    print(table(rows, budget_ms))
+    print(
+        f"the slowest 1% of frames by phase (ms, means; after |: the time each phase ran past "
+        f"{budget_ms:g} ms from the push); other: the step's own code between the phases"
+    )
+    for r in rows:
+        edge = percentile(r.wall_ms, 0.99)
+        print(
+            f"{r.backend} {r.archived:,} {mode(r)}: "
+            f"{phases_line(r.phases, r.wall_ms, budget_ms, edge)}{early_split(r, budget_ms)}"
+        )
+    print(
+        "where the slowest frames' time went (ms): CPU of this process (and of PostgreSQL's "
+        "backends; garbage collections included), waiting for a CPU (other processes ran), "
+        "other (blocked: storage reads, waits on the store); nothing left out"
+    )
+    for r in rows:
+        print(f"{r.backend} {r.archived:,} {mode(r)}: {tail_line(r.spent, 99, percentile)}")
