@@ -42,8 +42,9 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.string import TextPartForConcatenation, concatenate_aggregated_text
 
 from pipecat_summarizer._recall.compose import EarlyBlock, SearchKey
+from pipecat_summarizer._recall.early_task import EarlySearch, with_replies
 from pipecat_summarizer._recall.follow_ups import early_work, turn_query
-from pipecat_summarizer._recall.gather import read_ahead
+from pipecat_summarizer._recall.gather import consume
 from pipecat_summarizer._recall.query import MAX_QUERY_CHARS, ContextTerms, focus
 from pipecat_summarizer._recall.search import search_words
 from pipecat_summarizer._recall.step import RecallStep
@@ -62,16 +63,6 @@ KEPT_CHARS = 4 * MAX_QUERY_CHARS
 _Key = SearchKey
 
 
-class _Early:
-    __slots__ = ("task", "started", "generation", "follow_up")
-
-    def __init__(self, task: asyncio.Task, started: float, generation: int, follow_up: bool):
-        self.task = task
-        self.started = started
-        self.generation = generation
-        self.follow_up = follow_up
-
-
 class PrefetchingArchive:
     """A recall archive whose searches can be started before the turn asks for them.
 
@@ -86,7 +77,7 @@ class PrefetchingArchive:
     def __init__(self, archive: Any):
         """Wrap ``archive``."""
         self.archive = archive
-        self._early: dict[_Key, _Early] = {}
+        self._early: dict[_Key, EarlySearch] = {}
         # the follow-up work of early searches (see follow_ups.py): cancelled with them
         self._following: set[asyncio.Task] = set()
         #: Searches answered by an early one (counters, no conversation text).
@@ -190,13 +181,13 @@ class PrefetchingArchive:
             replies = 0
         else:
             search = store_search(query, **scope)
-        task = asyncio.ensure_future(_with_replies(self.archive, search, replies))
-        task.add_done_callback(_consume)
+        task = asyncio.ensure_future(with_replies(self.archive, search, replies))
+        task.add_done_callback(consume)
         generation = self._generation(user_id)
         if then is not None:
             task.add_done_callback(partial(self._then, then, user_id, generation))
         self._early.pop(key, None)
-        self._early[key] = _Early(task, now, generation, follow_up)
+        self._early[key] = EarlySearch(task, now, generation, follow_up)
         while len(self._early) > MAX_KEPT:
             evicted = self._early.pop(next(iter(self._early)))
             if not evicted.task.done():  # no turn can take it any more: it must not run on
@@ -244,13 +235,10 @@ class PrefetchingArchive:
 
     def _followed(self, task: asyncio.Task) -> None:
         self._following.discard(task)
-        _consume(task)
+        consume(task)
 
-    def _usable(self, early: _Early, user_id: str | None, now: float) -> bool:
-        if now - early.started > MAX_AGE_S or early.generation != self._generation(user_id):
-            return False
-        task = early.task
-        return not task.done() or (not task.cancelled() and task.exception() is None)
+    def _usable(self, early: EarlySearch, user_id: str | None, now: float) -> bool:
+        return early.usable(now, self._generation(user_id), MAX_AGE_S)
 
     def take(
         self,
@@ -276,7 +264,7 @@ class PrefetchingArchive:
         since (their answers hold the forgotten text: it must not stay in memory until the
         call ends)."""
         for key, early in list(self._early.items()):
-            if now - early.started > MAX_AGE_S or early.generation != self._generation(key[1]):
+            if early.stale(now, self._generation(key[1]), MAX_AGE_S):
                 del self._early[key]
                 if not early.task.done():
                     early.task.cancel()
@@ -286,7 +274,7 @@ class PrefetchingArchive:
         ):
             self._block = None  # the forgotten text goes from memory too
 
-    async def _answer(self, early: _Early, key: _Key) -> Sequence[Any]:
+    async def _answer(self, early: EarlySearch, key: _Key) -> Sequence[Any]:
         try:
             found = await asyncio.shield(early.task)
         except asyncio.CancelledError:
@@ -483,22 +471,6 @@ class RecallPrefetch(FrameProcessor):
         await super().cleanup()
         if self._archive is not None:
             self._archive.clear()
-
-
-async def _with_replies(archive: Any, search: Awaitable[Sequence[Any]], n: int) -> Sequence[Any]:
-    found = await search
-    if n > 0 and found:
-        try:
-            await read_ahead(archive, list(found)[:n])
-        except Exception:  # noqa: BLE001 - the turn reads them itself then
-            pass
-    return found
-
-
-def _consume(task: asyncio.Task) -> None:
-    # an early search nobody picked up: its exception is read so asyncio never logs it
-    if not task.cancelled():
-        task.exception()
 
 
 __all__ = [
