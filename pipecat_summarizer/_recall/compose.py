@@ -44,7 +44,9 @@ SearchKey = tuple[str, str | None, str | None, int, bool]
 
 def searched(query: str, terms: Sequence[str], found: Found) -> tuple:
     """What the follow-up searches and the choice depend on of the search: the query, its
-    terms, the hits and their replies (compared by value)."""
+    terms, the hits and their replies (compared by value). With semantic recall the hits are
+    the fused ones, each with its similarity, and the replies include the index's: equal
+    only when the ranking by meaning saw the same index with the same query."""
     return (query, tuple(terms), found[0], found[1])
 
 

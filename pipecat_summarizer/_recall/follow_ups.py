@@ -27,7 +27,14 @@ from pipecat_summarizer._recall.compose import (
     searched,
     viewed,
 )
-from pipecat_summarizer._recall.gather import Found, as_found, clipped, unseen
+from pipecat_summarizer._recall.gather import (
+    Found,
+    as_found,
+    clipped,
+    read_replies,
+    unseen,
+    with_meaning,
+)
 from pipecat_summarizer._recall.query import ContextTerms, asks_when, focus, gathers, recall_query
 from pipecat_summarizer._recall.search import LATER_LIMIT, search_words
 from pipecat_summarizer._recall.select import gather_words
@@ -41,16 +48,49 @@ if TYPE_CHECKING:
 Followed = tuple[list[str], Found, list[Any], tuple[SearchKey, ...]]
 
 
+async def turn_found(
+    archive: Any, step: Any, query: str, words: str, found: Sequence[Any]
+) -> Found:
+    """The early search's answer ``found`` (of ``words``) as the turn's search hands it on
+    (``ArchiveSearch._search_with_replies``): its hits and the replies of the first ones,
+    each text clipped around the words; with semantic recall, fused with the ranking by
+    meaning of ``query`` first (``SemanticIndex.rank_soon``: off the loop unless the query
+    was embedded already), the replies the index holds taken from it, as the turn fuses
+    them. The turn's own fused hits (their similarities) and replies are then equal to these
+    only if its ranking saw the same index: the early block's equality rule covers the
+    semantic inputs too."""
+    first = step.params.max_snippets + 2
+    index = step.semantic
+    if index is None:
+        return await as_found(archive, found, words, first)
+    ranked = await index.rank_soon(query)
+    hits = list(found or [])
+    replies: dict[tuple[str, int], tuple[str, str]] = dict(getattr(found, "replies", {}))
+    read = {(h.call_id, h.position) for h in hits[:first]} if hasattr(found, "replies") else ()
+    hits, meant = with_meaning(hits, ranked, index)
+    replies.update(meant)
+    unread = [h for h in hits[:first] if (h.call_id, h.position) not in read]
+    await read_replies(archive, unread, replies)
+    return clipped((hits, replies), words.split())
+
+
+def min_similarity(step: Any) -> float | None:
+    """The least similarity a hit by meaning needs (as ``RecallStep`` selects): ``None``
+    without semantic recall."""
+    semantic = step.params.semantic
+    return None if step.semantic is None or semantic is None else semantic.min_similarity
+
+
 async def follow_ups(
     archive: Any,
     step: Any,
     query: str,
     terms: Sequence[str],
-    sent: str,
-    found: Sequence[Any],
+    hits: Sequence[Any],
 ) -> Followed | None:
-    """Start the searches the turn's recall (``RecallStep``) makes after its search of
-    ``sent`` answers with ``found``, derived as the turn derives them: the second search on
+    """Start the searches the turn's recall (``RecallStep``) makes after its search answers
+    with ``hits`` (as the turn reads them, see :func:`turn_found`), derived as the turn
+    derives them: the second search on
     the names and things of the first hits (a question that gathers), then the searches for
     the values the hits (and the second search's new ones) state, when the question asks
     about time or gathers. Each is a plain early search the turn takes by its exact words
@@ -65,7 +105,7 @@ async def follow_ups(
     """
     params = step.params
     scope = {"user_id": step.user_id} if step.user_id else {"call_id": step.call_id}
-    hits = clipped((list(found), {}), sent.split())[0]  # as the turn's search returns them
+    hits = list(hits)
     more: Found = ([], {})
     gathered = gather_words(hits, query, terms, params.min_score) if params.gather else []
     words = search_words(" ".join(gathered)) if gathered else ""
@@ -117,17 +157,19 @@ async def early_work(
     said: str,
     found: Sequence[Any],
 ) -> None:
-    """``RecallPrefetch``'s early search of ``words`` answered with ``found``: its follow-up
-    searches (:func:`follow_ups`), then, once they answered, the turn's work after them (the
-    snippets chosen and the block's text, see :mod:`~pipecat_summarizer._recall.compose`) on
-    the summarizer's context as it is with ``said`` as its last message (``view``: the
-    prefetch's reading of it, kept from turn to turn), kept in ``archive`` (the
-    ``PrefetchingArchive``) for the turn whose own inputs are exactly these."""
+    """``RecallPrefetch``'s early search of ``words`` answered with ``found``: read as the
+    turn reads it (:func:`turn_found`: with semantic recall, fused with the ranking by
+    meaning), its follow-up searches (:func:`follow_ups`), then, once they answered, the
+    turn's work after them (the snippets chosen and the block's text, see
+    :mod:`~pipecat_summarizer._recall.compose`) on the summarizer's context as it is with
+    ``said`` as its last message (``view``: the prefetch's reading of it, kept from turn to
+    turn), kept in ``archive`` (the ``PrefetchingArchive``) for the turn whose own inputs
+    are exactly these."""
     user_id = step.user_id
     generation = archive.generation(user_id)
     made = time.monotonic()  # before the follow-ups start: each answer is younger
-    hits = await as_found(archive, found, words, step.params.max_snippets + 2)
-    followed = await follow_ups(archive, step, query, terms, words, found)
+    hits = await turn_found(archive, step, query, words, found)
+    followed = await follow_ups(archive, step, query, terms, hits[0])
     texts_in_view = getattr(getattr(summarizer, "record", None), "texts_in_view", None)
     if followed is None or not callable(texts_in_view):
         return
@@ -136,7 +178,16 @@ async def early_work(
     view.update([*summarizer.context.get_messages(), {"role": "user", "content": said}])
     texts = list(texts_in_view())
     snippets, size = choose(
-        hits, query, terms, view, texts, params, gathered=gathered, more=more, later=later
+        hits,
+        query,
+        terms,
+        view,
+        texts,
+        params,
+        gathered=gathered,
+        more=more,
+        later=later,
+        min_similarity=min_similarity(step),
     )
     budget = recall_budget(size, None)
     if budget is None or archive.generation(user_id) != generation:
@@ -198,4 +249,12 @@ def _scope(scope: dict[str, Any]) -> dict[str, Any]:
     return {"user_id": scope.get("user_id"), "call_id": scope.get("call_id")}
 
 
-__all__ = ["Followed", "early_work", "follow_ups", "turn_query", "turn_search"]
+__all__ = [
+    "Followed",
+    "early_work",
+    "follow_ups",
+    "min_similarity",
+    "turn_found",
+    "turn_query",
+    "turn_search",
+]

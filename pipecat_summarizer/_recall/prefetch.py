@@ -13,8 +13,9 @@ asked with exactly the words and scope of one started early (still running or fi
 started at most :data:`MAX_AGE_S` ago, the caller not forgotten since) is answered by it; any
 other goes to the archive as before. The turn's recall, ranking and budget are unchanged.
 
-Once the early search answers, the searches the turn makes after it (a second search on
-the first hits' names, the stated values' searches) start too, derived as the turn derives
+Once the early search answers (with semantic recall: fused with the ranking by meaning of the
+turn's query, as the turn fuses them), the searches the turn makes after it (a second search
+on the first hits' names, the stated values' searches) start too, derived as the turn derives
 them (:mod:`~pipecat_summarizer._recall.follow_ups`): the turn takes those ready as well.
 Once they answered, the turn's work after them (the snippets chosen, the block's text) is done
 too, on the context as it is with the caller's words as its last message, and kept with what
@@ -437,9 +438,9 @@ class RecallPrefetch(FrameProcessor):
                 return
             scope = {"user_id": step.user_id} if step.user_id else {"call_id": step.call_id}
             then = None
-            if step.semantic is None and (words, query) != self._worked:
-                # with semantic recall the turn's hits are fused: other follow-ups; the same
-                # words and query again (a repeated final part): the work under way serves
+            if (words, query) != self._worked:
+                # the same words and query again (a repeated final part): the work under way
+                # serves (with semantic recall it ranks the query by meaning too)
                 self._worked = (words, query)
                 terms = focus(query, self._terms.common())
                 then = partial(
