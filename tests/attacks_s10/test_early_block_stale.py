@@ -23,7 +23,7 @@ from pipecat.frames.frames import (
 
 from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.attacks_s10.early_harness import CAR_ASK, CAR_FACT, Act, one_call
-from tests.support.early_search import seed_sister, spoken_turn
+from tests.support.early_search import seed_sister, seed_trips, spoken_turn
 from tests.support.settle import Gap
 
 SYSTEM = {"role": "system", "content": "You are a travel desk; the caller is alice."}
@@ -213,3 +213,19 @@ async def test_final_words_differing_by_a_number(openai_server, tmp_path):
     early, plain = await _both(openai_server, tmp_path, frames, seed=seed_sister)
     assert early.kept
     assert early.blocks == plain.blocks and early.blocks[0] is not None
+
+
+async def test_another_callers_forget_costs_alice_nothing(openai_server, tmp_path):
+    # bob is forgotten through the call's own store between alice's early work and her
+    # turn's end: her early block still serves (a forget count is per caller)
+    async def forget_bob(p) -> None:
+        assert await p.recall_step.archive.forget("bob") > 0
+
+    async def seed(store) -> None:
+        await seed_sister(store)
+        await seed_trips(store)
+
+    frames = spoken_turn(CAR_ASK, between=[Act(forget_bob)])
+    early = await one_call(openai_server, str(tmp_path / "e.db"), frames, seed=seed)
+    assert early.reused == (1, 0)
+    assert "red Fiat" in str(early.blocks[0])
