@@ -69,6 +69,13 @@ class FramePhases:
         out["other"] = max(0.0, overlap(self.began, self.ended) * 1000 - covered)
         return out
 
+    def crossed_in(self, moment: float) -> str:
+        """The phase running at ``moment`` (``other`` between the wrapped ones)."""
+        if moment < self.began:
+            return "hop"
+        inner = [n for n, a, b in self.intervals if a <= moment < b]
+        return inner[-1] if inner else "other"
+
 
 class PhaseClock:
     """The phases of the frames of one summarizer (see the module's docstring)."""
@@ -161,18 +168,28 @@ def phases_line(
     edge_ms: float,
 ) -> str:
     """For the frames whose wall time is at least ``edge_ms`` (the p99): the mean
-    milliseconds per phase, and after ``|`` the mean milliseconds each phase ran past
-    ``budget_ms`` from the push (phases that took none left out)."""
-    slow = [f for f, w in zip(frames, walls_ms, strict=True) if w >= edge_ms]
+    milliseconds per phase; after ``|``, over every frame past ``budget_ms`` (from the push),
+    the mean milliseconds each phase ran past it, and the phase each crossed it in (phases
+    that took none left out)."""
+    pairs = list(zip(frames, walls_ms, strict=True))
+    slow = [f for f, w in pairs if w >= edge_ms]
     if not slow:
         return "no frames"
-    n = len(slow)
-    whole = [f.spent() for f in slow]
-    past = [f.spent(f.pushed + budget_ms / 1000) for f in slow]
+    late = [f for f, w in pairs if w > budget_ms]
 
     def means(rows: list[dict[str, float]]) -> str:
-        parts = [(k, sum(r[k] for r in rows) / n) for k in PHASES]
+        if not rows:
+            return "none"
+        parts = [(k, sum(r[k] for r in rows) / len(rows)) for k in PHASES]
         return ", ".join(f"{k} {v:.2f}" for k, v in parts if v >= 0.005) or "none"
 
-    over = sum(w > budget_ms for w in walls_ms if w >= edge_ms)
-    return f"{n} slowest: {means(whole)} | past {budget_ms:g} ms ({over} frames): {means(past)}"
+    crossed: dict[str, int] = {}
+    for f in late:
+        name = f.crossed_in(f.pushed + budget_ms / 1000)
+        crossed[name] = crossed.get(name, 0) + 1
+    where = ", ".join(f"{k} {v}" for k, v in sorted(crossed.items(), key=lambda kv: -kv[1]))
+    past = means([f.spent(f.pushed + budget_ms / 1000) for f in late])
+    return (
+        f"{len(slow)} slowest: {means([f.spent() for f in slow])} | past {budget_ms:g} ms "
+        f"({len(late)} frames): {past}; crossed it in: {where or 'none'}"
+    )
