@@ -187,6 +187,7 @@ def migrations(config: str) -> dict[int, list[str]]:
             "DELETE FROM message_words w WHERE NOT EXISTS "
             "(SELECT 1 FROM messages m WHERE m.id = w.id)",
         ],
+        7: [],  # v7 keeps SQLite's pending forgets only (see _sqlite_forget)
     }
 
 

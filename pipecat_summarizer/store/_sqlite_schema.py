@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import urllib.parse
+from pathlib import Path
 
-from pipecat_summarizer.store.base import SCHEMA_VERSION, StoreError
+from pipecat_summarizer.store.base import (
+    SCHEMA_VERSION,
+    StoreError,
+    check_store_tables,
+    check_store_version,
+)
 
 #: Full-text rowids (schema v2): ``scope << ID_BITS | messages.id``, where ``scope`` is a hash
 #: of the caller (of the call when there is no caller). A caller's messages are one rowid
@@ -43,6 +50,7 @@ STORE_TABLES = frozenset(
         "messages_fts_source",
         "caller_facts",
         "forgotten",
+        "forget_pending",
     }
 )
 
@@ -141,7 +149,21 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     5: [],  # v5 adds PostgreSQL's caller word index only
     6: [],  # v6 keeps PostgreSQL's word index through TRUNCATE
+    # v7: the forgets whose deletes are still to be done (see ``_sqlite_forget``)
+    7: ["CREATE TABLE forget_pending(user_id TEXT PRIMARY KEY, at REAL NOT NULL)"],
 }
+
+
+def session_key(conn: sqlite3.Connection, call_id: str) -> str:
+    """What a ``call_id`` argument names: a session's key, or else the newest session
+    recorded under that application id (label), or else the key itself."""
+    row = conn.execute("SELECT call_id FROM calls WHERE call_id = ?", (call_id,)).fetchone()
+    if row is None:
+        row = conn.execute(
+            "SELECT call_id FROM calls WHERE label = ? ORDER BY started_at DESC LIMIT 1",
+            (call_id,),
+        ).fetchone()
+    return row[0] if row else call_id
 
 
 def rollback(conn: sqlite3.Connection) -> None:
@@ -173,3 +195,38 @@ def migrate(conn: sqlite3.Connection) -> None:
     except BaseException:
         rollback(conn)
         raise
+
+
+def open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """The file as it is: ``mode=ro`` (never created), no journal-mode switch, no
+    migration; refused unless it is a memory store of a version this code knows.
+
+    Raises:
+        StoreError: If it is missing, cannot be opened, or is not such a store.
+    """
+    if not path.is_file():
+        raise StoreError(f"store path {str(path)!r}: no such file")
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
+    except sqlite3.Error as e:
+        raise StoreError(f"store path {str(path)!r}: cannot open ({e})") from e
+    try:
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        conn.execute("PRAGMA query_only=ON")
+        try:
+            names = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+                )
+            }
+        except sqlite3.DatabaseError as e:  # not a database at all
+            raise StoreError(f"store path {str(path)!r}: not a memory store ({e})") from e
+        check_store_tables(str(path), names, STORE_TABLES)
+        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+        check_store_version(str(path), version)
+    except BaseException:
+        conn.close()
+        raise
+    return conn

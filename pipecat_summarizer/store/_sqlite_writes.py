@@ -1,4 +1,5 @@
-"""The SQLite store's writes: a batch of records in one transaction, a forget, a purge.
+"""The SQLite store's writes: a batch of records in one transaction, a purge (a forget:
+``_sqlite_forget``).
 
 Each runs on the store's thread with its connection, inside ``BEGIN IMMEDIATE`` (the
 database's write lock, across processes).
@@ -11,13 +12,7 @@ import sqlite3
 from loguru import logger
 
 from pipecat_summarizer.store import _sqlite_schema as schema
-from pipecat_summarizer.store._statements import (
-    forget_statements,
-    purge_cutoff,
-    purge_statements,
-    statement_rows,
-    tombstone_statement,
-)
+from pipecat_summarizer.store._statements import purge_cutoff, purge_statements, statement_rows
 from pipecat_summarizer.store.records import ArchivedMessage, Record, not_forgotten, user_hash
 
 _INSERT_MESSAGE = """INSERT INTO messages(call_id, user_id, position, turn, at, role, content,
@@ -105,33 +100,6 @@ def after_forget(conn: sqlite3.Connection, records: list[Record]) -> list[Record
             "earlier session refused"
         )
     return kept
-
-
-def forget(conn: sqlite3.Connection, user_id: str, *, in_file: bool, at: float) -> int:
-    """Delete every record of ``user_id``, leave its tombstone (time ``at``) and merge the
-    full-text index without their tokens; ``in_file``: then checkpoint and truncate the WAL."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        n = 0
-        for sql, counted in forget_statements("?"):
-            deleted = conn.execute(sql, (user_id,)).rowcount
-            n += deleted if counted else 0
-        conn.execute(tombstone_statement("?"), (user_hash(user_id), at))
-        # the index's segments still hold the deleted tokens: merge them away
-        conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
-        conn.execute("COMMIT")
-    except BaseException:
-        schema.rollback(conn)
-        raise
-    if in_file:
-        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if busy:
-            logger.warning(
-                "memory store: forget could not truncate the WAL now (another "
-                "connection is reading); the forgotten text leaves it at the next "
-                "checkpoint"
-            )
-    return n
 
 
 def purge(conn: sqlite3.Connection, days: float) -> int:

@@ -39,7 +39,9 @@ from pipecat_summarizer.store.records import (
 #: v5 (PostgreSQL): each caller's word index (``message_words``), which recall's search
 #: reads; nothing changes on SQLite.
 #: v6 (PostgreSQL): the word index is emptied with the messages by a ``TRUNCATE``.
-SCHEMA_VERSION = 6
+#: v7 (SQLite): the forgets whose deletes are still to be done (``forget_pending``): a forget
+#: commits its tombstone before its deletes; nothing changes on PostgreSQL.
+SCHEMA_VERSION = 7
 
 
 def query_words(query: str, limit: int = 32) -> list[str]:

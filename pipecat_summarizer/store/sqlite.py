@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pipecat_summarizer._validation import check_number
-from pipecat_summarizer.store import _sqlite_search, _sqlite_writes
+from pipecat_summarizer.store import _sqlite_forget, _sqlite_search, _sqlite_writes
 from pipecat_summarizer.store._rows import (
     CALL_COLS,
     COMPACTION_COLS,
@@ -30,7 +29,14 @@ from pipecat_summarizer.store._rows import (
     to_fact,
     to_message,
 )
-from pipecat_summarizer.store._sqlite_schema import STORE_TABLES, migrate, scope_of, scope_range
+from pipecat_summarizer.store._sqlite_forget import Pending, hide
+from pipecat_summarizer.store._sqlite_schema import (
+    migrate,
+    open_read_only,
+    scope_of,
+    scope_range,
+    session_key,
+)
 from pipecat_summarizer.store._sqlite_thread import Job, StoreThread
 from pipecat_summarizer.store._statements import (
     caller_memory_of,
@@ -42,8 +48,6 @@ from pipecat_summarizer.store.base import (
     StoreError,
     check_count,
     check_retention_days,
-    check_store_tables,
-    check_store_version,
     check_user_id,
     query_words,
 )
@@ -64,18 +68,6 @@ T = TypeVar("T")
 MAX_BUSY_TIMEOUT_S = 3600.0
 #: The page cache of the store's connection (KiB; SQLite's default is 2 MB).
 CACHE_KIB = 65536
-
-
-def session_key(conn: sqlite3.Connection, call_id: str) -> str:
-    """What a ``call_id`` argument names: a session's key, or else the newest session
-    recorded under that application id (label), or else the key itself."""
-    row = conn.execute("SELECT call_id FROM calls WHERE call_id = ?", (call_id,)).fetchone()
-    if row is None:
-        row = conn.execute(
-            "SELECT call_id FROM calls WHERE label = ? ORDER BY started_at DESC LIMIT 1",
-            (call_id,),
-        ).fetchone()
-    return row[0] if row else call_id
 
 
 class SQLiteMemoryStore(MemoryStore):
@@ -204,41 +196,21 @@ class SQLiteMemoryStore(MemoryStore):
             migrate(conn)
             if self.retention_days:
                 _sqlite_writes.purge(conn, self.retention_days)
+            self._finish_forgets(conn)
         except Exception:
             conn.close()
             raise
         return conn
 
     def _connect_read_only(self) -> sqlite3.Connection:
-        """The file as it is: ``mode=ro`` (never created), no journal-mode switch, no
-        migration; refused unless it is a memory store of a version this code knows."""
+        """The file as it is (see ``_sqlite_schema.open_read_only``)."""
         assert self.path is not None
-        if not self.path.is_file():
-            raise StoreError(f"store path {str(self.path)!r}: no such file")
-        uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro"
-        try:
-            conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_s, isolation_level=None)
-        except sqlite3.Error as e:
-            raise StoreError(f"store path {str(self.path)!r}: cannot open ({e})") from e
-        try:
-            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA query_only=ON")
-            try:
-                names = {
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
-                    )
-                }
-            except sqlite3.DatabaseError as e:  # not a database at all
-                raise StoreError(f"store path {str(self.path)!r}: not a memory store ({e})") from e
-            check_store_tables(str(self.path), names, STORE_TABLES)
-            version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
-            check_store_version(str(self.path), version)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return open_read_only(self.path, self.busy_timeout_s)
+
+    def _finish_forgets(self, conn: sqlite3.Connection, *, truncate: bool = False) -> None:
+        """Finish the forgets left pending (``_sqlite_forget.finish_left``)."""
+        if _sqlite_forget.finish_left(conn, truncate=truncate, in_file=self.path is not None):
+            self._df.clear()  # counts of what went
 
     # -- the interface --------------------------------------------------------------------
 
@@ -277,38 +249,52 @@ class SQLiteMemoryStore(MemoryStore):
         if user_id is not None:
             check_user_id(user_id)
         where, params = ("WHERE user_id = ?", [user_id]) if user_id is not None else ("", [])
-        rows = await self._query(
-            f"SELECT {CALL_COLS} FROM calls {where} ORDER BY started_at DESC LIMIT ?",
-            [*params, int(limit)],
-        )
-        return [to_call(r) for r in rows]
+        sql = f"SELECT {CALL_COLS} FROM calls {where} ORDER BY started_at DESC LIMIT ?"
+
+        def read(conn: sqlite3.Connection) -> list[CallRecord]:
+            rows = conn.execute(sql, (*params, int(limit))).fetchall()
+            return hide(conn, (to_call(r) for r in rows))
+
+        return await self._run(read)
 
     async def call(self, call_id: str) -> CallRecord | None:
         """One call's row (a session's key, or the newest session of an application's
         call id), or ``None``."""
 
-        def read(conn: sqlite3.Connection) -> list[tuple]:
+        def read(conn: sqlite3.Connection) -> list[CallRecord]:
             key = session_key(conn, call_id)
-            return conn.execute(
-                f"SELECT {CALL_COLS} FROM calls WHERE call_id = ?", (key,)
-            ).fetchall()
+            rows = conn.execute(f"SELECT {CALL_COLS} FROM calls WHERE call_id = ?", (key,))
+            return hide(conn, (to_call(r) for r in rows.fetchall()))
 
-        rows = await self._run(read)
-        return to_call(rows[0]) if rows else None
+        calls = await self._run(read)
+        return calls[0] if calls else None
 
     async def compactions(self, call_id: str) -> list[CompactionRecord]:
         """A call's summary attempts, in order."""
         rows = await self._keyed(
             f"SELECT {COMPACTION_COLS} FROM compactions WHERE call_id = ? ORDER BY attempt",
             call_id,
+            convert=to_compaction,
         )
-        return [to_compaction(r) for r in rows]
+        return rows
 
-    async def _keyed(self, sql: str, call_id: str, params: Sequence[Any] = ()) -> list[tuple]:
-        """``sql`` with the session ``call_id`` names as its first parameter."""
-        return await self._run(
-            lambda conn: conn.execute(sql, (session_key(conn, call_id), *params)).fetchall()
-        )
+    async def _keyed(
+        self,
+        sql: str,
+        call_id: str,
+        params: Sequence[Any] = (),
+        *,
+        convert: Callable[[tuple], T],
+        read: bool = False,
+    ) -> list[T]:
+        """``sql`` with the session ``call_id`` names as its first parameter: its rows
+        converted (on the store's thread), without those a pending forget hides."""
+
+        def run(conn: sqlite3.Connection) -> list[T]:
+            rows = conn.execute(sql, (session_key(conn, call_id), *params)).fetchall()
+            return hide(conn, (convert(r) for r in rows))
+
+        return await self._run(run, read=read)
 
     async def messages(
         self, call_id: str, *, compaction: int | None = None
@@ -321,12 +307,8 @@ class SQLiteMemoryStore(MemoryStore):
             params.append(compaction)
         sql += " ORDER BY position"
 
-        def read(conn: sqlite3.Connection) -> list[ArchivedMessage]:
-            # converted on the store's thread: hundreds of rows cost the loop milliseconds
-            rows = conn.execute(sql, (session_key(conn, call_id), *params)).fetchall()
-            return [to_message(r) for r in rows]
-
-        return await self._run(read)
+        # converted on the store's thread: hundreds of rows cost the loop milliseconds
+        return await self._keyed(sql, call_id, params, convert=to_message)
 
     async def message(self, call_id: str, position: int) -> ArchivedMessage | None:
         """One archived message, or ``None``."""
@@ -334,8 +316,9 @@ class SQLiteMemoryStore(MemoryStore):
             f"SELECT {MESSAGE_COLS} FROM messages WHERE call_id = ? AND position = ?",
             call_id,
             [int(position)],
+            convert=to_message,
         )
-        return to_message(rows[0]) if rows else None
+        return rows[0] if rows else None
 
     async def messages_at(self, keys: Sequence[tuple[str, int]]) -> list[ArchivedMessage | None]:
         """Several archived messages in one query, in the order of ``keys`` (``None`` where
@@ -354,8 +337,7 @@ class SQLiteMemoryStore(MemoryStore):
                     "ON m.call_id = k.c AND m.position = k.p",
                     [v for key in chunk for v in key],
                 ).fetchall()
-                for row in rows:
-                    m = to_message(row)
+                for m in hide(conn, (to_message(row) for row in rows)):
                     found[(m.call_id, m.position)] = m
             return [found.get(key) for key in wanted]
 
@@ -367,17 +349,18 @@ class SQLiteMemoryStore(MemoryStore):
         """Pinned-fact changes of a call or of a caller, oldest first."""
         if call_id is None and user_id is None:
             raise ValueError("fact_history needs call_id or user_id")
+        order = "ORDER BY at, call_id, seq"
         if call_id is not None:
-            rows = await self._keyed(
-                f"SELECT {FACT_COLS} FROM facts WHERE call_id = ? ORDER BY at, call_id, seq",
-                call_id,
+            sql = f"SELECT {FACT_COLS} FROM facts WHERE call_id = ? {order}"
+            return await self._keyed(sql, call_id, convert=to_fact)
+
+        def read(conn: sqlite3.Connection) -> list[FactEvent]:
+            rows = conn.execute(
+                f"SELECT {FACT_COLS} FROM facts WHERE user_id = ? {order}", (user_id,)
             )
-        else:
-            rows = await self._query(
-                f"SELECT {FACT_COLS} FROM facts WHERE user_id = ? ORDER BY at, call_id, seq",
-                [user_id],
-            )
-        return [to_fact(r) for r in rows]
+            return hide(conn, (to_fact(r) for r in rows.fetchall()))
+
+        return await self._run(read)
 
     async def search(
         self,
@@ -400,17 +383,17 @@ class SQLiteMemoryStore(MemoryStore):
         if not words or limit <= 0:
             return _sqlite_search.Hits() if _replies else []
 
-        def find(conn: sqlite3.Connection) -> tuple[list[tuple], dict | None]:
+        def find(conn: sqlite3.Connection) -> tuple[list[SearchHit], dict | None]:
             call = None if call_id is None else session_key(conn, call_id)
             rows = _sqlite_search.find(conn, self._df, words, user_id, call, limit, any_word)
+            hits = hide(conn, (SearchHit(*r) for r in rows))
             if not _replies:
-                return rows, None
-            return rows, _sqlite_search.followers(conn, [(r[0], r[1]) for r in rows[:_replies]])
+                return hits, None
+            keys = [(h.call_id, h.position) for h in hits[:_replies]]
+            return hits, _sqlite_search.followers(conn, keys)
 
-        rows, replies = await self._run(find, read=True)
-        if replies is None:
-            return [SearchHit(*r) for r in rows]
-        return _sqlite_search.Hits((SearchHit(*r) for r in rows), replies)
+        hits, replies = await self._run(find, read=True)
+        return hits if replies is None else _sqlite_search.Hits(hits, replies)
 
     # the one search that takes ``_replies``: an override of ``search`` (a test's slow
     # store) or a wrapper (``PrefetchingArchive``) does not have this mark
@@ -448,12 +431,18 @@ class SQLiteMemoryStore(MemoryStore):
         def read(conn: sqlite3.Connection) -> CallerMemory:
             # the caller's current state of each key (kept by every write), oldest first
             facts = conn.execute(
-                "SELECT key, action, text, fact_kind, source FROM caller_facts"
+                "SELECT key, action, text, fact_kind, source, call_id FROM caller_facts"
                 " WHERE user_id = ? ORDER BY at, seq",
                 (user_id,),
-            )
-            calls = conn.execute(caller_summaries_sql("?"), (user_id, int(max_calls)))
-            return caller_memory_of(user_id, facts, calls.fetchall())
+            ).fetchall()
+            calls = conn.execute(caller_summaries_sql("?"), (user_id, int(max_calls))).fetchall()
+            pending = Pending.read(conn)
+            later = None if pending is None else pending.later_calls(user_id)
+            if pending is not None and later is not None:
+                # the calls that started after a pending forget are the newest (kept)
+                facts = [f for f in facts if pending.visible(user_id, f[5])]
+                calls = calls[:later]
+            return caller_memory_of(user_id, (f[:5] for f in facts), calls)
 
         return await self._run(read)
 
@@ -464,18 +453,26 @@ class SQLiteMemoryStore(MemoryStore):
         files: deleted content is zeroed (``secure_delete``), the full-text index is merged
         without their tokens (FTS5 ``optimize``) and the WAL is checkpointed and truncated
         (if another connection holds a read snapshot, the WAL is truncated at the next
-        checkpoint; a WARNING says so)."""
+        checkpoint; a WARNING says so).
+
+        The tombstone is committed first, then the deletes (see ``_sqlite_forget``): another
+        process's call sees the forget as soon as it starts, and its reads hide the rows
+        until they are gone. If the deletes fail (or the process dies first), the next
+        opening of the store or its next forget finishes them; a session of the caller that
+        started after the forget keeps its rows."""
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
         at = self._forgotten_now(user_id)  # a live call of this process stops at once
 
-        in_file = self.path is not None
         scope = scope_range(scope_of(user_id, ""))
 
         def forget(conn: sqlite3.Connection) -> int:
             try:
-                return _sqlite_writes.forget(conn, user_id, in_file=in_file, at=at)
+                _sqlite_forget.begin(conn, user_id, at)
+                n = _sqlite_forget.finish(conn, user_id, at)
+                self._finish_forgets(conn, truncate=True)  # and those a process left
+                return n
             finally:
                 # their words, kept as the keys of their scope's cached counts, go too: on
                 # the store's thread (walked on the loop, a search running meanwhile that

@@ -123,7 +123,7 @@ async def test_a_v4_postgres_database_migrates_and_finds_its_old_messages(pg_ser
     conn = await asyncpg.connect(dsn)
     try:
         assert await conn.fetchval("SELECT MAX(version) FROM schema_version") == SCHEMA_VERSION
-        assert SCHEMA_VERSION == 6
+        assert SCHEMA_VERSION >= 6  # v7 changes SQLite only
         for query, hits in zip(queries, found, strict=True):
             assert len(hits) == 25 and {h.user_id for h in hits} == {"alice"}
             assert [(h.call_id, h.position) for h in hits] == await _reference(
