@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipecat.frames.frames import DataFrame, Frame
+from pipecat.frames.frames import Frame, SystemFrame
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from pipecat_summarizer import ContextSummarizer, RecallPrefetch
@@ -28,8 +28,11 @@ CAR_ASK = "Which car did I rent at the airport?"
 CAR_FACT = "Noted: the caller rented a red Fiat from Avis at the airport."
 
 
-class Act(DataFrame):
-    """Runs ``fn(processor)`` (sync or async) when it reaches the :class:`Actor`."""
+class Act(SystemFrame):
+    """Runs ``fn(processor)`` (sync or async) when it reaches the :class:`Actor`. A system
+    frame: the turn's end (``UserStoppedSpeakingFrame``, a system frame too) waits behind it
+    at the actor, so what it does is done before the turn ends, however long it takes (a data
+    frame would be overtaken)."""
 
     def __init__(self, fn: Callable[[ContextSummarizer], Any]):
         super().__init__()

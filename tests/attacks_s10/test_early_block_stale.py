@@ -21,9 +21,8 @@ from pipecat.frames.frames import (
     UserStoppedSpeakingFrame,
 )
 
-from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.attacks_s10.early_harness import CAR_ASK, CAR_FACT, Act, one_call
-from tests.support.early_search import seed_sister, seed_trips, spoken_turn
+from tests.support.early_search import seed_sister, seed_trips, spoken_turn, watched_store
 from tests.support.settle import Gap
 
 SYSTEM = {"role": "system", "content": "You are a travel desk; the caller is alice."}
@@ -132,21 +131,20 @@ async def test_a_flows_reset_after_the_early_work_is_seen(openai_server, tmp_pat
 
 
 async def test_a_forget_by_another_process_after_the_early_work_places_nothing(
-    openai_server, tmp_path
+    openai_server, store_target
 ):
     # an admin tool with its own store object (another process's forget: this store's
-    # forget count does not move) forgets alice between the early work and the turn's end
-    path = str(tmp_path / "early.db")
-
+    # forget count does not move) forgets alice between the early work and the turn's end;
+    # on PostgreSQL the turn's watch reads the tombstone through the wait's function
     async def forget_elsewhere(_p) -> None:
-        other = SQLiteMemoryStore(path)
+        other = watched_store(store_target)
         try:
             assert await other.forget("alice") > 0
         finally:
             await other.close()
 
     frames = spoken_turn(CAR_ASK, between=[Act(forget_elsewhere)])
-    early = await one_call(openai_server, path, frames)
+    early = await one_call(openai_server, store_target, frames)
     assert early.kept and any("red Fiat" in (b.text or "") for b in early.kept)
     assert early.blocks == [None]
     assert "Fiat" not in str(early.requests)
