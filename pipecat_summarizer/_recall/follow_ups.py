@@ -161,10 +161,10 @@ async def early_work(
     turn reads it (:func:`turn_found`: with semantic recall, fused with the ranking by
     meaning), its follow-up searches (:func:`follow_ups`), then, once they answered, the
     turn's work after them (the snippets chosen and the block's text, see
-    :mod:`~pipecat_summarizer._recall.compose`) on the summarizer's context as it is with
-    ``said`` as its last message (``view``: the prefetch's reading of it, kept from turn to
-    turn), kept in ``archive`` (the ``PrefetchingArchive``) for the turn whose own inputs
-    are exactly these."""
+    :mod:`~pipecat_summarizer._recall.compose`) on the summarizer's context as the turn will
+    read it (``said`` as its last message, last turn's recalled block taken out; ``view``:
+    the prefetch's reading of it, kept from turn to turn), kept in ``archive`` (the
+    ``PrefetchingArchive``) for the turn whose own inputs are exactly these."""
     user_id = step.user_id
     generation = archive.generation(user_id)
     made = time.monotonic()  # before the follow-ups start: each answer is younger
@@ -175,7 +175,10 @@ async def early_work(
         return
     gathered, more, later, searches = followed
     params = step.params
-    view.update([*summarizer.context.get_messages(), {"role": "user", "content": said}])
+    # the context as the turn reads it: last turn's recalled block taken out first
+    messages = summarizer.context.get_messages()
+    kept = step.without_message(messages)
+    view.update([*(messages if kept is None else kept), {"role": "user", "content": said}])
     texts = list(texts_in_view())
     snippets, size = choose(
         hits,

@@ -7,7 +7,6 @@ that each recall."""
 
 from __future__ import annotations
 
-import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
@@ -59,11 +58,6 @@ async def _two_turns(server, path):
     return processor.recall_step, recall_blocks(server.chat_requests[before:])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S10-L-1: the early work judges the context with last turn's recalled block in "
-    "it; the turn reads it without: the second recalling turn never takes the early block",
-)
 async def test_the_second_recalling_turn_takes_its_early_block(openai_server, tmp_path):
     step, blocks = await _two_turns(openai_server, str(tmp_path / "m.db"))
     assert len(blocks) == 2  # both turns recalled

@@ -4,7 +4,8 @@ the fused hits, the snippets chosen and the block rendered before the turn ends;
 reuses it only when its own inputs, the fused hits and their similarities included, are the
 same. Reused when equal (the same block as the turn makes without the early work); chosen
 again when the final words differ, or when the index changed meanwhile (a message embedded
-between the early work and the turn); a forget mid-call never places it.
+between the early work and the turn); a forget mid-call never places it; a call's second
+recalling turn takes its own.
 
 Real pipelines (a real ``LLMContextAggregatorPair`` fed transcriptions, ``ContextSummarizer``
 with a real store, SQLite and PostgreSQL, Pipecat's OpenAI service against the local
@@ -176,6 +177,22 @@ async def test_other_final_words_are_chosen_for_at_turn_time(
     assert (step.early_blocks, step.early_choices) == (0, 0)
     (block,) = blocks
     assert "lives in Porto" in block and "red Fiat" not in block
+
+
+async def test_every_recalling_turn_takes_its_early_block(openai_server, tmp_path, semantic, kept):
+    # two questions in one call, each recalled: the second turn's context holds the first
+    # turn's answer but not its recalled block (the turn takes it out before its recall),
+    # and its early work judges that same context (S10-L-1)
+    store = watched_store(str(tmp_path / "m.db"))
+    try:
+        await _seed(store)
+        frames = [*spoken_turn(PET_ASK), *spoken_turn(CAR_ASK)]
+        step, blocks = await _call(openai_server, store, frames, semantic)
+    finally:
+        await store.close()
+    assert len(kept) == 2 and len(blocks) == 2
+    assert "grey cat" in blocks[0] and "red Fiat" in blocks[1]
+    assert (step.early_blocks, step.early_choices) == (2, 0)
 
 
 class _Embed(DataFrame):
