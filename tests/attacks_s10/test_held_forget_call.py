@@ -9,10 +9,12 @@ import asyncio
 import time
 
 import pytest
+from pipecat.frames.frames import UserStoppedSpeakingFrame
 
 from pipecat_summarizer import RecallPrefetch
 from pipecat_summarizer.store import _postgres_pool as pool
 from pipecat_summarizer.store.records import user_hash
+from tests.attacks_s10.early_harness import Act, Actor
 from tests.support.early_search import (
     RECALL,
     desk,
@@ -24,7 +26,7 @@ from tests.support.early_search import (
     watched_store,
 )
 from tests.support.openai_server import Reply
-from tests.support.settle import run_settling
+from tests.support.settle import Gap, run_settling
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -97,3 +99,72 @@ async def test_a_forget_that_never_commits_delays_no_turn(
         return
     assert arrivals == [True, True]  # both turns answered while the forget was under way
     assert blocks == []  # not known in time: nothing
+
+
+async def test_a_watch_whose_backend_is_killed_mid_wait_places_nothing_forgotten(
+    openai_server, pg_server, monkeypatch
+):
+    # turn 1 ends while another process's forget of alice is under way (her lock held, her
+    # rows deleted, the tombstone written, nothing committed); an operator kills the backend
+    # whose tombstone read waits on the lock, then the forget commits: the read retried on
+    # another connection sees it, nothing of alice is placed, the call answers both turns
+    monkeypatch.setattr(pool, "TOMBSTONE_WAIT_S", 5.0)
+    dsn = pg_server.create_database(f"s10_kill_{time.monotonic_ns()}")
+    store = watched_store(dsn)
+    holder = await asyncpg.connect(dsn)
+    admin = await asyncpg.connect(dsn)
+    killed: list[int] = []
+    tx = holder.transaction()
+
+    async def hold(_p) -> None:
+        await tx.start()
+        key = user_hash("alice")
+        await holder.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+        await holder.execute("DELETE FROM messages WHERE user_id = 'alice'")
+        await holder.execute("INSERT INTO forgotten (user_hash, at) VALUES ($1, 1.0)", key)
+
+    async def kill(_p) -> None:
+        for _ in range(300):  # the turn's watch reaches the lock
+            pid = await admin.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database() AND pid <> $1",
+                holder.get_server_pid(),
+            )
+            if pid is not None:
+                killed.append(pid)
+                await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+                break
+            await asyncio.sleep(0.01)
+        await tx.commit()
+
+    try:
+        await seed_trips(store)
+        context, summarizer, processor = desk(openai_server, store, user_id="alice", recall=RECALL)
+        openai_server.handler = lambda body: Reply("Sure.")
+        frames = [
+            *speech("Which car did I rent at the airport?"),
+            Act(hold),
+            UserStoppedSpeakingFrame(),
+            Act(kill),
+            Gap(sleep=0.6),
+            *speech("Which car did I rent at the airport, again?"),
+            *end_turn(),
+        ]
+        try:
+            await run_settling(
+                prefetch_pipeline(
+                    openai_server, context, processor, RecallPrefetch(processor), Actor(processor)
+                ),
+                frames_to_send=frames,
+            )
+        finally:
+            await summarizer.aclose()
+    finally:
+        await holder.close()
+        await admin.close()
+        await store.close()
+    assert killed, "no tombstone read waited on the forget's lock"
+    requests = [b for b in openai_server.chat_requests if b.get("stream")]
+    assert len(requests) == 2  # the call answered both turns
+    assert recall_blocks(requests) == []
+    assert "Fiat" not in str(requests)
