@@ -142,11 +142,11 @@ async def test_a_backend_killed_mid_wait_fails_that_read_only(one):
 
 
 async def test_many_callers_forgotten_at_once_while_their_watches_read(dsn, monkeypatch):
-    # 24 callers forgotten together by one store while a second store (another process's
+    # 12 callers forgotten together by one store while a second store (another process's
     # calls) reads each caller's tombstone, twice: every forget ends, every read answers
     # or gives up with StoreError, and afterwards each watch counts its caller's forget once
     monkeypatch.setattr(pool, "TOMBSTONE_WAIT_S", 1.0)
-    users = [f"many-{i}" for i in range(24)]
+    users = [f"many-{i}" for i in range(12)]
     admin = PostgresMemoryStore(dsn, min_size=1, max_size=4)
     calls = PostgresMemoryStore(dsn, min_size=1, max_size=3)
     await admin.open()
