@@ -7,6 +7,7 @@ the checks every placed block must pass (one per request, user role, within the 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,25 @@ class Act(SystemFrame):
     def __init__(self, fn: Callable[[ContextSummarizer], Any]):
         super().__init__()
         self.fn = fn
+
+
+async def _early_kept(processor: ContextSummarizer) -> None:
+    """Wait (at most 3 s) until the companion's early block is kept, if there is a companion
+    (a loaded machine may not have finished the early work by the end of the pause)."""
+    step = processor.recall_step
+    archive = getattr(step, "early_searches", None) if step is not None else None
+    if archive is None:
+        return
+    for _ in range(300):
+        if getattr(archive, "_block", None) is not None:
+            return
+        await asyncio.sleep(0.01)
+
+
+def early_kept() -> Act:
+    """An act that waits for the early block (see :func:`_early_kept`): put before a change,
+    so the change lands after the early work, never before it."""
+    return Act(_early_kept)
 
 
 class Actor(FrameProcessor):

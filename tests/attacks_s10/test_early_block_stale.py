@@ -21,7 +21,7 @@ from pipecat.frames.frames import (
     UserStoppedSpeakingFrame,
 )
 
-from tests.attacks_s10.early_harness import CAR_ASK, CAR_FACT, Act, one_call
+from tests.attacks_s10.early_harness import CAR_ASK, CAR_FACT, Act, early_kept, one_call
 from tests.support.early_search import seed_sister, seed_trips, spoken_turn, watched_store
 from tests.support.settle import Gap
 
@@ -46,7 +46,7 @@ async def test_control_the_early_block_is_taken(openai_server, tmp_path):
 async def test_a_fact_unpinned_after_the_early_work_is_quoted_again(openai_server, tmp_path):
     # the rental is a pinned fact when the early block is chosen (left out: the model sees
     # it); the application unpins it before the turn ends: the turn must quote it again
-    frames = spoken_turn(CAR_ASK, between=[Act(lambda p: p.unpin("car"))])
+    frames = spoken_turn(CAR_ASK, between=[early_kept(), Act(lambda p: p.unpin("car"))])
     early, plain = await _both(
         openai_server, tmp_path, frames, setup=lambda p: p.pin("car", CAR_FACT)
     )
@@ -94,7 +94,7 @@ async def _summarized(p) -> None:
 async def test_a_summary_spliced_after_the_early_work_is_seen(openai_server, tmp_path):
     # a summary quoting the rental lands between the early work and the turn's end: the
     # turn sees it (in view) and leaves that quote out, as without the companion
-    frames = spoken_turn(CAR_ASK, between=[Act(_summarized)])
+    frames = spoken_turn(CAR_ASK, between=[early_kept(), Act(_summarized)])
     early, plain = await _both(
         openai_server, tmp_path, frames, setup=_earlier_turns, summary=SUMMARY
     )
@@ -122,7 +122,7 @@ async def test_a_flows_reset_after_the_early_work_is_seen(openai_server, tmp_pat
         ],
         run_llm=False,
     )
-    frames = spoken_turn(CAR_ASK, between=[reset])
+    frames = spoken_turn(CAR_ASK, between=[early_kept(), reset])
     early, plain = await _both(openai_server, tmp_path, frames)
     assert early.kept and any("red Fiat" in (b.text or "") for b in early.kept)
     assert "returns desk" in str(early.requests[-1])  # the reset landed before the turn
@@ -143,7 +143,7 @@ async def test_a_forget_by_another_process_after_the_early_work_places_nothing(
         finally:
             await other.close()
 
-    frames = spoken_turn(CAR_ASK, between=[Act(forget_elsewhere)])
+    frames = spoken_turn(CAR_ASK, between=[early_kept(), Act(forget_elsewhere)])
     early = await one_call(openai_server, store_target, frames)
     assert early.kept and any("red Fiat" in (b.text or "") for b in early.kept)
     assert early.blocks == [None]
@@ -167,7 +167,7 @@ async def test_the_clock_crossing_midnight_relabels_the_block(openai_server, tmp
     def tick(_p) -> None:
         clock[0] = AFTER_MIDNIGHT
 
-    frames = spoken_turn(WHEN_ASK, between=[Act(tick)])
+    frames = spoken_turn(WHEN_ASK, between=[early_kept(), Act(tick)])
     early = await one_call(openai_server, str(tmp_path / "e.db"), frames, setup=setup)
     clock[0] = AFTER_MIDNIGHT
     plain = await one_call(
@@ -223,7 +223,7 @@ async def test_another_callers_forget_costs_alice_nothing(openai_server, tmp_pat
         await seed_sister(store)
         await seed_trips(store)
 
-    frames = spoken_turn(CAR_ASK, between=[Act(forget_bob)])
+    frames = spoken_turn(CAR_ASK, between=[early_kept(), Act(forget_bob)])
     early = await one_call(openai_server, str(tmp_path / "e.db"), frames, seed=seed)
     assert early.reused == (1, 0)
     assert "red Fiat" in str(early.blocks[0])
