@@ -178,3 +178,21 @@ async def test_many_callers_forgotten_at_once_while_their_watches_read(dsn, monk
     finally:
         await calls.close()
         await admin.close()
+
+
+async def test_a_recycled_pool_connection_waits_through_its_new_function(one):
+    # the pool recycles its connections (expire_connections: as after a failover or a
+    # setting's change): the new backend gets its own function, the wait still holds
+    store, other = one
+    assert await store.forgotten_at("alice") is None
+    old = set(store._functions)
+    await store._pool.expire_connections()
+    assert await store.forgotten_at("alice") is None  # a new connection, warmed
+    assert store._functions and store._functions != old
+    tx = await _holding(other, "alice")
+    try:
+        with pytest.raises(StoreError):
+            await asyncio.wait_for(store.forgotten_at("alice"), 5)
+    finally:
+        await tx.rollback()
+    assert await store.search("fiat airport", user_id="alice")
