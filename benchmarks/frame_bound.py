@@ -32,13 +32,15 @@ Per frame:
   loop waits for the store, so they hardly overlap); on a loaded machine the wall time also
   holds the time the process waited for a CPU.
 
-Below the table, the slowest 1% of frames are split by phase (benchmarks/_phases.py:
-counting, the search, the extra searches, choosing, rendering, placing the block, the forget
-watch, writing the context, pushing the frame on), with the time each phase ran past the
-budget; then the same frames per backend and size is split into CPU time (the
-loop's, the store thread's, PostgreSQL's backends'; garbage collections apart), the wait for
-a CPU while other processes ran, and the rest (benchmarks/_tail.py), beside the p99 without
-the waits for a CPU; nothing is left out of the p99s.
+Below the table, per backend, size and mode, the slowest 1% of frames are split by phase
+(benchmarks/_phases.py: counting, the search, the extra searches, choosing, rendering,
+placing the block, the forget watch, writing the context, pushing the frame on); every
+frame over the budget, by the time each phase ran past it and the phase it crossed it in;
+with prefetch, the p99 of the turns the early block served and of the others. Then the
+slowest 1% are split into CPU time (the loop's, the store thread's, PostgreSQL's backends';
+garbage collections apart), the wait for a CPU while other processes ran, and the rest
+(benchmarks/_tail.py), beside the p99 without the waits for a CPU; nothing is left out of
+the p99s.
 
 Printed per backend and size: frames, wall p50 / p99 / max, the hop's p99, CPU p50 / p99,
 the share of frames over the budget, and how recall's searches ended (on time, or missed the
