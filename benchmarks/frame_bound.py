@@ -51,7 +51,7 @@ and rendered before the turn), with the load average.
     .venv/bin/python benchmarks/frame_bound.py [--sizes 1000,10000,100000,1000000]
         [--pg-max 100000] [--turns 200] [--context 100] [--cache /tmp/frame_bound]
         [--backends sqlite,postgres] [--no-postgres] [--no-prefetch] [--only-prefetch]
-        [--lead-ms 200] [--word-ms 100]
+        [--lead-ms 200] [--word-ms 100] [--raw-interims]
 """
 
 from __future__ import annotations
@@ -218,7 +218,11 @@ def spoken_questions(
     for turn in range(turns):
         held = lambda: bool(user.aggregation_string())  # noqa: E731
         yield from spoken_turn(
-            texts[turn % len(texts)], held, word_s=args.word_ms / 1000, lead_s=args.lead_ms / 1000
+            texts[turn % len(texts)],
+            held,
+            word_s=args.word_ms / 1000,
+            lead_s=args.lead_ms / 1000,
+            raw=args.raw_interims,
         )
         while ended.turns <= turn:
             yield SleepFrame(sleep=0.001)
@@ -400,6 +404,12 @@ def main(argv: list[str] | None = None) -> int:
         default=200.0,
         help="with prefetch: from the interim of every word to the final transcription and "
         "the turn's end (the questions replay's --spoken-lead-ms; default %(default)s)",
+    )
+    parser.add_argument(
+        "--raw-interims",
+        action="store_true",
+        help="with prefetch: the interims in lower case without punctuation, as many STTs "
+        "send them; only the final is formatted (its words are worked on at the turn's end)",
     )
     parser.add_argument(
         "--word-ms",
