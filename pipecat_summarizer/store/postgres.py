@@ -456,8 +456,11 @@ class PostgresMemoryStore(MemoryStore):
         of the id, and the time) so that no session of theirs that started before now writes
         anything again, in this process or another. Then ``VACUUM`` the tables it touched,
         after the commit: deleted rows are dead tuples, holding the words, until a vacuum
-        reclaims them (PostgreSQL's WAL archive and backups keep them until they rotate); the
-        caller's word index (``message_words``) is vacuumed too."""
+        reclaims them; the caller's word index (``message_words``) and the tables' indexes
+        are vacuumed too. A vacuum frees the space but does not erase it: the forgotten
+        words' bytes stay in PostgreSQL's data files until their pages are reused or the
+        tables rewritten (``VACUUM FULL``, ``CLUSTER``, pg_repack); PostgreSQL's WAL archive
+        and backups keep them until they rotate."""
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
