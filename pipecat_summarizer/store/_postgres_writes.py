@@ -6,6 +6,8 @@ the same caller; a caller's advisory lock keeps a forget and the writes apart.
 
 from __future__ import annotations
 
+import time
+
 from pipecat_summarizer.store._statements import (
     forget_statements,
     purge_cutoff,
@@ -114,18 +116,32 @@ async def forget(conn, user_id: str, at: float) -> int:
     return n
 
 
-async def vacuum_forgotten(conn) -> None:
+#: The most a forget's VACUUM may take (both statements), seconds: it runs after the
+#: forget committed, on the forget's connection; past it the VACUUM is cancelled (a lock it
+#: waits for: another session's VACUUM, ANALYZE or index build).
+VACUUM_TIMEOUT_S = 60.0
+
+
+async def vacuum_forgotten(conn, timeout_s: float | None = None) -> None:
     """``VACUUM`` the tables a forget deleted from (outside its transaction: VACUUM cannot
     run in one): deleted rows are dead tuples, holding the words, until a vacuum reclaims
     them; the caller's word index (``message_words``) holds their words too. With
     ``INDEX_CLEANUP ON``: from PostgreSQL 14 a plain VACUUM skips the indexes when few pages
     hold dead rows (one caller among many), leaving the words in the indexes' entries.
     Reclaimed is not erased: the freed bytes stay in the pages until reused or the table
-    rewritten (``VACUUM FULL``, ``CLUSTER``, pg_repack)."""
-    await conn.execute(
-        "VACUUM (INDEX_CLEANUP ON) messages, compactions, facts, calls, caller_facts"
-    )
-    await conn.execute("VACUUM (INDEX_CLEANUP ON) message_words")
+    rewritten (``VACUUM FULL``, ``CLUSTER``, pg_repack).
+
+    Raises:
+        TimeoutError: If it takes more than ``timeout_s`` (by default
+            :data:`VACUUM_TIMEOUT_S`): asyncpg cancels the statement.
+        asyncpg.PostgresError: If a statement fails (a ``lock_timeout`` of the database's).
+    """
+    deadline = time.monotonic() + (VACUUM_TIMEOUT_S if timeout_s is None else timeout_s)
+    for sql in (
+        "VACUUM (INDEX_CLEANUP ON) messages, compactions, facts, calls, caller_facts",
+        "VACUUM (INDEX_CLEANUP ON) message_words",
+    ):
+        await conn.execute(sql, timeout=max(0.001, deadline - time.monotonic()))
 
 
 async def purge(conn, days: float) -> int:
