@@ -18,7 +18,7 @@ import asyncio
 import re
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import is_dataclass
 from dataclasses import replace as dc_replace
 from typing import Any
@@ -229,8 +229,9 @@ def with_gathered(
     clock: Callable[[], float] = time.monotonic,
 ) -> list[Snippet]:
     """``snippets`` and, after them, the second search's hits (``more``) that have one of the
-    gathered words, not already among them, within ``params.max_snippets``; none once the
-    frame's ``deadline`` (``clock``'s time, see :func:`select_hits`) has passed."""
+    gathered words, within ``params.max_snippets``, no message quoted twice (a hit the
+    snippets quote already, as a snippet or as a reply, see :func:`unquoted`); none once
+    the frame's ``deadline`` (``clock``'s time, see :func:`select_hits`) has passed."""
     if deadline is not None and clock() >= deadline:
         return snippets
     stems = [stem(w) for w in gathered]
@@ -245,9 +246,48 @@ def with_gathered(
         deadline=deadline,
         clock=clock,
     )
-    seen = {(s.call_id, s.position) for s in snippets}
-    kept = [s for s in extra if (s.call_id, s.position) not in seen]
+    kept = unquoted(extra, quoted(snippets))
     return (snippets + kept)[: params.max_snippets]
+
+
+def quoted(snippets: Iterable[Snippet]) -> set[tuple[str, int]]:
+    """The archived messages ``snippets`` quote, by ``(call_id, position)``: each snippet's
+    own and, when it carries one, its reply's (the message after it) (pure)."""
+    out: set[tuple[str, int]] = set()
+    for s in snippets:
+        out.add((s.call_id, s.position))
+        if s.reply:
+            out.add((s.call_id, s.position + 1))
+    return out
+
+
+def unquoted(extra: Iterable[Snippet], shown: Iterable[tuple[str, int]]) -> list[Snippet]:
+    """The snippets of ``extra`` (a second search's) as they join a block that quotes the
+    messages ``shown`` already (see :func:`quoted`): each message quoted once. A snippet
+    shown already (as a snippet, or as one's reply) brings its own reply instead, the
+    message that followed it, as :func:`select_hits` does for a hit shown as an earlier
+    hit's reply; nothing when that one is shown too. A reply shown already is left off
+    (pure)."""
+    seen = set(shown)
+    out = []
+    for s in extra:
+        after = (s.call_id, s.position + 1)
+        if (s.call_id, s.position) in seen:
+            if not s.reply or after in seen:
+                continue
+            s = dc_replace(
+                s,
+                position=s.position + 1,
+                role=str(s.reply_role),
+                content=s.reply,
+                reply_role=None,
+                reply=None,
+            )
+        elif s.reply and after in seen:
+            s = dc_replace(s, reply_role=None, reply=None)
+        seen |= quoted([s])
+        out.append(s)
+    return out
 
 
 async def wait_for_task(task: asyncio.Task, timeout: float) -> None:
@@ -310,8 +350,10 @@ __all__ = [
     "clipped",
     "consume",
     "mark_later",
+    "quoted",
     "read_replies",
     "second_search",
+    "unquoted",
     "unseen",
     "wait_for_task",
     "with_gathered",

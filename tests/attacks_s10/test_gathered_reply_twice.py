@@ -13,11 +13,6 @@ from tests.support.early_search import spoken_turn
 ANSWER = '"Noted, a red Fiat."'
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S10-A-2: with_gathered drops the second search's hits already among the snippets "
-    "by (call, position) only, not those shown as a snippet's reply: quoted twice",
-)
 @pytest.mark.parametrize("early", [True, False], ids=["early", "turn"])
 async def test_the_first_hits_reply_is_not_quoted_again(openai_server, tmp_path, early):
     outcome = await one_call(
