@@ -4,6 +4,10 @@ A connection whose use lost its backend or hit an asyncpg protocol or interface 
 may still hold a server's error or an operation in flight: handed to the next use, asyncpg
 refuses it ("another operation is in progress") or, worse, that use could read the rows
 meant for another statement. Such a connection is terminated; the pool opens a new one.
+So is a connection whose session was reset under it (``DISCARD ALL`` or ``DEALLOCATE ALL``:
+a pooler's reset query, an operator): asyncpg's statement cache still names the prepared
+statements the server dropped, and every cached statement fails on it for good (SQLSTATE
+26000); a read that finds it so runs again on a new connection.
 A cancelled use (a late recall search) goes back through asyncpg's release, which waits
 for the cancellation to end before the connection is reused: terminating it made the next
 search open and warm a connection (~25-40 ms instead of ~1.3 ms here).
@@ -136,16 +140,28 @@ def asyncpg_error() -> type[Exception]:
     return asyncpg.PostgresError
 
 
+#: SQLSTATE invalid_sql_statement_name: a prepared statement asyncpg cached is gone from
+#: the server (its session reset: ``DISCARD ALL``, ``DEALLOCATE ALL``).
+STATEMENTS_GONE = "26000"
+
+
+def _reset(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection's session was reset under it (see
+    :data:`STATEMENTS_GONE`)."""
+    return getattr(exc, "sqlstate", None) == STATEMENTS_GONE
+
+
 def broken(exc: BaseException) -> bool:
     """Whether ``exc``, raised while a connection was in use, leaves the connection unfit
-    for another use: a lost backend, an asyncpg protocol or interface error. A statement's
-    own error (the server answered and is ready), an argument asyncpg refused before
-    sending (``DataError``), an error of the store's own code leave it whole, and so does
-    a cancellation or a timeout (asyncpg's release waits for the statement's cancel)."""
+    for another use: a lost backend, an asyncpg protocol or interface error, a session
+    reset under it (its cached statements gone). A statement's own error (the server
+    answered and is ready), an argument asyncpg refused before sending (``DataError``),
+    an error of the store's own code leave it whole, and so does a cancellation or a
+    timeout (asyncpg's release waits for the statement's cancel)."""
     import asyncpg
     from asyncpg.exceptions import _base
 
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) or _reset(exc):
         return True
     if isinstance(exc, asyncpg.PostgresConnectionError | _base.InternalClientError):
         return True
@@ -158,12 +174,15 @@ def lost(exc: BaseException) -> bool:
     """Whether ``exc`` says the connection was found lost: its backend gone, or asyncpg's
     "another operation is in progress" (a killed backend's error reached an idle pooled
     connection, which the pool does not see until its socket is read closed: the next use
-    fails before sending anything). A read can run again on another connection; a timeout
+    fails before sending anything), or its session found reset (its cached statements
+    gone: the statement never ran). A read can run again on another connection; a timeout
     (the statement may still run) or a server refusing new connections is not this."""
     import asyncpg
     from asyncpg.exceptions import _base
 
     if isinstance(exc, asyncpg.ConnectionDoesNotExistError | _base.InternalClientError):
+        return True
+    if _reset(exc):
         return True
     return isinstance(exc, asyncpg.InterfaceError) and not isinstance(exc, asyncpg.DataError)
 
