@@ -31,9 +31,7 @@ from pipecat_summarizer._recall.gather import (
     Found,
     as_found,
     clipped,
-    read_replies,
     unseen,
-    with_meaning,
 )
 from pipecat_summarizer._recall.query import ContextTerms, asks_when, focus, gathers, recall_query
 from pipecat_summarizer._recall.search import LATER_LIMIT, search_words
@@ -55,23 +53,16 @@ async def turn_found(
     (``ArchiveSearch._search_with_replies``): its hits and the replies of the first ones,
     each text clipped around the words; with semantic recall, fused with the ranking by
     meaning of ``query`` first (``SemanticIndex.rank_soon``: off the loop unless the query
-    was embedded already), the replies the index holds taken from it, as the turn fuses
-    them. The turn's own fused hits (their similarities) and replies are then equal to these
-    only if its ranking saw the same index: the early block's equality rule covers the
-    semantic inputs too."""
-    first = step.params.max_snippets + 2
+    was embedded already), the replies the index holds taken from it: the turn's own
+    steps (both read the answer with :func:`~pipecat_summarizer._recall.gather.as_found`,
+    whose pure part is :func:`~pipecat_summarizer._recall.gather.fused`). The turn's own
+    fused hits (their similarities) and replies are then equal to these only if its
+    ranking saw the same index: the early block's equality rule covers the semantic
+    inputs too."""
     index = step.semantic
-    if index is None:
-        return await as_found(archive, found, words, first)
-    ranked = await index.rank_soon(query)
-    hits = list(found or [])
-    replies: dict[tuple[str, int], tuple[str, str]] = dict(getattr(found, "replies", {}))
-    read = {(h.call_id, h.position) for h in hits[:first]} if hasattr(found, "replies") else ()
-    hits, meant = with_meaning(hits, ranked, index)
-    replies.update(meant)
-    unread = [h for h in hits[:first] if (h.call_id, h.position) not in read]
-    await read_replies(archive, unread, replies)
-    return clipped((hits, replies), words.split())
+    ranked = None if index is None else await index.rank_soon(query)
+    first = step.params.max_snippets + 2
+    return await as_found(archive, found, words, first, ranked=ranked, index=index)
 
 
 def min_similarity(step: Any) -> float | None:

@@ -108,14 +108,40 @@ async def read_replies(
             replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
 
 
-async def as_found(archive: Any, found: Sequence[Any], words: str, first: int) -> Found:
-    """A search's answer ``found`` (of ``words``) as the recall step reads it without recall
-    by meaning: its hits, the replies of the first ``first`` (read with the search, read
-    ahead, or read now), each text clipped around the words (see :func:`clipped`)."""
+def fused(
+    found: Sequence[Any], first: int, ranked: tuple[list, Mapping] | None, index: Any
+) -> tuple[Found, list[Any]]:
+    """A search's answer ``found`` as recall reads it, before its replies are read: its hits
+    (fused with the ranking by meaning ``ranked`` when there is one, the replies ``index``
+    holds for them taken from it, see :func:`with_meaning`), the replies known (read with
+    the search, or the index's), and those of the first ``first`` hits whose reply is still
+    to read (:func:`read_replies`). The turn's search and the early work's reading of the
+    same answer share it (pure: ``index`` is only read)."""
     hits = list(found or [])
     replies: dict[tuple[str, int], tuple[str, str]] = dict(getattr(found, "replies", {}))
+    # the hits the store read replies for with the search (``found.replies``)
     read = {(h.call_id, h.position) for h in hits[:first]} if hasattr(found, "replies") else ()
+    if index is not None and ranked is not None:
+        hits, meant = with_meaning(hits, ranked, index)
+        replies.update(meant)  # semantic hits' replies come from the index
     unread = [h for h in hits[:first] if (h.call_id, h.position) not in read]
+    return (hits, replies), unread
+
+
+async def as_found(
+    archive: Any,
+    found: Sequence[Any],
+    words: str,
+    first: int,
+    *,
+    ranked: tuple[list, Mapping] | None = None,
+    index: Any = None,
+) -> Found:
+    """A search's answer ``found`` (of ``words``) as the recall step reads it: its hits
+    (fused with the ranking by meaning ``ranked``, when given with its ``index``), the
+    replies of the first ``first`` (read with the search, held by the index, read ahead,
+    or read now), each text clipped around the words (see :func:`fused`, :func:`clipped`)."""
+    (hits, replies), unread = fused(found, first, ranked, index)
     await read_replies(archive, unread, replies)
     return clipped((hits, replies), words.split())
 
@@ -349,6 +375,7 @@ __all__ = [
     "clip",
     "clipped",
     "consume",
+    "fused",
     "mark_later",
     "quoted",
     "read_replies",

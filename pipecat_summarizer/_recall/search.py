@@ -21,12 +21,11 @@ from loguru import logger
 
 from pipecat_summarizer._recall.gather import (
     Found,
+    as_found,
     clipped,
     consume,
-    read_replies,
     second_search,
     wait_for_task,
-    with_meaning,
     within,
 )
 from pipecat_summarizer._recall.hooks import RecallArchive, RecallHooks, notify
@@ -201,16 +200,8 @@ class ArchiveSearch(RecallHooks):
             self.semantic_late += not ready
         else:
             ranked = await ranking  # the forget watch alone: awaited in full, as ever
-        hits = list(found or [])
-        # replies read with the search (see above), and the hits they were read for
-        replies: dict[tuple[str, int], tuple[str, str]] = dict(getattr(found, "replies", {}))
-        read = {(h.call_id, h.position) for h in hits[:first]} if hasattr(found, "replies") else ()
-        if index is not None and ranked is not None:
-            hits, meant = with_meaning(hits, ranked, index)
-            replies.update(meant)  # the index's, as before
-        try:  # semantic hits' replies come from the index
-            unread = [h for h in hits[:first] if (h.call_id, h.position) not in read]
-            await read_replies(self.archive, unread, replies)
+        try:  # fused with the ranking by meaning, the first hits' replies read, clipped
+            out = await as_found(self.archive, found, sent, first, ranked=ranked, index=index)
         finally:
             if index is not None:
                 # what was archived since the last turn: read and embedded in the
@@ -218,7 +209,7 @@ class ArchiveSearch(RecallHooks):
                 index.kick(self.archive)
         if self._generation() != generation:
             return [], {}  # the caller was forgotten while the archive answered
-        return clipped((hits, replies), sent.split())  # a 30 KB tool result: read in part
+        return out  # each text clipped: a 30 KB tool result is read in part
 
     def _result(self, task: asyncio.Task) -> Found:
         """A finished search's hits and replies; a failure costs the recall, never the call."""
