@@ -53,7 +53,7 @@ async def _call(
     user_id=None,
     recall=ON_TIME,
     memory=None,
-    gap=0.2,
+    gap=2.0,
 ):
     context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
@@ -185,6 +185,7 @@ async def test_a_slow_search_does_not_delay_the_turn(openai_server, tmp_path):
             store,
             [HOTEL, *FILLER, "What was the name of our hotel again?"],
             recall=RecallParams(latency_budget_s=0.01),
+            gap=0.2,  # the held search keeps a task alive: every pause lasts its full length
         )
     finally:
         store.release.set()
@@ -322,7 +323,7 @@ async def test_messages_still_in_the_context_at_hang_up_are_recalled_in_the_next
     store = open_store(store_target)
     try:
         first, _ = await _call(
-            openai_server, store, [FILLER[0], HOTEL], call_id="c1", user_id="alice", gap=0.6
+            openai_server, store, [FILLER[0], HOTEL], call_id="c1", user_id="alice", gap=2.0
         )
         archived = await store.messages("c1")
         openai_server.requests.clear()

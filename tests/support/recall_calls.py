@@ -34,7 +34,8 @@ async def recall_call(
     memory: MemoryParams | None = None,
     user_id: str = "alice",
 ) -> ContextSummarizer:
-    """The caller says ``texts`` (0.2 s apart at most); compacts at six messages, keeps two."""
+    """The caller says ``texts`` (each pause ends once the turn has settled, at most 2 s);
+    compacts at six messages, keeps two."""
     context = LLMContext(messages=[{"role": "system", "content": system}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
     processor = ContextSummarizer(
@@ -50,7 +51,7 @@ async def recall_call(
     try:
         await run_settling(  # each pause ends once the turn and its searches have settled
             build(context, processor, main_llm(server.base_url)),
-            frames_to_send=[*turns(texts, gap=0.2)],
+            frames_to_send=[*turns(texts, gap=2.0)],
         )
     finally:
         await summarizer.aclose()
