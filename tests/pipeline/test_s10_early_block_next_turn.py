@@ -7,11 +7,9 @@ that each recall."""
 
 from __future__ import annotations
 
-from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, RecallPrefetch
-from pipecat_summarizer.params import MemoryParams
+from pipecat_summarizer import RecallPrefetch
 from tests.support.early_search import (
     RECALL,
     prefetch_pipeline,
@@ -21,8 +19,7 @@ from tests.support.early_search import (
     watched_store,
 )
 from tests.support.openai_server import Reply
-from tests.support.pipeline_utils import cfg
-from tests.support.recall_calls import FAST
+from tests.support.recall_calls import travel_desk
 
 HOTEL_ASK = "Which hotel are we staying at in Lisbon?"
 CAR_ASK = "Which car did I rent at the airport?"
@@ -34,20 +31,9 @@ async def _two_turns(server, path):
     server.handler = lambda body: Reply("Sure.")
     before = len(server.chat_requests)
     store = watched_store(path)
-    context = LLMContext(messages=[{"role": "system", "content": "You are a travel desk."}])
-    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
+    context, processor, summarizer = travel_desk(server, store, RECALL, call_id="now-alice")
     try:
         await seed_trips(store)
-        processor = ContextSummarizer(
-            context=context,
-            config=cfg(messages=40, keep=4),
-            summarizer=summarizer,
-            store=store,
-            call_id="now-alice",
-            user_id="alice",
-            memory=MemoryParams(writer=FAST),
-            recall=RECALL,
-        )
         await run_test(
             prefetch_pipeline(server, context, processor, RecallPrefetch(processor)),
             frames_to_send=[*spoken_turn(HOTEL_ASK), *spoken_turn(CAR_ASK)],

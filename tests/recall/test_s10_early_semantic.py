@@ -22,14 +22,13 @@ from pipecat.frames.frames import (
     DataFrame,
     Frame,
 )
-from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, RecallPrefetch
+from pipecat_summarizer import ContextSummarizer, RecallPrefetch
 from pipecat_summarizer._recall.compose import EarlyBlock
 from pipecat_summarizer._recall.embedding import load_semantic_model
 from pipecat_summarizer._recall.prefetch import PrefetchingArchive
-from pipecat_summarizer.params import MemoryParams, RecallParams, SemanticRecallParams
+from pipecat_summarizer.params import RecallParams, SemanticRecallParams
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 from tests.recall.test_attacks_dates import archived, utc
 from tests.support.early_search import (
@@ -44,8 +43,7 @@ from tests.support.early_search import (
     watched_store,
 )
 from tests.support.openai_server import Reply
-from tests.support.pipeline_utils import cfg
-from tests.support.recall_calls import FAST
+from tests.support.recall_calls import travel_desk
 from tests.support.settle import Gap, run_settling
 
 CAR_ASK = "Which car did I rent at the airport?"
@@ -99,17 +97,8 @@ async def _call(server, store, frames, semantic, *, early=True, extra=()):
     returns its recall step and the blocks the LLM received."""
     server.handler = lambda body: Reply("Sure.")
     before = len(server.chat_requests)
-    context = LLMContext(messages=[{"role": "system", "content": "You are a travel desk."}])
-    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=40, keep=4),
-        summarizer=summarizer,
-        store=store,
-        call_id="now-alice",
-        user_id="alice",
-        memory=MemoryParams(writer=FAST),
-        recall=_recall(semantic),
+    context, processor, summarizer = travel_desk(
+        server, store, _recall(semantic), call_id="now-alice"
     )
     companion = RecallPrefetch(processor) if early else _Passing()
     more = [f if isinstance(f, FrameProcessor) else f(processor) for f in extra]
