@@ -27,12 +27,7 @@ from pipecat_summarizer._recall.compose import (
     searched,
     viewed,
 )
-from pipecat_summarizer._recall.gather import (
-    Found,
-    as_found,
-    clipped,
-    unseen,
-)
+from pipecat_summarizer._recall.gather import Found, as_found, clipped, unseen
 from pipecat_summarizer._recall.query import ContextTerms, asks_when, focus, gathers, recall_query
 from pipecat_summarizer._recall.search import LATER_LIMIT, search_words
 from pipecat_summarizer._recall.select import gather_words
@@ -63,13 +58,6 @@ async def turn_found(
     ranked = None if index is None else await index.rank_soon(query)
     first = step.params.max_snippets + 2
     return await as_found(archive, found, words, first, ranked=ranked, index=index)
-
-
-def min_similarity(step: Any) -> float | None:
-    """The least similarity a hit by meaning needs (as ``RecallStep`` selects): ``None``
-    without semantic recall."""
-    semantic = step.params.semantic
-    return None if step.semantic is None or semantic is None else semantic.min_similarity
 
 
 async def follow_ups(
@@ -181,7 +169,7 @@ async def early_work(
         gathered=gathered,
         more=more,
         later=later,
-        min_similarity=min_similarity(step),
+        min_similarity=step.min_similarity,
     )
     budget = recall_budget(size, None)
     if budget is None or archive.generation(user_id) != generation:
@@ -247,7 +235,6 @@ __all__ = [
     "Followed",
     "early_work",
     "follow_ups",
-    "min_similarity",
     "turn_found",
     "turn_query",
     "turn_search",

@@ -395,7 +395,9 @@ class ArchiveSearch(RecallHooks):
             return []  # a failing archive costs the marks, never the turn
         return clipped((task.result(), {}), values)[0]
 
-    def _min_similarity(self) -> float | None:
+    @property
+    def min_similarity(self) -> float | None:
+        """The least similarity a hit by meaning needs: ``None`` without semantic recall."""
         semantic = self.params.semantic
         return None if self.semantic is None or semantic is None else semantic.min_similarity
 

@@ -269,7 +269,7 @@ class RecallStep(ArchiveSearch):
                 gathered=gathered,
                 more=more,
                 later=later,
-                min_similarity=self._min_similarity(),
+                min_similarity=self.min_similarity,
                 deadline=choose_by,
                 clock=_now,
             )
@@ -376,7 +376,7 @@ class RecallStep(ArchiveSearch):
             View("", frozenset()),
             params,
             replies=replies,
-            min_similarity=self._min_similarity(),
+            min_similarity=self.min_similarity,
         )
         terms = topic_terms(query)
         gathered = gather_words(hits, query, terms, params.min_score) if params.gather else []
