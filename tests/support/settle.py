@@ -143,13 +143,15 @@ def frames_still(parts: Sequence[FrameProcessor]) -> bool:
     did not prove it under load: the LLM had pushed its answer's end, but the assistant
     aggregator had not yet written the answer when the next user turn landed before it."""
     for part in parts:
-        inputs = getattr(part, "_FrameProcessor__input_queue", None)
-        process = getattr(part, "_FrameProcessor__process_queue", None)
-        if (inputs is not None and not inputs.empty()) or (
-            process is not None and not process.empty()
-        ):
+        try:  # Pipecat's own queues: a rename must fail here, not end pauses too soon
+            inputs = part._FrameProcessor__input_queue  # type: ignore[attr-defined]
+            process = part._FrameProcessor__process_queue  # type: ignore[attr-defined]
+            current = part._FrameProcessor__process_current_frame  # type: ignore[attr-defined]
+        except AttributeError as e:
+            raise AssertionError(f"settle: Pipecat's FrameProcessor changed ({e})") from e
+        if not inputs.empty() or (process is not None and not process.empty()):
             return False
-        if getattr(part, "_FrameProcessor__process_current_frame", None) is not None:
+        if current is not None:
             return False
     return True
 
