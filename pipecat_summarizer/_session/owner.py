@@ -31,6 +31,7 @@ from pipecat_summarizer._compaction.eviction import pending_places, split_pendin
 from pipecat_summarizer._compaction.measure import Measurement
 from pipecat_summarizer._compaction.plan import locate, splice
 from pipecat_summarizer._compaction.trigger import trigger_reason
+from pipecat_summarizer._recall.render import keep_recall
 from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer._session.recorder import CallRecorder
 from pipecat_summarizer._session.resume import place_restored
@@ -291,6 +292,12 @@ class ContextSession(SharedContext):
         kept = len(logical) - start - len(job.plan.replaced)
         new_messages, self.pending = split_pending(new_logical, self.pending)
         self.pending_places = pending_places(new_logical, self.pending, draft.message)
+        if self.recalled is not None:  # landed after this turn's block was placed: it stays
+            placed = keep_recall(self.context.messages, new_messages, self.recalled)
+            if placed is None:
+                self.recall.message = None  # type: ignore[union-attr]
+            else:
+                new_messages = placed
         self.write(new_messages)
         counter = self.meter.counter
         # summarized messages leave the token cache, so it does not keep them alive

@@ -5,9 +5,14 @@ our ``OpenAISummarizer`` against the local OpenAI-protocol server."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import pytest
+from pipecat.frames.frames import ControlFrame, LLMContextFrame, LLMSummarizeContextFrame
+from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+from pipecat.processors.frame_processor import FrameProcessor
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.render import RECALL_HEADER, is_recall_message
@@ -15,7 +20,7 @@ from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
-from tests.support.settle import run_settling
+from tests.support.settle import Gap, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
 SYSTEM = "You are a helpful hotel concierge."
@@ -99,6 +104,98 @@ async def test_a_detail_summarized_away_is_in_the_request_when_the_caller_asks(
     assert "this call, by turn" in recalled[0]["content"] and "caller" in recalled[0]["content"]
     # only the asking turn carries it: earlier requests had nothing to recall
     assert sum(bool(_recalled(b)) for b in openai_server.chat_requests) == 1
+
+
+@dataclass
+class Arm(ControlFrame):
+    """From here on the summary's answer waits for the asking turn's block."""
+
+
+class HoldUntilCompacted(FrameProcessor):
+    """Between the summarizer and the LLM: holds the context frame that carries a recalled
+    block until the summary in flight has been spliced in (the race, made certain)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.placed, self.compacted = asyncio.Event(), asyncio.Event()
+        self.held = 0
+        self._holding = False
+
+    @property
+    def settled(self) -> bool:
+        return not self._holding
+
+    async def process_frame(self, frame, direction):
+        await super().process_frame(frame, direction)
+        if isinstance(frame, Arm):
+            self.armed = True
+        elif isinstance(frame, LLMContextFrame) and self.armed:
+            if any(is_recall_message(m) for m in frame.context.messages):
+                self._holding = True
+                self.placed.set()  # the summary's answer may go now
+                await asyncio.wait_for(self.compacted.wait(), timeout=10)
+                self.held += 1
+                self._holding = False
+        await self.push_frame(frame, direction)
+
+
+async def test_a_summary_landing_after_the_block_was_placed_keeps_it_in_the_request(
+    openai_server, tmp_path
+):
+    # a summary asked for before the question answers only once the asking turn's block is
+    # placed; the request is held until the splice is in: the block must still be there
+    hold = HoldUntilCompacted()
+
+    async def handler(body: dict) -> Reply:
+        if is_summary_request(body) and hold.armed:
+            await asyncio.wait_for(hold.placed.wait(), timeout=10)
+        return _summaries(body)
+
+    openai_server.handler = handler
+    store = SQLiteMemoryStore(tmp_path / "m.db")
+    context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
+    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=6, keep=2),
+        summarizer=summarizer,
+        store=store,
+        call_id="call-1",
+        memory=MemoryParams(writer=FAST),
+        recall=ON_TIME,
+    )
+
+    @processor.event_handler("on_context_compacted")
+    async def _compacted(_p, _event):
+        if hold.armed:
+            hold.compacted.set()
+
+    pair = LLMContextAggregatorPair(context)
+    llm = main_llm(openai_server.base_url)
+    pipeline = Pipeline([pair.user(), processor, hold, llm, pair.assistant()])
+    question = "What was the name of our hotel again?"
+    try:
+        await run_settling(
+            pipeline,
+            frames_to_send=[
+                *turns([HOTEL, *FILLER], gap=2.0),
+                Arm(),
+                Gap(sleep=2.0),  # armed before the summary is asked for
+                LLMSummarizeContextFrame(),
+                *turns([question], gap=2.0),
+            ],
+        )
+    finally:
+        await summarizer.aclose()
+        await store.close()
+    assert hold.held == 1  # the race happened: the splice came in while the request waited
+    last = openai_server.chat_requests[-1]["messages"]
+    assert last[-1]["content"] == question
+    recalled = _recalled(openai_server.chat_requests[-1])
+    assert len(recalled) == 1 and "Hotel Marquis" in recalled[0]["content"]
+    assert is_recall_message(last[-2])
+    assert not any("Marquis" in str(m["content"]) for m in last if not is_recall_message(m))
 
 
 async def test_nothing_is_recalled_when_nothing_matches(openai_server, tmp_path):

@@ -21,6 +21,7 @@ from pipecat_summarizer._recall.query import (
 )
 from pipecat_summarizer._recall.render import (
     RECALL_HEADER,
+    keep_recall,
     place_recall,
     recall_message,
     render_recall,
@@ -238,6 +239,35 @@ def test_placed_just_before_the_latest_user_message_and_never_twice(messages, bo
     assert [m for m in again if m is not new] == messages
     # taking it out restores the context exactly
     assert without_recall(placed, rec) == messages
+
+
+@given(st.lists(message, min_size=1, max_size=10), text, st.data())
+@settings(max_examples=200, deadline=None)
+def test_a_rewrite_keeps_the_block_before_what_it_preceded_or_drops_it(messages, body, data):
+    rec = recall_message(RECALL_HEADER + "\n- [x] caller: " + json.dumps(body))
+    at = data.draw(st.integers(0, len(messages)))
+    before = [*messages[:at], rec, *messages[at:]]
+    # a summary's rewrite: a prefix replaced by one new message, the rest kept by identity
+    cut = data.draw(st.integers(0, len(messages)))
+    summary = {"role": "user", "content": "Conversation summary: ..."}
+    after = [summary, *messages[cut:]]
+    kept = keep_recall(before, after, rec)
+    if at < cut:  # what followed it was summarized: it cannot go back
+        assert kept is None
+        return
+    assert kept is not None and [m for m in kept if m is not rec] == after
+    assert sum(m is rec for m in kept) == 1
+    i = next(j for j, m in enumerate(kept) if m is rec)
+    assert kept[i + 1 :] == messages[at:] and all(
+        a is b for a, b in zip(kept[i + 1 :], messages[at:], strict=True)
+    )
+
+
+def test_a_block_not_in_the_context_is_not_put_back():
+    messages = [{"role": "user", "content": "hi"}]
+    rec = recall_message(RECALL_HEADER + "\n- x")
+    assert keep_recall(messages, list(messages), rec) is None
+    assert keep_recall(messages, list(messages), None) is None
 
 
 def test_a_caller_turn_that_reads_like_the_recalled_block_stays_the_callers():
