@@ -251,7 +251,7 @@ async def test_a_forget_during_a_call_leaves_no_vector_of_the_caller_pipeline(
             call_id="c2",
             user_id="al",
             lead=0.5,
-            gap=1.0,  # the forget (in the first turn's reply) is over before the question
+            gap=10.0,  # settles once the reply (which waits for the forget) has ended
         )
     finally:
         await store.close()
