@@ -140,6 +140,93 @@ def ago(seconds: float, days: int | None = None) -> str | None:
     return _count(days // 365, "year")
 
 
+#: Relative time words a quote may say, resolved against the day it was said
+#: (:func:`said_dates`): the weekdays (``"last Tues"``), the units of ``"N ... ago"``.
+_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
+_WEEKDAY_WORD = (
+    r"mon(?:day)?|tue(?:s(?:day)?)?|wed(?:nesday)?|thu(?:rs?(?:day)?)?|fri(?:day)?"
+    r"|sat(?:urday)?|sun(?:day)?"
+)
+_COUNT_WORDS = {w: n for n, w in enumerate(_NUMBERS)} | {"a": 1, "an": 1}
+_COUNT_WORD = r"\d{1,2}|an?|" + "|".join(_NUMBERS[1:])
+_SAID = re.compile(
+    rf"\b(?:(?P<day>yesterday|tomorrow|last night)"
+    rf"|(?P<dir>last|next|this past) (?:(?P<unit>year|month|week(?:end)?)|(?P<wd>{_WEEKDAY_WORD}))"
+    rf"|(?P<n>{_COUNT_WORD}) (?P<ago>day|week|month|year)s? ago)\b",
+    re.IGNORECASE,
+)
+
+#: The most resolved dates one quote's label carries.
+MAX_SAID_DATES = 3
+
+
+def _day_text(day: dt.date) -> str:
+    return f"{day.day} {_MONTHS[day.month - 1]} {day.year}"
+
+
+def _months_back(day: dt.date, n: int) -> str:
+    index = day.year * 12 + day.month - 1 - n
+    return f"{_MONTHS[index % 12]} {index // 12}"
+
+
+def _resolved(match: re.Match[str], day: dt.date) -> tuple[str, str] | None:
+    """One relative time phrase (canonical words, never the quote's own characters) and the
+    date it names, said on ``day``."""
+    if match["day"]:
+        word = match["day"].lower()
+        return word, _day_text(day + dt.timedelta(days=1 if word == "tomorrow" else -1))
+    sign = 1 if match["dir"] and match["dir"].lower() == "next" else -1
+    if match["unit"]:
+        unit, way = match["unit"].lower(), "next" if sign > 0 else "last"
+        if unit == "year":
+            return f"{way} year", str(day.year + sign)
+        if unit == "month":
+            return f"{way} month", _months_back(day, -sign)
+        side = "after" if sign > 0 else "before"
+        return f"{way} {unit}", f"the {unit} {side} {_day_text(day)}"
+    if match["wd"]:
+        wd = next(i for i, name in enumerate(_WEEKDAYS) if name.startswith(match["wd"][:3].lower()))
+        way = "next" if sign > 0 else "last"
+        step = ((wd - day.weekday()) % 7 or 7) if sign > 0 else -((day.weekday() - wd) % 7 or 7)
+        return (
+            f"{way} {_WEEKDAYS[wd]}",
+            f"{_WEEKDAYS[wd].title()} {_day_text(day + dt.timedelta(days=step))}",
+        )
+    count = match["n"].lower()
+    n = int(count) if count.isdigit() else _COUNT_WORDS[count]
+    unit = match["ago"].lower()
+    phrase = f"{n} {unit}{'s' if n != 1 else ''} ago"
+    if unit == "year":
+        return phrase, str(day.year - n)
+    if unit == "month":
+        return phrase, _months_back(day, n)
+    days = n * (7 if unit == "week" else 1)
+    return phrase, ("about " if unit == "week" else "") + _day_text(day - dt.timedelta(days=days))
+
+
+def said_dates(text: str, at: float, most: int = MAX_SAID_DATES) -> list[tuple[str, str]]:
+    """The relative time phrases ``text`` says ("yesterday", "last year", "last Tues", "two
+    weeks ago") and the dates they name, said at ``at`` (seconds since the epoch, UTC
+    days): ``[("yesterday", "2 July 2023"), ("last year", "2022")]``, each phrase once, at
+    most ``most``. A question about time is answered from them: the model need not count
+    back from the call's date. ``[]`` for a time beyond the platform's calendar."""
+    try:
+        day = _utc_date(at)
+    except (OverflowError, OSError, ValueError):
+        return []
+    out: dict[str, str] = {}
+    for match in _SAID.finditer(text):
+        try:
+            found = _resolved(match, day)
+        except (OverflowError, ValueError):  # a date past the calendar's ends
+            continue
+        if found is not None and found[0] not in out:
+            out[found[0]] = found[1]
+            if len(out) >= most:
+                break
+    return list(out.items())
+
+
 def snippet_when(
     snippet: Snippet, call_id: str | None, *, now: float | None = None, relative: bool = False
 ) -> str:
@@ -174,19 +261,23 @@ def snippet_line(
     count: Callable[[str], int],
     now: float | None = None,
     relative: bool = False,
+    dates: bool = False,
 ) -> str:
     """One snippet as a line: ``- [when] caller: "…" -> assistant: "…"``, its quotes cut to
     ``room`` tokens in all. Each quote is a JSON string: no text inside it can close it or
-    pass for a label or an instruction of the application."""
+    pass for a label or an instruction of the application. ``dates`` (a question about
+    time): the label also names the dates the quotes' relative words mean (``"yesterday" =
+    2 July 2023``, see :func:`said_dates`; the phrases are canonical words, not the quote's)."""
     parts: list[tuple[str | None, str]] = [(snippet.role, snippet.content)]
     if snippet.reply:
         parts.append((snippet.reply_role, snippet.reply))
     each = max(4, room // len(parts))
-    quoted = [
-        f"{speaker(role)}: {json.dumps(window(text, terms, each, count), ensure_ascii=False)}"
-        for role, text in parts
-    ]
+    shown = [(role, window(text, terms, each, count)) for role, text in parts]
+    quoted = [f"{speaker(role)}: {json.dumps(text, ensure_ascii=False)}" for role, text in shown]
     when = snippet_when(snippet, call_id, now=now, relative=relative)
+    if dates and snippet.at > 0:
+        said = said_dates("\n".join(text for _, text in shown), snippet.at)
+        when += "".join(f'; "{phrase}" = {date}' for phrase, date in said)
     return f"- [{when}] " + " -> ".join(quoted)
 
 
@@ -217,7 +308,8 @@ def render_recall(
     """
     snippets = supersede(snippets, in_view)
     terms = topic_terms(query)
-    relative = now is not None and asks_when(query)
+    dates = asks_when(query)
+    relative = now is not None and dates
     budget = max_tokens - count(RECALL_HEADER) - 1
     chosen: list[tuple[Snippet, str]] = []
     for s in snippets:
@@ -227,7 +319,14 @@ def render_recall(
         if room < 6:
             continue
         line = snippet_line(
-            s, call_id=call_id, terms=terms, room=room, count=count, now=now, relative=relative
+            s,
+            call_id=call_id,
+            terms=terms,
+            room=room,
+            count=count,
+            now=now,
+            relative=relative,
+            dates=dates,
         )
         cost = count(line) + 1
         while cost > budget and room > 6:  # labels and escapes ran over the estimate
