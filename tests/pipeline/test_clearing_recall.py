@@ -57,7 +57,7 @@ async def _one_call(server, target: str, said: list[str], config=None) -> None:
     schema = FunctionSchema(name="lookup_order", description=".", properties={}, required=[])
     context.set_tools(ToolsSchema(standard_tools=[*context.tools.standard_tools, schema]))
     try:
-        await run_settling(build(context, processor, llm), frames_to_send=turns(said, gap=0.35))
+        await run_settling(build(context, processor, llm), frames_to_send=turns(said, gap=3.0))
     finally:
         await processor.cleanup()
         await store.close()

@@ -187,9 +187,9 @@ async def _manual_from_handler(server, *, guard: bool):
         applied.append(event)
 
     frames = [
-        *turns([f"user message number {i}" for i in range(6)], gap=0.1),
-        *turns(["please wrap up our conversation"], gap=0.6),
-        *turns(["thanks"], gap=0.2),
+        *turns([f"user message number {i}" for i in range(6)], gap=2.0),
+        *turns(["please wrap up our conversation"], gap=5.0),
+        *turns(["thanks"], gap=2.0),
     ]
     down, _ = await run_settling(
         pipeline(context, summarizer, llm, guard=guard), frames_to_send=frames
@@ -304,7 +304,7 @@ async def test_manual_only_mode_never_triggers_but_honours_manual_frames(openai_
     frames = [
         *turns(said, gap=0.08),  # far over both thresholds
         LLMSummarizeContextFrame(),
-        Gap(sleep=0.3),
+        Gap(sleep=5.0),
     ]
     await run_settling(
         pipeline(context, summarizer, main_llm(openai_server.base_url)), frames_to_send=frames

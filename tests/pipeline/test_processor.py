@@ -332,7 +332,7 @@ async def test_connection_refused_then_escalation_once_then_reset(logs):
             summarizer=dead,
             options=SummarizerOptions(retry_backoff_s=0),
         )
-        await r.run(turns([f"user message number {i}" for i in range(8)], gap=0.1))
+        await r.run(turns([f"user message number {i}" for i in range(8)], gap=2.0))
         assert len(r.failed) >= 4
         assert [f.consecutive_failures for f in r.failed] == list(range(1, len(r.failed) + 1))
         errors = [x for x in logs if x["level"].name == "ERROR" and "in a row" in x["message"]]

@@ -42,7 +42,7 @@ async def _call(server, store, texts, *, user_id="caller-7", call_id="call-1", r
     )
     await run_settling(
         build(context, processor, main_llm(server.base_url)),
-        frames_to_send=[*turns(texts, gap=0.25)],
+        frames_to_send=[*turns(texts, gap=2.0)],
     )
     return processor, context
 
