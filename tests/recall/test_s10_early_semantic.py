@@ -158,7 +158,8 @@ async def test_other_final_words_are_chosen_for_at_turn_time(
     store = Slow(tmp_path / "m.db")
     try:
         await _seed(store)
-        frames = spoken_turn(SISTER_ASK, interim=CAR_ASK)
+        # a short pause after the final words: their slow search still runs at the turn's end
+        frames = spoken_turn(SISTER_ASK, interim=CAR_ASK, early_s=0.1)
         step, blocks = await _call(openai_server, store, frames, semantic)
     finally:
         await store.close()

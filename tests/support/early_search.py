@@ -158,14 +158,25 @@ def end_turn() -> list:
     return [Gap(sleep=0.3), UserStoppedSpeakingFrame(), Gap(sleep=0.6)]
 
 
-def spoken_turn(final: str, *, interim: str | None = None, between: list | None = None) -> list:
+def spoken_turn(
+    final: str,
+    *,
+    interim: str | None = None,
+    between: list | None = None,
+    early_s: float = 2.0,
+) -> list:
     """One spoken turn of alice, quicker than :func:`speech` + :func:`end_turn`: interim
     words, the final ones, a pause (the early work ends), then ``between`` (a forget) and
-    the turn's end."""
+    the turn's end.
+
+    The pauses after the interim and the final words are settled ones: they end once the
+    early work is done, at most after 2 s (a 0.1 s cap ran out under load before the early
+    follow-ups had started). ``early_s`` caps the pause after the final words: short for a
+    test whose final words' early work must still be running at the turn's end."""
     frames: list = [UserStartedSpeakingFrame()]
     if interim is not None:
-        frames += [InterimTranscriptionFrame(interim, "alice", "t0"), Gap(sleep=0.05)]
-    frames += [TranscriptionFrame(final, "alice", "t0"), Gap(sleep=0.1)]
+        frames += [InterimTranscriptionFrame(interim, "alice", "t0"), Gap(sleep=2.0)]
+    frames += [TranscriptionFrame(final, "alice", "t0"), Gap(sleep=early_s)]
     if between:  # a system frame overtakes queued data frames: the forget lands first
         frames += [*between, Gap(sleep=0.08)]
     return [*frames, UserStoppedSpeakingFrame(), Gap(sleep=0.15)]
