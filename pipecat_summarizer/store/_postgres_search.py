@@ -17,9 +17,10 @@ from pipecat_summarizer.store.base import query_words
 #: A search ranks at most this many of the scope's matches, the latest (as on SQLite): the
 #: ranking reads every row it scores.
 RANK_MATCHES = 3000
-#: The columns of a search's rows; a search by caller adds its words' counts.
+#: The columns of a search's rows; a search by caller adds its words' counts and the first
+#: hits' replies (see ``caller_statement``).
 HIT_KEYS = tuple("call_id position turn at role content removed_by score user_id".split())
-HIT_SHAPES = (HIT_KEYS, (*HIT_KEYS, "df", "edge"))
+HIT_SHAPES = (HIT_KEYS, (*HIT_KEYS, "df", "edge", "reply_role", "reply_content"))
 #: The largest search ``limit`` sent (PostgreSQL binds it as an int4): a larger one reads
 #: every match, as this does.
 MAX_SEARCH_LIMIT = 2**31 - 1
@@ -65,10 +66,11 @@ def search_sql(
     any_word: bool,
     counts: WordCounts | None = None,
     function: bool = False,
+    replies: int = 0,
 ) -> tuple[Any, ...] | None:
     """The search's statement and its arguments (``None``: nothing to search), in the
-    text-search configuration ``cfg``; ``counts`` and ``function``: see
-    :func:`caller_search_sql`."""
+    text-search configuration ``cfg``; ``counts``, ``function`` and ``replies`` (a search
+    by caller only): see :func:`caller_search_sql`."""
     words = query_words(query)
     if not words or int(limit) <= 0:
         return None
@@ -79,7 +81,7 @@ def search_sql(
         and cfg in ONE_LEXEME_CONFIGS
         and all(w.isascii() for w in words)
     ):
-        return caller_search_sql(cfg, words, user_id, int(limit), counts, function)
+        return caller_search_sql(cfg, words, user_id, int(limit), counts, function, replies)
     # plain words only, joined by the operator: no tsquery syntax from the caller
     text = (" or " if any_word else " ").join(words)
     args: list[Any] = [text, sorted(set(words))]
@@ -147,6 +149,7 @@ def caller_search_sql(
     limit: int,
     counts: WordCounts | None = None,
     function: bool = False,
+    replies: int = 0,
 ) -> tuple[Any, ...]:
     """An any-word search of a caller's archive through their word index (schema v5).
 
@@ -181,6 +184,11 @@ def caller_search_sql(
     With ``function`` (the connection has :func:`function_sql`'s function) a search of at
     most ``SLOTS`` distinct words calls it: the statement is planned once per connection.
 
+    The first ``replies`` rows also carry the message that followed the hit in its call
+    (``reply_role``, ``reply_content``; ``NULL`` when it has none), as ``messages_at``
+    reads it: recall's turn reads the hits and their replies in one statement (see
+    :func:`replies_of`).
+
     ``words`` are ASCII letters and digits (each one token of PostgreSQL's parser, whatever
     the database's locale), and ``cfg`` one of ``ONE_LEXEME_CONFIGS``: a word has at most
     one lexeme.
@@ -195,17 +203,19 @@ def caller_search_sql(
         fresh = now - at < DF_TTL_S
         known.append(df if fresh else None)
         edges.append(edge if fresh else None)
+    replies = min(max(0, int(replies)), MAX_SEARCH_LIMIT)
     if function and len(distinct) <= SLOTS:
-        sql = f"SELECT * FROM {FUNCTION}($1, $2, $3, $4, $5, $6, $7)"
-        return (sql, distinct, user_id, limit, known, edges, window, KEEP_MATCHES)
-    sql = caller_statement(cfg, len(distinct), str(window), str(KEEP_MATCHES))
-    return (sql, distinct, user_id, limit, known, edges)
+        sql = f"SELECT * FROM {FUNCTION}($1, $2, $3, $4, $5, $6, $7, $8)"
+        return (sql, distinct, user_id, limit, known, edges, window, KEEP_MATCHES, replies)
+    sql = caller_statement(cfg, len(distinct), str(window), str(KEEP_MATCHES), "$6")
+    return (sql, distinct, user_id, limit, known, edges, replies)
 
 
-def caller_statement(cfg: str, slots: int, window: str, keep: str) -> str:
+def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str) -> str:
     """The SQL of :func:`caller_search_sql` for ``slots`` distinct words (at most), over
     ``$1`` the words, ``$2`` the caller, ``$3`` the limit, ``$4`` and ``$5`` the words'
-    known counts and oldest ids counted; ``window`` and ``keep`` are SQL expressions."""
+    known counts and oldest ids counted; ``window``, ``keep`` and ``replies`` (how many of
+    the first hits carry their reply) are SQL expressions."""
     # one read per word (the i-th lexeme; none when words share a lexeme, a word has none or
     # is not kept), each in the index's order. Its LIMIT is a subquery: the planner cannot
     # fold it, so it plans the read for its first rows (a backward index scan that stops
@@ -266,26 +276,37 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str) -> str:
                 SELECT string_agg(quote_literal(lx), ' | ')::tsquery FROM w WHERE kept), 32))
                 ::float8
             FROM c JOIN messages m ON m.id = c.id WHERE c.tf < 0 OR c.total > 256)
-        SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by,
-            r.score, m.user_id,
-            ARRAY(SELECT d.df FROM q LEFT JOIN d ON d.lx = q.lx ORDER BY q.o) AS df,
-            ARRAY(SELECT d.edge FROM q LEFT JOIN d ON d.lx = q.lx ORDER BY q.o) AS edge
-        FROM (SELECT * FROM s ORDER BY score DESC, at DESC, id DESC LIMIT $3) r
-        JOIN messages m ON m.id = r.id
-        WHERE m.user_id = $2
-        ORDER BY r.score DESC, m.at DESC, m.id DESC"""
+        SELECT h.call_id, h.position, h.turn, h.at, h.role, h.content, h.removed_by, h.score,
+            h.user_id, h.df, h.edge, n.role AS reply_role, n.content AS reply_content
+        FROM (
+            SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by,
+                r.score, m.user_id,
+                ARRAY(SELECT d.df FROM q LEFT JOIN d ON d.lx = q.lx ORDER BY q.o) AS df,
+                ARRAY(SELECT d.edge FROM q LEFT JOIN d ON d.lx = q.lx ORDER BY q.o) AS edge,
+                row_number() OVER (ORDER BY r.score DESC, m.at DESC, m.id DESC) AS o
+            FROM (SELECT * FROM s ORDER BY score DESC, at DESC, id DESC LIMIT $3) r
+            JOIN messages m ON m.id = r.id
+            WHERE m.user_id = $2) h
+        -- the first hits' replies (by the call's key; a later hit's is never read)
+        LEFT JOIN LATERAL (
+            SELECT n.role, n.content FROM messages n
+            WHERE h.o <= {replies} AND n.call_id = h.call_id AND n.position = h.position + 1
+        ) n ON true
+        ORDER BY h.o"""
     return sql
 
 
 def function_sql(cfg: str) -> str:
     """The statement creating ``FUNCTION`` on a connection (in its own temporary schema:
     nothing is written to the database) for the text-search configuration ``cfg``. Its
-    arguments are ``caller_statement``'s, then the window and ``KEEP_MATCHES``."""
-    body = caller_statement(cfg, SLOTS, "$6", "$7")
+    arguments are ``caller_statement``'s, then the window, ``KEEP_MATCHES`` and how many
+    hits carry their reply."""
+    body = caller_statement(cfg, SLOTS, "$6", "$7", "$8")
     return f"""
-        CREATE OR REPLACE FUNCTION {FUNCTION}(text[], text, int, int[], int8[], int, int)
+        CREATE OR REPLACE FUNCTION {FUNCTION}(text[], text, int, int[], int8[], int, int, int)
         RETURNS TABLE(call_id text, "position" int, turn int, at float8, role text,
-            content text, removed_by text, score float8, user_id text, df int[], edge int8[])
+            content text, removed_by text, score float8, user_id text, df int[], edge int8[],
+            reply_role text, reply_content text)
         LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $body$
         #variable_conflict use_column
         BEGIN
@@ -305,6 +326,16 @@ def remember_counts(counts: WordCounts, statement: tuple[Any, ...], rows: list[A
     for word, was, df, edge in zip(words, known, rows[0][9], rows[0][10], strict=True):
         if was is None and df is not None and df >= DF_CACHE_MIN:
             counts[(user_id, word)] = (df, edge, now)
+
+
+def replies_of(rows: list[Any], first: int) -> dict[tuple[str, int], tuple[str, str]] | None:
+    """The replies a search by caller's ``rows`` carry for its first ``first`` hits:
+    ``{(call_id, position): (role, content)}`` of those that have one, as ``messages_at``
+    reads them; ``None`` when the rows are not such a search's (another search: they carry
+    none) or no hit."""
+    if not rows or len(rows[0]) < len(HIT_SHAPES[1]):
+        return None
+    return {(r[0], r[1]): (str(r[11]), str(r[12])) for r in rows[:first] if r[11] is not None}
 
 
 def forget_counts(counts: WordCounts, user_id: str) -> None:

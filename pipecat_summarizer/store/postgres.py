@@ -45,6 +45,7 @@ from pipecat_summarizer.store._rows import (
     to_fact,
     to_message,
 )
+from pipecat_summarizer.store._sqlite_search import Hits
 from pipecat_summarizer.store._statements import (
     caller_memory_of,
     caller_summaries_sql,
@@ -359,24 +360,44 @@ class PostgresMemoryStore(MemoryStore):
         call_id: str | None = None,
         limit: int = 10,
         any_word: bool = False,
+        _replies: int = 0,
     ) -> list[SearchHit]:
         """``tsvector`` search of archived messages, ranked by ``ts_rank_cd``.
 
         ``limit`` is at most ``MAX_COUNT`` (a ``ValueError`` past it); past
         ``MAX_SEARCH_LIMIT`` it reads every match, as that does. A search whose connection
-        was found lost runs again on another (see ``_read``)."""
+        was found lost runs again on another (see ``_read``).
+
+        ``_replies`` is recall's (see ``search.reads_replies``, as on SQLite): the message
+        that followed each of the first ``_replies`` hits comes back as the list's
+        ``replies`` (``{(call_id, position): (role, content)}``, of those hits that have
+        one): a search by caller reads them in its own statement
+        (``_postgres_search.caller_statement``), another with ``messages_at`` after it."""
         limit = min(check_count("limit", limit), MAX_SEARCH_LIMIT)
         words: dict[str, Any] = {
             "user_id": user_id,
             "call_id": call_id,
             "limit": limit,
             "any_word": any_word,
+            "replies": _replies,
         }
         if not query_words(query) or limit <= 0:
-            return []  # as search_sql: nothing to search
+            return Hits() if _replies else []  # as search_sql: nothing to search
         rows, statement = await self._read(lambda conn: self._searched(conn, query, words))
         _postgres_search.remember_counts(self._df, statement, rows)
-        return [SearchHit(*tuple(r)[:9]) for r in rows]
+        hits = [SearchHit(*tuple(r)[:9]) for r in rows]
+        if not _replies:
+            return hits
+        replies = _postgres_search.replies_of(rows, _replies)
+        if replies is None:  # not read with the search
+            keys = [(h.call_id, h.position) for h in hits[:_replies]]
+            found = await self.messages_at([(c, p + 1) for c, p in keys])
+            replies = {k: (m.role, m.content) for k, m in zip(keys, found, strict=True) if m}
+        return Hits(hits, replies)
+
+    # the one search that takes ``_replies``: an override of ``search`` (a test's slow
+    # store) or a wrapper (``PrefetchingArchive``) does not have this mark
+    search.reads_replies = True  # type: ignore[attr-defined]
 
     async def _searched(self, conn, query: str, words: dict[str, Any]) -> tuple[list, tuple]:
         """A search's rows on ``conn`` and the statement that read them: through the
