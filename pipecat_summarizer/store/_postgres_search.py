@@ -155,9 +155,11 @@ def caller_search_sql(
 
     It ranks the query's rarest words, as SQLite does (``_sqlite_search.rarest``): the
     words with the fewest rows in the caller's index first, while their rows together stay
-    within ``KEEP_MATCHES`` (always the rarest one). A word in thousands of the caller's
-    messages ("card", "new") adds almost nothing to a ranking that its rarer neighbours
-    decide, but merging and grouping every one of its rows was most of the search's cost.
+    within ``KEEP_MATCHES`` (always the rarest one that has a row: a word the caller never
+    said took that place, and a question of it and common words found nothing). A word in
+    thousands of the caller's messages ("card", "new") adds almost nothing to a ranking
+    that its rarer neighbours decide, but merging and grouping every one of its rows was
+    most of the search's cost.
     Each word is counted up to ``KEEP_MATCHES + 1`` rows (its latest, in the index's order):
     two words past that are ordered by how far back their latest ``KEEP_MATCHES + 1`` rows
     reach (the rarer in the stretch the window covers first), then by lexeme. A count of
@@ -245,7 +247,8 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
         o AS (
             SELECT i, lx, n, (o = 1 OR run <= {keep}) AS kept FROM (
                 SELECT i, lx, n, row_number() OVER o AS o, sum(df) OVER o AS run
-                FROM d WINDOW o AS (ORDER BY df, edge, lx ROWS UNBOUNDED PRECEDING)) x),
+                FROM d WHERE df > 0
+                WINDOW o AS (ORDER BY df, edge, lx ROWS UNBOUNDED PRECEDING)) x),
         w AS MATERIALIZED (
             SELECT i, lx, n, kept, CASE WHEN kept AND ones > 1 THEN lx END AS many,
                 CASE WHEN kept AND ones = 1 THEN lx END AS one
