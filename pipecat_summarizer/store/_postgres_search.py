@@ -29,8 +29,9 @@ MAX_SEARCH_LIMIT = 2**31 - 1
 KEEP_MATCHES = 3000
 #: How long a common word's count (at least ``DF_CACHE_MIN`` rows) is reused, as on SQLite:
 #: counting it reads up to ``KEEP_MATCHES + 1`` index rows; a rarer word is cheap to count,
-#: and may be new.
+#: and may be new. A larger count is reused longer (see :func:`fresh_for`).
 DF_TTL_S = 60.0
+DF_TTL_MAX_S = 3600.0
 DF_CACHE_MIN = 200
 
 #: A search by caller of at most this many distinct words calls ``FUNCTION``, a function
@@ -163,8 +164,8 @@ def caller_search_sql(
     Each word is counted up to ``KEEP_MATCHES + 1`` rows (its latest, in the index's order):
     two words past that are ordered by how far back their latest ``KEEP_MATCHES + 1`` rows
     reach (the rarer in the stretch the window covers first), then by lexeme. A count of
-    ``DF_CACHE_MIN`` rows or more found in ``counts`` (younger than ``DF_TTL_S``) is not
-    counted again; each row the statement returns carries the words' counts (``df``, and
+    ``DF_CACHE_MIN`` rows or more found in ``counts`` (younger than :func:`fresh_for`) is
+    not counted again; each row the statement returns carries the words' counts (``df``, and
     ``edge``: the oldest id counted), for :func:`remember_counts`.
 
     Over the words it keeps, the hits and the scores are :func:`search_sql`'s: the same
@@ -201,8 +202,8 @@ def caller_search_sql(
     edges: list[int | None] = []
     now = time.monotonic()
     for word in distinct:
-        df, edge, at = (counts or {}).get((user_id, word), (0, 0, -DF_TTL_S))
-        fresh = now - at < DF_TTL_S
+        df, edge, at = (counts or {}).get((user_id, word), (0, 0, 0.0))
+        fresh = now - at < fresh_for(df)
         known.append(df if fresh else None)
         edges.append(edge if fresh else None)
     replies = min(max(0, int(replies)), MAX_SEARCH_LIMIT)
@@ -211,6 +212,19 @@ def caller_search_sql(
         return (sql, distinct, user_id, limit, known, edges, window, KEEP_MATCHES, replies)
     sql = caller_statement(cfg, len(distinct), str(window), str(KEEP_MATCHES), "$6")
     return (sql, distinct, user_id, limit, known, edges, replies)
+
+
+def fresh_for(df: int) -> float:
+    """How long a word's count of ``df`` rows is reused: as on SQLite
+    (``_sqlite_search.fresh_for``), ``DF_TTL_S`` at ``DF_CACHE_MIN`` and longer for a larger
+    one (at most ``DF_TTL_MAX_S``): a count moves by a share only as the caller's archive
+    grows by that share. A count past ``KEEP_MATCHES`` only ``DF_TTL_S``: its ``edge``
+    (which orders such words) moves with each new match, and SQLite reads it afresh. At
+    60 s a call's next question a minute on counted its common words again (~3,000 index
+    rows each)."""
+    if df > KEEP_MATCHES:
+        return DF_TTL_S
+    return min(DF_TTL_S * df / DF_CACHE_MIN, DF_TTL_MAX_S)
 
 
 def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str) -> str:
