@@ -163,7 +163,9 @@ def caller_search_sql(
     most of the search's cost.
     Each word is counted up to ``KEEP_MATCHES + 1`` rows (its latest, in the index's order):
     two words past that are ordered by how far back their latest ``KEEP_MATCHES + 1`` rows
-    reach (the rarer in the stretch the window covers first), then by lexeme. A count of
+    reach (the rarer in the stretch the window covers first), then by lexeme; two of the
+    same smaller count by lexeme (SQLite's order: by their oldest row, the two backends
+    ranked different words). A count of
     ``DF_CACHE_MIN`` rows or more found in ``counts`` (younger than :func:`fresh_for`) is
     not counted again; each row the statement returns carries the words' counts (``df``, and
     ``edge``: the oldest id counted), for :func:`remember_counts`.
@@ -262,7 +264,9 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
             SELECT i, lx, n, (o = 1 OR run <= {keep}) AS kept FROM (
                 SELECT i, lx, n, row_number() OVER o AS o, sum(df) OVER o AS run
                 FROM d WHERE df > 0
-                WINDOW o AS (ORDER BY df, edge, lx ROWS UNBOUNDED PRECEDING)) x),
+                -- as on SQLite: equal counts by word; past KEEP_MATCHES, the furthest back
+                WINDOW o AS (ORDER BY df, CASE WHEN df > {keep} THEN edge END, lx
+                    ROWS UNBOUNDED PRECEDING)) x),
         w AS MATERIALIZED (
             SELECT i, lx, n, kept, CASE WHEN kept AND ones > 1 THEN lx END AS many,
                 CASE WHEN kept AND ones = 1 THEN lx END AS one
