@@ -308,10 +308,12 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
             FROM (SELECT * FROM s ORDER BY score DESC, at DESC, id DESC LIMIT $3) r
             JOIN messages m ON m.id = r.id
             WHERE m.user_id = $2) h
-        -- the first hits' replies (by the call's key; a later hit's is never read)
+        -- the first hits' replies, by the call's key; a later hit's is never read (OFFSET 0:
+        -- not pulled up into a join whose filter would come after each lookup)
         LEFT JOIN LATERAL (
             SELECT n.role, n.content FROM messages n
             WHERE h.o <= {replies} AND n.call_id = h.call_id AND n.position = h.position + 1
+            OFFSET 0
         ) n ON true
         ORDER BY h.o"""
     return sql
