@@ -149,11 +149,16 @@ _WEEKDAY_WORD = (
 )
 _COUNT_WORDS = {w: n for n, w in enumerate(_NUMBERS)} | {"a": 1, "an": 1}
 _COUNT_WORD = r"\d{1,2}|an?|" + "|".join(_NUMBERS[1:])
-_SAID = re.compile(
-    rf"\b(?:(?P<day>yesterday|tomorrow|last night)"
-    rf"|(?P<dir>last|next|this past) (?:(?P<unit>year|month|week(?:end)?)|(?P<wd>{_WEEKDAY_WORD}))"
-    rf"|(?P<n>{_COUNT_WORD}) (?P<ago>day|week|month|year)s? ago)\b",
-    re.IGNORECASE,
+# each tried only where its key words are (a lower-cased quote): tried at every word, one
+# pattern for them all cost ~0.1 ms a quote
+_SAID_DAY = re.compile(r"(?P<day>yesterday|tomorrow|last night)\b")
+_SAID_DIR = re.compile(
+    rf"(?P<dir>last|next|this past) (?:(?P<unit>year|month|week(?:end)?)|(?P<wd>{_WEEKDAY_WORD}))\b"
+)
+_SAID_AGO = re.compile(rf"\b(?P<n>{_COUNT_WORD}) (?P<ago>day|week|month|year)s? ago\b")
+_SAID_KEYS = (
+    (("yesterday", "tomorrow", "last night"), _SAID_DAY),
+    (("last ", "next ", "this past "), _SAID_DIR),
 )
 
 #: The most resolved dates one quote's label carries.
@@ -172,36 +177,38 @@ def _months_back(day: dt.date, n: int) -> str:
 def _resolved(match: re.Match[str], day: dt.date) -> tuple[str, str] | None:
     """One relative time phrase (canonical words, never the quote's own characters) and the
     date it names, said on ``day``."""
-    if match["day"]:
-        word = match["day"].lower()
+    said = match.groupdict()
+    if said.get("day"):
+        word = said["day"]
         return word, _day_text(day + dt.timedelta(days=1 if word == "tomorrow" else -1))
-    sign = 1 if match["dir"] and match["dir"].lower() == "next" else -1
-    if match["unit"]:
-        unit, way = match["unit"].lower(), "next" if sign > 0 else "last"
+    if said.get("ago"):
+        count, unit = said["n"], said["ago"]
+        n = int(count) if count.isdigit() else _COUNT_WORDS[count]
+        phrase = f"{n} {unit}{'s' if n != 1 else ''} ago"
+        if unit == "year":
+            return phrase, str(day.year - n)
+        if unit == "month":
+            return phrase, _months_back(day, n)
+        back = day - dt.timedelta(days=n * (7 if unit == "week" else 1))
+        return phrase, ("about " if unit == "week" else "") + _day_text(back)
+    sign = 1 if said.get("dir") == "next" else -1
+    way = "next" if sign > 0 else "last"
+    if said.get("unit"):
+        unit = said["unit"]
         if unit == "year":
             return f"{way} year", str(day.year + sign)
         if unit == "month":
             return f"{way} month", _months_back(day, -sign)
         side = "after" if sign > 0 else "before"
         return f"{way} {unit}", f"the {unit} {side} {_day_text(day)}"
-    if match["wd"]:
-        wd = next(i for i, name in enumerate(_WEEKDAYS) if name.startswith(match["wd"][:3].lower()))
-        way = "next" if sign > 0 else "last"
+    if said.get("wd"):
+        wd = next(i for i, name in enumerate(_WEEKDAYS) if name.startswith(said["wd"][:3]))
         step = ((wd - day.weekday()) % 7 or 7) if sign > 0 else -((day.weekday() - wd) % 7 or 7)
         return (
             f"{way} {_WEEKDAYS[wd]}",
             f"{_WEEKDAYS[wd].title()} {_day_text(day + dt.timedelta(days=step))}",
         )
-    count = match["n"].lower()
-    n = int(count) if count.isdigit() else _COUNT_WORDS[count]
-    unit = match["ago"].lower()
-    phrase = f"{n} {unit}{'s' if n != 1 else ''} ago"
-    if unit == "year":
-        return phrase, str(day.year - n)
-    if unit == "month":
-        return phrase, _months_back(day, n)
-    days = n * (7 if unit == "week" else 1)
-    return phrase, ("about " if unit == "week" else "") + _day_text(day - dt.timedelta(days=days))
+    return None
 
 
 def said_dates(text: str, at: float, most: int = MAX_SAID_DATES) -> list[tuple[str, str]]:
@@ -215,7 +222,7 @@ def said_dates(text: str, at: float, most: int = MAX_SAID_DATES) -> list[tuple[s
     except (OverflowError, OSError, ValueError):
         return []
     out: dict[str, str] = {}
-    for match in _SAID.finditer(text):
+    for match in _said(text.lower()):
         try:
             found = _resolved(match, day)
         except (OverflowError, ValueError):  # a date past the calendar's ends
@@ -225,6 +232,30 @@ def said_dates(text: str, at: float, most: int = MAX_SAID_DATES) -> list[tuple[s
             if len(out) >= most:
                 break
     return list(out.items())
+
+
+def _said(lower: str) -> list[re.Match[str]]:
+    """The relative time phrases of a lower-cased quote, in order: each pattern is tried
+    only at its key words (found by ``str.find``)."""
+    found: list[re.Match[str]] = []
+    for keys, pattern in _SAID_KEYS:
+        for key in keys:
+            at = lower.find(key)
+            while at >= 0:
+                match = None if at and lower[at - 1].isalnum() else pattern.match(lower, at)
+                if match is not None:
+                    found.append(match)
+                at = lower.find(key, at + 1)
+    at = lower.find(" ago")
+    while at >= 0:
+        end = at + len(" ago")
+        match = _SAID_AGO.search(lower, max(0, lower.rfind(" ", 0, max(0, at - 16)) + 1), end)
+        after = lower[end : end + 1]
+        if match is not None and match.end() == end and not after.isalnum():
+            found.append(match)
+        at = lower.find(" ago", end)
+    found.sort(key=lambda m: m.start())
+    return found
 
 
 def snippet_when(

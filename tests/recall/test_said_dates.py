@@ -10,6 +10,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import json
+import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -55,6 +56,60 @@ def test_the_phrases_a_caller_says_and_the_dates_they_name():
     # no relative date: nothing; vague counts are not turned into a number
     assert said_dates("We went camping a few days ago with the kids", JULY_3) == []
     assert said_dates("The hotel is on the last street", JULY_3) == []
+    # only whole words: "blast year", "Lasting", "two days agony" say nothing
+    assert (
+        said_dates("A blast year! Lasting joy, two days agony, forecast tomorrowland", JULY_3) == []
+    )
+
+
+_PHRASE = re.compile(
+    r"(?:yesterday|tomorrow|last night|(?:last|next) (?:year|month|week|weekend|"
+    + "|".join(WEEKDAYS)
+    + r")|\d{1,2} (?:day|week|month|year)s? ago)"
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.lists(
+        st.sampled_from(
+            [
+                "last",
+                "next",
+                "this",
+                "past",
+                "ago",
+                "a",
+                "an",
+                "two",
+                "12",
+                "Tues",
+                "year",
+                "weekend",
+                "days",
+                "yesterday",
+                '"',
+                "]",
+                "night",
+                "x",
+                " ",
+                "\n",
+                "é",
+            ]
+        )
+        | st.text(max_size=6),
+        max_size=30,
+    ).map(" ".join),
+    at=st.floats(min_value=-1e12, max_value=1e12),
+)
+def test_any_text_gives_canonical_phrases_and_dates_only(text, at):
+    # the label carries these: never the quote's own characters (a caller cannot forge a
+    # label through them), never an error, at most MAX_SAID_DATES
+    found = said_dates(text, at)
+    assert len(found) <= 3
+    for phrase, date in found:
+        assert _PHRASE.fullmatch(phrase), phrase
+        assert re.fullmatch(r"[A-Za-z0-9 ]+", date), date
 
 
 def test_a_time_beyond_the_calendar_resolves_nothing():
