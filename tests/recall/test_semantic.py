@@ -66,9 +66,7 @@ def _recalled(body: dict) -> list[dict]:
     return [m for m in body["messages"] if is_recall_message(m)]
 
 
-async def _call(
-    server, store, texts, *, recall, call_id="call-1", user_id=None, lead=0.0, gap=0.25
-):
+async def _call(server, store, texts, *, recall, call_id="call-1", user_id=None, lead=0.0, gap=2.0):
     context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
     processor = ContextSummarizer(
