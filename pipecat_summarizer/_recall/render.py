@@ -363,7 +363,14 @@ def render_recall(
         while cost > budget and room > 6:  # labels and escapes ran over the estimate
             room = room * 3 // 4
             line = snippet_line(
-                s, call_id=call_id, terms=terms, room=room, count=count, now=now, relative=relative
+                s,
+                call_id=call_id,
+                terms=terms,
+                room=room,
+                count=count,
+                now=now,
+                relative=relative,
+                dates=dates,
             )
             cost = count(line) + 1
         if cost > budget:
