@@ -19,8 +19,9 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, SummarizerOptions
 from pipecat_summarizer._recall.render import RECALL_HEADER, is_recall_message
+from pipecat_summarizer._text.tokens import EstimateTokenCounter
 from pipecat_summarizer.params import MemoryParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.recall.test_recall_pipeline import (
@@ -37,6 +38,7 @@ from tests.support.pipeline_utils import cfg, main_llm, turns
 from tests.support.recall_calls import FAST
 from tests.support.settle import Gap, run_settling
 
+COUNT = EstimateTokenCounter()
 QUESTION = "What was the name of our hotel again?"
 # words the archive never holds: these turns recall nothing, so any block there is a leftover
 AFTER = ["Wonderful, cheers.", "Bye bye now.", "Okay, ciao."]
@@ -46,7 +48,9 @@ def _blocks(messages: list[dict]) -> list[int]:
     return [i for i, m in enumerate(messages) if is_recall_message(m)]
 
 
-async def _race(openai_server, tmp_path, *, reset: bool) -> tuple[list[dict], list[str], int]:
+async def _race(
+    openai_server, tmp_path, *, reset: bool, ceiling: int | None = None, pad: str = ""
+) -> tuple[list[dict], list[str], int]:
     """The race, then three more turns (a summary among them); the main LLM's requests,
     the archive's texts and how many requests the hold held."""
     hold = HoldUntilCompacted()
@@ -77,7 +81,9 @@ async def _race(openai_server, tmp_path, *, reset: bool) -> tuple[list[dict], li
         call_id="call-1",
         memory=MemoryParams(writer=FAST),
         recall=ON_TIME,
+        options=SummarizerOptions(max_request_tokens=ceiling) if ceiling else None,
     )
+    processor.add_event_handler("on_messages_evicted", _evicted)
 
     @processor.event_handler("on_context_compacted")
     async def _compacted(_p, _event):
@@ -96,7 +102,7 @@ async def _race(openai_server, tmp_path, *, reset: bool) -> tuple[list[dict], li
         await run_settling(
             pipeline,
             frames_to_send=[
-                *turns([HOTEL, *FILLER], gap=2.0),
+                *turns([HOTEL, *(f + pad for f in FILLER)], gap=2.0),
                 Arm(),
                 Gap(sleep=2.0),
                 LLMSummarizeContextFrame(),
@@ -124,6 +130,13 @@ class _Soon(asyncio.Event):
         await self._after.wait()
         await asyncio.sleep(0.5)
         return True
+
+
+EVICTED: list = []
+
+
+async def _evicted(_p, event) -> None:
+    EVICTED.append(event)
 
 
 def _asked(requests: list[dict], text: str) -> list[dict]:
@@ -156,3 +169,24 @@ async def test_a_flows_reset_while_the_request_waits_leaves_no_block_twice(opena
         for body in _asked(requests, text):
             assert not _blocks(body["messages"]), text
     assert not any(RECALL_HEADER in t for t in archived)
+
+
+async def test_the_kept_block_under_a_ceiling_that_evicts_at_the_same_turn(openai_server, tmp_path):
+    # a ceiling low enough that the ceiling evicts messages around the question's turn
+    # (the block counts toward it): the kept block is still once, before the question, and
+    # the request stays within the ceiling
+    EVICTED.clear()
+    ceiling = 210
+    pad = " Also I wonder about the weather and the view from the balcony." * 2
+    requests, archived, held = await _race(
+        openai_server, tmp_path, reset=False, ceiling=ceiling, pad=pad
+    )
+    assert EVICTED, "the ceiling should have evicted"
+    for body in requests:
+        places = _blocks(body["messages"])
+        assert len(places) <= 1
+        assert all(i == len(body["messages"]) - 2 for i in places)
+        assert sum(COUNT.count_message(m) for m in body["messages"]) <= ceiling
+    assert not any(RECALL_HEADER in t for t in archived)
+    (asked,) = _asked(requests, QUESTION)
+    assert held == 1 and _blocks(asked["messages"])
