@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from pipecat_summarizer._recall.step import RecallStep
+from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store import PostgresMemoryStore, open_store
 from pipecat_summarizer.store._postgres_search import DF_CACHE_MIN
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
@@ -126,6 +128,46 @@ async def test_stop_words_and_odd_questions_find_nothing_or_agree(pg_server, tmp
             await store.write(archive)
             hits = await store.search(question, user_id="al", any_word=True, limit=50, _replies=3)
             found.append((sorted((h.call_id, h.position) for h in hits), hits.replies))
+        finally:
+            await store.close()
+    assert found[0] == found[1]
+
+
+#: A question and the only message that answers it, sharing one word whose stems differ
+#: between SQLite's FTS5 ``porter`` (Porter's 1980 stemmer) and PostgreSQL's ``english``
+#: (Snowball's Porter2): "skies" -> "ski" / "sky", "dying" -> "dy" / "die", "news" -> "news" /
+#: "new".
+STEM_PAIRS = [
+    ("How were the skies?", "sky looked grey"),
+    ("Who was dying?", "my grandmother died"),
+    ("Any news?", "the new owner"),
+    ("Why was he lying?", "he lied"),
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S11-A-4: SQLite (FTS5 porter) and PostgreSQL (snowball english) stem apart",
+)
+async def test_recall_finds_the_same_messages_on_both_backends_for_stems(pg_server, tmp_path):
+    found = []
+    for target in (str(tmp_path / "stems.db"), pg_server.create_database("s11_attack_stems")):
+        store = open_store(target)
+        try:
+            await store.write(
+                [
+                    _msg("al", 40 * i, text, 1.7e9 + i)  # each its own call
+                    for i, (_, text) in enumerate(STEM_PAIRS)
+                ]
+            )
+            seen = []
+            for question, _ in STEM_PAIRS:
+                step = RecallStep(
+                    store, RecallParams(latency_budget_s=30.0), call_id="now", user_id="al"
+                )
+                (hits, _replies), _how = await step.hits_for_turn(question)
+                seen.append(sorted(h.call_id for h in hits))
+            found.append(seen)
         finally:
             await store.close()
     assert found[0] == found[1]
