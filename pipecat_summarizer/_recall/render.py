@@ -143,9 +143,11 @@ def ago(seconds: float, days: int | None = None) -> str | None:
 #: Relative time words a quote may say, resolved against the day it was said
 #: (:func:`said_dates`): the weekdays (``"last Tues"``), the units of ``"N ... ago"``.
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
+# the abbreviations that are words of their own ("I last sat down", "the last sun of
+# summer", "we last wed") count only with their dot: "last Sat." (S11-A-1)
 _WEEKDAY_WORD = (
-    r"mon(?:day)?|tue(?:s(?:day)?)?|wed(?:nesday)?|thu(?:rs?(?:day)?)?|fri(?:day)?"
-    r"|sat(?:urday)?|sun(?:day)?"
+    r"mon(?:day)?\b|tue(?:s(?:day)?)?\b|wed(?:nesday\b|\.)|thu(?:rs?(?:day)?)?\b"
+    r"|fri(?:day)?\b|sat(?:urday\b|\.)|sun(?:day\b|\.)"
 )
 _COUNT_WORDS = {w: n for n, w in enumerate(_NUMBERS)} | {"a": 1, "an": 1}
 _COUNT_WORD = r"\d{1,2}|an?|" + "|".join(_NUMBERS[1:])
@@ -153,7 +155,7 @@ _COUNT_WORD = r"\d{1,2}|an?|" + "|".join(_NUMBERS[1:])
 # pattern for them all cost ~0.1 ms a quote
 _SAID_DAY = re.compile(r"(?P<day>yesterday|tomorrow|last night)\b")
 _SAID_DIR = re.compile(
-    rf"(?P<dir>last|next|this past) (?:(?P<unit>year|month|week(?:end)?)|(?P<wd>{_WEEKDAY_WORD}))\b"
+    rf"(?P<dir>last|next|this past) (?:(?P<unit>year|month|week(?:end)?)\b|(?P<wd>{_WEEKDAY_WORD}))"
 )
 _SAID_AGO = re.compile(rf"\b(?P<n>{_COUNT_WORD}) (?P<ago>day|week|month|year)s? ago\b")
 _SAID_KEYS = (

@@ -8,7 +8,6 @@ from __future__ import annotations
 import calendar
 import json
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -148,10 +147,6 @@ def test_the_early_block_and_the_turns_block_agree_on_the_dates():
     assert a == b and a is not None and '"yesterday" = 23 May 2023' in a
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S11-A-1: 'last sat/sun/wed' in plain words ('I last sat down') read as a weekday",
-)
 def test_words_that_only_look_like_a_weekday_name_no_date():
     for text in (
         "When I last sat down with him we talked",
