@@ -513,4 +513,8 @@ class PostgresMemoryStore(MemoryStore):
         check_purge_days(days)
         self._refuse_write()
         async with await self._acquire() as conn:
-            return await _postgres_writes.purge(conn, days)
+            n = await _postgres_writes.purge(conn, days)
+        # counts of what went (as on SQLite): a stale count past KEEP_MATCHES kept its word
+        # out of the search of the caller's new messages (S11-A-7)
+        self._df.clear()
+        return n
