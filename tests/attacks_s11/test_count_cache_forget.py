@@ -1,5 +1,5 @@
 """A forgotten caller's word counts, cached by another store object (another worker process
-on the same PostgreSQL database): the forget runs through one store, the caller comes back,
+on the same database): the forget runs through one store, the caller comes back,
 and the other store's search of their new words must find what a fresh store finds (a count
 of the forgotten archive must not decide which words are searched)."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pipecat_summarizer.store import PostgresMemoryStore
+from pipecat_summarizer.store import PostgresMemoryStore, open_store
 from pipecat_summarizer.store._postgres_search import KEEP_MATCHES
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 
@@ -32,9 +32,9 @@ def _msg(call: str, i: int, text: str, at: float) -> ArchivedMessage:
     strict=True,
     reason="S11-A-6: another store's cached count of a forgotten archive decides the search",
 )
-async def test_another_workers_cached_count_of_a_forgotten_caller(pg_server):
-    dsn = pg_server.create_database("s11_attack_count_forget")
-    worker, admin, fresh = (PostgresMemoryStore(dsn) for _ in range(3))
+async def test_another_workers_cached_count_of_a_forgotten_caller(store_target):
+    # on both backends (SQLite: two store objects on one file)
+    worker, admin, fresh = (open_store(store_target) for _ in range(3))
     old = time.time() - 86400
     try:
         # al said "card" in more messages than KEEP_MATCHES: the worker counts and keeps it
