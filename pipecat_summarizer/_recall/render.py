@@ -431,17 +431,17 @@ def place_recall(messages: Sequence[Any], message: Any, previous: Any = None) ->
 def keep_recall(before: Sequence[Any], after: list[Any], current: Any) -> list[Any] | None:
     """``after`` (a rewrite of ``before`` that left out the recalled message ``current``)
     with ``current`` back before the message it preceded in ``before`` (by identity), or
-    ``None`` when it cannot go back: it was not in ``before``, or what followed it is gone.
+    ``None`` when it cannot go back: it was not in ``before``, it was last there (the
+    question it answers was taken back: put back, it would end the request as if the caller
+    had said it), or what followed it is gone.
 
     A summary that lands after this turn's block was placed and before the LLM read the
     context rewrites the context without the block; the block still answers this turn."""
     if current is None:
         return None
     at = next((i for i in range(len(before) - 1, -1, -1) if before[i] is current), None)
-    if at is None:
+    if at is None or at == len(before) - 1:
         return None
-    if at == len(before) - 1:
-        return [*after, current]
     follower = before[at + 1]
     for i in range(len(after) - 1, -1, -1):
         if after[i] is follower:

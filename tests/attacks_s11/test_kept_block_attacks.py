@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-import pytest
 from pipecat.frames.frames import LLMSummarizeContextFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
@@ -197,10 +196,6 @@ async def test_the_kept_block_under_a_ceiling_that_evicts_at_the_same_turn(opena
     assert held == 1 and _blocks(asked["messages"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S11-A-5: keep_recall puts back a block that was last (its question taken back)",
-)
 async def test_a_question_taken_back_while_the_request_waits_leaves_no_dangling_block(
     openai_server, tmp_path
 ):
