@@ -104,8 +104,16 @@ async def read_replies(
     else:
         found = await asyncio.gather(*(read(h.call_id, h.position + 1) for h in wanted))
     for h, m in zip(wanted, found, strict=True):
-        if m is not None:
+        if m is not None and _same_caller(h, m):
             replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
+
+
+def _same_caller(hit: Any, message: Any) -> bool:
+    """Whether ``message`` may stand as ``hit``'s reply: said in the hit's caller's archive
+    (a call key holding two callers' messages never lends one's words as the other's reply,
+    as the stores' own reply reads)."""
+    user = getattr(hit, "user_id", None)
+    return user is None or getattr(message, "user_id", user) == user
 
 
 def fused(

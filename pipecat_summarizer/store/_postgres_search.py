@@ -308,11 +308,14 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
             FROM (SELECT * FROM s ORDER BY score DESC, at DESC, id DESC LIMIT $3) r
             JOIN messages m ON m.id = r.id
             WHERE m.user_id = $2) h
-        -- the first hits' replies, by the call's key; a later hit's is never read (OFFSET 0:
+        -- the first hits' replies, by the call's key (the caller's own: a call key holding
+        -- two callers' messages never lends one's words as the other's reply, S11-A-3);
+        -- a later hit's is never read (OFFSET 0:
         -- not pulled up into a join whose filter would come after each lookup)
         LEFT JOIN LATERAL (
             SELECT n.role, n.content FROM messages n
             WHERE h.o <= {replies} AND n.call_id = h.call_id AND n.position = h.position + 1
+                AND n.user_id IS NOT DISTINCT FROM h.user_id
             OFFSET 0
         ) n ON true
         ORDER BY h.o"""

@@ -98,18 +98,20 @@ class Hits(list):
 
 
 def followers(
-    conn: sqlite3.Connection, keys: Sequence[tuple[str, int]]
+    conn: sqlite3.Connection, keys: Sequence[tuple[str, int]], user_id: str | None = None
 ) -> dict[tuple[str, int], tuple[str, str]]:
     """The message that followed each of ``keys`` (a call's position) that has one: role
-    and text, read in one statement per 200 keys."""
+    and text, read in one statement per 200 keys; with ``user_id``, only that caller's (a
+    call key holding two callers' messages never lends one's words as the other's reply)."""
     found: dict[tuple[str, int], tuple[str, str]] = {}
+    mine = "" if user_id is None else " AND m.user_id = ?"
     for i in range(0, len(keys), 200):  # stay under SQLite's variable limit
         chunk = keys[i : i + 200]
         rows = conn.execute(
             f"WITH k(c, p) AS (VALUES {','.join(['(?,?)'] * len(chunk))}) "
             "SELECT m.call_id, m.position - 1, m.role, m.content FROM k JOIN messages m "
-            "ON m.call_id = k.c AND m.position = k.p + 1",
-            [v for key in chunk for v in key],
+            f"ON m.call_id = k.c AND m.position = k.p + 1{mine}",
+            [v for key in chunk for v in key] + ([] if user_id is None else [user_id]),
         ).fetchall()
         for call_id, position, role, content in rows:
             found[(call_id, position)] = (str(role), str(content))

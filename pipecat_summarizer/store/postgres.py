@@ -392,7 +392,11 @@ class PostgresMemoryStore(MemoryStore):
         if replies is None:  # not read with the search
             keys = [(h.call_id, h.position) for h in hits[:_replies]]
             found = await self.messages_at([(c, p + 1) for c, p in keys])
-            replies = {k: (m.role, m.content) for k, m in zip(keys, found, strict=True) if m}
+            replies = {  # the caller's own (see caller_statement)
+                k: (m.role, m.content)
+                for k, m in zip(keys, found, strict=True)
+                if m and (user_id is None or m.user_id == user_id)
+            }
         return Hits(hits, replies)
 
     # the one search that takes ``_replies``: an override of ``search`` (a test's slow

@@ -390,7 +390,7 @@ class SQLiteMemoryStore(MemoryStore):
             if not _replies:
                 return hits, None
             keys = [(h.call_id, h.position) for h in hits[:_replies]]
-            return hits, _sqlite_search.followers(conn, keys)
+            return hits, _sqlite_search.followers(conn, keys, user_id)
 
         hits, replies = await self._run(find, read=True)
         return hits if replies is None else _sqlite_search.Hits(hits, replies)

@@ -12,9 +12,11 @@ import json
 import pytest
 
 from pipecat_summarizer._recall.select import View, select_hits
+from pipecat_summarizer._recall.step import RecallStep
 from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store import open_store
 from pipecat_summarizer.store.records import ArchivedMessage
+from tests.store.test_sqlite_speed_replies import _SearchOnly
 
 T0 = 1_700_000_000.0
 
@@ -60,10 +62,6 @@ async def test_a_calls_last_message_has_no_reply_from_the_next_call(store_target
     assert replies == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S11-A-3: a hit's reply is read by call key and position only, whoever said it",
-)
 async def test_a_reply_never_quotes_another_callers_message(store_target):
     # two callers under one call key (a reused call id written through store.write, or an
     # archive from before session keys): alice's hit must not carry bob's words as its
@@ -78,15 +76,26 @@ async def test_a_reply_never_quotes_another_callers_message(store_target):
             ]
         )
         hits, replies = await _search(store, "zeppelin voucher", "alice")
+        # recall's turn through the store, and behind a wrapper whose search reads no
+        # replies (they are read after it, with messages_at)
+        turns = []
+        for archive in (store, _SearchOnly(store)):
+            step = RecallStep(
+                archive, RecallParams(latency_budget_s=30.0), call_id="now", user_id="alice"
+            )
+            turns.append(await step.hits_for_turn("Is my zeppelin voucher code ready?"))
     finally:
         await store.close()
     assert ("shared", 0) in hits
     assert all("4417" not in text for _, text in replies.values()), replies
+    for (found, turn_replies), _how in turns:
+        assert ("shared", 0) in [(h.call_id, h.position) for h in found]
+        assert all("4417" not in text for _, text in turn_replies.values()), turn_replies
 
 
 async def test_a_forgotten_callers_message_is_no_reply(store_target):
-    # bob's hit was followed by alice's message (one call key); alice is forgotten: her
-    # words are gone from every reply
+    # bob's hit was followed by alice's message (one call key): never his reply, before
+    # alice is forgotten or after
     store = open_store(store_target)
     try:
         await store.write(
@@ -97,7 +106,7 @@ async def test_a_forgotten_callers_message_is_no_reply(store_target):
             ]
         )
         before = await _search(store, "zeppelin", "bob")
-        assert before[1]  # the reply is read at all
+        assert before[1] == {}  # another caller's words: never a reply (S11-A-3)
         await store.forget("alice")
         hits, replies = await _search(store, "zeppelin", "bob")
         gone = await _search(store, "zeppelin", "alice")
