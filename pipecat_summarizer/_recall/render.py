@@ -12,6 +12,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from pipecat_summarizer._recall.query import asks_when, latest_user_index, topic_terms
@@ -351,29 +352,22 @@ def render_recall(
         room = min(max_snippet_tokens * (2 if s.reply else 1), budget - 16)
         if room < 6:
             continue
-        line = snippet_line(
+        # one call for the first try and the shrunk ones: a line shrunk to fit keeps its labels
+        line_in = partial(
+            snippet_line,
             s,
             call_id=call_id,
             terms=terms,
-            room=room,
             count=count,
             now=now,
             relative=relative,
             dates=dates,
         )
+        line = line_in(room=room)
         cost = count(line) + 1
         while cost > budget and room > 6:  # labels and escapes ran over the estimate
             room = room * 3 // 4
-            line = snippet_line(
-                s,
-                call_id=call_id,
-                terms=terms,
-                room=room,
-                count=count,
-                now=now,
-                relative=relative,
-                dates=dates,
-            )
+            line = line_in(room=room)
             cost = count(line) + 1
         if cost > budget:
             continue
