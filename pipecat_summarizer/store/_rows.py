@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -198,3 +199,18 @@ def to_compaction(row: Sequence) -> CompactionRecord:
 def to_fact(row: Sequence) -> FactEvent:
     """A ``FACT_COLS`` row as a record."""
     return FactEvent(*row)
+
+
+class Hits(list):
+    """A search's hits, and the messages that followed the first of them: ``replies``,
+    ``{(call_id, position): (role, content)}`` (either backend's ``search`` with recall's
+    ``_replies``)."""
+
+    def __init__(
+        self,
+        hits: Iterable[Any] = (),
+        replies: dict[tuple[str, int], tuple[str, str]] | None = None,
+    ):
+        """The hits, and their replies (none by default)."""
+        super().__init__(hits)
+        self.replies = {} if replies is None else replies

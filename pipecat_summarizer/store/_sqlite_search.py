@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from pipecat_summarizer.store import _sqlite_schema as schema
 
@@ -81,20 +80,6 @@ def find(
                 rows = sorted(rows + older, key=lambda r: (-r[SCORE], -r[-1]))[:limit]
             return [r[:-1] for r in rows]
     return [r[:-1] for r in best_matches(conn, match, bounds, user_id, call_id, limit)]
-
-
-class Hits(list):
-    """A search's hits, and the messages that followed the first of them: ``replies``,
-    ``{(call_id, position): (role, content)}`` (see ``SQLiteMemoryStore.search``)."""
-
-    def __init__(
-        self,
-        hits: Iterable[Any] = (),
-        replies: dict[tuple[str, int], tuple[str, str]] | None = None,
-    ):
-        """The hits, and their replies (none by default)."""
-        super().__init__(hits)
-        self.replies = {} if replies is None else replies
 
 
 def followers(

@@ -40,12 +40,12 @@ from pipecat_summarizer.store._rows import (
     COMPACTION_COLS,
     FACT_COLS,
     MESSAGE_COLS,
+    Hits,
     to_call,
     to_compaction,
     to_fact,
     to_message,
 )
-from pipecat_summarizer.store._sqlite_search import Hits
 from pipecat_summarizer.store._statements import (
     caller_memory_of,
     caller_summaries_sql,

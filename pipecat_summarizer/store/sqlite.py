@@ -24,6 +24,7 @@ from pipecat_summarizer.store._rows import (
     COMPACTION_COLS,
     FACT_COLS,
     MESSAGE_COLS,
+    Hits,
     to_call,
     to_compaction,
     to_fact,
@@ -381,7 +382,7 @@ class SQLiteMemoryStore(MemoryStore):
         words = query_words(query)
         limit = check_count("limit", limit)  # never past what SQLite binds (MAX_COUNT)
         if not words or limit <= 0:
-            return _sqlite_search.Hits() if _replies else []
+            return Hits() if _replies else []
 
         def find(conn: sqlite3.Connection) -> tuple[list[SearchHit], dict | None]:
             call = None if call_id is None else session_key(conn, call_id)
@@ -393,7 +394,7 @@ class SQLiteMemoryStore(MemoryStore):
             return hits, _sqlite_search.followers(conn, keys, user_id)
 
         hits, replies = await self._run(find, read=True)
-        return hits if replies is None else _sqlite_search.Hits(hits, replies)
+        return hits if replies is None else Hits(hits, replies)
 
     # the one search that takes ``_replies``: an override of ``search`` (a test's slow
     # store) or a wrapper (``PrefetchingArchive``) does not have this mark
