@@ -403,11 +403,20 @@ def without_recall(messages: Sequence[Any], current: Any = None) -> list[Any] | 
     """``messages`` without the recalled message ``current`` (by identity: text that reads
     like one may be the caller's own), or ``None`` when it is not there, so the caller need
     not rewrite."""
-    if current is None:
+    i = _last_index(messages, current)
+    if i is None:
         return None
-    for i in range(len(messages) - 1, -1, -1):  # from the end, where the block sits
-        if messages[i] is current:
-            return [*messages[:i], *messages[i + 1 :]]  # placed once, taken out once
+    return [*messages[:i], *messages[i + 1 :]]  # placed once, taken out once
+
+
+def _last_index(messages: Sequence[Any], item: Any) -> int | None:
+    """Where ``item`` is in ``messages``, by identity, looked for from the end (where the
+    recalled block and what follows it sit); ``None`` for ``None`` or when it is not there."""
+    if item is None:
+        return None
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i] is item:
+            return i
     return None
 
 
@@ -431,13 +440,8 @@ def keep_recall(before: Sequence[Any], after: list[Any], current: Any) -> list[A
 
     A summary that lands after this turn's block was placed and before the LLM read the
     context rewrites the context without the block; the block still answers this turn."""
-    if current is None:
-        return None
-    at = next((i for i in range(len(before) - 1, -1, -1) if before[i] is current), None)
+    at = _last_index(before, current)
     if at is None or at == len(before) - 1:
         return None
-    follower = before[at + 1]
-    for i in range(len(after) - 1, -1, -1):
-        if after[i] is follower:
-            return [*after[:i], current, *after[i:]]
-    return None
+    i = _last_index(after, before[at + 1])
+    return None if i is None else [*after[:i], current, *after[i:]]

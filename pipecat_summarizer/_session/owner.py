@@ -292,10 +292,12 @@ class ContextSession(SharedContext):
         kept = len(logical) - start - len(job.plan.replaced)
         new_messages, self.pending = split_pending(new_logical, self.pending)
         self.pending_places = pending_places(new_logical, self.pending, draft.message)
-        if self.recalled is not None:  # landed after this turn's block was placed: it stays
-            placed = keep_recall(self.context.messages, new_messages, self.recalled)
+        recall = self.recall
+        if recall is not None and recall.message is not None:
+            # landed after this turn's block was placed: the block stays before its question
+            placed = keep_recall(self.context.messages, new_messages, recall.message)
             if placed is None:
-                self.recall.message = None  # type: ignore[union-attr]
+                recall.message = None
             else:
                 new_messages = placed
         self.write(new_messages)
