@@ -19,23 +19,21 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 
-from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, SummarizerOptions
+from pipecat_summarizer import CeilingParams, ContextSummarizerParams, OpenAISummarizer
 from pipecat_summarizer._recall.render import RECALL_HEADER, is_recall_message
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
-from pipecat_summarizer.params import MemoryParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.recall.test_recall_pipeline import (
     FILLER,
     HOTEL,
-    ON_TIME,
     SYSTEM,
     Arm,
     HoldUntilCompacted,
     _summaries,
+    concierge,
 )
 from tests.support.openai_server import Reply, is_summary_request
-from tests.support.pipeline_utils import cfg, main_llm, turns
-from tests.support.recall_calls import FAST
+from tests.support.pipeline_utils import main_llm, turns
 from tests.support.settle import Gap, run_settling
 
 COUNT = EstimateTokenCounter()
@@ -77,15 +75,15 @@ async def _race(
     openai_server.handler = handler
     store = SQLiteMemoryStore(tmp_path / "m.db")
     summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=summarizer,
-        store=store,
-        call_id="call-1",
-        memory=MemoryParams(writer=FAST),
-        recall=ON_TIME,
-        options=SummarizerOptions(max_request_tokens=ceiling) if ceiling else None,
+    processor = concierge(
+        context,
+        summarizer,
+        store,
+        params=(
+            ContextSummarizerParams(ceiling=CeilingParams(max_request_tokens=ceiling))
+            if ceiling
+            else None
+        ),
     )
     processor.add_event_handler("on_messages_evicted", _evicted)
 

@@ -16,7 +16,12 @@ from pipecat.processors.frame_processor import FrameProcessor
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.render import RECALL_HEADER, is_recall_message
-from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
+from pipecat_summarizer.params import (
+    ContextSummarizerParams,
+    MemoryParams,
+    RecallParams,
+    WriterParams,
+)
 from pipecat_summarizer.store import SQLiteMemoryStore, open_store
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
@@ -49,6 +54,32 @@ def _recalled(body: dict) -> list[dict]:
     return [m for m in body["messages"] if is_recall_message(m)]
 
 
+def concierge(
+    context: LLMContext,
+    summarizer: OpenAISummarizer,
+    store,
+    *,
+    call_id: str = "call-1",
+    user_id: str | None = None,
+    recall: RecallParams = ON_TIME,
+    memory: MemoryParams | None = None,
+    params: ContextSummarizerParams | None = None,
+) -> ContextSummarizer:
+    """The hotel desk's processor: a summary every 6 messages keeping 2, the store written
+    quickly, recall with a generous budget."""
+    return ContextSummarizer(
+        context=context,
+        config=cfg(messages=6, keep=2),
+        summarizer=summarizer,
+        store=store,
+        call_id=call_id,
+        user_id=user_id,
+        memory=memory or MemoryParams(writer=FAST),
+        recall=recall,
+        params=params,
+    )
+
+
 async def _call(
     server,
     store,
@@ -62,15 +93,8 @@ async def _call(
 ):
     context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=summarizer,
-        store=store,
-        call_id=call_id,
-        user_id=user_id,
-        memory=memory or MemoryParams(writer=FAST),
-        recall=recall,
+    processor = concierge(
+        context, summarizer, store, call_id=call_id, user_id=user_id, recall=recall, memory=memory
     )
     try:
         await run_settling(
@@ -156,15 +180,7 @@ async def test_a_summary_landing_after_the_block_was_placed_keeps_it_in_the_requ
     store = SQLiteMemoryStore(tmp_path / "m.db")
     context = LLMContext(messages=[{"role": "system", "content": SYSTEM}])
     summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=summarizer,
-        store=store,
-        call_id="call-1",
-        memory=MemoryParams(writer=FAST),
-        recall=ON_TIME,
-    )
+    processor = concierge(context, summarizer, store)
 
     @processor.event_handler("on_context_compacted")
     async def _compacted(_p, _event):
