@@ -57,6 +57,9 @@ _ADD_NEW = f"INSERT INTO message_words {_WORDS_OF.format(m='NEW', source='')}"
 #: statement took twice a vacuumed archive's server time at 100,000 messages (EXPLAIN
 #: ANALYZE, 183 questions: median 6.8 vs 3.4 ms, p90 12.7 vs 6.4; load ~11). 5,000 rows are
 #: ~700 messages.
+#: How long setting them waits for the word index's lock when the store opens (then a
+#: WARNING, and the next opening tries again).
+TUNE_LOCK_TIMEOUT_MS = 1000
 WORDS_AUTOVACUUM = {
     "autovacuum_vacuum_insert_threshold": "5000",
     "autovacuum_vacuum_insert_scale_factor": "0",
@@ -240,11 +243,16 @@ async def tune(conn) -> None:
     settings = ", ".join(f"{k} = {v}" for k, v in missing.items())
     try:
         async with conn.transaction():  # a savepoint: a refusal leaves the migration whole
+            # a VACUUM (a forget's, an operator's) holds the lock the ALTER needs: the
+            # store opens on without the settings rather than wait for it
+            await conn.execute(f"SET LOCAL lock_timeout = '{TUNE_LOCK_TIMEOUT_MS}ms'")
             await conn.execute(f"ALTER TABLE message_words SET ({settings})")
     except Exception as e:
-        if getattr(e, "sqlstate", None) != "42501":  # insufficient_privilege: not the owner
+        # not the owner (insufficient_privilege), or the table locked (lock_not_available)
+        if getattr(e, "sqlstate", None) not in ("42501", "55P03"):
             raise
         logger.warning(f"message_words: autovacuum settings not set ({e}): {settings}")
+    await conn.execute("SET LOCAL lock_timeout = DEFAULT")  # the savepoint kept a success's
 
 
 async def check_read_only(conn, where: str) -> None:

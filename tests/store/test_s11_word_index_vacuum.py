@@ -91,3 +91,29 @@ async def test_a_role_that_does_not_own_the_word_index_opens_the_store(pg_server
     assert await _options(dsn) == {}
     warned = [r["message"] for r in logs if "autovacuum settings not set" in r["message"]]
     assert len(warned) == 1 and "must be owner" in warned[0]
+
+
+async def test_a_word_index_locked_by_a_vacuum_does_not_stop_the_store_opening(pg_server, logs):
+    # a forget's VACUUM (or an operator's) holds the table's SHARE UPDATE EXCLUSIVE lock,
+    # which the ALTER that sets the settings needs: the store opens on, settings left unset
+    import asyncio
+
+    import asyncpg
+
+    dsn = pg_server.create_database(f"s11_locked_{random.randrange(10**9)}")
+    assert await _opened(dsn)
+    await _sql(dsn, RESET)
+    holder = await asyncpg.connect(dsn)
+    try:
+        await holder.execute("BEGIN")
+        await holder.execute("LOCK TABLE message_words IN SHARE UPDATE EXCLUSIVE MODE")
+        hits = await asyncio.wait_for(_opened(dsn, "dan"), timeout=30)
+    finally:
+        await holder.execute("ROLLBACK")
+        await holder.close()
+    assert hits  # opened, wrote and searched while the lock was held
+    assert await _options(dsn) == {}
+    warned = [r["message"] for r in logs if "autovacuum settings not set" in r["message"]]
+    assert len(warned) == 1 and "lock" in warned[0].lower()
+    assert await _opened(dsn, "erin")  # the next opening sets them
+    assert await _options(dsn) == WORDS_AUTOVACUUM
