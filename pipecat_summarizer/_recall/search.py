@@ -42,6 +42,9 @@ RANK_SHARE = 0.75
 WATCH_TURNS = 3
 #: The hits read for each value a corrected-values search asks (see ``ArchiveSearch._later``).
 LATER_LIMIT = 10
+#: How long an extra search the turn gave up on (gathered words, corrected values) may run on,
+#: in latency budgets, before it is cancelled (see ``ArchiveSearch._let_go``).
+LEFTOVER_BUDGETS = 1.0
 
 
 def search_words(query: str, terms: Sequence[str] | None = None) -> str:
@@ -103,6 +106,8 @@ class ArchiveSearch(RecallHooks):
                     )
             self.semantic = SemanticIndex(params.semantic, call_id=call_id, user_id=user_id)
         self._inflight: asyncio.Task | None = None
+        # extra searches a turn gave up on, cancelled later (see _let_go)
+        self._leftovers: set[asyncio.Task] = set()
         self._failing = Outage()  # the archive's searches fail
         self._watch_failing = Outage()  # the turns' forget watch fails (see _watched)
         # the store's forget count for this caller: when it moves, nothing found before
@@ -258,6 +263,7 @@ class ArchiveSearch(RecallHooks):
     ) -> tuple[Found, str, asyncio.Task | None]:
         late: Found = ([], {})
         self.forgotten()  # a late answer from before a forget is dropped
+        self.drop_leftovers()  # a new turn's searches are not queued behind them
         previous = self._inflight
         if previous is not None:
             if not previous.done():
@@ -351,10 +357,12 @@ class ArchiveSearch(RecallHooks):
     async def _gather(
         self, gathered: Sequence[str], hits: Sequence[Any], wait_s: float, *, watch: bool = True
     ) -> Found:
-        # the second search, without recall by meaning (see gather.second_search)
+        # the second search, without recall by meaning (see gather.second_search); given up
+        # on at the deadline, it is let go (_let_go), not cancelled there
         def search(words_: str) -> Awaitable[Found]:
             limit = self.params.search_limit
-            return self._search_with_replies(words_, limit, semantic=False, watch=watch)
+            inner = self._search_with_replies(words_, limit, semantic=False, watch=watch)
+            return self._unhurried(asyncio.ensure_future(inner))
 
         return await second_search(search, self._result, gathered, hits, wait_s)
 
@@ -388,12 +396,43 @@ class ArchiveSearch(RecallHooks):
         task = asyncio.ensure_future(search())
         await wait_for_task(task, max(until - loop_time(), 0.0))
         if not task.done():
-            task.add_done_callback(consume)
-            task.cancel()
+            self._let_go(task)
             return []
         if task.cancelled() or task.exception() is not None or self._generation() != generation:
             return []  # a failing archive costs the marks, never the turn
         return clipped((task.result(), {}), values)[0]
+
+    async def _unhurried(self, task: asyncio.Task) -> Found:
+        """``task``'s result; cancelled, the wait ends at once and ``task`` is let go
+        (:meth:`_let_go`)."""
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                self._let_go(task)
+            raise
+
+    def _let_go(self, task: asyncio.Task) -> None:
+        """An extra search the turn no longer waits for: left to end on its own, and
+        cancelled only :data:`LEFTOVER_BUDGETS` latency budgets later, or when the next
+        turn searches (:meth:`drop_leftovers`), whichever is first. Cancelling at the
+        deadline cost the frame the cancellation's own work: on PostgreSQL, asyncpg opens a
+        connection to send the cancel request (1-6 ms of the loop's time each, past the
+        deadline: benchmarks/frame_bound.py); a search nearly done is cheaper let finish."""
+        task.add_done_callback(consume)
+        if task.done():
+            return
+        self._leftovers.add(task)
+        task.add_done_callback(self._leftovers.discard)
+        grace = LEFTOVER_BUDGETS * self.params.latency_budget_s
+        asyncio.get_running_loop().call_later(grace, task.cancel)
+
+    def drop_leftovers(self) -> None:
+        """Cancel the extra searches let go (:meth:`_let_go`) still running: the next
+        turn's searches, or the call's end, do not wait behind them."""
+        leftovers, self._leftovers = self._leftovers, set()
+        for task in leftovers:
+            task.cancel()
 
     @property
     def min_similarity(self) -> float | None:

@@ -414,6 +414,7 @@ class RecallStep(ArchiveSearch):
         task, self._inflight = self._inflight, None
         if task is not None and not task.done():
             task.cancel()
+        self.drop_leftovers()
         if self.semantic is not None:
             try:
                 await self.semantic.close()
