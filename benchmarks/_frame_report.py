@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from _phases import FramePhases, phases_line
-from _tail import Spent, tail_line
+from _tail import Spent, Step, cause, tail_line
 from frame_delay import percentile
 
 
@@ -27,6 +27,8 @@ class Row:
     phases: list[FramePhases] = field(default_factory=list)
     #: per frame: an early search answered it; the early block was placed
     early: list[tuple[bool, bool]] = field(default_factory=list)
+    #: per frame: the long event-loop steps during it (benchmarks/_tail.py's LoopSteps)
+    steps: list[list[Step]] = field(default_factory=list)
 
 
 def mode(row: Row) -> str:
@@ -141,3 +143,27 @@ def report(rows: list[Row], budget_ms: float) -> None:
     )
     for r in rows:
         print(f"{r.backend} {r.archived:,} {mode(r)}: {tail_line(r.spent, 99, percentile)}")
+    print(
+        f"why each frame over {budget_ms:g} ms was (benchmarks/_tail.py's cause): a wait for a "
+        "CPU or a garbage collection as long as its time past the budget, else the longest "
+        "event-loop step over 0.7 ms that ran half that time past it, else the phase it "
+        "crossed the budget in"
+    )
+    for r in rows:
+        print(f"{r.backend} {r.archived:,} {mode(r)}: {causes_line(r, budget_ms)}")
+
+
+def causes_line(row: Row, budget_ms: float) -> str:
+    """How many of the row's frames over ``budget_ms`` ran past it for each cause."""
+    counts: dict[str, int] = {}
+    for wall, spent, frame, steps in zip(
+        row.wall_ms, row.spent, row.phases, row.steps, strict=False
+    ):
+        if wall <= budget_ms:
+            continue
+        past = frame.pushed + budget_ms / 1000
+        why = cause(spent, steps, past, frame.ended, frame.crossed_in(past))
+        counts[why] = counts.get(why, 0) + 1
+    if not counts:
+        return "none over the budget"
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))

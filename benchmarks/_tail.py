@@ -13,11 +13,19 @@ objects, takes 12-25 ms here; ``gc.freeze()`` after start-up, the application's 
 takes it out). Nothing is discarded: :func:`tail_line` prints the slowest
 turns' wall time split into these parts, beside the p99 without the waits for a CPU (what
 a machine running nothing else would show).
+
+A deadline inside the recall step is kept only if the event loop gets control at it: a
+loop step (one callback, one step of a task) that runs across it holds the frame past it,
+whatever the step's timers say. :class:`LoopSteps` notes every loop step longer than a
+threshold (its span, and the task's coroutine or Pipecat task by name); :func:`cause`
+names why a frame ran past the budget: a wait for a CPU, a garbage collection, a long
+loop step, or else the phase it crossed the budget in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import asyncio.events
 import gc
 import os
 import statistics
@@ -147,6 +155,83 @@ class TurnClock:
             read_kib=(read1 - read0) / 1024,
             threads={k: v for k, v in threads.items() if v > 0},
         )
+
+
+#: A loop step noted by :class:`LoopSteps`: its start and end (``perf_counter`` s), its name.
+Step = tuple[float, float, str]
+
+
+class LoopSteps:
+    """Every event-loop step longer than ``threshold_s`` while installed (this process's
+    loops): ``asyncio.Handle._run`` wrapped, two ``perf_counter`` reads a callback."""
+
+    def __init__(self, threshold_s: float = 0.0007, keep: int = 5000) -> None:
+        """Not installed yet."""
+        self.threshold_s = threshold_s
+        self.keep = keep
+        self.steps: list[Step] = []
+        self._original: Any = None
+
+    def install(self) -> None:
+        """Wrap ``Handle._run`` (once)."""
+        if self._original is not None:
+            return
+        original = self._original = asyncio.events.Handle._run
+        noted = self
+
+        def _run(handle: asyncio.events.Handle) -> None:
+            a = time.perf_counter()
+            try:
+                original(handle)
+            finally:
+                b = time.perf_counter()
+                if b - a > noted.threshold_s:
+                    noted._note(a, b, handle)
+
+        asyncio.events.Handle._run = _run  # type: ignore[method-assign]
+
+    def close(self) -> None:
+        """Put ``Handle._run`` back."""
+        if self._original is not None:
+            asyncio.events.Handle._run = self._original  # type: ignore[method-assign]
+            self._original = None
+
+    def _note(self, a: float, b: float, handle: asyncio.events.Handle) -> None:
+        self.steps.append((a, b, step_name(handle)))
+        del self.steps[: -self.keep]
+
+    def within(self, a: float, b: float) -> list[Step]:
+        """The steps that overlap ``a`` .. ``b``."""
+        return [s for s in self.steps if s[1] > a and s[0] < b]
+
+
+def step_name(handle: asyncio.events.Handle) -> str:
+    """A loop step's name: the task's coroutine (a Pipecat task's own name: its processor),
+    or the callback's."""
+    callback = handle._callback  # type: ignore[attr-defined]
+    task = getattr(callback, "__self__", None)
+    if isinstance(task, asyncio.Task):
+        name = getattr(task.get_coro(), "__qualname__", "task")
+        if "run_coroutine" in name:  # Pipecat's TaskManager: the task's name says whose
+            return "pipecat " + task.get_name().split("::")[0]
+        return str(name)
+    return str(getattr(callback, "__qualname__", type(callback).__name__))
+
+
+def cause(spent: Spent, steps: Sequence[Step], past: float, ended: float, crossed_in: str) -> str:
+    """Why a frame that ended at ``ended`` ran past the budget at ``past`` (``perf_counter``
+    s): waiting for a CPU or a garbage collection, if either was at least the time past it;
+    else a loop step that ran at least half that time past it (the longest); else the phase
+    the frame crossed the budget in."""
+    over = (ended - past) * 1000
+    if spent.runq >= over:
+        return "waiting for a CPU"
+    if spent.gc >= over:
+        return "garbage collection"
+    overlap = [(min(b, ended) - max(a, past)) * 1000 for a, b, _ in steps]
+    if overlap and max(overlap) >= over / 2:
+        return "loop step " + steps[overlap.index(max(overlap))][2]
+    return "phase " + crossed_in
 
 
 async def pool_backends(store: Any) -> list[int]:

@@ -76,7 +76,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _frame_report import Row, line, report  # noqa: E402
 from _phases import PhaseClock  # noqa: E402
 from _spoken import spoken_turn  # noqa: E402
-from _tail import Spent, TurnClock, pool_backends  # noqa: E402
+from _tail import LoopSteps, Spent, Step, TurnClock, pool_backends  # noqa: E402
 from frame_delay import InstantLLM  # noqa: E402
 from hot_path import Stamp, TurnEnd, build_messages, describe_code, no_trip_config  # noqa: E402
 from loguru import logger  # noqa: E402
@@ -152,6 +152,9 @@ class TimedSummarizer(ContextSummarizer):
     cpu: list[int]
     spent: list[Spent]
     phases: PhaseClock
+    loop_steps: LoopSteps
+    #: per timed frame: the loop steps longer than LoopSteps' threshold during it
+    steps: list[list[Step]]
     #: per timed frame: an early search (RecallPrefetch's) answered the turn's; the early
     #: block (chosen and rendered before the turn) was placed
     early: list[tuple[bool, bool]]
@@ -172,6 +175,7 @@ class TimedSummarizer(ContextSummarizer):
             blocks_now, served_now = _early_counts(step)
             self.early.append((served_now > served, blocks_now > blocks))
             pushed = self.stamp.pushed_ns.pop(frame.id)
+            self.steps.append(self.loop_steps.within(pushed / 1e9, end / 1e9))
             self.wall_ns.append(end - pushed)
             self.hop_ns.append(started - pushed)
             self.cpu.append(cpu - self.stamp.cpu_ns.pop(frame.id))
@@ -238,6 +242,7 @@ async def one_call(
     row = Row(backend, n, "", prefetch)
     store = open_store(target)
     turn_clock: TurnClock | None = None
+    loop_steps = LoopSteps()
     try:
         clocks = Clocks()
         if backend == "PostgreSQL":
@@ -258,6 +263,8 @@ async def one_call(
         stamp.turn_clock = turn_clock = TurnClock(clocks.pids)
         ours.stamp, ours.wall_ns, ours.hop_ns, ours.cpu, ours.spent = stamp, [], [], [], []
         ours.phases, ours.early = PhaseClock(ours), []
+        ours.loop_steps, ours.steps = loop_steps, []
+        loop_steps.install()
         turns = ExternalUserTurnStrategies()  # with prefetch, the STT's frames end the turns
         pair = LLMContextAggregatorPair(
             context,
@@ -283,6 +290,7 @@ async def one_call(
         row.cpu_ms = [ns / 1e6 for ns in ours.cpu[1:]]
         row.spent = ours.spent[1:]
         row.phases = ours.phases.frames[1:]
+        row.steps = ours.steps[1:]
         row.early = ours.early[1:]
         row.searches = {
             "asked": step.turns,
@@ -293,6 +301,7 @@ async def one_call(
     finally:
         if turn_clock is not None:
             turn_clock.close()
+        loop_steps.close()
         await store.close()
     return row
 
