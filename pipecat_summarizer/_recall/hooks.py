@@ -116,9 +116,11 @@ class EarlySearches(Protocol):
     """A source of searches started before the step asks for them (``RecallPrefetch``'s).
 
     A source may also offer the turn's work after the search done early: ``take_block()``
-    (an :class:`~pipecat_summarizer._recall.compose.EarlyBlock` or ``None``, taken) and
-    ``served_block(block)`` (the turn used its follow-up answers); the step looks them up
-    by name and uses a block only when its inputs equal the turn's own."""
+    (an :class:`~pipecat_summarizer._recall.compose.EarlyBlock` or ``None``, taken),
+    ``served_block(block)`` (the turn used its follow-up answers) and ``turn_passed()`` (the
+    turn found no block it could use: it chooses and renders itself, so early work still
+    under way would only take the loop from it); the step looks them up by name and uses a
+    block only when its inputs equal the turn's own."""
 
     def take(
         self,

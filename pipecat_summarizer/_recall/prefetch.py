@@ -90,6 +90,8 @@ class PrefetchingArchive:
         self.follow_ups_served = 0
         # the turn's work after the search, done early (see compose.py): the latest one
         self._block: EarlyBlock | None = None
+        # a turn went past taking the block: no early work starts until the next words
+        self._passed = False
 
     def __getattr__(self, name: str) -> Any:
         # only called for what this class lacks: the archive's other methods
@@ -119,6 +121,14 @@ class PrefetchingArchive:
         :class:`~pipecat_summarizer._recall.compose.EarlyBlock`)."""
         block, self._block = self._block, None
         return block
+
+    def turn_passed(self) -> None:
+        """The turn found no early block it could use and does its work itself: the early
+        work still under way is cancelled, and none starts until a turn's next words are
+        searched early (:meth:`prefetch`); the follow-up searches it started run on (the
+        turn takes them as its own)."""
+        self._passed = True
+        self._stop_following()
 
     def served_block(self, block: EarlyBlock) -> None:
         """The turn took ``block``'s follow-up answers: its early follow-up searches are
@@ -164,6 +174,8 @@ class PrefetchingArchive:
         key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
         now = time.monotonic()
         self._prune(now)
+        if not follow_up:
+            self._passed = False  # a turn's words: their early work is for the next turn
         early = self._early.get(key)
         if early is not None and self._usable(early, user_id, now):
             if then is not None and not follow_up:
@@ -228,7 +240,7 @@ class PrefetchingArchive:
         # forget of the caller (the words searched next would be the forgotten text's)
         if task.cancelled() or task.exception() is not None:
             return
-        if self._generation(user_id) != generation:
+        if self._generation(user_id) != generation or self._passed:
             return
         follow = asyncio.ensure_future(then(task.result()))
         self._following.add(follow)
@@ -258,6 +270,9 @@ class PrefetchingArchive:
         self._prune(time.monotonic())
         if early is None or not self._usable(early, user_id, time.monotonic()):
             return None
+        if not early.follow_up and not early.task.done():
+            # the turn waits for it: the work after it is the turn's own, not done twice
+            self.turn_passed()
         return self._answer(early, key)
 
     def _prune(self, now: float) -> None:

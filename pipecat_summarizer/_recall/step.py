@@ -324,9 +324,16 @@ class RecallStep(ArchiveSearch):
         if how != "on_time" or take is None:
             return None
         block: EarlyBlock | None = take()
-        if block is None or not block.fresh(time.monotonic()):
-            return None
-        if block.generation != self._generation() or block.searched != searched:
+        if (
+            block is None
+            or not block.fresh(time.monotonic())
+            or block.generation != self._generation()
+            or block.searched != searched
+        ):
+            # the turn chooses and renders itself: early work still under way (its choice
+            # and rendering, 1-4 ms on the loop) would hold the turn's frame past its
+            # deadline for a block no turn takes; its follow-up searches run on for the turn
+            getattr(early, "turn_passed", lambda: None)()
             return None
         getattr(early, "served_block", lambda _: None)(block)  # its follow-ups: taken
         return block
