@@ -4,12 +4,17 @@ from loguru import logger
 from pipecat.tests import utils as pipecat_test_utils
 
 from tests.support.openai_server import FakeOpenAIServer
+from tests.support.shared_setup import share_setup
 from tests.support.store_fixtures import backend, pg_server, store_target  # noqa: F401
 
 # Pipecat's run_test gives a pipeline 1 s to start. On a loaded 2-core machine a start took
 # longer: the test failed, and the loop's teardown then waited forever for the pipeline's
 # runner (a hung worker hangs the whole run). Every test's pipeline gets 30 s to start.
 pipecat_test_utils.run_test.__kwdefaults__["start_timeout"] = 30.0
+
+# The CA certificates and the smart-turn model, loaded again by every pipeline: once per
+# process (tests/support/shared_setup.py; about 40% of a pipeline test's CPU).
+share_setup()
 
 
 @pytest_asyncio.fixture
