@@ -114,8 +114,10 @@ class RecallParams:
     of the question's words gets a small block (``min_tokens``), a weak match or a question
     whose pieces are in several calls a larger one, up to a cap that follows the context
     (``request_tokens``): ``max_tokens`` in a new call, whose context holds nothing of the
-    caller's past, less as the call's own context grows. :meth:`small` keeps every block
-    small (the defaults of 0.1) for tight budgets.
+    caller's past, less as the call's own context grows. A question that asks for a list
+    ("What books has Melanie read?", "all", "both") may take ``max_tokens`` in any context:
+    its pieces match it no better than one another. :meth:`small` keeps every block small
+    (the defaults of 0.1) for tight budgets.
 
     Parameters:
         enabled: Recall on each user turn. ``False`` keeps the ``recall_memory`` tool only.
@@ -139,7 +141,10 @@ class RecallParams:
         tool_timeout_s: How long a ``recall_memory`` tool call waits for the archive.
         fill: Fill the block, after the strong matches, with the archive's next hits that
             share at least one of the query's topic words (in the archive's ranking), when
-            there is a strong match. ``False``: strong matches only.
+            there is a strong match; when a long context leaves an adaptive block less than
+            three quarters of ``max_tokens``, at most one such hit per strong match for a
+            question about one thing (not about time, not a list). ``False``: strong
+            matches only.
         semantic: Semantic recall as well (:class:`SemanticRecallParams`, the ``semantic``
             extra): archived messages that say the same in other words, fused with the
             lexical hits. ``None``: lexical only.
