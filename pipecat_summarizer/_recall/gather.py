@@ -2,12 +2,15 @@
 
 Hits found by meaning are fused with the lexical ones, their replies taken from the semantic
 index (:func:`with_meaning`). A recalled question is worth little without its answer, so the
-message that followed each of the first hits is read with them (:func:`read_replies`, one
-query on a ``MemoryStore``). A question that asks for several pieces ("all", "both", "how many
-times") may need turns of several calls that share no word with it: the first strong hits'
-names and things (:func:`~pipecat_summarizer._recall.select.gather_words`) are searched once
-more, within what is left of the budget (:func:`second_search`), and the hits found only by
-that search join the snippets after the first search's own (:func:`with_gathered`, pure).
+message that followed each of the first hits is read with them (:func:`read_around`, one
+query on a ``MemoryStore``); and a reply that repeats the question's words is worth little
+without what it answers, so the message said just before each of the very first hits joins
+them as a hit of its own (:func:`with_befores`). A question that asks for several pieces
+("all", "both", "how many times") may need turns of several calls that share no word with
+it: the first strong hits' names and things
+(:func:`~pipecat_summarizer._recall.select.gather_words`) are searched once more, within what
+is left of the budget (:func:`second_search`), and the hits found only by that search join
+the snippets after the first search's own (:func:`with_gathered`, pure).
 
 :class:`~pipecat_summarizer._recall.step.RecallStep` calls these; they hold no state.
 """
@@ -26,6 +29,7 @@ from typing import Any
 from pipecat_summarizer._recall.select import Snippet, View, select_hits
 from pipecat_summarizer._text.vocabulary import search_stem as stem
 from pipecat_summarizer.params import RecallParams
+from pipecat_summarizer.store._rows import BEFORE_HITS, Before
 
 #: The most of an archived message's text recall reads (characters, ~500 tokens: more than a
 #: spoken turn; a cleared tool result can be 30 KB): the part around the first searched word.
@@ -80,32 +84,115 @@ async def read_replies(
     archive: Any, hits: Sequence[Any], replies: dict[tuple[str, int], tuple[str, str]]
 ) -> None:
     """Read into ``replies`` the message that followed each of ``hits`` not there yet (the
-    answer to a question, the rest of a story): one query when the archive has
-    ``messages_at`` (``MemoryStore``), else one ``message`` read per hit; nothing when the
-    archive has no ``message``."""
-    read = getattr(archive, "message", None)
-    if read is None:
+    answer to a question, the rest of a story): see :func:`read_around`."""
+    await read_around(archive, hits, (), replies, {})
+
+
+async def read_around(
+    archive: Any,
+    hits: Sequence[Any],
+    near: Sequence[Any],
+    replies: dict[tuple[str, int], tuple[str, str]],
+    befores: dict[tuple[str, int], Before | None],
+) -> None:
+    """Read into ``replies`` the message that followed each of ``hits`` not there yet, and
+    into ``befores`` the message said just before each of ``near`` (``None``: there is
+    none of the caller's): one query when the archive has ``messages_at``
+    (``MemoryStore``), else one ``message`` read each; nothing when the archive has no
+    ``message``. What :func:`read_ahead` read for these very hits is taken instead."""
+    if getattr(archive, "message", None) is None:
         return
-    wanted = []
+    after: list[Any] = []
     for h in hits:
         key = (h.call_id, h.position)
         if key in replies:
             continue
-        ahead = _read_ahead(h)
+        ahead = _read_ahead(h, 1)
         if ahead is _NOT_READ:
-            wanted.append(h)
+            after.append(h)
         elif ahead is not None:
             replies[key] = ahead  # type: ignore[assignment]
-    if not wanted:
+    before: list[Any] = []
+    for h in near:
+        ahead = _read_ahead(h, 2)
+        if ahead is _NOT_READ:
+            before.append(h)
+        else:
+            befores[(h.call_id, h.position)] = ahead  # type: ignore[assignment]
+    keys = [(h.call_id, h.position + 1) for h in after]
+    keys += [(h.call_id, h.position - 1) for h in before]
+    if not keys:
         return
     batch = getattr(archive, "messages_at", None)
     if batch is not None:
-        found = list(await batch([(h.call_id, h.position + 1) for h in wanted]))
+        found = list(await batch(keys))
     else:
-        found = await asyncio.gather(*(read(h.call_id, h.position + 1) for h in wanted))
-    for h, m in zip(wanted, found, strict=True):
+        found = await asyncio.gather(*(archive.message(c, p) for c, p in keys))
+    for h, m in zip(after, found[: len(after)], strict=True):
         if m is not None and _same_caller(h, m):
             replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
+    for h, m in zip(before, found[len(after) :], strict=True):
+        mine = m is not None and getattr(m, "user_id", None) == getattr(h, "user_id", None)
+        said = (str(m.role), str(m.content), int(m.turn), float(m.at)) if mine else None
+        befores[(h.call_id, h.position)] = said
+
+
+def known_befores(
+    found: Sequence[Any], hits: Sequence[Any], index: Any
+) -> dict[tuple[str, int], Before | None]:
+    """The befores known for the first ``BEFORE_HITS`` of ``hits`` (``found`` fused with the
+    ranking by meaning): read with the search (``found.befores``), or held by the semantic
+    ``index`` (pure: ``index`` is only read)."""
+    known = dict(getattr(found, "befores", {}))
+    if index is not None:
+        for h in hits[:BEFORE_HITS]:
+            key = (h.call_id, h.position)
+            if key not in known:
+                said = index.before(h.call_id, h.position)
+                if said is not None:
+                    known[key] = said
+    return known
+
+
+def unread_befores(
+    hits: Sequence[Any], befores: Mapping[tuple[str, int], Before | None]
+) -> list[Any]:
+    """The first ``BEFORE_HITS`` of ``hits`` whose before is still to read (a hit at a
+    call's first position has none) (pure)."""
+    first = hits[:BEFORE_HITS]
+    return [h for h in first if (h.call_id, h.position) not in befores and h.position > 0]
+
+
+#: Roles never quoted before a hit (instructions are not conversation, as ``select_hits``).
+INSTRUCTIONS = frozenset({"system", "developer"})
+
+
+def with_befores(
+    hits: Sequence[Any],
+    replies: Mapping[tuple[str, int], tuple[str, str]],
+    befores: Mapping[tuple[str, int], Before | None],
+) -> Found:
+    """``hits`` with the message said just before each of the first ``BEFORE_HITS`` (of
+    ``befores``) as a hit of its own right after it, its reply the hit, and ``replies``
+    with those: the other speaker's reply often repeats the question's words while the
+    answer is in the message before it ("Paris?! That's great!"), so it is judged with the
+    hit's words and shown beside it. Left off: an instruction, a message that is a hit
+    already, a hit that is not a dataclass (pure)."""
+    out: list[Any] = []
+    replies = dict(replies)
+    seen = {(h.call_id, h.position) for h in hits}
+    for i, h in enumerate(hits):
+        out.append(h)
+        said = befores.get((h.call_id, h.position)) if i < BEFORE_HITS else None
+        key = (h.call_id, h.position - 1)
+        if said is None or said[0] in INSTRUCTIONS or key in seen or not is_dataclass(h):
+            continue
+        role, content, turn, at = said
+        seen.add(key)
+        replies[key] = (str(getattr(h, "role", "")), str(getattr(h, "content", "")))
+        moved: Any = dc_replace  # a hit of any dataclass type
+        out.append(moved(h, position=key[1], role=role, content=content, turn=turn, at=at))
+    return out, replies
 
 
 def _same_caller(hit: Any, message: Any) -> bool:
@@ -150,39 +237,45 @@ async def as_found(
     replies of the first ``first`` (read with the search, held by the index, read ahead,
     or read now), each text clipped around the words (see :func:`fused`, :func:`clipped`)."""
     (hits, replies), unread = fused(found, first, ranked, index)
-    await read_replies(archive, unread, replies)
-    return clipped((hits, replies), words.split())
+    befores = known_befores(found, hits, index)
+    await read_around(archive, unread, unread_befores(hits, befores), replies, befores)
+    return clipped(with_befores(hits, replies, befores), words.split())
 
 
-#: Replies read ahead for hits an early search returned (:func:`read_ahead`), by the hit
-#: (weakly: an entry goes with its hit): ``(id(hit), reply or None)``.
-_AHEAD: weakref.WeakKeyDictionary[Any, tuple[int, tuple[str, str] | None]] = (
-    weakref.WeakKeyDictionary()
-)
+#: Replies and befores read ahead for hits an early search returned (:func:`read_ahead`), by
+#: the hit (weakly: an entry goes with its hit): ``(id(hit), reply or None, before or None or
+#: _NOT_READ)``.
+_AHEAD: weakref.WeakKeyDictionary[Any, tuple[int, Any, Any]] = weakref.WeakKeyDictionary()
 _NOT_READ = object()
 
 
-def _read_ahead(hit: Any) -> object:
-    """The reply read ahead for this very hit (``None``: it has none), else ``_NOT_READ``."""
+def _read_ahead(hit: Any, part: int = 1) -> object:
+    """What was read ahead for this very hit, its reply (``part`` 1) or its before (2)
+    (``None``: it has none), else ``_NOT_READ``."""
     try:
         entry = _AHEAD.get(hit)
     except TypeError:  # a hit that cannot be weakly referenced or hashed
         return _NOT_READ
     if entry is None or entry[0] != id(hit):  # an equal hit, not this one
         return _NOT_READ
-    return entry[1]
+    return entry[part]
 
 
 async def read_ahead(archive: Any, hits: Sequence[Any]) -> None:
-    """Read the replies of ``hits`` now (an early search's, while the caller is still
-    speaking), so the turn's :func:`read_replies` of these very hits reads nothing."""
+    """Read the replies of ``hits`` and the befores of the first ``BEFORE_HITS`` now (an
+    early search's, while the caller is still speaking), so the turn's
+    :func:`read_around` of these very hits reads nothing."""
     replies: dict[tuple[str, int], tuple[str, str]] = {}
-    await read_replies(archive, hits, replies)
+    befores: dict[tuple[str, int], Before | None] = {}
+    near = unread_befores(hits, befores)
+    await read_around(archive, hits, near, replies, befores)
     if getattr(archive, "message", None) is None:
         return
-    for h in hits:
+    for i, h in enumerate(hits):
+        key = (h.call_id, h.position)
+        before = befores.get(key) if i < BEFORE_HITS else _NOT_READ
         try:
-            _AHEAD[h] = (id(h), replies.get((h.call_id, h.position)))
+            _AHEAD[h] = (id(h), replies.get(key), before)
         except TypeError:
             return
 
@@ -380,6 +473,10 @@ __all__ = [
     "MAX_HIT_CHARS",
     "Found",
     "as_found",
+    "known_befores",
+    "read_around",
+    "unread_befores",
+    "with_befores",
     "clip",
     "clipped",
     "consume",

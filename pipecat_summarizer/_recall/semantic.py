@@ -316,6 +316,17 @@ class SemanticIndex:
         m = state.messages[row]
         return m[4], m[5]
 
+    def before(self, call_id: str, position: int) -> tuple[str, str, int, float] | None:
+        """The message said just before ``(call_id, position)``, when it is indexed: role,
+        content, turn and time (the index holds one caller's messages)."""
+        self._check_forgotten()
+        state = self._state
+        row = state.rows.get((call_id, position - 1))
+        if row is None:
+            return None
+        m = state.messages[row]
+        return m[4], m[5], m[2], m[3]
+
     async def close(self) -> None:
         """Cancel a refresh still running; no refresh starts afterwards. A forget of the
         caller seen during the call (its last turn's ranking may have ended with the call)

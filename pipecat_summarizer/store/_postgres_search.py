@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from pipecat_summarizer.store._postgres_schema import SCOPED_TSV, session_key
+from pipecat_summarizer.store._rows import BEFORE_HITS, Before, Hits
 from pipecat_summarizer.store.base import query_words
 
 #: A search ranks at most this many of the scope's matches, the latest (as on SQLite): the
@@ -20,7 +21,11 @@ RANK_MATCHES = 3000
 #: The columns of a search's rows; a search by caller adds its words' counts and the first
 #: hits' replies (see ``caller_statement``).
 HIT_KEYS = tuple("call_id position turn at role content removed_by score user_id".split())
-HIT_SHAPES = (HIT_KEYS, (*HIT_KEYS, "df", "edge", "reply_role", "reply_content"))
+HIT_SHAPES = (
+    HIT_KEYS,
+    (*HIT_KEYS, "df", "edge", "reply_role", "reply_content")
+    + ("before_role", "before_content", "before_turn", "before_at"),
+)
 #: The largest search ``limit`` sent (PostgreSQL binds it as an int4): a larger one reads
 #: every match, as this does.
 MAX_SEARCH_LIMIT = 2**31 - 1
@@ -298,7 +303,9 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
                 ::float8
             FROM c JOIN messages m ON m.id = c.id WHERE c.tf < 0 OR c.total > 256)
         SELECT h.call_id, h.position, h.turn, h.at, h.role, h.content, h.removed_by, h.score,
-            h.user_id, h.df, h.edge, n.role AS reply_role, n.content AS reply_content
+            h.user_id, h.df, h.edge, n.role AS reply_role, n.content AS reply_content,
+            b.role AS before_role, b.content AS before_content, b.turn AS before_turn,
+            b.at AS before_at
         FROM (
             SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by,
                 r.score, m.user_id,
@@ -318,6 +325,13 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
                 AND n.user_id IS NOT DISTINCT FROM h.user_id
             OFFSET 0
         ) n ON true
+        -- and the message said just before each of the first BEFORE_HITS, the caller's own
+        LEFT JOIN LATERAL (
+            SELECT b.role, b.content, b.turn, b.at FROM messages b
+            WHERE h.o <= LEAST({replies}, {BEFORE_HITS}) AND b.call_id = h.call_id
+                AND b.position = h.position - 1 AND b.user_id IS NOT DISTINCT FROM h.user_id
+            OFFSET 0
+        ) b ON true
         ORDER BY h.o"""
     return sql
 
@@ -332,7 +346,8 @@ def function_sql(cfg: str) -> str:
         CREATE OR REPLACE FUNCTION {FUNCTION}(text[], text, int, int[], int8[], int, int, int)
         RETURNS TABLE(call_id text, "position" int, turn int, at float8, role text,
             content text, removed_by text, score float8, user_id text, df int[], edge int8[],
-            reply_role text, reply_content text)
+            reply_role text, reply_content text, before_role text, before_content text,
+            before_turn int, before_at float8)
         LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $body$
         #variable_conflict use_column
         BEGIN
@@ -362,6 +377,39 @@ def replies_of(rows: list[Any], first: int) -> dict[tuple[str, int], tuple[str, 
     if not rows or len(rows[0]) < len(HIT_SHAPES[1]):
         return None
     return {(r[0], r[1]): (str(r[11]), str(r[12])) for r in rows[:first] if r[11] is not None}
+
+
+def befores_of(rows: list[Any], first: int) -> dict[tuple[str, int], Before | None]:
+    """The messages said before the first ``min(first, BEFORE_HITS)`` hits a search by
+    caller's ``rows`` carry (``None`` for a hit with none of the caller's), as
+    ``_sqlite_search.befores`` reads them; rows of another search carry none."""
+    if not rows or len(rows[0]) < len(HIT_SHAPES[1]):
+        return {}
+    return {
+        (r[0], r[1]): None if r[13] is None else (str(r[13]), str(r[14]), int(r[15]), float(r[16]))
+        for r in rows[: min(first, BEFORE_HITS)]
+    }
+
+
+async def read_around(store: Any, hits: list[Any], first: int, user_id: str | None) -> Hits:
+    """``hits`` (of a search that read no replies: not by caller) with the replies of the
+    first ``first`` and the befores of the first ``BEFORE_HITS`` of them, read with one
+    ``messages_at``: each the caller's own, as a search by caller reads them."""
+    after = [(h.call_id, h.position) for h in hits[:first]]
+    near = hits[: min(first, BEFORE_HITS)]
+    found = await store.messages_at(
+        [(c, p + 1) for c, p in after] + [(h.call_id, h.position - 1) for h in near]
+    )
+    replies = {
+        k: (m.role, m.content)
+        for k, m in zip(after, found[: len(after)], strict=True)
+        if m and (user_id is None or m.user_id == user_id)
+    }
+    befores: dict[tuple[str, int], Before | None] = {}
+    for h, m in zip(near, found[len(after) :], strict=True):
+        mine = m is not None and m.user_id == h.user_id
+        befores[(h.call_id, h.position)] = (m.role, m.content, m.turn, m.at) if mine else None
+    return Hits(hits, replies, befores)
 
 
 def forget_counts(counts: WordCounts, user_id: str) -> None:

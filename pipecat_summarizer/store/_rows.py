@@ -201,16 +201,33 @@ def to_fact(row: Sequence) -> FactEvent:
     return FactEvent(*row)
 
 
+#: How many of a search's first hits bring the message said just before them (a search with
+#: recall's ``_replies`` reads them with the replies): an answer is often the message before
+#: the one that repeats the question's words ("Paris?! That is great!"). On LoCoMo (1 s
+#: budget, not spoken) answer recall at question time / across calls went 85.5% -> 85.9% /
+#: 86.6% -> 87.0% (conversations 30 + 26) and 79.3% -> 79.3% / 79.2% -> 79.3% (held out,
+#: 49 + 42) at 0.0-0.4 more points of the full buffer's input (5 hits: the held-out pair
+#: lost 0.1 across calls).
+BEFORE_HITS = 3
+
+#: The message said just before a hit: role, content, turn and time.
+Before = tuple[str, str, int, float]
+
+
 class Hits(list):
-    """A search's hits, and the messages that followed the first of them: ``replies``,
-    ``{(call_id, position): (role, content)}`` (either backend's ``search`` with recall's
-    ``_replies``)."""
+    """A search's hits, and the messages around the first of them: ``replies``,
+    ``{(call_id, position): (role, content)}`` of the message that followed a hit (either
+    backend's ``search`` with recall's ``_replies``), and ``befores``, ``{(call_id,
+    position): (role, content, turn, at) or None}`` of the message said just before each
+    of the first ``BEFORE_HITS`` hits (``None``: read, and there is none of the caller's)."""
 
     def __init__(
         self,
         hits: Iterable[Any] = (),
         replies: dict[tuple[str, int], tuple[str, str]] | None = None,
+        befores: dict[tuple[str, int], Before | None] | None = None,
     ):
-        """The hits, and their replies (none by default)."""
+        """The hits, and their replies and befores (none by default)."""
         super().__init__(hits)
         self.replies = {} if replies is None else replies
+        self.befores = {} if befores is None else befores

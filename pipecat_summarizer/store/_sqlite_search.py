@@ -10,8 +10,10 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from pipecat_summarizer.store import _sqlite_schema as schema
+from pipecat_summarizer.store._rows import Before
 
 #: An any-word search ranks its rarest words while their matches stay within this many
 #: messages (see ``rarest``): BM25 over every match of a common word costs ~20 ms at 100k
@@ -100,6 +102,25 @@ def followers(
         ).fetchall()
         for call_id, position, role, content in rows:
             found[(call_id, position)] = (str(role), str(content))
+    return found
+
+
+def befores(conn: sqlite3.Connection, hits: Sequence[Any]) -> dict[tuple[str, int], Before | None]:
+    """The message said just before each of ``hits`` (its call's previous position): role,
+    content, turn and time, or ``None`` when there is none that is the hit's caller's (a
+    call key holding two callers' messages never lends one's words as the other's), read in
+    one statement per 200 hits."""
+    found: dict[tuple[str, int], Before | None] = {(h.call_id, h.position): None for h in hits}
+    for i in range(0, len(hits), 200):  # stay under SQLite's variable limit
+        chunk = hits[i : i + 200]
+        rows = conn.execute(
+            f"WITH k(c, p, u) AS (VALUES {','.join(['(?,?,?)'] * len(chunk))}) "
+            "SELECT m.call_id, m.position + 1, m.role, m.content, m.turn, m.at FROM k "
+            "JOIN messages m ON m.call_id = k.c AND m.position = k.p - 1 AND m.user_id IS k.u",
+            [v for h in chunk for v in (h.call_id, h.position, h.user_id)],
+        ).fetchall()
+        for call_id, position, role, content, turn, at in rows:
+            found[(call_id, position)] = (str(role), str(content), int(turn), float(at))
     return found
 
 

@@ -372,7 +372,8 @@ class PostgresMemoryStore(MemoryStore):
         that followed each of the first ``_replies`` hits comes back as the list's
         ``replies`` (``{(call_id, position): (role, content)}``, of those hits that have
         one): a search by caller reads them in its own statement
-        (``_postgres_search.caller_statement``), another with ``messages_at`` after it."""
+        (``_postgres_search.caller_statement``), another with ``messages_at`` after it; the
+        message before each of the first ``BEFORE_HITS`` as its ``befores`` (see ``Hits``)."""
         limit = min(check_count("limit", limit), MAX_SEARCH_LIMIT)
         words: dict[str, Any] = {
             "user_id": user_id,
@@ -389,15 +390,9 @@ class PostgresMemoryStore(MemoryStore):
         if not _replies:
             return hits
         replies = _postgres_search.replies_of(rows, _replies)
-        if replies is None:  # not read with the search
-            keys = [(h.call_id, h.position) for h in hits[:_replies]]
-            found = await self.messages_at([(c, p + 1) for c, p in keys])
-            replies = {  # the caller's own (see caller_statement)
-                k: (m.role, m.content)
-                for k, m in zip(keys, found, strict=True)
-                if m and (user_id is None or m.user_id == user_id)
-            }
-        return Hits(hits, replies)
+        if replies is None:  # not read with the search: the caller's own, read after it
+            return await _postgres_search.read_around(self, hits, _replies, user_id)
+        return Hits(hits, replies, _postgres_search.befores_of(rows, _replies))
 
     # the one search that takes ``_replies``: an override of ``search`` (a test's slow
     # store) or a wrapper (``PrefetchingArchive``) does not have this mark

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.store import _sqlite_forget, _sqlite_search, _sqlite_writes
 from pipecat_summarizer.store._rows import (
+    BEFORE_HITS,
     CALL_COLS,
     COMPACTION_COLS,
     FACT_COLS,
@@ -378,23 +379,25 @@ class SQLiteMemoryStore(MemoryStore):
         ``_replies`` is recall's (see ``search.reads_replies``): the message that followed
         each of the first ``_replies`` hits is read in the same trip to the store's thread,
         and returned as the list's ``replies`` (``{(call_id, position): (role, content)}``,
-        of those hits that have one)."""
+        of those hits that have one), and the message before each of the first
+        ``BEFORE_HITS`` as its ``befores`` (see ``Hits``)."""
         words = query_words(query)
         limit = check_count("limit", limit)  # never past what SQLite binds (MAX_COUNT)
         if not words or limit <= 0:
             return Hits() if _replies else []
 
-        def find(conn: sqlite3.Connection) -> tuple[list[SearchHit], dict | None]:
+        def find(conn: sqlite3.Connection) -> tuple[list[SearchHit], tuple | None]:
             call = None if call_id is None else session_key(conn, call_id)
             rows = _sqlite_search.find(conn, self._df, words, user_id, call, limit, any_word)
             hits = hide(conn, (SearchHit(*r) for r in rows))
             if not _replies:
                 return hits, None
             keys = [(h.call_id, h.position) for h in hits[:_replies]]
-            return hits, _sqlite_search.followers(conn, keys, user_id)
+            before = _sqlite_search.befores(conn, hits[: min(_replies, BEFORE_HITS)])
+            return hits, (_sqlite_search.followers(conn, keys, user_id), before)
 
-        hits, replies = await self._run(find, read=True)
-        return hits if replies is None else Hits(hits, replies)
+        hits, around = await self._run(find, read=True)
+        return hits if around is None else Hits(hits, *around)
 
     # the one search that takes ``_replies``: an override of ``search`` (a test's slow
     # store) or a wrapper (``PrefetchingArchive``) does not have this mark
