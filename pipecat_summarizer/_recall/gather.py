@@ -172,12 +172,14 @@ def with_befores(
     replies: Mapping[tuple[str, int], tuple[str, str]],
     befores: Mapping[tuple[str, int], Before | None],
 ) -> Found:
-    """``hits`` with the message said just before each of the first ``BEFORE_HITS`` (of
-    ``befores``) as a hit of its own right after it, its reply the hit, and ``replies``
-    with those: the other speaker's reply often repeats the question's words while the
-    answer is in the message before it ("Paris?! That's great!"), so it is judged with the
-    hit's words and shown beside it. Left off: an instruction, a message that is a hit
-    already, a hit that is not a dataclass (pure)."""
+    """``hits`` with the message said just before each of the first ``BEFORE_HITS`` that
+    the assistant said (of ``befores``) as a hit of its own right after it, its reply the
+    hit, and ``replies`` with those: the assistant's reply often repeats the question's
+    words while the answer is in the caller's message before it ("Paris?! That's great!"),
+    so it is judged with the hit's words and shown beside it. The caller's own hits bring
+    none (what the assistant said before one is mostly another topic: on LoCoMo half the
+    added input, and held out a little more recall). Left off: an instruction, a message
+    that is a hit already, a hit that is not a dataclass (pure)."""
     out: list[Any] = []
     replies = dict(replies)
     seen = {(h.call_id, h.position) for h in hits}
@@ -185,6 +187,8 @@ def with_befores(
         out.append(h)
         said = befores.get((h.call_id, h.position)) if i < BEFORE_HITS else None
         key = (h.call_id, h.position - 1)
+        if getattr(h, "role", None) != "assistant":
+            continue  # a caller's own statement: what was said before it is another topic
         if said is None or said[0] in INSTRUCTIONS or key in seen or not is_dataclass(h):
             continue
         role, content, turn, at = said

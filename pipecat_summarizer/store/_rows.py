@@ -202,12 +202,12 @@ def to_fact(row: Sequence) -> FactEvent:
 
 
 #: How many of a search's first hits bring the message said just before them (a search with
-#: recall's ``_replies`` reads them with the replies): an answer is often the message before
-#: the one that repeats the question's words ("Paris?! That is great!"). On LoCoMo (1 s
-#: budget, not spoken) answer recall at question time / across calls went 85.5% -> 85.9% /
-#: 86.6% -> 87.0% (conversations 30 + 26) and 79.3% -> 79.3% / 79.2% -> 79.3% (held out,
-#: 49 + 42) at 0.0-0.4 more points of the full buffer's input (5 hits: the held-out pair
-#: lost 0.1 across calls).
+#: recall's ``_replies`` reads them with the replies; recall quotes it before the assistant's
+#: hits, see ``gather.with_befores``): an answer is often the message before the one that
+#: repeats the question's words ("Paris?! That is great!"). On LoCoMo (1 s budget, not
+#: spoken) answer recall at question time / across calls went 85.5% -> 85.8% / 86.6% ->
+#: 86.9% (conversations 30 + 26) and 79.26% -> 79.34% / 79.20% -> 79.38% (held out, 49 + 42)
+#: at 0.0-0.2 more points of the full buffer's input.
 BEFORE_HITS = 3
 
 #: The message said just before a hit: role, content, turn and time.

@@ -42,7 +42,7 @@ def _found(draw):
     keys = draw(
         st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 12)), unique=True, max_size=12)
     )
-    hits = [_hit(c, p, f"hit {c}{p}") for c, p in keys]
+    hits = [_hit(c, p, f"hit {c}{p}", draw(ROLES)) for c, p in keys]
     befores = {}
     for c, p in keys:
         if p > 0 and draw(st.booleans()):
@@ -64,7 +64,7 @@ def test_a_before_joins_right_after_its_hit_and_only_then(found):
     for h in added:
         i = out.index(h)
         hit = out[i - 1]  # right after its hit, one of the first BEFORE_HITS
-        assert hits.index(hit) < BEFORE_HITS
+        assert hits.index(hit) < BEFORE_HITS and hit.role == "assistant"
         assert (h.call_id, h.position) == (hit.call_id, hit.position - 1)
         said = befores[(hit.call_id, hit.position)]
         assert said is not None and (h.role, h.content, h.turn, h.at) == said
@@ -76,7 +76,8 @@ def test_a_before_joins_right_after_its_hit_and_only_then(found):
     wanted = [
         h
         for h in hits[:BEFORE_HITS]
-        if befores.get((h.call_id, h.position)) is not None
+        if h.role == "assistant"
+        and befores.get((h.call_id, h.position)) is not None
         and befores[(h.call_id, h.position)][0] not in INSTRUCTIONS
         and (h.call_id, h.position - 1) not in hit_keys
     ]
