@@ -90,8 +90,11 @@ class PrefetchingArchive:
         self.follow_ups_served = 0
         # the turn's work after the search, done early (see compose.py): the latest one
         self._block: EarlyBlock | None = None
-        # a turn went past taking the block: no early work starts until the next words
+        # a turn went past taking the block: no early work starts until the next words;
+        # the caller's words searched early so far, then when a turn last asked and when the
+        # block kept was made: a turn passes or takes nothing newer than its own words
         self._passed = False
+        self._words = self._asked = self._block_words = 0
 
     def __getattr__(self, name: str) -> Any:
         # only called for what this class lacks: the archive's other methods
@@ -114,11 +117,15 @@ class PrefetchingArchive:
     def keep_block(self, block: EarlyBlock) -> None:
         """Keep ``block`` for the turn (see :meth:`take_block`): it replaces the one kept."""
         self._block = block
+        self._block_words = self._words
 
     def take_block(self) -> EarlyBlock | None:
         """The early work kept for the turn, taken (it serves one turn at most); the recall
         step uses it only when its inputs equal the turn's own (see
-        :class:`~pipecat_summarizer._recall.compose.EarlyBlock`)."""
+        :class:`~pipecat_summarizer._recall.compose.EarlyBlock`). A block made on words
+        searched early after the turn asked is the next turn's: it stays."""
+        if self._block_words > self._asked:
+            return None
         block, self._block = self._block, None
         return block
 
@@ -126,7 +133,10 @@ class PrefetchingArchive:
         """The turn found no early block it could use and does its work itself: the early
         work still under way is cancelled, and none starts until a turn's next words are
         searched early (:meth:`prefetch`); the follow-up searches it started run on (the
-        turn takes them as its own)."""
+        turn takes them as its own). Early work on words searched after the turn asked
+        (the caller already speaks the next turn) is the next turn's: it goes on."""
+        if self._words != self._asked:
+            return
         self._passed = True
         self._stop_following()
 
@@ -182,10 +192,13 @@ class PrefetchingArchive:
                 # the same words, another query (a word the search leaves out, "like?"):
                 # the turn's work after the search is done again for it, not the last one
                 self._stop_following()
-                early.task.add_done_callback(partial(self._then, then, user_id, early.generation))
+                self._words += 1
+                then_ = partial(self._then, then, user_id, early.generation, self._words)
+                early.task.add_done_callback(then_)
             return False
         if not follow_up:
             self._supersede()
+            self._words += 1
         store_search: Any = self.archive.search
         scope = {"user_id": user_id, "call_id": call_id, "limit": limit, "any_word": any_word}
         if replies > 0 and getattr(store_search, "reads_replies", False):
@@ -198,7 +211,7 @@ class PrefetchingArchive:
         task.add_done_callback(consume)
         generation = self._generation(user_id)
         if then is not None:
-            task.add_done_callback(partial(self._then, then, user_id, generation))
+            task.add_done_callback(partial(self._then, then, user_id, generation, self._words))
         self._early.pop(key, None)
         self._early[key] = EarlySearch(task, now, generation, follow_up)
         while len(self._early) > MAX_KEPT:
@@ -234,13 +247,15 @@ class PrefetchingArchive:
         then: Callable[[Sequence[Any]], Awaitable[None]],
         user_id: str | None,
         generation: int,
+        words: int,
         task: asyncio.Task,
     ) -> None:
         # the early search answered: its follow-ups start, unless the hits came before a
-        # forget of the caller (the words searched next would be the forgotten text's)
+        # forget of the caller (the words searched next would be the forgotten text's), a
+        # turn went past them, or newer words were searched early (a block would be stale)
         if task.cancelled() or task.exception() is not None:
             return
-        if self._generation(user_id) != generation or self._passed:
+        if self._generation(user_id) != generation or self._passed or words != self._words:
             return
         follow = asyncio.ensure_future(then(task.result()))
         self._following.add(follow)
@@ -266,6 +281,7 @@ class PrefetchingArchive:
         search answers one turn), or ``None`` when there is no usable one. Should the early
         search fail, the answer is the archive's own search."""
         key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
+        self._asked = self._words
         early = self._early.pop(key, None)
         self._prune(time.monotonic())
         if early is None or not self._usable(early, user_id, time.monotonic()):
