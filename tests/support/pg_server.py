@@ -4,6 +4,10 @@
 temporary folder, owned by an unprivileged user when the tests run as root (PostgreSQL
 refuses to run as root), listening on 127.0.0.1 on a free port; :meth:`PgServer.stop`
 removes it. Each test gets a fresh database from :meth:`PgServer.create_database`.
+
+The cluster lives in memory (``/dev/shm``) when there is room: each database is a ~8 MB copy
+of the template, a worker makes dozens, and on disk under load a ``createdb`` took ~0.12 s
+(0.04 s in memory) and the cluster's removal at the end of a worker's session 5-15 s.
 """
 
 from __future__ import annotations
@@ -33,6 +37,20 @@ def find_bin() -> Path | None:
     return None
 
 
+#: Where clusters go when it has this much free space (else the system's temporary folder).
+MEMORY_DIR = "/dev/shm"
+MEMORY_MIN_FREE = 4 * 1024**3
+
+
+def _cluster_parent() -> str | None:
+    """``MEMORY_DIR`` when it exists with room to spare, else ``None`` (the default)."""
+    try:
+        st = os.statvfs(MEMORY_DIR)
+    except OSError:
+        return None
+    return MEMORY_DIR if st.f_bavail * st.f_frsize >= MEMORY_MIN_FREE else None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -52,7 +70,7 @@ class PgServer:
         if bindir is None:
             raise RuntimeError("PostgreSQL binaries (initdb, pg_ctl) not found")
         self.bindir = bindir
-        self.root = Path(tempfile.mkdtemp(prefix="pgtest-"))
+        self.root = Path(tempfile.mkdtemp(prefix="pgtest-", dir=_cluster_parent()))
         self.data = self.root / "data"
         self.port = _free_port()
         self._user: str | None = None
