@@ -12,7 +12,7 @@ import gc
 import logging
 
 import pytest
-from pipecat.frames.frames import CancelFrame
+from pipecat.frames.frames import CancelFrame, InterruptionFrame, LLMMessagesUpdateFrame
 from pipecat.tests.utils import SleepFrame, run_test
 
 from pipecat_summarizer._recall import search as search_module
@@ -22,6 +22,7 @@ from tests.recall.test_attacks_gather import ASK, _blocks, _seed
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import build, main_llm, user_turn
 from tests.support.recall_calls import recall_call, travel_desk
+from tests.support.settle import Gap, run_settling
 
 #: The turn's question about a car: shares no word with the sister's calls.
 CAR_ASK = "Which car did I rent at the airport?"
@@ -252,3 +253,77 @@ async def test_a_search_let_go_finishing_after_a_forget_lands_nowhere(openai_ser
         await store.close()
     later = [str(b["messages"]) for b in openai_server.chat_requests[1:]]
     assert later and not any("flying in on Friday" in t or "lives in Porto" in t for t in later)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_a_flows_reset_after_a_search_was_let_go(openai_server, store_target, never_by_timer):
+    # turn 1 lets its second search go; the application resets the context (a Pipecat
+    # Flows node change: LLMMessagesUpdateFrame) with a new question: the let-go search
+    # ends with the new turn's search, and nothing of turn 1 reaches the new request
+    openai_server.handler = lambda body: Reply("Sure thing.")
+    store = _held(store_target)
+    context, processor, summarizer = travel_desk(
+        openai_server, store, RecallParams(latency_budget_s=0.3), call_id="q1"
+    )
+    reset = LLMMessagesUpdateFrame(
+        messages=[
+            {"role": "system", "content": "You are a car desk."},
+            {"role": "user", "content": CAR_ASK},
+        ],
+        run_llm=True,
+    )
+    try:
+        await _seed(store)
+        try:
+            await run_settling(
+                build(context, processor, main_llm(openai_server.base_url)),
+                frames_to_send=[user_turn(ASK), Gap(sleep=2.0), reset, Gap(sleep=2.0)],
+            )
+        finally:
+            await summarizer.aclose()
+        running = store.running
+    finally:
+        store.release.set()
+        await store.close()
+    first, second = openai_server.chat_requests[-2:]
+    assert "lives in Porto" in str(first["messages"])
+    assert "Porto" not in str(second["messages"]) and "sister" not in str(second["messages"])
+    assert store.most == 1 and store.ended == ["cancelled"] and running == 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_a_barge_in_while_the_turn_waits_for_the_second_search(
+    openai_server, store_target, never_by_timer, logs
+):
+    # the caller barges in (InterruptionFrame) while the turn waits for its second search,
+    # then asks again: the search is let go or cancelled, never left running after the call
+    openai_server.handler = lambda body: Reply("Sure thing.")
+    store = _held(store_target)
+    context, processor, summarizer = travel_desk(
+        openai_server, store, RecallParams(latency_budget_s=3.0), call_id="q1"
+    )
+    try:
+        await _seed(store)
+        try:
+            await run_test(
+                build(context, processor, main_llm(openai_server.base_url)),
+                frames_to_send=[
+                    user_turn(ASK),
+                    SleepFrame(sleep=0.6),
+                    InterruptionFrame(),
+                    SleepFrame(sleep=0.2),
+                    user_turn(CAR_ASK),
+                    SleepFrame(sleep=0.5),
+                ],
+            )
+        finally:
+            await summarizer.aclose()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        running, alive = store.running, _alive_package_searches()
+    finally:
+        store.release.set()
+        await store.close()
+    assert store.most >= 1 and running == 0 and alive == []
+    assert set(store.ended) == {"cancelled"}
+    assert not [r["message"] for r in logs if r["level"].no >= 40]
