@@ -199,3 +199,35 @@ async def test_an_injection_inside_a_list_question_stays_out_of_system_messages(
                 assert "minibar" not in text
             if is_recall_message(m):
                 assert m.get("role") not in ("system", "developer")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S12-A-2: a closing phrase with 'all' ('Thanks, that's all') is taken for a list "
+    "question (select.lists via query.gathers): its block takes max_tokens in any context",
+)
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_thats_all_is_not_a_list_question(openai_server, store_target):
+    openai_server.handler = plain
+    store = open_store(store_target)
+    # a long-ish context for its request_tokens: the cap of a question about one thing is
+    # request_tokens less the context (about 300 tokens here), far under max_tokens
+    recall = RecallParams(
+        latency_budget_s=5.0, max_tokens=1600, min_tokens=100, max_snippets=48, request_tokens=700
+    )
+    said = [
+        f"Tell me about the spa, day {i}: the sauna, the pool and the towels, please, in detail."
+        for i in range(6)
+    ]
+    closing = "Thanks, that's all about the Marquis rooms."
+    try:
+        await store.write(archived(ROOMS, call_id="a1", at=utc(2026, 4, 1), user_id="alice"))
+        await recall_call(
+            openai_server, store, [*said, closing], call_id="q1", recall=recall, system="Hi."
+        )
+    finally:
+        await store.close()
+    last = [b for b in openai_server.chat_requests if not is_summary_request(b)][-1]
+    (block,) = _recalled([last])
+    counter = EstimateTokenCounter()
+    assert counter.count_message({"role": "user", "content": block}) <= 700
