@@ -172,8 +172,10 @@ def caller_search_sql(
     same smaller count by lexeme (SQLite's order: by their oldest row, the two backends
     ranked different words). A count of
     ``DF_CACHE_MIN`` rows or more found in ``counts`` (younger than :func:`fresh_for`) is
-    not counted again; each row the statement returns carries the words' counts (``df``, and
-    ``edge``: the oldest id counted), for :func:`remember_counts`.
+    not counted again while its ``edge`` row (the oldest id counted) is still in the index:
+    a forget or a purge through another store object (another process) deleted it, and the
+    word is counted afresh. Each row the statement returns carries the words' counts
+    (``df``, and ``edge``), for :func:`remember_counts`.
 
     Over the words it keeps, the hits and the scores are :func:`search_sql`'s: the same
     window (the latest ``RANK_MATCHES`` matches), the same score, the same ties. Each kept
@@ -254,10 +256,16 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
         WITH q AS MATERIALIZED (
             SELECT o, (SELECT min(lexeme) FROM unnest(to_tsvector('{cfg}', x))) AS lx, kdf, ke
             FROM unnest($1::text[], $4::int[], $5::int8[]) WITH ORDINALITY AS u(x, kdf, ke, o)),
+        -- a known count stands while the oldest row it counted does (one index probe): a
+        -- forget deletes all the caller's rows, a purge the oldest, in any process (S11-A-6)
         l AS MATERIALIZED (
-            SELECT row_number() OVER (ORDER BY lx)::int AS i, lx, n, kdf, ke FROM (
-                SELECT lx, count(*)::int AS n, max(kdf) AS kdf, max(ke) AS ke FROM q
-                WHERE lx IS NOT NULL GROUP BY lx) g),
+            SELECT row_number() OVER (ORDER BY lx)::int AS i, lx, n,
+                CASE WHEN held THEN kdf END AS kdf, CASE WHEN held THEN ke END AS ke
+            FROM (
+                SELECT g.*, EXISTS (SELECT 1 FROM message_words
+                    WHERE scope = md5($2)::uuid AND word = g.lx AND id = g.ke) AS held
+                FROM (SELECT lx, count(*)::int AS n, max(kdf) AS kdf, max(ke) AS ke FROM q
+                    WHERE lx IS NOT NULL GROUP BY lx) g) h),
         d AS MATERIALIZED (
             SELECT l.i, l.lx, l.n, COALESCE(l.kdf, f.df) AS df, COALESCE(l.ke, f.edge) AS edge
             FROM l, LATERAL (
@@ -357,16 +365,23 @@ def function_sql(cfg: str) -> str:
 
 def remember_counts(counts: WordCounts, statement: tuple[Any, ...], rows: list[Any]) -> None:
     """Keep in ``counts`` the common words' counts a search by caller (``statement``, from
-    :func:`caller_search_sql`) returned with its ``rows``."""
+    :func:`caller_search_sql`) returned with its ``rows``: those it counted, and those it
+    counted again because their edge row went (a known count comes back with the edge
+    sent)."""
     if not rows or len(rows[0]) < 11:
         return  # no hit (nothing counted comes back), or not a search by caller
     if len(counts) > 20_000:
         counts.clear()
     now = time.monotonic()
-    words, user_id, known = statement[1], statement[2], statement[4]
-    for word, was, df, edge in zip(words, known, rows[0][9], rows[0][10], strict=True):
-        if was is None and df is not None and df >= DF_CACHE_MIN:
+    words, user_id, known, edges = statement[1], statement[2], statement[4], statement[5]
+    returned = zip(words, known, edges, rows[0][9], rows[0][10], strict=True)
+    for word, was, sent, df, edge in returned:
+        if was is not None and edge == sent:
+            continue  # the known count, reused
+        if df is not None and df >= DF_CACHE_MIN:
             counts[(user_id, word)] = (df, edge, now)
+        elif was is not None:  # counted again (its oldest row went), now rare
+            counts.pop((user_id, word), None)
 
 
 def replies_of(rows: list[Any], first: int) -> dict[tuple[str, int], tuple[str, str]] | None:

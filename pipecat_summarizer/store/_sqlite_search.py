@@ -33,9 +33,14 @@ DF_CACHE_MIN = 200
 #: A hit row's score (``SearchHit.score``, BM25 negated).
 SCORE = 7
 
+#: Whether a kept count's oldest match is still there: its message, by id and time.
+_HELD = "SELECT 1 FROM messages WHERE id = ? AND at = ?"
+_NONE = (0, 0, 0.0, 0, 0, 0.0)
+
 #: (scope bounds, word) -> (messages matching, counted to ``cap``; the edge of a word with
-#: more, or 0; when; cap): see ``word_counts``.
-WordCounts = dict[tuple[tuple[int, int], str], tuple[int, int, float, int]]
+#: more, or 0; when; cap; the oldest match's rowid and its message's time): see
+#: ``word_counts``.
+WordCounts = dict[tuple[tuple[int, int], str], tuple[int, int, float, int, int, float]]
 
 
 def find(
@@ -237,7 +242,12 @@ def word_counts(
     """Each word's matches in the scope, counted to ``RANK_MATCHES + 1`` (a word with more
     is not ranked beside others), and for a word with more, the rowid of its
     ``RANK_MATCHES + 1``-th latest match: ``{word: (count, edge)}`` (``edge`` 0 for the
-    others). The edges are read only when no word has ``RANK_MATCHES`` or fewer."""
+    others). The edges are read only when no word has ``RANK_MATCHES`` or fewer.
+
+    A count kept in ``counts`` stands while the oldest match it counted is still there (one
+    read by primary key, its time compared: SQLite reuses a deleted row's id): a forget
+    deletes all the caller's messages, a purge the oldest, through any store object (another
+    process's: S11-A-6), and the word is counted afresh."""
     now = time.monotonic()
     if len(counts) > 20_000:
         counts.clear()
@@ -245,14 +255,25 @@ def word_counts(
     matches = "FROM messages_fts WHERE messages_fts MATCH ? AND rowid BETWEEN ? AND ?"
     found: dict[str, tuple[int, int]] = {}
     for w in dict.fromkeys(words):
-        n, edge, at, capped_at = counts.get((bounds, w), (0, 0, 0.0, 0))
-        if not n or now - at >= fresh_for(n) or capped_at != cap:
-            n = conn.execute(
-                f"SELECT count(*) FROM (SELECT 1 {matches} LIMIT ?)", (f'"{w}"', *bounds, cap)
-            ).fetchone()[0]
+        n, edge, at, capped_at, first, first_at = counts.get((bounds, w), _NONE)
+        if (
+            not n
+            or now - at >= fresh_for(n)
+            or capped_at != cap
+            or conn.execute(_HELD, (first & schema.ID_MASK, first_at)).fetchone() is None
+        ):
+            # the matches come in rowid order: the first is the oldest
+            n, first, first_at = conn.execute(
+                f"SELECT n, first, (SELECT at FROM messages WHERE id = first & {schema.ID_MASK})"
+                f" FROM (SELECT count(*) AS n, min(r) AS first FROM (SELECT rowid AS r {matches}"
+                " LIMIT ?))",
+                (f'"{w}"', *bounds, cap),
+            ).fetchone()
             edge = 0
             if n >= DF_CACHE_MIN:  # a rare word is cheap to count, and may be new
-                counts[(bounds, w)] = (n, 0, now, cap)
+                counts[(bounds, w)] = (n, 0, now, cap, first, first_at)
+            else:
+                counts.pop((bounds, w), None)
         found[w] = (n, edge)
     if any(0 < n < cap for n, _ in found.values()):
         return found
@@ -264,5 +285,6 @@ def word_counts(
             ).fetchone()[0]
             found[w] = (n, edge)
             if (bounds, w) in counts:
-                counts[(bounds, w)] = (n, edge, counts[(bounds, w)][2], cap)
+                _, _, at, _, first, first_at = counts[(bounds, w)]
+                counts[(bounds, w)] = (n, edge, at, cap, first, first_at)
     return found

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 from pipecat_summarizer.store import PostgresMemoryStore, open_store
 from pipecat_summarizer.store._postgres_search import KEEP_MATCHES
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
@@ -28,10 +26,6 @@ def _msg(call: str, i: int, text: str, at: float) -> ArchivedMessage:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S11-A-6: another store's cached count of a forgotten archive decides the search",
-)
 async def test_another_workers_cached_count_of_a_forgotten_caller(store_target):
     # on both backends (SQLite: two store objects on one file)
     worker, admin, fresh = (open_store(store_target) for _ in range(3))
