@@ -163,3 +163,41 @@ async def test_sqlite_reuses_a_count_while_its_oldest_match_stands(tmp_path, mon
         assert counts[(bounds, "card")][0] == 30
     finally:
         conn.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S12-C-1: SQLite's count of a shared scope after a forget elsewhere",
+)
+async def test_sqlite_a_forget_of_the_caller_sharing_the_scope_elsewhere(tmp_path):
+    # SQLite counts a word over the full-text scope (a 23-bit hash of the caller): bo and al
+    # share one. bo's message is the scope's oldest "card": the worker's kept count (al's
+    # thousands) stands after al is forgotten through another store object
+    bo, al = "u216", "u1449"
+    assert schema.scope_of(bo, "") == schema.scope_of(al, "")
+    worker, admin, fresh = (SQLiteMemoryStore(tmp_path / "m.db") for _ in range(3))
+    old = time.time() - 86400
+    keep = sqlite_search.RANK_MATCHES
+    try:
+        await worker.write([_msg("bo-0", 0, "my card was declined", old - 10, bo)])
+        await worker.write(
+            [_msg(f"al-{i // 500}", i % 500, f"card {i}", old + i, al) for i in range(keep + 50)]
+        )
+        assert await worker.search("card zebra", user_id=bo, any_word=True, limit=5)
+        await admin.forget(al)
+        now = time.time()
+        await admin.write(
+            [
+                _msg("bo-1", 0, "zebra print card holder", now, bo),
+                _msg("bo-1", 1, "the card again", now + 1, bo),
+            ]
+        )
+        want = await fresh.search("card zebra", user_id=bo, any_word=True, limit=10)
+        got = await worker.search("card zebra", user_id=bo, any_word=True, limit=10)
+    finally:
+        for store in (worker, admin, fresh):
+            await store.close()
+    assert len(want) == 3
+    assert sorted((h.call_id, h.position) for h in got) == sorted(
+        (h.call_id, h.position) for h in want
+    )
