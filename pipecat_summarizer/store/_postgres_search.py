@@ -256,8 +256,9 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
         WITH q AS MATERIALIZED (
             SELECT o, (SELECT min(lexeme) FROM unnest(to_tsvector('{cfg}', x))) AS lx, kdf, ke
             FROM unnest($1::text[], $4::int[], $5::int8[]) WITH ORDINALITY AS u(x, kdf, ke, o)),
-        -- a known count stands while the oldest row it counted does (one index probe): a
-        -- forget deletes all the caller's rows, a purge the oldest, in any process (S11-A-6)
+        -- a known count stands while the oldest row it counted does (one index probe: OFFSET
+        -- 0 keeps the subquery whole, pulled up each use of held probed again): a forget
+        -- deletes all the caller's rows, a purge the oldest, in any process (S11-A-6)
         l AS MATERIALIZED (
             SELECT row_number() OVER (ORDER BY lx)::int AS i, lx, n,
                 CASE WHEN held THEN kdf END AS kdf, CASE WHEN held THEN ke END AS ke
@@ -265,7 +266,7 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
                 SELECT g.*, EXISTS (SELECT 1 FROM message_words
                     WHERE scope = md5($2)::uuid AND word = g.lx AND id = g.ke) AS held
                 FROM (SELECT lx, count(*)::int AS n, max(kdf) AS kdf, max(ke) AS ke FROM q
-                    WHERE lx IS NOT NULL GROUP BY lx) g) h),
+                    WHERE lx IS NOT NULL GROUP BY lx) g OFFSET 0) h),
         d AS MATERIALIZED (
             SELECT l.i, l.lx, l.n, COALESCE(l.kdf, f.df) AS df, COALESCE(l.ke, f.edge) AS edge
             FROM l, LATERAL (
