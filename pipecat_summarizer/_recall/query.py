@@ -279,10 +279,22 @@ _GATHERING = re.compile(
 )
 
 
+# "all" that closes or checks a turn rather than asking for every piece (S12-A-2: "Thanks,
+# that's all" took a list question's largest block in any context)
+_NOT_GATHERING = re.compile(
+    r"\b(?:that'?s|that is|is that|was that|it'?s|is it|that was)\s+all\b"
+    r"(?!\s+(?:of|the|my|your|our|his|her|their|those|these)\b)"
+    r"|\ball\s+(?:that|this|set|good|right|done|clear|fine|okay|ok)\b|\b(?:at|after) all\b"
+    r"|\ball in all\b",
+    re.IGNORECASE,
+)
+
+
 def gathers(query: str) -> bool:
     """True for a question whose answer is usually in several places ("both", "all", "how
-    many times", "what activities")."""
-    return bool(_GATHERING.search(query))
+    many times", "what activities"); an "all" that closes or checks the turn ("that's all",
+    "did you get all that?", "at all") does not count."""
+    return bool(_GATHERING.search(_NOT_GATHERING.sub(" ", query)))
 
 
 def rare_terms(query: str, terms: Sequence[str], texts: Iterable[str]) -> set[str]:

@@ -201,11 +201,6 @@ async def test_an_injection_inside_a_list_question_stays_out_of_system_messages(
                 assert m.get("role") not in ("system", "developer")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S12-A-2: a closing phrase with 'all' ('Thanks, that's all') is taken for a list "
-    "question (select.lists via query.gathers): its block takes max_tokens in any context",
-)
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 async def test_thats_all_is_not_a_list_question(openai_server, store_target):
     openai_server.handler = plain
