@@ -5,6 +5,8 @@ LLM receives must be the same, and carry the dates."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from tests.attacks_s10.early_harness import one_call
@@ -25,7 +27,7 @@ def _target(request, backend: str, tmp_path, name: str) -> str:
     if backend == "sqlite":
         return str(tmp_path / f"{name}.db")
     server = request.getfixturevalue("pg_server")
-    return server.create_database(f"s11_early_{name}_{id(tmp_path) % 10**6}")
+    return server.create_database(f"s11_early_{name}_{uuid.uuid4().hex[:12]}")
 
 
 @pytest.mark.parametrize(
