@@ -282,19 +282,25 @@ _GATHERING = re.compile(
 # "all" that closes or checks a turn rather than asking for every piece (S12-A-2: "Thanks,
 # that's all" took a list question's largest block in any context)
 _NOT_GATHERING = re.compile(
-    r"\b(?:that'?s|that is|is that|was that|it'?s|is it|that was)\s+all\b"
+    r"\b(?:that'?s|that is|is that|was that|it'?s|is it|that was|that'?ll be|that will be)"
+    r"\s+(?:about\s+|really\s+)?all\b"
     r"(?!\s+(?:of|the|my|your|our|his|her|their|those|these)\b)"
-    r"|\ball\s+(?:that|this|set|good|right|done|clear|fine|okay|ok)\b|\b(?:at|after) all\b"
+    # "all that" ends a check ("did you get all that?"), not a clause ("all that I ordered")
+    r"|\ball\s+that\b(?!\s+(?:i|you|we|he|she|they|my)\b)"
+    r"|\ball\s+(?:this|set|good|right|done|clear|fine|okay|ok)\b|\b(?:at|after) all\b"
     r"|\ball in all\b",
     re.IGNORECASE,
 )
+
+# typographic apostrophes ("that’s all") read as the plain one
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
 
 def gathers(query: str) -> bool:
     """True for a question whose answer is usually in several places ("both", "all", "how
     many times", "what activities"); an "all" that closes or checks the turn ("that's all",
     "did you get all that?", "at all") does not count."""
-    return bool(_GATHERING.search(_NOT_GATHERING.sub(" ", query)))
+    return bool(_GATHERING.search(_NOT_GATHERING.sub(" ", query.translate(_APOSTROPHES))))
 
 
 def rare_terms(query: str, terms: Sequence[str], texts: Iterable[str]) -> set[str]:
