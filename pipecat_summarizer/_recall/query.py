@@ -287,8 +287,10 @@ _NOT_GATHERING = re.compile(
     r"(?!\s+(?:of|the|my|your|our|his|her|their|those|these)\b)"
     # "all that" ends a check ("did you get all that?"), not a clause ("all that I ordered")
     r"|\ball\s+that\b(?!\s+(?:i|you|we|he|she|they|my)\b)"
-    r"|\ball\s+(?:this|set|good|right|done|clear|fine|okay|ok)\b|\b(?:at|after) all\b"
-    r"|\ball in all\b",
+    r"|\ball\s+(?:this|set|good|right|done|clear|fine|okay|ok|sorted)\b"
+    r"|\ball the best\b(?!\s+\w)"  # a farewell, not "all the best restaurants"
+    r"|\b(?:at|after) all\b|\ball in all\b"
+    r"|\bfor all (?:your|the|of your) (?:help|time|trouble)\b|\b(?:bye|thanks|cheers),? all\b",
     re.IGNORECASE,
 )
 

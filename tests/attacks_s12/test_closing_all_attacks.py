@@ -33,6 +33,10 @@ CLOSING = [
     "That's about all, bye.",
     "THAT'S REALLY ALL.",
     "Did you get ALL THAT?",
+    "Thanks for all your help!",
+    "All sorted, thanks.",
+    "You’ve been a great help, all the best.",
+    "Ok that's it, bye all.",
 ]
 #: Real list questions: must still gather ("all that I ordered" failed before).
 ASKING = [
@@ -45,6 +49,8 @@ ASKING = [
     "List all that you noted about my allergies.",
     "Were those all the rooms you’ve got on file?",
     "What’s every room I had at the Marquis?",
+    "Did I tell you about all the best restaurants I went to?",
+    "What did I say about all the help I asked for with the visa?",
 ]
 
 
