@@ -111,3 +111,14 @@ async def test_a_curly_closing_all_keeps_the_small_block(openai_server, store_ta
     assert len(blocks) == 1
     counter = EstimateTokenCounter()
     assert counter.count_message({"role": "user", "content": blocks[0]}) <= 700
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S12-B-3: a closing 'all of it' / 'it all' still reads as a list question",
+)
+@pytest.mark.parametrize(
+    "text", ["That’s all of it, thanks.", "I think that covers it all.", "Okay, I got all of it."]
+)
+def test_a_closing_all_of_it_is_no_list_question(text):
+    assert not gathers(text)
