@@ -29,7 +29,7 @@ from typing import Any
 from pipecat_summarizer._recall.select import Snippet, View, select_hits
 from pipecat_summarizer._text.vocabulary import search_stem as stem
 from pipecat_summarizer.params import RecallParams
-from pipecat_summarizer.store._rows import BEFORE_HITS, Before
+from pipecat_summarizer.store._rows import BEFORE_HITS, Before, said_before
 
 #: The most of an archived message's text recall reads (characters, ~500 tokens: more than a
 #: spoken turn; a cleared tool result can be 30 KB): the part around the first searched word.
@@ -132,9 +132,7 @@ async def read_around(
         if m is not None and _same_caller(h, m):
             replies[(h.call_id, h.position)] = (str(m.role), str(m.content))
     for h, m in zip(before, found[len(after) :], strict=True):
-        mine = m is not None and getattr(m, "user_id", None) == getattr(h, "user_id", None)
-        said = (str(m.role), str(m.content), int(m.turn), float(m.at)) if mine else None
-        befores[(h.call_id, h.position)] = said
+        befores[(h.call_id, h.position)] = said_before(h, m)
 
 
 def known_befores(

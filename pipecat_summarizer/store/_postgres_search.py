@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from pipecat_summarizer.store._postgres_schema import SCOPED_TSV, session_key
-from pipecat_summarizer.store._rows import BEFORE_HITS, Before, Hits
+from pipecat_summarizer.store._rows import BEFORE_HITS, Before, Hits, said_before
 from pipecat_summarizer.store.base import query_words
 
 #: A search ranks at most this many of the scope's matches, the latest (as on SQLite): the
@@ -421,10 +421,10 @@ async def read_around(store: Any, hits: list[Any], first: int, user_id: str | No
         for k, m in zip(after, found[: len(after)], strict=True)
         if m and (user_id is None or m.user_id == user_id)
     }
-    befores: dict[tuple[str, int], Before | None] = {}
-    for h, m in zip(near, found[len(after) :], strict=True):
-        mine = m is not None and m.user_id == h.user_id
-        befores[(h.call_id, h.position)] = (m.role, m.content, m.turn, m.at) if mine else None
+    befores = {
+        (h.call_id, h.position): said_before(h, m)
+        for h, m in zip(near, found[len(after) :], strict=True)
+    }
     return Hits(hits, replies, befores)
 
 

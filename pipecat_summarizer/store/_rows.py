@@ -214,6 +214,15 @@ BEFORE_HITS = 3
 Before = tuple[str, str, int, float]
 
 
+def said_before(hit: Any, message: Any) -> Before | None:
+    """``message`` (read at ``hit``'s call key, the position before) as ``hit``'s before,
+    when it is the same caller's (as the stores' statements: ``user_id`` equal, both
+    ``None`` included); ``None`` otherwise."""
+    if message is None or getattr(message, "user_id", None) != getattr(hit, "user_id", None):
+        return None
+    return (str(message.role), str(message.content), int(message.turn), float(message.at))
+
+
 class Hits(list):
     """A search's hits, and the messages around the first of them: ``replies``,
     ``{(call_id, position): (role, content)}`` of the message that followed a hit (either
