@@ -13,15 +13,7 @@ import time
 import pytest
 
 from pipecat_summarizer._recall.query import gathers
-from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer._recall.select import lists
-from pipecat_summarizer._text.tokens import EstimateTokenCounter
-from pipecat_summarizer.params import RecallParams
-from pipecat_summarizer.store import open_store
-from tests.attacks_s12.test_list_attacks import ROOMS
-from tests.recall.test_attacks_dates import archived, plain, utc
-from tests.support.openai_server import is_summary_request
-from tests.support.recall_calls import recall_call
 
 #: Closing phrases the rule of 4153916 still took for list questions (all fail before).
 CLOSING = [
@@ -82,35 +74,14 @@ def test_a_hostile_question_is_read_quickly():
             gathers(text)
         worst = max(worst, (time.perf_counter() - started) / 50)
     print(f"gathers, 2,000 hostile characters: worst {worst * 1e3:.3f} ms")
-    assert all(len(t) == 2000 for t in hostile)
-
-
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
-async def test_a_curly_closing_all_keeps_the_small_block(openai_server, store_target):
-    # as test_list_attacks.test_thats_all_is_not_a_list_question, with "’" (fails before:
-    # the list's larger block, over request_tokens)
-    openai_server.handler = plain
-    store = open_store(store_target)
-    recall = RecallParams(
-        latency_budget_s=5.0, max_tokens=1600, min_tokens=100, max_snippets=48, request_tokens=700
-    )
-    said = [
-        f"Tell me about the spa, day {i}: the sauna, the pool and the towels, please, in detail."
-        for i in range(6)
+    # read as their words say: no "all", or nothing but "all"
+    assert [gathers(t) for t in (hostile[0], hostile[1], hostile[2], hostile[3], hostile[5])] == [
+        False,
+        False,
+        True,
+        False,
+        False,
     ]
-    closing = "Thanks, that’s all about the Marquis rooms."
-    try:
-        await store.write(archived(ROOMS, call_id="a1", at=utc(2026, 4, 1), user_id="alice"))
-        await recall_call(
-            openai_server, store, [*said, closing], call_id="q1", recall=recall, system="Hi."
-        )
-    finally:
-        await store.close()
-    last = [b for b in openai_server.chat_requests if not is_summary_request(b)][-1]
-    blocks = [str(m["content"]) for m in last["messages"] if is_recall_message(m)]
-    assert len(blocks) == 1
-    counter = EstimateTokenCounter()
-    assert counter.count_message({"role": "user", "content": blocks[0]}) <= 700
 
 
 @pytest.mark.xfail(

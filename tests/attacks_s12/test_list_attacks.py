@@ -201,8 +201,16 @@ async def test_an_injection_inside_a_list_question_stays_out_of_system_messages(
                 assert m.get("role") not in ("system", "developer")
 
 
+@pytest.mark.parametrize(
+    "closing",
+    [
+        "Thanks, that's all about the Marquis rooms.",
+        "Thanks, that\u2019s all about the Marquis rooms.",
+    ],
+    ids=["straight", "curly"],
+)
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
-async def test_thats_all_is_not_a_list_question(openai_server, store_target):
+async def test_thats_all_is_not_a_list_question(openai_server, store_target, closing):
     openai_server.handler = plain
     store = open_store(store_target)
     # a long-ish context for its request_tokens: the cap of a question about one thing is
@@ -214,7 +222,6 @@ async def test_thats_all_is_not_a_list_question(openai_server, store_target):
         f"Tell me about the spa, day {i}: the sauna, the pool and the towels, please, in detail."
         for i in range(6)
     ]
-    closing = "Thanks, that's all about the Marquis rooms."
     try:
         await store.write(archived(ROOMS, call_id="a1", at=utc(2026, 4, 1), user_id="alice"))
         await recall_call(
