@@ -14,6 +14,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from pipecat_summarizer._recall.closings import without_closings
 from pipecat_summarizer._text.messages import spoken_text
 from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer._text.vocabulary import (
@@ -279,30 +280,11 @@ _GATHERING = re.compile(
 )
 
 
-# "all" that closes or checks a turn rather than asking for every piece (S12-A-2: "Thanks,
-# that's all" took a list question's largest block in any context)
-_NOT_GATHERING = re.compile(
-    r"\b(?:that'?s|that is|is that|was that|it'?s|is it|that was|that'?ll be|that will be)"
-    r"\s+(?:about\s+|really\s+)?all\b"
-    r"(?!\s+(?:of|the|my|your|our|his|her|their|those|these)\b)"
-    # "all that" ends a check ("did you get all that?"), not a clause ("all that I ordered")
-    r"|\ball\s+that\b(?!\s+(?:i|you|we|he|she|they|my)\b)"
-    r"|\ball\s+(?:this|set|good|right|done|clear|fine|okay|ok|sorted)\b"
-    r"|\ball the best\b(?!\s+\w)"  # a farewell, not "all the best restaurants"
-    r"|\b(?:at|after) all\b|\ball in all\b"
-    r"|\bfor all (?:your|the|of your) (?:help|time|trouble)\b|\b(?:bye|thanks|cheers),? all\b",
-    re.IGNORECASE,
-)
-
-# typographic apostrophes ("that’s all") read as the plain one
-_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
-
-
 def gathers(query: str) -> bool:
     """True for a question whose answer is usually in several places ("both", "all", "how
     many times", "what activities"); an "all" that closes or checks the turn ("that's all",
-    "did you get all that?", "at all") does not count."""
-    return bool(_GATHERING.search(_NOT_GATHERING.sub(" ", query.translate(_APOSTROPHES))))
+    "did you get all that?", "at all", "I think that covers it all.") does not count."""
+    return bool(_GATHERING.search(without_closings(query)))
 
 
 def rare_terms(query: str, terms: Sequence[str], texts: Iterable[str]) -> set[str]:

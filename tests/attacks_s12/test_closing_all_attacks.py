@@ -84,10 +84,6 @@ def test_a_hostile_question_is_read_quickly():
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S12-B-3: a closing 'all of it' / 'it all' still reads as a list question",
-)
 @pytest.mark.parametrize(
     "text", ["That’s all of it, thanks.", "I think that covers it all.", "Okay, I got all of it."]
 )
