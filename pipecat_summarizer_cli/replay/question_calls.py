@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pipecat.processors.aggregators.llm_context import LLMContext
 
@@ -38,7 +38,6 @@ from pipecat_summarizer import (
     RecallParams,
     RecallPrefetch,
     WriterParams,
-    is_recall_message,
 )
 from pipecat_summarizer.store import MemoryStore
 from pipecat_summarizer_cli.replay.backends import (
@@ -59,13 +58,12 @@ from pipecat_summarizer_cli.replay.question_relevance import (
     evidence_lines,
     evidence_present,
     evidence_snippets,
-    normalize,
-    snippet_quotes,
 )
+from pipecat_summarizer_cli.replay.question_rows import question_row, read_request
 from pipecat_summarizer_cli.replay.question_scores import STRATEGIES, Scores
 from pipecat_summarizer_cli.replay.question_store import QuestionStore
 from pipecat_summarizer_cli.replay.recorder import Recorder
-from pipecat_summarizer_cli.replay.report import TokenTable, request_text
+from pipecat_summarizer_cli.replay.report import TokenTable
 from pipecat_summarizer_cli.replay.strategies import PipecatBuiltin, Setup, Thresholds
 from pipecat_summarizer_cli.replay.transcript import Turn, context_messages
 
@@ -189,10 +187,6 @@ def _early(asking: CallDriver) -> int:
     )
 
 
-def _tokens(table_: TokenTable, messages: Sequence[str]) -> int:
-    return sum(table_.message(m) for m in messages)
-
-
 async def _ask_all(
     call: CallDriver,
     state: list,
@@ -203,32 +197,34 @@ async def _ask_all(
     *,
     recall: bool = False,
     pause_s: float = 0.0,
+    step: Any = None,
 ) -> None:
     """Ask each question on a copy of ``state``; score its request (``recall``: the
     strategy recalls, so its block's tokens and snippets are counted, 0 without a block;
-    ``pause_s`` before each question)."""
+    ``pause_s`` before each question; ``step``: the recall step, whose counters say whether
+    a question's search was late) and keep its row."""
     for item in qa:
         if recall and pause_s > 0:
             await asyncio.sleep(pause_s)
         call.context.set_messages(copy.deepcopy(state))
-        messages = await call.ask(item.question)
-        decoded = [json.loads(m) for m in messages]
-        if not scores.score(item, request_text(decoded)):  # LoCoMo's and a corrected answer
+        missed, early = (step.missed, _early(call)) if step is not None else (0, 0)
+        asked = read_request(await call.ask(item.question), table_.message)
+        if not scores.score(item, asked.text):  # LoCoMo's and a corrected answer
             continue
-        scores.input_tokens += _tokens(table_, messages)
-        blocks = [(s, d) for s, d in zip(messages, decoded, strict=True) if is_recall_message(d)]
-        scores.recalled += bool(blocks)
-        block = "\n".join(str(d["content"]) for _, d in blocks)
-        quotes = snippet_quotes(block)
+        scores.input_tokens += asked.tokens
+        scores.recalled += asked.recalled
         evidence = evidence_lines(evidence_ids(item.evidence), lines)
         if recall:
-            scores.block_tokens.append(sum(table_.message(s) for s, _ in blocks))
-            scores.snippets += len(quotes)
-            scores.evidence_snippets += evidence_snippets(quotes, evidence)
-        scores.blocks.append((item.question, block))
+            scores.block_tokens.append(asked.block_tokens)
+            scores.snippets += len(asked.quotes)
+            scores.evidence_snippets += evidence_snippets(asked.quotes, evidence)
+        scores.blocks.append((item.question, asked.block))
         if evidence:
-            in_view = [normalize(request_text([d])) for d in decoded if not is_recall_message(d)]
-            scores.evidence.append(evidence_present(in_view, quotes, evidence) / len(evidence))
+            found = evidence_present(asked.in_view, asked.quotes, evidence)
+            scores.evidence.append(found / len(evidence))
+        late = step.missed > missed if step is not None else None
+        early_ = _early(call) > early if step is not None else None
+        scores.rows.append(question_row(item, asked, lines, late=late, early=early_))
 
 
 async def _settle(store: MemoryStore, call_id: str, poll_s: float = 0.1) -> None:
@@ -361,6 +357,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
                 conv.lines,
                 recall=recall is not None,
                 pause_s=plan.pause_s,
+                step=q.recall_step,
             )
             await asking.end()
             if q.recall_step is not None:
@@ -478,6 +475,7 @@ async def across_calls(
                 conv.lines,
                 recall=recall is not None,
                 pause_s=plan.pause_s,
+                step=q.recall_step,
             )
             await asking.end()
             if q.recall_step is not None:

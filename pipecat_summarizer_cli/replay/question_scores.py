@@ -12,6 +12,7 @@ sets on the same request, and :func:`table` prints both. Pure: no pipeline, no I
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipecat_summarizer_cli.replay.gold_answers import CorrectedQA
 from pipecat_summarizer_cli.replay.locomo import QAItem, content_words, words
@@ -54,6 +55,9 @@ class Scores:
             (in view or in the recalled block).
         blocks: Per question scored, ``(question, recalled block text or "")`` (for reading
             a run; not in the JSON report).
+        rows: Per question scored, its row (see
+            :func:`~pipecat_summarizer_cli.replay.question_rows.question_row`): the JSON
+            report's ``"questions"``.
     """
 
     shares: dict[int, list[float]] = field(default_factory=dict)
@@ -67,6 +71,7 @@ class Scores:
     evidence_snippets: int = 0
     evidence: list[float] = field(default_factory=list)
     blocks: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    rows: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def add(self, category: int | None, share: float, corrected: float | None = None) -> None:
         """One question's share (``corrected``: its share against a corrected answer, the
@@ -110,6 +115,7 @@ class Scores:
         self.evidence_snippets += other.evidence_snippets
         self.evidence.extend(other.evidence)
         self.blocks.extend(other.blocks)
+        self.rows.extend(other.rows)
 
     def recall(self, category: int | None = None, *, corrected: bool = False) -> float:
         """Mean share (of one category, or item-weighted over all; ``corrected``: against

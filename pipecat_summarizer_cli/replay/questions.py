@@ -26,6 +26,12 @@ overall (item-weighted); ``input`` is the questions' requests' tokens against th
 buffer's. The scoring (shares, per-strategy scores, the table) is in
 :mod:`~pipecat_summarizer_cli.replay.question_scores`; the calls are run by
 :mod:`~pipecat_summarizer_cli.replay.question_calls`; this module is the command.
+
+``--json PATH`` writes the scores and, under ``"questions"``, one row per conversation,
+measurement, strategy and question: what its request held (the answer's share, the block's
+tokens and snippets, each evidence id held or not, a late search; see
+:mod:`~pipecat_summarizer_cli.replay.question_rows`). Across calls, the full buffer's rows are
+question time's (the same run, reused as the ceiling).
 """
 
 from __future__ import annotations
@@ -202,7 +208,12 @@ def register(subparsers: Any) -> None:
         "list (question_id locomo_<i>_qa<n>, i the conversation's index in the --locomo file; "
         "error_type, correct_answer); a question it lacks keeps LoCoMo's answer",
     )
-    p.add_argument("--json", metavar="PATH", help="also write the scores as JSON")
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the scores as JSON, with a row per strategy and question "
+        '("questions": what each request held, see replay/question_rows.py)',
+    )
     p.set_defaults(run=run)
 
 
@@ -352,6 +363,7 @@ async def _main(
     total = {s: Scores() for s in STRATEGIES}
     across_total: dict[str, Scores] = {s: Scores() for s in STRATEGIES}
     report: dict[str, Any] = {"conversations": {}}
+    rows: list[dict[str, Any]] = []  # per conversation, measurement, strategy and question
     t0 = time.perf_counter()
     for sid, sample in samples:
         conv = convert(sample, sid)
@@ -371,11 +383,13 @@ async def _main(
         if answers is not None:
             for s, v in scores.items():
                 entry[s]["recall_corrected"] = v.recall(corrected=True)
+        rows += _rows(sid, "question_time", scores)
         line = "  ".join(f"{s} {v.recall():.1%}" for s, v in scores.items())
         if args.across_calls:
             across = await across_calls(conv, plan, full=scores["full_buffer"])
             for s, v in across.items():
                 across_total[s].merge(v)
+            rows += _rows(sid, "across_calls", across)  # its full buffer: question time's
             entry["across_calls"] = {
                 s: {"recall": v.recall(), "evidence_recall": v.evidence_recall()}
                 for s, v in across.items()
@@ -423,6 +437,16 @@ async def _main(
             report["relevance"]["across_calls"] = {
                 s: v.relevance() for s, v in across_total.items()
             }
+        report["questions"] = rows
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)
     return 0
+
+
+def _rows(sid: str, measurement: str, scores: dict[str, Scores]) -> list[dict[str, Any]]:
+    """One conversation's question rows of ``measurement``, each strategy's, labelled."""
+    return [
+        {"conversation": sid, "measurement": measurement, "strategy": s, **row}
+        for s, v in scores.items()
+        for row in v.rows
+    ]
