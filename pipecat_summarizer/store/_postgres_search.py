@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pipecat_summarizer.store._postgres_schema import SCOPED_TSV, session_key
+from pipecat_summarizer.store._postgres_schema import EVERYONE, SCOPED_TSV, session_key
 from pipecat_summarizer.store._rows import BEFORE_HITS, Before, Hits, said_before
 from pipecat_summarizer.store.base import query_words
 
@@ -24,7 +24,7 @@ HIT_KEYS = tuple("call_id position turn at role content removed_by score user_id
 HIT_SHAPES = (
     HIT_KEYS,
     (*HIT_KEYS, "df", "edge", "reply_role", "reply_content")
-    + ("before_role", "before_content", "before_turn", "before_at"),
+    + ("before_role", "before_content", "before_turn", "before_at", "removals"),
 )
 #: The largest search ``limit`` sent (PostgreSQL binds it as an int4): a larger one reads
 #: every match, as this does.
@@ -47,8 +47,9 @@ DF_CACHE_MIN = 200
 SLOTS = 8
 FUNCTION = "pg_temp.pcs_caller_search"
 
-#: (caller, word) -> (rows counted, the oldest of them, when): see ``caller_search_sql``.
-WordCounts = dict[tuple[str, str], tuple[int, int, float]]
+#: (caller, word) -> (rows counted, the oldest of them, when, the caller's removals then):
+#: see ``caller_search_sql``.
+WordCounts = dict[tuple[str, str], tuple[int, int, float, int]]
 #: PostgreSQL's own text-search configurations: a snowball stemmer (or ``simple``) gives a
 #: word at most one lexeme, which the word index's search needs (see
 #: ``caller_search_sql``); another configuration (an ispell or thesaurus dictionary may
@@ -172,10 +173,12 @@ def caller_search_sql(
     same smaller count by lexeme (SQLite's order: by their oldest row, the two backends
     ranked different words). A count of
     ``DF_CACHE_MIN`` rows or more found in ``counts`` (younger than :func:`fresh_for`) is
-    not counted again while its ``edge`` row (the oldest id counted) is still in the index:
-    a forget or a purge through another store object (another process) deleted it, and the
-    word is counted afresh. Each row the statement returns carries the words' counts
-    (``df``, and ``edge``), for :func:`remember_counts`.
+    not counted again while the caller's removals (schema v8: ``removals``, bumped by a
+    trigger in every transaction that deletes their messages: a purge, a forget, through any
+    store object, in any process) are what they were when it was counted; read in the same
+    statement (one index probe), so of the same snapshot as what it counts. Each row the
+    statement returns carries the words' counts (``df``, and ``edge``) and the removals
+    (``removals``), for :func:`remember_counts`.
 
     Over the words it keeps, the hits and the scores are :func:`search_sql`'s: the same
     window (the latest ``RANK_MATCHES`` matches), the same score, the same ties. Each kept
@@ -209,18 +212,21 @@ def caller_search_sql(
     distinct = sorted(set(words))
     known: list[int | None] = []
     edges: list[int | None] = []
+    removals: list[int | None] = []
     now = time.monotonic()
     for word in distinct:
-        df, edge, at = (counts or {}).get((user_id, word), (0, 0, 0.0))
+        df, edge, at, removed = (counts or {}).get((user_id, word), (0, 0, 0.0, 0))
         fresh = now - at < fresh_for(df)
         known.append(df if fresh else None)
         edges.append(edge if fresh else None)
+        removals.append(removed if fresh else None)
     replies = min(max(0, int(replies)), MAX_SEARCH_LIMIT)
+    args = (distinct, user_id, limit, known, edges, removals)
     if function and len(distinct) <= SLOTS:
-        sql = f"SELECT * FROM {FUNCTION}($1, $2, $3, $4, $5, $6, $7, $8)"
-        return (sql, distinct, user_id, limit, known, edges, window, KEEP_MATCHES, replies)
-    sql = caller_statement(cfg, len(distinct), str(window), str(KEEP_MATCHES), "$6")
-    return (sql, distinct, user_id, limit, known, edges, replies)
+        sql = f"SELECT * FROM {FUNCTION}($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        return (sql, *args, window, KEEP_MATCHES, replies)
+    sql = caller_statement(cfg, len(distinct), str(window), str(KEEP_MATCHES), "$7")
+    return (sql, *args, replies)
 
 
 def fresh_for(df: int) -> float:
@@ -238,9 +244,10 @@ def fresh_for(df: int) -> float:
 
 def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str) -> str:
     """The SQL of :func:`caller_search_sql` for ``slots`` distinct words (at most), over
-    ``$1`` the words, ``$2`` the caller, ``$3`` the limit, ``$4`` and ``$5`` the words'
-    known counts and oldest ids counted; ``window``, ``keep`` and ``replies`` (how many of
-    the first hits carry their reply) are SQL expressions."""
+    ``$1`` the words, ``$2`` the caller, ``$3`` the limit, ``$4``, ``$5`` and ``$6`` the
+    words' known counts, oldest ids counted and the caller's removals they were counted at;
+    ``window``, ``keep`` and ``replies`` (how many of the first hits carry their reply) are
+    SQL expressions."""
     # one read per word (the i-th lexeme; none when words share a lexeme, a word has none or
     # is not kept), each in the index's order. Its LIMIT is a subquery: the planner cannot
     # fold it, so it plans the read for its first rows (a backward index scan that stops
@@ -254,19 +261,19 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
     )
     sql = f"""
         WITH q AS MATERIALIZED (
-            SELECT o, (SELECT min(lexeme) FROM unnest(to_tsvector('{cfg}', x))) AS lx, kdf, ke
-            FROM unnest($1::text[], $4::int[], $5::int8[]) WITH ORDINALITY AS u(x, kdf, ke, o)),
-        -- a known count stands while the oldest row it counted does (one index probe: OFFSET
-        -- 0 keeps the subquery whole, pulled up each use of held probed again): a forget
-        -- deletes all the caller's rows, a purge the oldest, in any process (S11-A-6)
+            SELECT o, (SELECT min(lexeme) FROM unnest(to_tsvector('{cfg}', x))) AS lx, kdf, ke,
+                kr FROM unnest($1::text[], $4::int[], $5::int8[], $6::int8[])
+                WITH ORDINALITY AS u(x, kdf, ke, kr, o)),
+        -- the caller's removals (and a TRUNCATE's): a known count stands while they are
+        -- what they were when it was counted
+        v AS MATERIALIZED (
+            SELECT COALESCE(sum(n), 0)::int8 AS removals FROM removals
+            WHERE scope IN (md5($2)::uuid, '{EVERYONE}')),
         l AS MATERIALIZED (
-            SELECT row_number() OVER (ORDER BY lx)::int AS i, lx, n,
-                CASE WHEN held THEN kdf END AS kdf, CASE WHEN held THEN ke END AS ke
-            FROM (
-                SELECT g.*, EXISTS (SELECT 1 FROM message_words
-                    WHERE scope = md5($2)::uuid AND word = g.lx AND id = g.ke) AS held
-                FROM (SELECT lx, count(*)::int AS n, max(kdf) AS kdf, max(ke) AS ke FROM q
-                    WHERE lx IS NOT NULL GROUP BY lx) g OFFSET 0) h),
+            SELECT row_number() OVER (ORDER BY lx)::int AS i, lx, count(*)::int AS n,
+                max(kdf) FILTER (WHERE kr = v.removals) AS kdf,
+                max(ke) FILTER (WHERE kr = v.removals) AS ke
+            FROM q, v WHERE lx IS NOT NULL GROUP BY lx),
         d AS MATERIALIZED (
             SELECT l.i, l.lx, l.n, COALESCE(l.kdf, f.df) AS df, COALESCE(l.ke, f.edge) AS edge
             FROM l, LATERAL (
@@ -314,7 +321,7 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
         SELECT h.call_id, h.position, h.turn, h.at, h.role, h.content, h.removed_by, h.score,
             h.user_id, h.df, h.edge, n.role AS reply_role, n.content AS reply_content,
             b.role AS before_role, b.content AS before_content, b.turn AS before_turn,
-            b.at AS before_at
+            b.at AS before_at, (SELECT removals FROM v) AS removals
         FROM (
             SELECT m.call_id, m.position, m.turn, m.at, m.role, m.content, m.removed_by,
                 r.score, m.user_id,
@@ -350,13 +357,14 @@ def function_sql(cfg: str) -> str:
     nothing is written to the database) for the text-search configuration ``cfg``. Its
     arguments are ``caller_statement``'s, then the window, ``KEEP_MATCHES`` and how many
     hits carry their reply."""
-    body = caller_statement(cfg, SLOTS, "$6", "$7", "$8")
+    body = caller_statement(cfg, SLOTS, "$7", "$8", "$9")
     return f"""
-        CREATE OR REPLACE FUNCTION {FUNCTION}(text[], text, int, int[], int8[], int, int, int)
+        CREATE OR REPLACE FUNCTION {FUNCTION}(
+            text[], text, int, int[], int8[], int8[], int, int, int)
         RETURNS TABLE(call_id text, "position" int, turn int, at float8, role text,
             content text, removed_by text, score float8, user_id text, df int[], edge int8[],
             reply_role text, reply_content text, before_role text, before_content text,
-            before_turn int, before_at float8)
+            before_turn int, before_at float8, removals int8)
         LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $body$
         #variable_conflict use_column
         BEGIN
@@ -367,21 +375,21 @@ def function_sql(cfg: str) -> str:
 def remember_counts(counts: WordCounts, statement: tuple[Any, ...], rows: list[Any]) -> None:
     """Keep in ``counts`` the common words' counts a search by caller (``statement``, from
     :func:`caller_search_sql`) returned with its ``rows``: those it counted, and those it
-    counted again because their edge row went (a known count comes back with the edge
-    sent)."""
-    if not rows or len(rows[0]) < 11:
+    counted again because the caller's removals changed since (a known count comes back
+    with the removals sent), each with the removals it was counted at."""
+    if not rows or len(rows[0]) < len(HIT_SHAPES[1]):
         return  # no hit (nothing counted comes back), or not a search by caller
     if len(counts) > 20_000:
         counts.clear()
     now = time.monotonic()
-    words, user_id, known, edges = statement[1], statement[2], statement[4], statement[5]
-    returned = zip(words, known, edges, rows[0][9], rows[0][10], strict=True)
-    for word, was, sent, df, edge in returned:
-        if was is not None and edge == sent:
+    words, user_id, known, sent = statement[1], statement[2], statement[4], statement[6]
+    removals = rows[0][17]
+    for word, was, at, df, edge in zip(words, known, sent, rows[0][9], rows[0][10], strict=True):
+        if was is not None and at == removals:
             continue  # the known count, reused
         if df is not None and df >= DF_CACHE_MIN:
-            counts[(user_id, word)] = (df, edge, now)
-        elif was is not None:  # counted again (its oldest row went), now rare
+            counts[(user_id, word)] = (df, edge, now, removals)
+        elif was is not None:  # counted again (a message of the caller's went), now rare
             counts.pop((user_id, word), None)
 
 

@@ -51,6 +51,7 @@ STORE_TABLES = frozenset(
         "caller_facts",
         "forgotten",
         "forget_pending",
+        "removals",
     }
 )
 
@@ -151,6 +152,15 @@ MIGRATIONS: dict[int, list[str]] = {
     6: [],  # v6 keeps PostgreSQL's word index through TRUNCATE
     # v7: the forgets whose deletes are still to be done (see ``_sqlite_forget``)
     7: ["CREATE TABLE forget_pending(user_id TEXT PRIMARY KEY, at REAL NOT NULL)"],
+    # v8: the messages deleted so far (a purge's, a forget's, anyone's), counted in the
+    # deleting transaction: a word count a search keeps stands while this is unchanged
+    # (``_sqlite_search.word_counts``)
+    8: [
+        "CREATE TABLE removals(id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+        "INSERT INTO removals VALUES (1, 0)",
+        """CREATE TRIGGER messages_removed AFTER DELETE ON messages BEGIN
+            UPDATE removals SET n = n + 1 WHERE id = 1; END""",
+    ],
 }
 
 

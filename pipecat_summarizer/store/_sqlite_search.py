@@ -33,14 +33,14 @@ DF_CACHE_MIN = 200
 #: A hit row's score (``SearchHit.score``, BM25 negated).
 SCORE = 7
 
-#: Whether a kept count's oldest match is still there: its message, by id and time.
-_HELD = "SELECT 1 FROM messages WHERE id = ? AND at = ?"
-_NONE = (0, 0, 0.0, 0, 0, 0.0)
+#: The messages deleted so far (schema v8: a trigger counts them in the deleting transaction),
+#: and a second row: the search holds the statement open (see ``find``).
+_REMOVALS = "SELECT n FROM removals WHERE id = 1 UNION ALL SELECT NULL"
+_NONE = (0, 0, 0.0, 0, -1)
 
 #: (scope bounds, word) -> (messages matching, counted to ``cap``; the edge of a word with
-#: more, or 0; when; cap; the oldest match's rowid and its message's time): see
-#: ``word_counts``.
-WordCounts = dict[tuple[tuple[int, int], str], tuple[int, int, float, int, int, float]]
+#: more, or 0; when; cap; the removals counted then): see ``word_counts``.
+WordCounts = dict[tuple[tuple[int, int], str], tuple[int, int, float, int, int]]
 
 
 def find(
@@ -55,11 +55,35 @@ def find(
     """The best ``limit`` messages matching ``words`` (all of them, or any with
     ``any_word``) among the latest ``RANK_WINDOW`` matches, or all of them when those hold
     fewer (see ``RANK_WINDOW``), run in the store's thread (``call_id`` already a session
-    key). ``counts`` caches common words' counts across searches."""
+    key). ``counts`` caches common words' counts across searches.
+
+    The search reads one snapshot: its first statement, the database's removals (see
+    ``word_counts``), is held open until it ends, so the words are counted in the snapshot
+    the removals were read in; and an interrupt (a search nobody waits for any more) stops
+    it at any step (one that came as a statement ended was forgotten with it, and the search
+    ran on)."""
+    held = conn.execute(_REMOVALS)
+    try:
+        removals = held.fetchone()[0]
+        return _find(conn, counts, words, user_id, call_id, limit, any_word, removals)
+    finally:
+        held.close()
+
+
+def _find(
+    conn: sqlite3.Connection,
+    counts: WordCounts,
+    words: list[str],
+    user_id: str | None,
+    call_id: str | None,
+    limit: int,
+    any_word: bool,
+    removals: int,
+) -> list[tuple]:
     bounds = search_bounds(conn, user_id, call_id)
     if bounds is None:
         return []  # a call with no archived messages
-    ranked = rarest(conn, counts, words, bounds) if any_word else words
+    ranked = rarest(conn, counts, words, bounds, removals) if any_word else words
     if not ranked:
         return []
     # every word quoted: FTS5 operators in the caller's words are just words
@@ -202,6 +226,7 @@ def rarest(
     counts: WordCounts,
     words: Sequence[str],
     bounds: tuple[int, int],
+    removals: int,
 ) -> list[str]:
     """The words an any-word search ranks: the rarest in the scope's messages first,
     while their matches stay within ``RANK_MATCHES`` (always the rarest one). A word in
@@ -211,7 +236,7 @@ def rarest(
     ``word_counts``); when every word has more, the rarest is the one whose latest
     ``RANK_MATCHES + 1`` matches reach furthest back (the rarest lately: counting a
     common word's ~40,000 matches at 1M archived messages in full costs 2 ms)."""
-    found = word_counts(conn, counts, words, bounds)
+    found = word_counts(conn, counts, words, bounds, removals)
     counted = sorted((n, w) for w, (n, _) in found.items() if 0 < n <= RANK_MATCHES)
     if not counted:
         reach = {w: edge for w, (n, edge) in found.items() if n}
@@ -238,16 +263,18 @@ def word_counts(
     counts: WordCounts,
     words: Sequence[str],
     bounds: tuple[int, int],
+    removals: int,
 ) -> dict[str, tuple[int, int]]:
     """Each word's matches in the scope, counted to ``RANK_MATCHES + 1`` (a word with more
     is not ranked beside others), and for a word with more, the rowid of its
     ``RANK_MATCHES + 1``-th latest match: ``{word: (count, edge)}`` (``edge`` 0 for the
     others). The edges are read only when no word has ``RANK_MATCHES`` or fewer.
 
-    A count kept in ``counts`` stands while the oldest match it counted is still there (one
-    read by primary key, its time compared: SQLite reuses a deleted row's id): a forget
-    deletes all the caller's messages, a purge the oldest, through any store object (another
-    process's: S11-A-6), and the word is counted afresh."""
+    A count kept in ``counts`` stands while no archived message was deleted since it was
+    counted: every transaction that deletes some (a purge, a forget, through any store
+    object: another process's, S11-A-6, S12-B-1, S12-C-1) bumps the database's ``removals``
+    (a trigger), read by the search (``find``: one read by primary key, in the snapshot the
+    words are counted in) and passed as ``removals``."""
     now = time.monotonic()
     if len(counts) > 20_000:
         counts.clear()
@@ -255,23 +282,14 @@ def word_counts(
     matches = "FROM messages_fts WHERE messages_fts MATCH ? AND rowid BETWEEN ? AND ?"
     found: dict[str, tuple[int, int]] = {}
     for w in dict.fromkeys(words):
-        n, edge, at, capped_at, first, first_at = counts.get((bounds, w), _NONE)
-        if (
-            not n
-            or now - at >= fresh_for(n)
-            or capped_at != cap
-            or conn.execute(_HELD, (first & schema.ID_MASK, first_at)).fetchone() is None
-        ):
-            # the matches come in rowid order: the first is the oldest
-            n, first, first_at = conn.execute(
-                f"SELECT n, first, (SELECT at FROM messages WHERE id = first & {schema.ID_MASK})"
-                f" FROM (SELECT count(*) AS n, min(r) AS first FROM (SELECT rowid AS r {matches}"
-                " LIMIT ?))",
-                (f'"{w}"', *bounds, cap),
-            ).fetchone()
+        n, edge, at, capped_at, counted_at = counts.get((bounds, w), _NONE)
+        if not n or now - at >= fresh_for(n) or capped_at != cap or counted_at != removals:
+            n = conn.execute(
+                f"SELECT count(*) FROM (SELECT rowid {matches} LIMIT ?)", (f'"{w}"', *bounds, cap)
+            ).fetchone()[0]
             edge = 0
             if n >= DF_CACHE_MIN:  # a rare word is cheap to count, and may be new
-                counts[(bounds, w)] = (n, 0, now, cap, first, first_at)
+                counts[(bounds, w)] = (n, 0, now, cap, removals)
             else:
                 counts.pop((bounds, w), None)
         found[w] = (n, edge)
@@ -285,6 +303,6 @@ def word_counts(
             ).fetchone()[0]
             found[w] = (n, edge)
             if (bounds, w) in counts:
-                _, _, at, _, first, first_at = counts[(bounds, w)]
-                counts[(bounds, w)] = (n, edge, at, cap, first, first_at)
+                _, _, at, _, counted_at = counts[(bounds, w)]
+                counts[(bounds, w)] = (n, edge, at, cap, counted_at)
     return found

@@ -41,7 +41,9 @@ from pipecat_summarizer.store.records import (
 #: v6 (PostgreSQL): the word index is emptied with the messages by a ``TRUNCATE``.
 #: v7 (SQLite): the forgets whose deletes are still to be done (``forget_pending``): a forget
 #: commits its tombstone before its deletes; nothing changes on PostgreSQL.
-SCHEMA_VERSION = 7
+#: v8: the removal counts (``removals``), which a trigger bumps in every transaction that
+#: deletes archived messages: a search's kept word counts stand while it is unchanged.
+SCHEMA_VERSION = 8
 
 
 def query_words(query: str, limit: int = 32) -> list[str]:

@@ -492,7 +492,8 @@ class PostgresMemoryStore(MemoryStore):
         committed = self._forget_running(user_id)
         n: int | None = None
         try:
-            _postgres_search.forget_counts(self._df, user_id)  # their words, counted
+            # their words, kept as counts' keys (counted again anyway once the deletes commit)
+            _postgres_search.forget_counts(self._df, user_id)
             async with await self._acquire() as conn:
                 n = await _postgres_writes.forget(conn, user_id, at)
                 committed()
@@ -511,9 +512,6 @@ class PostgresMemoryStore(MemoryStore):
         """Delete records older than ``days`` days."""
         check_purge_days(days)
         self._refuse_write()
+        # the counts of what went are counted again (see _postgres_search.caller_search_sql)
         async with await self._acquire() as conn:
-            n = await _postgres_writes.purge(conn, days)
-        # counts of what went (as on SQLite): a stale count past KEEP_MATCHES kept its word
-        # out of the search of the caller's new messages (S11-A-7)
-        self._df.clear()
-        return n
+            return await _postgres_writes.purge(conn, days)

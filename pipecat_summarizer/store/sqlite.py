@@ -211,8 +211,7 @@ class SQLiteMemoryStore(MemoryStore):
 
     def _finish_forgets(self, conn: sqlite3.Connection, *, truncate: bool = False) -> None:
         """Finish the forgets left pending (``_sqlite_forget.finish_left``)."""
-        if _sqlite_forget.finish_left(conn, truncate=truncate, in_file=self.path is not None):
-            self._df.clear()  # counts of what went
+        _sqlite_forget.finish_left(conn, truncate=truncate, in_file=self.path is not None)
 
     # -- the interface --------------------------------------------------------------------
 
@@ -478,9 +477,11 @@ class SQLiteMemoryStore(MemoryStore):
                 self._finish_forgets(conn, truncate=True)  # and those a process left
                 return n
             finally:
-                # their words, kept as the keys of their scope's cached counts, go too: on
-                # the store's thread (walked on the loop, a search running meanwhile that
-                # adds a count made the forget raise after it had run)
+                # their words, kept as the keys of their scope's cached counts, go too (the
+                # counts of what went are counted again anyway: see
+                # ``_sqlite_search.word_counts``): on the store's thread (walked on the loop,
+                # a search running meanwhile that adds a count made the forget raise after it
+                # had run)
                 for key in [k for k in self._df if k[0] == scope]:
                     self._df.pop(key, None)
 
@@ -491,10 +492,5 @@ class SQLiteMemoryStore(MemoryStore):
         check_purge_days(days)
         self._refuse_write()
 
-        def purge(conn: sqlite3.Connection) -> int:
-            try:
-                return _sqlite_writes.purge(conn, days)
-            finally:
-                self._df.clear()  # counts of what went
-
-        return await self._run(purge)
+        # the counts of what went are counted again (see ``_sqlite_search.word_counts``)
+        return await self._run(lambda conn: _sqlite_writes.purge(conn, days))

@@ -1,5 +1,7 @@
-"""Attacks on "a kept word count stands only while the oldest row it counted does"
-(1a92e4e, 5bcac9a: ``_sqlite_search.word_counts``, ``_postgres_search.caller_statement``).
+"""Attacks on a kept word count after removals elsewhere: first on "it stands only while the
+oldest row it counted does" (1a92e4e, 5bcac9a), which S12-B-1 and S12-B-2 broke; since
+session 13 on "it stands while the database's removals are unchanged" (schema v8:
+``_sqlite_search.word_counts``, ``_postgres_search.caller_statement``).
 
 A worker's store object keeps its searches' counts of common words; another store object
 (another process) forgets, purges or writes. The worker's search must find what a fresh
@@ -171,19 +173,14 @@ async def test_a_purge_of_the_oldest_rows_only(store_target):
     assert got == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S12-B-1: a backfilled import (old times, newest ids) purged elsewhere leaves the "
-    "kept count's oldest row standing: the count stays too high and keeps the word out",
-)
 async def test_a_purge_of_a_backfilled_import(store_target):
     # al says "card" in 100 recent messages; then an import of his old history (times 90
     # days back, written after: the newest ids/rowids) adds 3,000 "card" messages. The
     # worker counts "card" (over KEEP_MATCHES), another process purges by time: the import
-    # goes, the recent messages stay, among them the row the kept count checks (the oldest
-    # by id on both backends), so the count of 3,100 stands where 102 remain and "card" is
+    # goes, the recent messages stay, among them the row the kept count checked (the oldest
+    # by id on both backends), so the count of 3,100 stood where 102 remain and "card" was
     # left out of al's search: only the "zebra" hit, where a fresh store finds al's "card"
-    # messages too.
+    # messages too (S12-B-1, fixed by the removals).
     worker, admin, fresh = (open_store(store_target) for _ in range(3))
     now = time.time()
     try:
@@ -209,24 +206,12 @@ async def test_a_purge_of_a_backfilled_import(store_target):
     assert got == want
 
 
-@pytest.mark.parametrize(
-    "skew",
-    [
-        0.0,
-        pytest.param(
-            7200.0,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="S12-B-2: SQLite's anchor check passes for a reused rowid written with "
-                "the very time of the forgotten oldest match (times ahead of the forget)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("skew", [0.0, 7200.0])
 async def test_sqlite_a_reused_rowid_with_the_very_same_time(tmp_path, skew):
     # SQLite reuses a deleted row's id (al's rows were the last); al's archive is forgotten
     # elsewhere, and his first new message has the very time of his old oldest one: id and
-    # time both match the kept count's anchor. With times in the past (a re-import) the
+    # time both matched the kept count's anchor (S12-B-2, fixed by the removals: the
+    # forget bumped them). With times in the past (a re-import) the
     # forget's tombstone refuses the write; with a clock two hours ahead (skew) the archive's
     # times are after the forget's and the write goes through
     path = str(tmp_path / "m.db")

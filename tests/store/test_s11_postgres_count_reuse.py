@@ -23,20 +23,21 @@ from pipecat_summarizer.store._postgres_search import (
 
 def test_the_counts_sent_with_a_search_are_those_still_fresh():
     now = time.monotonic()
-    counts = {
-        ("al", "hotel"): (1000, 5, now - 120),  # reused for 300 s
-        ("al", "train"): (KEEP_MATCHES + 1, 7, now - 120),  # past KEEP_MATCHES: 60 s
-        ("al", "rare"): (200, 9, now - 61),  # 60 s
-        ("al", "new"): (KEEP_MATCHES + 1, 8, now - 30),
-        ("bo", "room"): (3000, 3, now - 10),  # another caller's
+    counts = {  # (count, edge, when, the caller's removals then)
+        ("al", "hotel"): (1000, 5, now - 120, 2),  # reused for 300 s
+        ("al", "train"): (KEEP_MATCHES + 1, 7, now - 120, 2),  # past KEEP_MATCHES: 60 s
+        ("al", "rare"): (200, 9, now - 61, 2),  # 60 s
+        ("al", "new"): (KEEP_MATCHES + 1, 8, now - 30, 1),
+        ("bo", "room"): (3000, 3, now - 10, 0),  # another caller's
     }
     words = ["train", "hotel", "rare", "new", "room"]
     for function in (True, False):
         statement = caller_search_sql("english", words, "al", 10, counts, function)
-        distinct, known, edges = statement[1], statement[4], statement[5]
+        distinct, known, edges, removals = statement[1], statement[4], statement[5], statement[6]
         assert distinct == ["hotel", "new", "rare", "room", "train"]
         assert known == [1000, KEEP_MATCHES + 1, None, None, None]
         assert edges == [5, 8, None, None, None]
+        assert removals == [2, 1, None, None, None]  # the statement compares them
 
 
 def test_how_long_a_count_is_reused():

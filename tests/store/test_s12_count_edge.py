@@ -1,11 +1,12 @@
-"""A common word's kept count stands while the oldest row it counted does (S11-A-6).
+"""A common word's kept count stands while no message it may have counted was deleted
+(S11-A-6, S12-B-1, S12-B-2, S12-C-1).
 
 Each store object keeps its searches' counts of common words; a forget or a purge through
 another store object (another worker process on the same database) deletes rows it counted.
-A forget deletes all the caller's rows and a purge the oldest, so the oldest row counted
-(PostgreSQL's ``edge``; SQLite's oldest match, by id and time: SQLite reuses a deleted
-row's id) goes too: the search checks that row (one index probe, in the same statement on
-PostgreSQL) and counts the word afresh when it is gone. While it stands the count is reused.
+Every transaction that deletes archived messages bumps the database's removals (schema v8:
+a trigger; SQLite one count for the file, PostgreSQL one per caller): a search reads them
+(one primary-key read; in the same statement on PostgreSQL) and counts a word afresh when
+they changed since its count was kept. While they stand the count is reused.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pipecat_summarizer.store import SQLiteMemoryStore, open_store
 from pipecat_summarizer.store import _postgres_search as pg_search
 from pipecat_summarizer.store import _sqlite_schema as schema
 from pipecat_summarizer.store import _sqlite_search as sqlite_search
+from pipecat_summarizer.store._postgres_schema import EVERYONE
 from pipecat_summarizer.store.records import ArchivedMessage
 
 
@@ -67,8 +69,18 @@ async def test_another_stores_purge_drops_the_counts_of_what_it_deleted(store_ta
     )
 
 
+async def _removals_pg(conn, user: str) -> int:
+    return await conn.fetchval(
+        "SELECT COALESCE(sum(n), 0) FROM removals WHERE scope IN (md5($1)::uuid, $2)",
+        user,
+        EVERYONE,
+    )
+
+
 @pytest.mark.parametrize("function", [False, True])
-async def test_postgres_reuses_a_count_while_its_edge_row_stands(pg_server, monkeypatch, function):
+async def test_postgres_reuses_a_count_while_the_callers_removals_stand(
+    pg_server, monkeypatch, function
+):
     asyncpg = pytest.importorskip("asyncpg")
     monkeypatch.setattr(pg_search, "DF_CACHE_MIN", 20)
     dsn = pg_server.create_database(f"s12_count_edge_{int(function)}")
@@ -76,7 +88,7 @@ async def test_postgres_reuses_a_count_while_its_edge_row_stands(pg_server, monk
     t0 = time.time() - 3600
     try:
         await store.write([_msg("c", i, f"card {i}", t0 + i) for i in range(30)])
-        await store.write([_msg("d", 0, "zebra", t0 + 40)])
+        await store.write([_msg("d", 0, "zebra", t0 + 40), _msg("b", 0, "card", t0, "bo")])
     finally:
         await store.close()
     conn = await asyncpg.connect(dsn)
@@ -87,7 +99,7 @@ async def test_postgres_reuses_a_count_while_its_edge_row_stands(pg_server, monk
             "SELECT min(id) FROM message_words WHERE scope = md5('al')::uuid AND word = 'card'"
         )
 
-        async def df_of_card(counts: pg_search.WordCounts) -> tuple[int, int, int]:
+        async def df_of_card(counts: pg_search.WordCounts) -> tuple[int, int, int, int]:
             statement = pg_search.search_sql(
                 "english",
                 "card zebra",
@@ -101,22 +113,45 @@ async def test_postgres_reuses_a_count_while_its_edge_row_stands(pg_server, monk
             assert statement is not None
             rows = await conn.fetch(*statement)
             pg_search.remember_counts(counts, statement, rows)
-            return rows[0]["df"][0], rows[0]["edge"][0], len(rows)
+            return rows[0]["df"][0], rows[0]["edge"][0], rows[0]["removals"], len(rows)
 
         now = time.monotonic()
-        # a made-up count with the real edge: reused (not counted again), and it decides
-        kept: pg_search.WordCounts = {("al", "card"): (25, edge, now)}
-        assert await df_of_card(kept) == (25, edge, 31)
-        assert kept == {("al", "card"): (25, edge, now)}
-        # the same with an edge no row has (a forget, a purge elsewhere): counted afresh
-        gone: pg_search.WordCounts = {("al", "card"): (25, edge + 10**6, now)}
-        assert await df_of_card(gone) == (30, edge, 31)
-        assert gone[("al", "card")][:2] == (30, edge)
+        assert await _removals_pg(conn, "al") == 0  # nothing deleted yet
+        # a made-up count at the current removals: reused (not counted again), and it decides
+        kept: pg_search.WordCounts = {("al", "card"): (25, edge, now, 0)}
+        assert await df_of_card(kept) == (25, edge, 0, 31)
+        assert kept == {("al", "card"): (25, edge, now, 0)}
+        # another caller's message deleted: al's removals stand, so does his count
+        assert await conn.execute("DELETE FROM messages WHERE user_id = 'bo'") == "DELETE 1"
+        assert await df_of_card(kept) == (25, edge, 0, 31)
+        # one of al's deleted (his oldest "card" stays, the check by edge let it stand):
+        # counted afresh at his new removals
+        await conn.execute("DELETE FROM messages WHERE user_id = 'al' AND position = 29")
+        assert await _removals_pg(conn, "al") == 1
+        assert await df_of_card(kept) == (29, edge, 1, 30)
+        assert kept[("al", "card")][:2] == (29, edge) and kept[("al", "card")][3] == 1
+        # a delete of nothing bumps nothing (the kept count stands)
+        await conn.execute("DELETE FROM messages WHERE user_id = 'al' AND position = 999")
+        assert await df_of_card(kept) == (29, edge, 1, 30)
+        # a rolled-back delete neither: its bump goes with it
+        rolled = conn.transaction()
+        await rolled.start()
+        await conn.execute("DELETE FROM messages WHERE user_id = 'al' AND position = 28")
+        assert await _removals_pg(conn, "al") == 2
+        await rolled.rollback()
+        assert await _removals_pg(conn, "al") == 1
+        assert await df_of_card(kept) == (29, edge, 1, 30)
+        # a TRUNCATE bumps everyone's
+        await conn.execute("TRUNCATE messages")
+        assert await _removals_pg(conn, "al") == 2 and await _removals_pg(conn, "cy") == 1
         # and a fresh count under DF_CACHE_MIN leaves nothing kept
-        monkeypatch.setattr(pg_search, "DF_CACHE_MIN", 31)
-        rare: pg_search.WordCounts = {("al", "card"): (40, edge + 10**6, now)}
-        assert await df_of_card(rare) == (30, edge, 31)
-        assert rare == {}
+        await conn.execute(
+            "INSERT INTO messages(call_id, user_id, position, turn, at, role, content,"
+            " message_json, removed_by) VALUES ('e', 'al', 0, 0, 1, 'user', 'card zebra',"
+            " '{}', '')"
+        )
+        assert (await df_of_card(kept))[0] == 1
+        assert kept == {}
     finally:
         await conn.close()
 
@@ -124,21 +159,23 @@ async def test_postgres_reuses_a_count_while_its_edge_row_stands(pg_server, monk
 def test_a_count_counted_again_replaces_or_drops_the_kept_one():
     now = time.monotonic()
     counts: pg_search.WordCounts = {
-        ("al", "card"): (500, 5, now - 10),
-        ("al", "new"): (400, 6, now - 10),
-        ("al", "tea"): (300, 7, now - 10),
+        ("al", "card"): (500, 5, now - 10, 4),
+        ("al", "new"): (400, 6, now - 10, 3),
+        ("al", "tea"): (300, 7, now - 10, 3),
     }
     words = ["card", "new", "tea"]
-    statement = ("sql", words, "al", 10, [500, 400, 300], [5, 6, 7], 0)
-    # card reused (its edge back), new counted again (600 rows, edge 8), tea again (3 rows)
-    row = (*("x",) * 9, [500, 600, 3], [5, 8, 11])
+    statement = ("sql", words, "al", 10, [500, 400, 300], [5, 6, 7], [4, 3, 3], 0)
+    # card reused (counted at the current removals, 4), new and tea counted again (they
+    # were counted at 3): new 600 rows (edge 8), tea 3 rows (rare: dropped)
+    row = (*("x",) * 9, [500, 600, 3], [5, 8, 11], *(None,) * 6, 4)
     pg_search.remember_counts(counts, statement, [row])
-    assert counts[("al", "card")] == (500, 5, now - 10)
+    assert counts[("al", "card")] == (500, 5, now - 10, 4)
     assert counts[("al", "new")][:2] == (600, 8) and counts[("al", "new")][2] > now - 10
+    assert counts[("al", "new")][3] == 4
     assert ("al", "tea") not in counts
 
 
-async def test_sqlite_reuses_a_count_while_its_oldest_match_stands(tmp_path, monkeypatch):
+async def test_sqlite_reuses_a_count_while_no_message_went(tmp_path, monkeypatch):
     monkeypatch.setattr(sqlite_search, "DF_CACHE_MIN", 5)
     path = tmp_path / "m.db"
     store = SQLiteMemoryStore(path)
@@ -148,27 +185,36 @@ async def test_sqlite_reuses_a_count_while_its_oldest_match_stands(tmp_path, mon
     finally:
         await store.close()
     bounds = schema.scope_range(schema.scope_of("al", ""))
-    conn = sqlite3.connect(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+
+    def card(counts: sqlite_search.WordCounts) -> tuple[int, int]:
+        # as a search reads them: the removals, then the words
+        removals = conn.execute("SELECT n FROM removals").fetchone()[0]
+        return sqlite_search.word_counts(conn, counts, ["card"], bounds, removals)["card"]
+
     try:
         counts: sqlite_search.WordCounts = {}
-        assert sqlite_search.word_counts(conn, counts, ["card"], bounds) == {"card": (30, 0)}
-        n, edge, at, cap, first, first_at = counts[(bounds, "card")]
-        assert (n, first & schema.ID_MASK, first_at) == (30, 1, t0)  # the oldest match
-        # a made-up count with the real oldest match: reused
-        counts[(bounds, "card")] = (7, edge, at, cap, first, first_at)
-        assert sqlite_search.word_counts(conn, counts, ["card"], bounds) == {"card": (7, 0)}
-        # its id now another message's (another time): counted afresh
-        counts[(bounds, "card")] = (7, edge, at, cap, first, first_at + 1)
-        assert sqlite_search.word_counts(conn, counts, ["card"], bounds) == {"card": (30, 0)}
-        assert counts[(bounds, "card")][0] == 30
+        assert card(counts) == (30, 0)
+        n, edge, at, cap, removals = counts[(bounds, "card")]
+        assert (n, removals) == (30, 0)
+        # a made-up count at the current removals: reused
+        counts[(bounds, "card")] = (7, edge, at, cap, removals)
+        assert card(counts) == (7, 0)
+        # a delete of nothing, and a rolled-back delete, bump nothing
+        conn.execute("DELETE FROM messages WHERE position = 999")
+        conn.execute("BEGIN")
+        conn.execute("DELETE FROM messages WHERE position = 29")
+        conn.execute("ROLLBACK")
+        assert card(counts) == (7, 0)
+        # a message deleted (the newest: the oldest, the check by anchor, stays): counted
+        # afresh
+        conn.execute("DELETE FROM messages WHERE position = 29")
+        assert card(counts) == (29, 0)
+        assert counts[(bounds, "card")][0] == 29 and counts[(bounds, "card")][4] == 1
     finally:
         conn.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S12-C-1: SQLite's count of a shared scope after a forget elsewhere",
-)
 async def test_sqlite_a_forget_of_the_caller_sharing_the_scope_elsewhere(tmp_path):
     # SQLite counts a word over the full-text scope (a 23-bit hash of the caller): bo and al
     # share one. bo's message is the scope's oldest "card": the worker's kept count (al's

@@ -97,8 +97,8 @@ def test_the_words_chosen_are_those_of_counting_every_match(db, monkeypatch, ran
             for _ in range(60):  # the cache fills as the queries go: warm and cold
                 words = rng.sample(WORDS + ["absent"], rng.randint(1, 5))
                 want = _every_match_counted(conn, words, bounds)
-                assert sqlite_search.rarest(conn, counts, words, bounds) == want, words
-                assert sqlite_search.rarest(conn, {}, words, bounds) == want, words
+                assert sqlite_search.rarest(conn, counts, words, bounds, 0) == want, words
+                assert sqlite_search.rarest(conn, {}, words, bounds, 0) == want, words
     finally:
         conn.close()
 
@@ -110,11 +110,11 @@ def test_a_common_words_matches_are_counted_only_to_the_cap(db, monkeypatch):
     try:
         bounds = schema.scope_range(schema.scope_of("al", ""))
         counts: sqlite_search.WordCounts = {}
-        assert sqlite_search.rarest(conn, counts, ["w0", "w13"], bounds) == ["w13"]
+        assert sqlite_search.rarest(conn, counts, ["w0", "w13"], bounds, 0) == ["w13"]
         # w0 is in all 800 of al's messages: counted to 21, no edge read (w13 is rarer)
         assert counts[(bounds, "w0")][:2] == (21, 0)
         # every word common: the edges decide (w4, in ~1 message in 4, reaches back furthest)
-        assert sqlite_search.rarest(conn, counts, ["w0", "w4"], bounds) == ["w4"]
+        assert sqlite_search.rarest(conn, counts, ["w0", "w4"], bounds, 0) == ["w4"]
         (n0, edge0, *_), (n4, edge4, *_) = counts[(bounds, "w0")], counts[(bounds, "w4")]
         assert n0 == n4 == 21 and 0 < edge4 < edge0
     finally:
