@@ -57,15 +57,33 @@ _FILLERS = re.compile(
     r"|just|one|more|thing|last|quick|check)\b)*",
     re.IGNORECASE,
 )
+# a question for several things: "What are my allergies?", "Which meds?" (not "Where did I
+# park?", "What is my address?": "Where did I park? Did you get all of it?" is a check)
+_MANY = re.compile(
+    r"\b(?:are|were|these|those|all|both|every|each|any)\b"
+    r"|\b(?!(?:does|has|was|this|yes|its|is)\b)\w{2,}[^s\W']s\b",
+    re.IGNORECASE,
+)
 _VOCATIVE = re.compile(r"^\W*[A-Z][a-z]+(?=\W*$)")  # a name addressed: "..., Ava?"
+
+
+def _asked_for_many(text: str, start: int, end: int) -> bool:
+    """Whether the last question of ``text[start:end]`` (its sentences before a check) asks
+    for several things."""
+    mark = text.rfind("?", start, end)
+    if mark < 0:
+        return False
+    opens = max(text.rfind(c, start, mark) for c in _SENTENCE_ENDS) + 1
+    return bool(_MANY.search(text, max(opens, start), mark))
 
 
 def _it_all(match: re.Match[str]) -> str:
     """A closing "all of it" dropped (``" "``), or the match kept (it still gathers) when
     its clause asks with a question word ("Where did I spend it all?"), or asks about the
     caller ("so did my insurance cover all of it?") or about what its sentence names ("The
-    rooms, have you got it all?", "Did you catch all of it, the meds I take?") or what a
-    question before it on its line asked ("What are my allergies? Have you got it all?")."""
+    rooms, have you got it all?", "Did you catch all of it, the meds I take?") or when the
+    question before it on its line asks for several things ("What are my allergies? Have
+    you got it all?")."""
     text, start, end = match.string, match.start(), match.end()
     opens = max(text.rfind(c, 0, start) for c in _CLAUSE_ENDS) + 1
     before = text[opens:start]
@@ -80,7 +98,7 @@ def _it_all(match: re.Match[str]) -> str:
     named = _FILLERS.fullmatch(text, sentence, opens) is None
     after = _VOCATIVE.sub(" ", text[end:closes])
     named = named or _FILLERS.fullmatch(after) is None
-    named = named or text.find("?", text.rfind("\n", 0, start) + 1, sentence) >= 0
+    named = named or _asked_for_many(text, text.rfind("\n", 0, start) + 1, sentence)
     return match.group() if named or _FIRST_PERSON.search(before) else " "
 
 

@@ -47,6 +47,8 @@ CLOSING = [
     "Sorry, did you get all of it?",
     "Did you get all of it, Ava?",
     "I told you my address. Did you get all of it?",
+    "Where did I go? Did you get all of it?",  # a question for one thing, then a check
+    "What is my address? Got it all?",
     "Peanuts and shellfish, that's all of it.",
     "So that wraps it all up.",
     "Anything else?\nNo, that's all of it, thanks.",  # the assistant's question before
@@ -73,6 +75,7 @@ ASKING = [
     "Is that all of it, the rooms I booked at the Marquis?",
     "What are my allergies? Have you got it all?",
     "Which meds? Have you got it all?",
+    "What rooms did I book? Is that all of it?",
     "Tell me what I bought; have you got it all?",
     "Where did we go in May, did I cover it all?",
     "Did you get it all, the dates and the rooms?",
@@ -93,6 +96,30 @@ def test_a_closing_all_of_it_does_not_gather(text):
 @pytest.mark.parametrize("text", ASKING)
 def test_a_list_question_with_all_of_it_still_lists(text):
     assert lists(text)
+
+
+#: Questions for one thing, beside a closing: they never gather.
+PLAIN = [
+    "Where did I park?",
+    "What is my booking reference?",
+    "When is the dentist?",
+    "Which room?",
+]
+#: The closings that end in punctuation (a closing run into the next words without any is
+#: read as one clause with them).
+ENDED = [c for c in CLOSING if c.rstrip()[-1] in ".!?\u2026"]
+
+
+@pytest.mark.parametrize("closing", ENDED)
+def test_a_closing_beside_a_plain_question_does_not_gather(closing):
+    said = [f"{closing} {q}" for q in PLAIN] + [f"{q} {closing}" for q in PLAIN]
+    assert [t for t in said if gathers(t)] == []
+
+
+@pytest.mark.parametrize("question", ASKING)
+def test_a_closing_beside_a_list_question_keeps_it_a_list(question):
+    said = [f"{c} {question}" for c in ENDED] + [f"{question} {c}" for c in ENDED]
+    assert [t for t in said if not lists(t)] == []
 
 
 #: Known misses (S13-Q-1): a bare "all of it" clause with no closing verb is left to gather
