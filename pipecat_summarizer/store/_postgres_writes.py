@@ -102,15 +102,16 @@ async def after_forget(conn, records: list[Record]) -> list[Record]:
 
 
 async def forget(conn, user_id: str, at: float) -> int:
-    """Delete every record of ``user_id`` and leave its tombstone (time ``at``), in one
-    transaction; then :func:`vacuum_forgotten`."""
+    """Delete every record of ``user_id`` but those of their sessions that started after
+    ``at`` (as on SQLite: see ``forget_statements``) and leave its tombstone (time ``at``),
+    in one transaction; then :func:`vacuum_forgotten`."""
     n = 0
     key = user_hash(user_id)
     async with conn.transaction():
         # exclusive: waits for the writes under way for this caller, holds new ones
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
         for sql, counted in forget_statements("$"):
-            status = await conn.execute(sql, user_id)
+            status = await conn.execute(sql, user_id, at)
             n += int(status.split()[-1]) if counted else 0
         await conn.execute(tombstone_statement("$"), key, at)
     return n

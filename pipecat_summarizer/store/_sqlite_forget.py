@@ -24,27 +24,14 @@ from typing import Any, TypeVar
 from loguru import logger
 
 from pipecat_summarizer.store import _sqlite_schema as schema
-from pipecat_summarizer.store._statements import CALL_TABLES, tombstone_statement
+from pipecat_summarizer.store._statements import forget_statements, tombstone_statement
 from pipecat_summarizer.store.base import error_reason
 from pipecat_summarizer.store.records import user_hash
 
 R = TypeVar("R")
 
-#: The caller's sessions that started after the forget (parameters: the caller, its time).
-_LATER = "SELECT call_id FROM calls WHERE user_id = ?1 AND started_at > ?2"
 #: The deletes (parameters: the caller, the forget's time), each with whether its rows count.
-_DELETES: list[tuple[str, bool]] = [
-    *(
-        (
-            f"DELETE FROM {table} WHERE (user_id = ?1 OR call_id IN "
-            f"(SELECT call_id FROM calls WHERE user_id = ?1)) AND call_id NOT IN ({_LATER})",
-            True,
-        )
-        for table in CALL_TABLES
-    ),
-    ("DELETE FROM calls WHERE user_id = ?1 AND started_at <= ?2", True),
-    (f"DELETE FROM caller_facts WHERE user_id = ?1 AND call_id NOT IN ({_LATER})", False),
-]
+_DELETES = forget_statements("?")
 _IS_PENDING = "SELECT 1 FROM forget_pending WHERE user_id = ?"
 _PENDING = """INSERT INTO forget_pending VALUES (?, ?)
     ON CONFLICT(user_id) DO UPDATE SET at = MAX(at, excluded.at)"""

@@ -94,19 +94,23 @@ def purge_statements(mark: str) -> list[tuple[str, bool]]:
 
 
 def forget_statements(mark: str) -> list[tuple[str, bool]]:
-    """A forget's deletes (parameter 1: the caller), each with whether its rows count in
-    the number deleted."""
+    """A forget's deletes (parameters: 1 the caller, 2 the forget's time), each with whether
+    its rows count in the number deleted. The caller's sessions that started after the
+    forget's time keep their rows (a new call, written before the deletes: the tombstone
+    lets such a session write, so a forget must not delete what it wrote before)."""
+    later = f"SELECT call_id FROM calls WHERE user_id = {mark}1 AND started_at > {mark}2"
     return [
         *(
             (
-                f"DELETE FROM {table} WHERE user_id = {mark}1 OR call_id IN "
-                f"(SELECT call_id FROM calls WHERE user_id = {mark}1)",
+                f"DELETE FROM {table} WHERE (user_id = {mark}1 OR call_id IN "
+                f"(SELECT call_id FROM calls WHERE user_id = {mark}1)) "
+                f"AND call_id NOT IN ({later})",
                 True,
             )
             for table in CALL_TABLES
         ),
-        (f"DELETE FROM calls WHERE user_id = {mark}1", True),
-        (f"DELETE FROM caller_facts WHERE user_id = {mark}1", False),
+        (f"DELETE FROM calls WHERE user_id = {mark}1 AND started_at <= {mark}2", True),
+        (f"DELETE FROM caller_facts WHERE user_id = {mark}1 AND call_id NOT IN ({later})", False),
     ]
 
 

@@ -472,9 +472,10 @@ class PostgresMemoryStore(MemoryStore):
         return caller_memory_of(user_id, facts, calls)
 
     async def forget(self, user_id: str) -> int:
-        """Delete every record of ``user_id`` in every table, and leave a tombstone (a hash
-        of the id, and the time) so that no session of theirs that started before now writes
-        anything again, in this process or another. Then ``VACUUM`` the tables it touched,
+        """Delete every record of ``user_id`` in every table but those of their sessions that
+        started after now (as on SQLite), and leave a tombstone (a hash of the id, and the
+        time) so that no session of theirs that started before now writes anything again, in
+        this process or another. Then ``VACUUM`` the tables it touched,
         after the commit: deleted rows are dead tuples, holding the words, until a vacuum
         reclaims them; the caller's word index (``message_words``) and the tables' indexes
         are vacuumed too. A vacuum frees the space but does not erase it: the forgotten
