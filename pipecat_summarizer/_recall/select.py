@@ -24,6 +24,7 @@ from pipecat_summarizer._recall.query import (
     topic_terms,
 )
 from pipecat_summarizer._text.messages import ArchivedText
+from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS as STOPWORDS
 from pipecat_summarizer._text.vocabulary import normalize_verbatim, search_stem, words
 
 if TYPE_CHECKING:
@@ -59,8 +60,23 @@ class Snippet(ArchivedText):
 
 
 @lru_cache(maxsize=4096)  # the archive returns the same messages turn after turn
+def _read(text: str) -> tuple[str, frozenset[str], frozenset[str]]:
+    """``text`` as the selection reads it, from one split into words: its normalized form
+    (:func:`normalize_verbatim`), the stems of all its words (:func:`relevance`) and its
+    topic terms (``topic_terms`` of the normalized form, :func:`in_view`: normalizing
+    lower-cases, already idempotent, and folds spaces, which no word holds: the same
+    words), each word stemmed once."""
+    said = set(words(text))
+    topic = [w for w in said - STOPWORDS if len(w) > 1 or w.isdigit()]
+    return (
+        normalize_verbatim(text),
+        frozenset(map(search_stem, said)),
+        frozenset(map(search_stem, topic)),
+    )
+
+
 def _stems(text: str) -> frozenset[str]:
-    return frozenset(search_stem(w) for w in words(text))
+    return _read(text)[1]
 
 
 @lru_cache(maxsize=256)  # one query's terms, judged against every hit of the turn
@@ -179,11 +195,56 @@ def in_view(text: str, view: View, query_terms: Sequence[str]) -> bool:
     """True when ``text`` would tell the model nothing new: it is verbatim in view, or every
     topic word it has beyond the query's is already in view (a paraphrase the summary or a
     pinned fact carries; a message with no word of its own adds nothing either)."""
-    norm = normalize_verbatim(text)
+    return _seen(_read(text), view, set(query_terms))
+
+
+def _seen(read: tuple[str, frozenset[str], frozenset[str]], view: View, asked: set[str]) -> bool:
+    """:func:`in_view` of a text read by :func:`_read`, the query's terms a set."""
+    norm, _, topic = read
     if not norm or norm in view.text or (view.says is not None and view.says(norm)):
         return True
-    asked = set(query_terms)
-    return all(t in view.terms for t in topic_terms(norm) if t not in asked)
+    return all(t in view.terms for t in topic if t not in asked)
+
+
+class _Relevance:
+    """:func:`best_relevance` of one query's ``terms``, ``parts`` and ``rare`` terms, each
+    part's core, date words and the shared words it needs read once for all the hits of a
+    selection (not once per hit), the strict and the loose score from one count."""
+
+    __slots__ = ("_rare", "_sets")
+
+    def __init__(
+        self, terms: Sequence[str], parts: Sequence[Sequence[str]], rare: Iterable[str]
+    ) -> None:
+        self._rare = frozenset(rare)
+        sets = []
+        needs: list[tuple[Sequence[str], int | None]] = [(terms, None)]
+        needs += [(p, min(2, len([t for t in p if not is_when(t)]) or 1)) for p in parts]
+        for part, need in needs:
+            if not part:
+                continue  # relevance 0.0: never above another
+            core, when_terms = _split_when(tuple(part))
+            if need is None:
+                need = 2 if len(core) > 2 else 1
+            sets.append((core, when_terms, need, len(core)))
+        self._sets = tuple(sets)
+
+    def scores(self, present: frozenset[str]) -> tuple[float, float]:
+        """``best_relevance`` of a text whose stems are ``present``: ``(strict, loose)``
+        (``strict=True``, ``strict=False``)."""
+        strict = loose = 0.0
+        rare = self._rare
+        for core, when_terms, need, size in self._sets:
+            shared = [t for t in core if t in present]
+            if not shared:
+                continue
+            when = sum(1 for t in when_terms if t in present)
+            score = (len(shared) + when) / (size + when)
+            if score > loose:
+                loose = score
+            if score > strict and (len(shared) + when >= need or any(t in rare for t in shared)):
+                strict = score
+        return strict, loose
 
 
 #: How many more hits :func:`select_hits` judges past the frame's deadline for a first
@@ -248,6 +309,8 @@ def select_hits(
         At most ``params.max_snippets`` snippets (texts not yet cut).
     """
     terms = list(terms) if terms is not None else topic_terms(query)
+    judge = _Relevance(terms, parts, rare)
+    asked = set(terms)
     excluded = set(exclude_roles)
     replies = replies or {}
     out: list[Snippet] = []
@@ -269,8 +332,11 @@ def select_hits(
         reply_role, reply = replies.get((call_id, position), (None, None))
         if reply_role in excluded or not (reply or "").strip():
             reply_role, reply = None, None
-        norm = normalize_verbatim(text)
         full = f"{text}\n{reply}" if reply else text
+        # judged with its reply (as found, even when the reply is quoted instead below),
+        # read once (:func:`_read`): normalized, stemmed, its topic terms
+        whole = _read(full)
+        norm = whole[0] if reply is None else normalize_verbatim(text)
         if norm in seen:
             # the same words said again, archived by two calls, or shown already as an
             # earlier hit's reply: then what followed them (the answer) may still be new
@@ -279,19 +345,20 @@ def select_hits(
             role, text, position = str(reply_role), reply, position + 1
             norm = normalize_verbatim(reply)
             reply_role, reply = None, None
-        score = best_relevance(terms, parts, full, rare)
+        strict, loose = judge.scores(whole[1])
+        score = strict
         similarity = getattr(hit, "similarity", None)
         close = min_similarity is not None and similarity is not None
         close = close and similarity >= min_similarity  # type: ignore[operator]
         bucket = out
         if not close and (score < params.min_score or score == 0.0):
-            score = best_relevance(terms, parts, full, rare, strict=False) if params.fill else 0.0
+            score = loose if params.fill else 0.0
             if score == 0.0 or len(weak) >= params.max_snippets:
                 continue
             bucket = weak
-        if in_view(full, view, terms):
+        if _seen(whole, view, asked):
             continue
-        if reply is not None and (in_view(reply, view, terms) or normalize_verbatim(reply) in seen):
+        if reply is not None and (_seen(_read(reply), view, asked) or _read(reply)[0] in seen):
             reply_role, reply = None, None
         seen.add(norm)
         if reply:
