@@ -158,7 +158,8 @@ async def test_removals_a_forget_takes_another_callers_messages_in_its_call(stor
     finally:
         for store in (worker, admin, fresh):
             await store.close()
-    assert ("new", 2) in want and got == want  # "card" ranked again: 2,550 left
+    assert any(c.startswith("o-") for c, _ in want)  # "card" ranked again: 2,550 left
+    assert got == want
 
 
 async def test_removals_messages_without_a_caller(store_target):
