@@ -21,9 +21,13 @@ LOCK_KEY = 0x5C_0A_11  # advisory lock for migrations
 #: loaded 2-core machine), past the pool's 30 s command timeout, which would roll it back.
 MIGRATION_TIMEOUT_S = 3600.0
 
-#: The row of ``removals`` (schema v8) a ``TRUNCATE`` of the messages bumps: everyone's (a
-#: caller's row is keyed by ``md5`` of their id, as their word index).
-EVERYONE = "00000000-0000-0000-0000-000000000000"
+#: A caller's row of ``removals`` (schema v8), for a caller ``{user}``: their bucket, the first
+#: 12 bits of the ``md5`` of their id (4,096 buckets: the table names no caller, a forgotten
+#: or purged one included, and stays small; a delete of another caller of the bucket makes a
+#: search count its words again, which is all it costs). A ``TRUNCATE`` of the messages
+#: bumps ``EVERYONE``'s.
+REMOVALS_OF = "left(md5({user}), 3)"
+EVERYONE = "*"
 #: What the full-text index holds (schema v2): the message's words plus a lexeme for its
 #: caller and one for its call, so a caller's search finds only their own matches in the
 #: index. No query word becomes one of these lexemes (they start with ``#``).
@@ -210,17 +214,17 @@ def migrations(config: str) -> dict[int, list[str]]:
             "(SELECT 1 FROM messages m WHERE m.id = w.id)",
         ],
         7: [],  # v7 keeps SQLite's pending forgets only (see _sqlite_forget)
-        # v8: each caller's removals: how many transactions deleted messages of theirs (a
-        # purge's, a forget's, anyone's), counted by a trigger in the deleting transaction
-        # (and a TRUNCATE's, everyone's, under EVERYONE): a word count a search keeps stands
-        # while they are unchanged (``_postgres_search.caller_search_sql``)
+        # v8: the removals of each bucket of callers (REMOVALS_OF): how many statements
+        # deleted messages of theirs (a purge's, a forget's, anyone's), counted by a trigger
+        # in the deleting transaction (and a TRUNCATE's, under EVERYONE): a word count a
+        # search keeps stands while they are unchanged (``_postgres_search.caller_search_sql``)
         8: [
-            "CREATE TABLE removals(scope UUID PRIMARY KEY, n BIGINT NOT NULL)",
-            """CREATE FUNCTION messages_removed() RETURNS trigger LANGUAGE plpgsql AS $f$
+            "CREATE TABLE removals(bucket TEXT PRIMARY KEY, n BIGINT NOT NULL)",
+            f"""CREATE FUNCTION messages_removed() RETURNS trigger LANGUAGE plpgsql AS $f$
                 BEGIN
-                    INSERT INTO removals SELECT DISTINCT md5(user_id)::uuid, 1 FROM gone
-                        WHERE user_id IS NOT NULL ORDER BY 1
-                    ON CONFLICT (scope) DO UPDATE SET n = removals.n + 1;
+                    INSERT INTO removals SELECT DISTINCT {REMOVALS_OF.format(user="user_id")}, 1
+                        FROM gone WHERE user_id IS NOT NULL ORDER BY 1
+                    ON CONFLICT (bucket) DO UPDATE SET n = removals.n + 1;
                     RETURN NULL;
                 END $f$""",
             """CREATE TRIGGER messages_removed AFTER DELETE ON messages
@@ -231,7 +235,7 @@ def migrations(config: str) -> dict[int, list[str]]:
                 BEGIN
                     TRUNCATE message_words;
                     INSERT INTO removals VALUES ('{EVERYONE}', 1)
-                    ON CONFLICT (scope) DO UPDATE SET n = removals.n + 1;
+                    ON CONFLICT (bucket) DO UPDATE SET n = removals.n + 1;
                     RETURN NULL;
                 END $f$""",
         ],

@@ -11,7 +11,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pipecat_summarizer.store._postgres_schema import EVERYONE, SCOPED_TSV, session_key
+from pipecat_summarizer.store._postgres_schema import (
+    EVERYONE,
+    REMOVALS_OF,
+    SCOPED_TSV,
+    session_key,
+)
 from pipecat_summarizer.store._rows import BEFORE_HITS, Before, Hits, said_before
 from pipecat_summarizer.store.base import query_words
 
@@ -173,10 +178,11 @@ def caller_search_sql(
     same smaller count by lexeme (SQLite's order: by their oldest row, the two backends
     ranked different words). A count of
     ``DF_CACHE_MIN`` rows or more found in ``counts`` (younger than :func:`fresh_for`) is
-    not counted again while the caller's removals (schema v8: ``removals``, bumped by a
-    trigger in every transaction that deletes their messages: a purge, a forget, through any
-    store object, in any process) are what they were when it was counted; read in the same
-    statement (one index probe), so of the same snapshot as what it counts. Each row the
+    not counted again while the caller's removals (schema v8: ``removals``, those of the
+    caller's bucket of callers, bumped by a trigger in every transaction that deletes their
+    messages: a purge, a forget, through any store object, in any process) are what they
+    were when it was counted; read in the same statement (one index probe), so of the same
+    snapshot as what it counts. Each row the
     statement returns carries the words' counts (``df``, and ``edge``) and the removals
     (``removals``), for :func:`remember_counts`.
 
@@ -268,7 +274,7 @@ def caller_statement(cfg: str, slots: int, window: str, keep: str, replies: str)
         -- what they were when it was counted
         v AS MATERIALIZED (
             SELECT COALESCE(sum(n), 0)::int8 AS removals FROM removals
-            WHERE scope IN (md5($2)::uuid, '{EVERYONE}')),
+            WHERE bucket IN ({REMOVALS_OF.format(user="$2")}, '{EVERYONE}')),
         l AS MATERIALIZED (
             SELECT row_number() OVER (ORDER BY lx)::int AS i, lx, count(*)::int AS n,
                 max(kdf) FILTER (WHERE kr = v.removals) AS kdf,

@@ -2,9 +2,9 @@
 v8: ``_sqlite_search.word_counts``, ``_postgres_search.caller_statement``).
 
 Every transaction that deletes archived messages bumps the removals (a trigger: SQLite one
-count for the file, PostgreSQL one per caller); a worker's store object keeps its searches'
-counts of common words with the removals they were counted at. The attacks: a purge that
-deletes nothing, two processes purging at once, a forget rolled back, a forget or a purge
+count for the file, PostgreSQL one per bucket of callers); a worker's store object keeps its
+searches' counts of common words with the removals they were counted at. The attacks: a
+purge that deletes nothing, two processes purging at once, a forget rolled back, a forget or a purge
 committed while a search is under way, and an archive of the previous schema. The worker
 must always find what a fresh store finds (the reference), on both backends.
 """
@@ -28,7 +28,7 @@ from pipecat_summarizer.store import (
     _sqlite_writes,
     open_store,
 )
-from pipecat_summarizer.store._postgres_schema import EVERYONE
+from pipecat_summarizer.store._postgres_schema import EVERYONE, REMOVALS_OF
 from pipecat_summarizer.store._postgres_search import KEEP_MATCHES
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 
@@ -64,7 +64,8 @@ async def _removals(target: str, user: str = "al") -> int:
         conn = await asyncpg.connect(target)
         try:
             return await conn.fetchval(
-                "SELECT COALESCE(sum(n), 0) FROM removals WHERE scope IN (md5($1)::uuid, $2)",
+                "SELECT COALESCE(sum(n), 0) FROM removals "
+                f"WHERE bucket IN ({REMOVALS_OF.format(user='$1')}, $2)",
                 user,
                 EVERYONE,
             )

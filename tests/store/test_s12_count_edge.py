@@ -4,7 +4,8 @@
 Each store object keeps its searches' counts of common words; a forget or a purge through
 another store object (another worker process on the same database) deletes rows it counted.
 Every transaction that deletes archived messages bumps the database's removals (schema v8:
-a trigger; SQLite one count for the file, PostgreSQL one per caller): a search reads them
+a trigger; SQLite one count for the file, PostgreSQL one per bucket of callers): a search
+reads them
 (one primary-key read; in the same statement on PostgreSQL) and counts a word afresh when
 they changed since its count was kept. While they stand the count is reused.
 """
@@ -21,7 +22,7 @@ from pipecat_summarizer.store import SQLiteMemoryStore, open_store
 from pipecat_summarizer.store import _postgres_search as pg_search
 from pipecat_summarizer.store import _sqlite_schema as schema
 from pipecat_summarizer.store import _sqlite_search as sqlite_search
-from pipecat_summarizer.store._postgres_schema import EVERYONE
+from pipecat_summarizer.store._postgres_schema import EVERYONE, REMOVALS_OF
 from pipecat_summarizer.store.records import ArchivedMessage
 
 
@@ -71,7 +72,8 @@ async def test_another_stores_purge_drops_the_counts_of_what_it_deleted(store_ta
 
 async def _removals_pg(conn, user: str) -> int:
     return await conn.fetchval(
-        "SELECT COALESCE(sum(n), 0) FROM removals WHERE scope IN (md5($1)::uuid, $2)",
+        "SELECT COALESCE(sum(n), 0) FROM removals "
+        f"WHERE bucket IN ({REMOVALS_OF.format(user='$1')}, $2)",
         user,
         EVERYONE,
     )
@@ -121,7 +123,9 @@ async def test_postgres_reuses_a_count_while_the_callers_removals_stand(
         kept: pg_search.WordCounts = {("al", "card"): (25, edge, now, 0)}
         assert await df_of_card(kept) == (25, edge, 0, 31)
         assert kept == {("al", "card"): (25, edge, now, 0)}
-        # another caller's message deleted: al's removals stand, so does his count
+        # another caller's message deleted (another bucket): al's removals stand, so does
+        # his count
+        assert await conn.fetchval("SELECT left(md5('al'), 3) <> left(md5('bo'), 3)")
         assert await conn.execute("DELETE FROM messages WHERE user_id = 'bo'") == "DELETE 1"
         assert await df_of_card(kept) == (25, edge, 0, 31)
         # one of al's deleted (his oldest "card" stays, the check by edge let it stand):
