@@ -194,13 +194,17 @@ class ArchiveSearch(RecallHooks):
             return await index.rank_soon(query) if index is not None else None
 
         started = loop_time()
-        ranking = asyncio.ensure_future(rank())
+        # nothing to rank and no watch to wait for: no task beside the search
+        ranking = None if index is None and watch_ is None else asyncio.ensure_future(rank())
         try:
             found = await search
         except BaseException:
-            ranking.add_done_callback(consume)
+            if ranking is not None:
+                ranking.add_done_callback(consume)
             raise
-        if index is not None and wait_s is not None:
+        if ranking is None:
+            ranked = None
+        elif index is not None and wait_s is not None:
             ready, ranked = await within(ranking, started + RANK_SHARE * wait_s)
             self.semantic_late += not ready
         else:

@@ -14,6 +14,7 @@ from pipecat_summarizer._recall.query import topic_terms
 from pipecat_summarizer._recall.select import (
     Snippet,
     View,
+    _joined,
     _read,
     _Relevance,
     _seen,
@@ -49,6 +50,13 @@ def test_a_text_is_read_as_the_rules_read_it(text):
     assert norm == normalize_verbatim(text)
     assert all_stems == frozenset(search_stem(w) for w in words(text))
     assert topic == frozenset(topic_terms(normalize_verbatim(text)))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(any_text, vocab_text), st.one_of(any_text, vocab_text))
+def test_a_hit_and_its_reply_are_read_as_their_join(text, reply):
+    if text.strip() and reply.strip():  # as select_hits reads them: neither blank
+        assert _joined(_read(text), _read(reply)) == _read(f"{text}\n{reply}")
 
 
 @settings(max_examples=400, deadline=None)
@@ -113,9 +121,7 @@ def _reference(hits, query, view, params, *, replies, terms, parts, rare):
         if reply:
             seen.add(normalize_verbatim(reply))
         bucket.append(
-            Snippet(
-                call_id, position, hit.turn, hit.at, role, text, score, rank, reply_role, reply
-            )
+            Snippet(call_id, position, hit.turn, hit.at, role, text, score, rank, reply_role, reply)
         )
         if len(out) >= params.max_snippets:
             break
@@ -157,12 +163,8 @@ def test_select_hits_chooses_as_the_rules_do_hit_by_hit(
     hits, replies = found
     params = RecallParams(min_score=min_score, fill=fill, max_snippets=most)
     view = make_view(view_texts)
-    got = select_hits(
-        hits, "q", view, params, replies=replies, terms=terms, parts=parts, rare=rare
-    )
-    want = _reference(
-        hits, "q", view, params, replies=replies, terms=terms, parts=parts, rare=rare
-    )
+    got = select_hits(hits, "q", view, params, replies=replies, terms=terms, parts=parts, rare=rare)
+    want = _reference(hits, "q", view, params, replies=replies, terms=terms, parts=parts, rare=rare)
     assert got == want
 
 

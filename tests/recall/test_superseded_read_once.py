@@ -9,7 +9,6 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipecat_summarizer._record.corrections import find_correction, values
 from pipecat_summarizer._recall.select import Snippet
 from pipecat_summarizer._recall.superseded import (
     SUPERSEDED_MARK,
@@ -19,6 +18,7 @@ from pipecat_summarizer._recall.superseded import (
     stated_values,
     supersede,
 )
+from pipecat_summarizer._record.corrections import find_correction, values
 
 SAID = [
     "The booking is on 14 March at 3pm.",
