@@ -59,8 +59,12 @@ class Snippet(ArchivedText):
         return f"{self.content}\n{self.reply}" if self.reply else self.content
 
 
+#: A text as the selection reads it (see :func:`_read`).
+Read = tuple[str, frozenset[str], frozenset[str]]
+
+
 @lru_cache(maxsize=4096)  # the archive returns the same messages turn after turn
-def _read(text: str) -> tuple[str, frozenset[str], frozenset[str]]:
+def _read(text: str) -> Read:
     """``text`` as the selection reads it, from one split into words: its normalized form
     (:func:`normalize_verbatim`), the stems of all its words (:func:`relevance`) and its
     topic terms (``topic_terms`` of the normalized form, :func:`in_view`: normalizing
@@ -73,6 +77,14 @@ def _read(text: str) -> tuple[str, frozenset[str], frozenset[str]]:
         frozenset(map(search_stem, said)),
         frozenset(map(search_stem, topic)),
     )
+
+
+def _joined(text: Read, reply: Read) -> Read:
+    """:func:`_read` of a hit's text and its reply joined by a newline (``f"{text}\\n{reply}"``,
+    neither blank), from theirs: the newline ends a word and folds into one space with the
+    spaces around it, so the words are the text's then the reply's, and the normalized form
+    is the two joined by a space."""
+    return f"{text[0]} {reply[0]}", text[1] | reply[1], text[2] | reply[2]
 
 
 def _stems(text: str) -> frozenset[str]:
@@ -198,7 +210,7 @@ def in_view(text: str, view: View, query_terms: Sequence[str]) -> bool:
     return _seen(_read(text), view, set(query_terms))
 
 
-def _seen(read: tuple[str, frozenset[str], frozenset[str]], view: View, asked: set[str]) -> bool:
+def _seen(read: Read, view: View, asked: set[str]) -> bool:
     """:func:`in_view` of a text read by :func:`_read`, the query's terms a set."""
     norm, _, topic = read
     if not norm or norm in view.text or (view.says is not None and view.says(norm)):
@@ -332,19 +344,20 @@ def select_hits(
         reply_role, reply = replies.get((call_id, position), (None, None))
         if reply_role in excluded or not (reply or "").strip():
             reply_role, reply = None, None
-        full = f"{text}\n{reply}" if reply else text
-        # judged with its reply (as found, even when the reply is quoted instead below),
-        # read once (:func:`_read`): normalized, stemmed, its topic terms
-        whole = _read(full)
-        norm = whole[0] if reply is None else normalize_verbatim(text)
+        # each text read once (:func:`_read`): normalized, stemmed, its topic terms; a hit is
+        # judged with its reply (as found, even when the reply is quoted instead below)
+        said = _read(text)
+        answer = _read(reply) if reply else None
+        whole = said if answer is None else _joined(said, answer)
+        norm = said[0]
         if norm in seen:
             # the same words said again, archived by two calls, or shown already as an
             # earlier hit's reply: then what followed them (the answer) may still be new
-            if reply is None or normalize_verbatim(reply) in seen:
+            if answer is None or answer[0] in seen:
                 continue
-            role, text, position = str(reply_role), reply, position + 1
-            norm = normalize_verbatim(reply)
-            reply_role, reply = None, None
+            role, text, position = str(reply_role), str(reply), position + 1
+            norm = answer[0]
+            reply_role, reply, answer = None, None, None
         strict, loose = judge.scores(whole[1])
         score = strict
         similarity = getattr(hit, "similarity", None)
@@ -358,11 +371,11 @@ def select_hits(
             bucket = weak
         if _seen(whole, view, asked):
             continue
-        if reply is not None and (_seen(_read(reply), view, asked) or _read(reply)[0] in seen):
-            reply_role, reply = None, None
+        if answer is not None and (_seen(answer, view, asked) or answer[0] in seen):
+            reply_role, reply, answer = None, None, None
         seen.add(norm)
-        if reply:
-            seen.add(normalize_verbatim(reply))
+        if answer is not None:
+            seen.add(answer[0])
         bucket.append(
             Snippet(
                 call_id=call_id,
