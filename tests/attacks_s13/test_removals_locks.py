@@ -16,7 +16,7 @@ import time
 import pytest
 
 from pipecat_summarizer.store import _postgres_writes, open_store
-from pipecat_summarizer.store._postgres_schema import EVERYONE
+from pipecat_summarizer.store._postgres_schema import EVERYONE, REMOVALS_OF
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 
 DAY = 86400.0
@@ -60,13 +60,13 @@ async def _callers(store, now: float, users: list[str], old_days: float = 90.0) 
 
 
 async def _removals(target: str) -> dict[str, int]:
-    """The removals rows (PostgreSQL: by scope's text; SQLite: the file's, as 'file')."""
+    """The removals rows (PostgreSQL: by bucket of callers; SQLite: the file's, as 'file')."""
     if _pg(target):
         import asyncpg
 
         conn = await asyncpg.connect(target)
         try:
-            rows = await conn.fetch("SELECT scope::text AS s, n FROM removals")
+            rows = await conn.fetch("SELECT bucket AS s, n FROM removals")
         finally:
             await conn.close()
         return {r["s"]: r["n"] for r in rows}
@@ -77,12 +77,13 @@ async def _removals(target: str) -> dict[str, int]:
         conn.close()
 
 
-async def _scope(target: str, user: str) -> str:
+async def _bucket(target: str, user: str) -> str:
+    """``user``'s row of the removals (PostgreSQL)."""
     import asyncpg
 
     conn = await asyncpg.connect(target)
     try:
-        return await conn.fetchval("SELECT md5($1)::uuid::text", user)
+        return await conn.fetchval(f"SELECT {REMOVALS_OF.format(user='$1')}", user)
     finally:
         await conn.close()
 
@@ -179,7 +180,7 @@ async def test_removals_a_purge_waits_for_a_held_forget_then_bumps_once(store_ta
     end = None
     try:
         await _callers(admin, now, ["al", "bo"])
-        al, bo = await _scope(store_target, "al"), await _scope(store_target, "bo")
+        al, bo = await _bucket(store_target, "al"), await _bucket(store_target, "bo")
         before = await _removals(store_target)
         end = await _held_forget(store_target, "al")
         purge = asyncio.ensure_future(admin.purge_older_than(30))
@@ -242,8 +243,8 @@ async def test_removals_two_purges_at_once_from_two_stores(store_target):
             after = await _removals(store_target)
             if _pg(store_target):
                 for user in users:
-                    scope = await _scope(store_target, user)
-                    assert 1 <= after[scope] - before.get(scope, 0) <= 2
+                    bucket = await _bucket(store_target, user)
+                    assert 1 <= after[bucket] - before.get(bucket, 0) <= 2
             else:
                 assert after["file"] - before["file"] == len(users) * 40  # one per row
         found = []

@@ -1,8 +1,9 @@
-"""Attacks on the removal counts (schema v8, 4e5b3cd) by what a careless operator or a
-hostile caller does to the archive besides a purge or a forget: an UPDATE that redacts or
-moves messages, odd caller ids (empty, the EVERYONE row's text, ids whose messages share a
-call), a forget whose call holds another caller's messages. After each, a worker that kept
-common words' counts must find what a fresh store finds, on both backends.
+"""Attacks on the removal counts (schema v8, 4e5b3cd, 6a866ff) by what a careless operator
+or a hostile caller does to the archive besides a purge or a forget: an UPDATE that redacts
+messages, odd caller ids (empty, the EVERYONE row's text, a caller in another's bucket of
+removals), a forget whose call holds another caller's messages, messages without a caller.
+After each, a worker that kept common words' counts must find what a fresh store finds, on
+both backends.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pipecat_summarizer.store._postgres_search import KEEP_MATCHES
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 
 MANY = KEEP_MATCHES + 50  # a word in more of the caller's messages than a search ranks
+#: A caller in al's bucket of removals on PostgreSQL (the first 3 hex digits of md5: 972).
+AL_TWIN = "al-twin-4325"
 DAY = 86400.0
 
 
@@ -106,11 +109,14 @@ async def test_removals_an_operator_redacts_by_update(store_target):
     assert got == want
 
 
-@pytest.mark.parametrize("user", ["", EVERYONE, EVERYONE.replace("-", ""), " al", "AL"], ids=repr)
+@pytest.mark.parametrize(
+    "user", ["", EVERYONE, "00000000-0000-0000-0000-000000000000", " al", "AL", AL_TWIN], ids=repr
+)
 async def test_removals_odd_caller_ids_are_kept_apart(store_target, user):
-    # a caller whose id is empty, the text of the EVERYONE row (or its digits), or a near
-    # twin of another's: their forget bumps their removals only (al's kept count stands and
-    # is right), al's forget bumps al's; both find what a fresh store finds
+    # a caller whose id is empty, the text of the EVERYONE row (or the former EVERYONE
+    # uuid's), a near twin of al's, or one in al's bucket of removals (PostgreSQL: their
+    # forget bumps al's removals too, a recount): both find what a fresh store finds, after
+    # their forget and after al's
     worker, admin, fresh = (open_store(store_target) for _ in range(3))
     now = time.time()
     try:
