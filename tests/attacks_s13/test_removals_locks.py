@@ -350,3 +350,63 @@ async def test_removals_a_forget_meets_a_purge_half_done(store_target):
             await s.close()
     assert outcome["purge"] == "done"
     assert isinstance(outcome["forget"], int) and outcome["al"] == []
+
+
+#: A caller in al's bucket of removals on PostgreSQL (md5 972...), and one in another.
+AL_TWIN = "al-twin-4325"
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "bo",
+        pytest.param(
+            AL_TWIN,
+            marks=pytest.mark.xfail(
+                strict=True, reason="S13-A-3: a held forget holds up a purge of its bucket"
+            ),
+        ),
+    ],
+)
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_removals_a_held_forget_holds_up_no_purge_of_another_caller(store_target, other):
+    # al's forget held open (al's rows a day old: nothing of his is purged); a new worker's
+    # retention purge as it opens deletes another caller's old call. It must not wait for
+    # al's forget (it did not before schema v8, nor with removals keyed by caller): a caller
+    # in al's bucket of removals (6a866ff) makes it wait on al's bucket row
+    import asyncpg
+
+    worker = open_store(store_target)
+    watch = await asyncpg.connect(store_target)
+    now = time.time()
+    end = None
+    opening = None
+    opened = open_store(store_target, retention_days=30)
+    try:
+        await _callers(worker, now, [other])
+        await _callers(worker, now, ["al"], old_days=1.5)
+        end = await _held_forget(store_target, "al")
+        opening = asyncio.ensure_future(opened.open())
+        waiting = 0
+        for _ in range(300):  # until it opened, or waits for a lock
+            waiting = await watch.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+            if waiting or opening.done():
+                break
+            await asyncio.sleep(0.02)
+        await end(False)
+        end = None
+        await asyncio.wait_for(opening, HANG_S)
+        calls = await worker.calls(other)
+    finally:
+        if end is not None:
+            await end(False)
+        if opening is not None and not opening.done():
+            opening.cancel()
+        await watch.close()
+        for store in (worker, opened):
+            await store.close()
+    assert waiting == 0  # the purge never waited for al's forget
+    assert len(calls) == 1  # the old call purged, the new kept
