@@ -192,3 +192,48 @@ async def test_removals_messages_without_a_caller(store_target):
     (anon_want, anon_got), (al_want, al_got) = found
     assert ("anon", MANY + 1) in anon_want and len(anon_want) == 7
     assert anon_got == anon_want and al_got == al_want
+
+
+_EMPTIED = pytest.mark.xfail(
+    strict=True, reason="S13-A-4: emptied removals let a kept count stand after a purge"
+)
+
+
+@pytest.mark.parametrize(
+    ("backend", "counted"),
+    [
+        pytest.param("sqlite", "after", marks=_EMPTIED),
+        ("sqlite", "before"),
+        ("postgres", "after"),
+        pytest.param("postgres", "before", marks=_EMPTIED),
+    ],
+    indirect=["backend"],
+)
+async def test_removals_an_operator_empties_the_removals(store_target, counted):
+    # an operator empties the removals table (a "reset" of counters, a table they do not
+    # know), before or after the worker counted "card": SQLite's one row is gone (its
+    # trigger's UPDATE then bumps nothing; the search reads NULL, and keeps its counts at
+    # NULL), PostgreSQL's rows start again from 1 (al's removals come back to the value a
+    # count was kept at). After the next purge of al's old messages the worker must count
+    # "card" again
+    worker, admin, fresh = (open_store(store_target) for _ in range(3))
+    now = time.time()
+    try:
+        await admin.write([_msg("gone", 0, "card", now - 60 * DAY)])
+        await admin.purge_older_than(30)  # al's removals: 1
+        await worker.write(
+            [_msg(f"o-{i // 500}", i % 500, f"card {i}", now - 90 * DAY + i) for i in range(MANY)]
+        )
+        if counted == "before":
+            assert await worker.search("card zebra", user_id="al", any_word=True)
+        await _sql(store_target, "DELETE FROM removals")
+        if counted == "after":
+            assert await worker.search("card zebra", user_id="al", any_word=True)
+        assert await admin.purge_older_than(30) == MANY
+        await _says_zebra(admin, now)
+        want, got = await _both(worker, fresh, "al")
+    finally:
+        for store in (worker, admin, fresh):
+            await store.close()
+    assert want == [("new", 0), ("new", 1), ("new", 2)]
+    assert got == want
