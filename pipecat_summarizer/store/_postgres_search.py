@@ -182,9 +182,8 @@ def caller_search_sql(
     caller's bucket of callers, bumped by a trigger in every transaction that deletes their
     messages: a purge, a forget, through any store object, in any process) are what they
     were when it was counted; read in the same statement (one index probe), so of the same
-    snapshot as what it counts. Each row the
-    statement returns carries the words' counts (``df``, and ``edge``) and the removals
-    (``removals``), for :func:`remember_counts`.
+    snapshot as what it counts. Each row the statement returns carries the words' counts
+    (``df``, and ``edge``) and the removals (``removals``), for :func:`remember_counts`.
 
     Over the words it keeps, the hits and the scores are :func:`search_sql`'s: the same
     window (the latest ``RANK_MATCHES`` matches), the same score, the same ties. Each kept
