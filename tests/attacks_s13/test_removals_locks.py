@@ -410,3 +410,59 @@ async def test_removals_a_held_forget_holds_up_no_purge_of_another_caller(store_
             await store.close()
     assert waiting == 0  # the purge never waited for al's forget
     assert len(calls) == 1  # the old call purged, the new kept
+
+
+#: A caller in bo's bucket of removals on PostgreSQL (md5 ad7...).
+BO_TWIN = "bo-twin-9794"
+
+
+@pytest.mark.xfail(
+    strict=True, reason="S13-A-6: two batch deletes of different callers deadlock on buckets"
+)
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_removals_two_batch_deletes_of_different_callers(store_target):
+    # two operators' batch jobs (a retention script by caller, a GDPR export-then-delete),
+    # each deleting several callers' messages in one transaction, one statement per caller:
+    # job one al then bo, job two bo's twin then al's twin. They share no message, no caller
+    # (before schema v8 neither waited for the other), but each statement's trigger locks its
+    # caller's bucket of removals until the job commits: al's and bo's buckets in opposite
+    # orders. Both jobs must commit
+    import asyncpg
+
+    admin = open_store(store_target)
+    now = time.time()
+    jobs = [await asyncpg.connect(store_target) for _ in range(2)]
+    try:
+        for user in ("al", "bo", AL_TWIN, BO_TWIN):
+            await admin.write([_msg(f"{user}-c", i, f"card {i}", now + i, user) for i in range(3)])
+        orders = [("al", "bo"), (BO_TWIN, AL_TWIN)]
+        trs = [job.transaction() for job in jobs]
+        for tr in trs:
+            await tr.start()
+        delete = "DELETE FROM messages WHERE user_id = $1"
+        for job, order in zip(jobs, orders, strict=True):
+            await job.execute(delete, order[0])
+
+        async def finish(job, tr, user) -> str:
+            try:
+                await job.execute(delete, user)
+                await tr.commit()
+                return "committed"
+            except asyncpg.PostgresError as e:
+                await tr.rollback()
+                return type(e).__name__
+
+        ends = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    finish(job, tr, order[1])
+                    for job, tr, order in zip(jobs, trs, orders, strict=True)
+                )
+            ),
+            HANG_S,
+        )
+    finally:
+        for job in jobs:
+            await job.close()
+        await admin.close()
+    assert ends == ["committed", "committed"]
