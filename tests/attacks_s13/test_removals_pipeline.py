@@ -3,7 +3,8 @@ deletes and never commits during alice's call (since schema v8, 4e5b3cd, it also
 forgotten caller's ``removals`` row, bumped by the messages' trigger). Alice's turns must
 be answered while it is held, whoever is being forgotten: bob (her recall goes on: the
 rental and the room are placed) or alice herself (nothing placed: the forget is not known in
-time, as with the lock alone, tests/attacks_s10/test_held_forget_call.py)."""
+time, as with the lock alone, tests/attacks_s10/test_held_forget_call.py). With bob's forget
+held, alice's call's end is recorded before it ends."""
 
 from __future__ import annotations
 
@@ -90,6 +91,9 @@ async def test_removals_a_held_forget_with_its_deletes_delays_no_turn(
             )
         finally:
             await summarizer.aclose()
+        # the call's end recorded (its writer flushed at the end) while the forget is held
+        ends = [(c.label, c.ended_at is not None) for c in await store.calls("alice")]
+        ended_while_held = held["on"]
         releaser.cancel()
         await release()
         removals.append(
@@ -105,5 +109,6 @@ async def test_removals_a_held_forget_with_its_deletes_delays_no_turn(
     blocks = recall_blocks(openai_server.chat_requests)
     if forgotten == "bob":
         assert len(blocks) == 2 and "Fiat" in blocks[0] and "418" in blocks[1]
+        assert ended_while_held and ("now-alice", True) in ends
     else:
         assert blocks == []  # not known in time: nothing
