@@ -21,11 +21,11 @@ LOCK_KEY = 0x5C_0A_11  # advisory lock for migrations
 #: loaded 2-core machine), past the pool's 30 s command timeout, which would roll it back.
 MIGRATION_TIMEOUT_S = 3600.0
 
-#: A caller's row of ``removals`` (schema v8), for a caller ``{user}``: their bucket, the first
-#: 12 bits of the ``md5`` of their id (4,096 buckets: the table names no caller, a forgotten
-#: or purged one included, and stays small; a delete of another caller of the bucket makes a
-#: search count its words again, which is all it costs). A ``TRUNCATE`` of the messages
-#: bumps ``EVERYONE``'s.
+#: A caller's rows of ``removals`` (schema v8), for a caller ``{user}``: their bucket, the
+#: first 12 bits of the ``md5`` of their id (4,096 buckets: the table names no caller, a
+#: forgotten or purged one included; a delete of another caller of the bucket makes a search
+#: count its words again, which is all it costs). A ``TRUNCATE`` of the messages bumps
+#: ``EVERYONE``'s.
 REMOVALS_OF = "left(md5({user}), 3)"
 EVERYONE = "*"
 #: What the full-text index holds (schema v2): the message's words plus a lexeme for its
@@ -71,6 +71,13 @@ WORDS_AUTOVACUUM = {
     "autovacuum_vacuum_insert_threshold": "5000",
     "autovacuum_vacuum_insert_scale_factor": "0",
 }
+
+
+#: A purge's last statement (schema v8): each bucket's rows of ``removals`` folded into one
+#: holding their sum, so a search's read stays short. Sums are unchanged (no count is read
+#: again for it); rows added meanwhile by transactions not committed are left as they are.
+FOLD_REMOVALS = """WITH gone AS (DELETE FROM removals RETURNING bucket, n)
+    INSERT INTO removals SELECT bucket, sum(n) FROM gone GROUP BY bucket"""
 
 
 def migrations(config: str) -> dict[int, list[str]]:
@@ -217,14 +224,17 @@ def migrations(config: str) -> dict[int, list[str]]:
         # v8: the removals of each bucket of callers (REMOVALS_OF): how many statements
         # deleted messages of theirs (a purge's, a forget's, anyone's), counted by a trigger
         # in the deleting transaction (and a TRUNCATE's, under EVERYONE): a word count a
-        # search keeps stands while they are unchanged (``_postgres_search.caller_search_sql``)
+        # search keeps stands while their sum is unchanged
+        # (``_postgres_search.caller_search_sql``). Rows are only added (an update would hold
+        # the bucket's row, and every other delete of the bucket would wait for the deleting
+        # transaction's end: S13-A-3, S13-A-6); a purge folds them (``FOLD_REMOVALS``)
         8: [
-            "CREATE TABLE removals(bucket TEXT PRIMARY KEY, n BIGINT NOT NULL)",
+            "CREATE TABLE removals(bucket TEXT NOT NULL, n BIGINT NOT NULL)",
+            "CREATE INDEX removals_bucket ON removals(bucket) INCLUDE (n)",
             f"""CREATE FUNCTION messages_removed() RETURNS trigger LANGUAGE plpgsql AS $f$
                 BEGIN
                     INSERT INTO removals SELECT DISTINCT {REMOVALS_OF.format(user="user_id")}, 1
-                        FROM gone WHERE user_id IS NOT NULL ORDER BY 1
-                    ON CONFLICT (bucket) DO UPDATE SET n = removals.n + 1;
+                        FROM gone WHERE user_id IS NOT NULL;
                     RETURN NULL;
                 END $f$""",
             """CREATE TRIGGER messages_removed AFTER DELETE ON messages
@@ -234,8 +244,7 @@ def migrations(config: str) -> dict[int, list[str]]:
                 LANGUAGE plpgsql AS $f$
                 BEGIN
                     TRUNCATE message_words;
-                    INSERT INTO removals VALUES ('{EVERYONE}', 1)
-                    ON CONFLICT (bucket) DO UPDATE SET n = removals.n + 1;
+                    INSERT INTO removals VALUES ('{EVERYONE}', 1);
                     RETURN NULL;
                 END $f$""",
         ],

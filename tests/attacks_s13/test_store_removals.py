@@ -438,3 +438,47 @@ async def test_store_a_v7_archive_opens_and_its_removals_count_from_then(store_t
             await store.close()
     assert len(want) == 20 and ("new", 1) in want
     assert got == want
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_store_postgres_removals_rows_are_added_then_folded_by_a_purge(store_target):
+    # PostgreSQL's removals are only added to (a row per deleting statement and bucket): a
+    # forget of al held open (never committed) holds no row that a purge of another caller
+    # of al's bucket needs (an update of the bucket's one row made the purge wait: S13-A-3),
+    # and the purge folds each bucket's committed rows into one, their sums unchanged (no
+    # kept count is counted again for it); the held forget's row, once committed, counts
+    asyncpg = pytest.importorskip("asyncpg")
+    twin = "al-twin-4325"  # in al's bucket: left(md5(id), 3) is 972 for both
+    store = open_store(store_target)
+    conn = await asyncpg.connect(store_target)
+    now = time.time()
+    forgetting = None
+    try:
+        same = f"SELECT {REMOVALS_OF.format(user='$1')} = {REMOVALS_OF.format(user='$2')}"
+        assert await conn.fetchval(same, "al", twin)
+        await store.write([_msg("al-new", i, f"card {i}", now - DAY + i) for i in range(5)])
+        for user in (twin, "bo"):
+            await store.write(
+                [_msg(f"{user}-old", i, f"card {i}", now - 60 * DAY + i, user) for i in range(5)]
+                + [_msg(f"{user}-new", i, f"card {i}", now - DAY + i, user) for i in range(5)]
+                + [_msg(f"{user}-x", 0, "card", now, user), _msg(f"{user}-y", 0, "card", now, user)]
+            )
+            for call in (f"{user}-x", f"{user}-y"):  # two deletes: two rows
+                await conn.execute("DELETE FROM messages WHERE call_id = $1", call)
+        assert await conn.fetchval("SELECT count(*) FROM removals") == 4
+        assert (await _removals(store_target, "al"), await _removals(store_target, "bo")) == (2, 2)
+        forgetting = conn.transaction()
+        await forgetting.start()
+        assert await _postgres_writes.forget(conn, "al", time.time()) == 5  # held
+        # the purge deletes the twin's and bo's old messages, none of al's: it waits for nothing
+        assert await asyncio.wait_for(store.purge_older_than(30), 30) == 10
+        rows = await store._fetch("SELECT bucket, n FROM removals ORDER BY bucket")
+        assert [tuple(r) for r in rows] == [("972", 3), ("ad7", 3)]  # folded: 2 + its own 1
+        await forgetting.commit()
+        forgetting = None
+        assert (await _removals(store_target, "al"), await _removals(store_target, "bo")) == (4, 3)
+    finally:
+        if forgetting is not None:
+            await forgetting.rollback()
+        await conn.close()
+        await store.close()
