@@ -78,6 +78,9 @@ WORDS_AUTOVACUUM = {
 #: again for it); rows added meanwhile by transactions not committed are left as they are.
 FOLD_REMOVALS = """WITH gone AS (DELETE FROM removals RETURNING bucket, n)
     INSERT INTO removals SELECT bucket, sum(n) FROM gone GROUP BY bucket"""
+#: The advisory lock a purge tries before it folds: one fold at a time (two at once would
+#: wait for each other's rows, and might deadlock); a purge that finds it taken folds nothing.
+FOLD_KEY = 0x5C_0A_12
 
 
 def migrations(config: str) -> dict[int, list[str]]:

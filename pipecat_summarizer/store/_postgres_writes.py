@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from pipecat_summarizer.store._postgres_schema import FOLD_REMOVALS
+from pipecat_summarizer.store._postgres_schema import FOLD_KEY, FOLD_REMOVALS
 from pipecat_summarizer.store._statements import (
     forget_statements,
     purge_cutoff,
@@ -148,12 +148,13 @@ async def vacuum_forgotten(conn, timeout_s: float | None = None) -> None:
 
 async def purge(conn, days: float) -> int:
     """Delete records older than ``days`` days in one transaction, and fold the removals
-    (``FOLD_REMOVALS``); the rows deleted."""
+    (``FOLD_REMOVALS``) unless another purge is folding them; the rows deleted."""
     cutoff = purge_cutoff(days)
     n = 0
     async with conn.transaction():
         for sql, counted in purge_statements("$"):
             status = await conn.execute(sql, cutoff)
             n += int(status.split()[-1]) if counted else 0
-        await conn.execute(FOLD_REMOVALS)
+        if await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", FOLD_KEY):
+            await conn.execute(FOLD_REMOVALS)
     return n
