@@ -360,12 +360,7 @@ AL_TWIN = "al-twin-4325"
     "other",
     [
         "bo",
-        pytest.param(
-            AL_TWIN,
-            marks=pytest.mark.xfail(
-                strict=True, reason="S13-A-3: a held forget holds up a purge of its bucket"
-            ),
-        ),
+        AL_TWIN,  # S13-A-3: once held up by the forget (buckets updated in place, 6a866ff)
     ],
 )
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
@@ -416,9 +411,6 @@ async def test_removals_a_held_forget_holds_up_no_purge_of_another_caller(store_
 BO_TWIN = "bo-twin-9794"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="S13-A-6: two batch deletes of different callers deadlock on buckets"
-)
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 async def test_removals_two_batch_deletes_of_different_callers(store_target):
     # two operators' batch jobs (a retention script by caller, a GDPR export-then-delete),
