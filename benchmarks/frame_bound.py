@@ -51,7 +51,10 @@ and rendered before the turn), with the load average.
     .venv/bin/python benchmarks/frame_bound.py [--sizes 1000,10000,100000,1000000]
         [--pg-max 100000] [--turns 200] [--context 100] [--cache /tmp/frame_bound]
         [--backends sqlite,postgres] [--no-postgres] [--no-prefetch] [--only-prefetch]
-        [--lead-ms 200] [--word-ms 100] [--raw-interims]
+        [--lead-ms 200] [--word-ms 100] [--raw-interims] [--cpu-phases]
+
+``--cpu-phases`` (SQLite) also prints each phase's CPU time, the loop's and the store thread's
+(benchmarks/_cpu_phases.py): what a frame's CPU is spent on, not moved between threads.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _cpu_phases import CpuPhases, cpu_phases_lines  # noqa: E402
 from _frame_report import Row, line, report  # noqa: E402
 from _phases import PhaseClock  # noqa: E402
 from _spoken import spoken_turn  # noqa: E402
@@ -152,6 +156,7 @@ class TimedSummarizer(ContextSummarizer):
     cpu: list[int]
     spent: list[Spent]
     phases: PhaseClock
+    cpu_phases: CpuPhases | None
     loop_steps: LoopSteps
     #: per timed frame: the loop steps longer than LoopSteps' threshold during it
     steps: list[list[Step]]
@@ -167,10 +172,14 @@ class TimedSummarizer(ContextSummarizer):
         blocks, served = _early_counts(step)
         if turn:
             self.phases.begin(self.stamp.pushed_ns[frame.id], started)
+            if self.cpu_phases is not None:
+                self.cpu_phases.begin()
         await super().process_frame(frame, direction)
         if turn:
             end = time.perf_counter_ns()  # the time first: the CPU clock's read is not in it
             cpu = self.stamp.clocks.cpu_ns()
+            if self.cpu_phases is not None:
+                self.cpu_phases.end()
             self.phases.end(end)
             blocks_now, served_now = _early_counts(step)
             self.early.append((served_now > served, blocks_now > blocks))
@@ -263,6 +272,7 @@ async def one_call(
         stamp.turn_clock = turn_clock = TurnClock(clocks.pids)
         ours.stamp, ours.wall_ns, ours.hop_ns, ours.cpu, ours.spent = stamp, [], [], [], []
         ours.phases, ours.early = PhaseClock(ours), []
+        ours.cpu_phases = CpuPhases(ours) if args.cpu_phases and backend == "SQLite" else None
         ours.loop_steps, ours.steps = loop_steps, []
         loop_steps.install()
         turns = ExternalUserTurnStrategies()  # with prefetch, the STT's frames end the turns
@@ -292,6 +302,9 @@ async def one_call(
         row.phases = ours.phases.frames[1:]
         row.steps = ours.steps[1:]
         row.early = ours.early[1:]
+        if ours.cpu_phases is not None:
+            label = f"{backend} {n:,} {'prefetch' if prefetch else 'no prefetch'}"
+            args.cpu_lines += cpu_phases_lines(label, ours.cpu_phases.frames[1:])
         row.searches = {
             "asked": step.turns,
             "recalled": step.recalled,
@@ -421,6 +434,13 @@ def main(argv: list[str] | None = None) -> int:
         "send them; only the final is formatted (its words are worked on at the turn's end)",
     )
     parser.add_argument(
+        "--cpu-phases",
+        action="store_true",
+        help="SQLite: also print the CPU time (the loop's, the store thread's) of each phase of "
+        "the recall step, over all frames and the 5%% with the most CPU (benchmarks/"
+        "_cpu_phases.py; its clocks' reads are in the frames' times)",
+    )
+    parser.add_argument(
         "--word-ms",
         type=float,
         default=100.0,
@@ -428,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         "every word (default %(default)s)",
     )
     args = parser.parse_args(argv)
+    args.cpu_lines = []
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     args.backends = {b.strip().lower() for b in args.backends.split(",") if b.strip()}
     if args.no_postgres:
@@ -453,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     rows = asyncio.run(run(args))
     report(rows, budget_ms)
+    for cpu_line in args.cpu_lines:
+        print(cpu_line)
     print(
         f"{time.monotonic() - started:.0f} s; load average {os.getloadavg()[0]:.2f} at the end "
         f"on {os.cpu_count()} CPUs"
