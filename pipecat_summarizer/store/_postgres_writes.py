@@ -7,6 +7,9 @@ the same caller; a caller's advisory lock keeps a forget and the writes apart.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
+
+from loguru import logger
 
 from pipecat_summarizer.store._postgres_schema import FOLD_KEY, FOLD_REMOVALS
 from pipecat_summarizer.store._statements import (
@@ -57,6 +60,8 @@ _STATEMENTS = {
     "caller_fact": _CALLER_FACT,
     "end": _END_CALL,
 }
+#: A forget's statements: the caller's calls locked before their messages are deleted.
+_FORGET = forget_statements("$", lock_calls=True)
 
 
 async def write(conn, records: list[Record]) -> None:
@@ -102,20 +107,46 @@ async def after_forget(conn, records: list[Record]) -> list[Record]:
     return not_forgotten(records, tombstones, started)
 
 
+#: How many times a forget or a purge runs when PostgreSQL breaks a deadlock by rolling it
+#: back (SQLSTATE 40P01: the transaction is undone whole, so running it again is safe). The
+#: two take the tables in one order (see ``forget_statements``); an operator's transaction
+#: may still take them in another.
+DEADLOCK_TRIES = 5
+_DEADLOCK = "40P01"
+
+
+async def deadlock_retried(what: str, run: Callable[[], Awaitable[int]]) -> int:
+    """``run()`` (one transaction), run again when it was rolled back to break a deadlock,
+    up to :data:`DEADLOCK_TRIES` times in all (then its error is raised)."""
+    for tries in range(DEADLOCK_TRIES - 1, -1, -1):
+        try:
+            return await run()
+        except Exception as e:
+            if getattr(e, "sqlstate", None) != _DEADLOCK or not tries:
+                raise
+            logger.warning(f"PostgreSQL {what} rolled back by a deadlock: run again")
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 async def forget(conn, user_id: str, at: float) -> int:
     """Delete every record of ``user_id`` but those of their sessions that started after
     ``at`` (as on SQLite: see ``forget_statements``) and leave its tombstone (time ``at``),
-    in one transaction; then :func:`vacuum_forgotten`."""
-    n = 0
+    in one transaction (run again if a deadlock rolled it back); then the store runs
+    :func:`vacuum_forgotten`."""
     key = user_hash(user_id)
-    async with conn.transaction():
-        # exclusive: waits for the writes under way for this caller, holds new ones
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
-        for sql, counted in forget_statements("$"):
-            status = await conn.execute(sql, user_id, at)
-            n += int(status.split()[-1]) if counted else 0
-        await conn.execute(tombstone_statement("$"), key, at)
-    return n
+
+    async def run() -> int:
+        n = 0
+        async with conn.transaction():
+            # exclusive: waits for the writes under way for this caller, holds new ones
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
+            for sql, counted in _FORGET:
+                status = await conn.execute(sql, user_id, at)
+                n += int(status.split()[-1]) if counted else 0
+            await conn.execute(tombstone_statement("$"), key, at)
+        return n
+
+    return await deadlock_retried("forget", run)
 
 
 #: The most a forget's VACUUM may take (both statements), seconds: it runs after the
@@ -147,14 +178,19 @@ async def vacuum_forgotten(conn, timeout_s: float | None = None) -> None:
 
 
 async def purge(conn, days: float) -> int:
-    """Delete records older than ``days`` days in one transaction, and fold the removals
-    (``FOLD_REMOVALS``) unless another purge is folding them; the rows deleted."""
+    """Delete records older than ``days`` days in one transaction (run again if a deadlock
+    rolled it back), and fold the removals (``FOLD_REMOVALS``) unless another purge is
+    folding them; the rows deleted."""
     cutoff = purge_cutoff(days)
-    n = 0
-    async with conn.transaction():
-        for sql, counted in purge_statements("$"):
-            status = await conn.execute(sql, cutoff)
-            n += int(status.split()[-1]) if counted else 0
-        if await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", FOLD_KEY):
-            await conn.execute(FOLD_REMOVALS)
-    return n
+
+    async def run() -> int:
+        n = 0
+        async with conn.transaction():
+            for sql, counted in purge_statements("$"):
+                status = await conn.execute(sql, cutoff)
+                n += int(status.split()[-1]) if counted else 0
+            if await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", FOLD_KEY):
+                await conn.execute(FOLD_REMOVALS)
+        return n
+
+    return await deadlock_retried("purge", run)

@@ -93,23 +93,33 @@ def purge_statements(mark: str) -> list[tuple[str, bool]]:
     ]
 
 
-def forget_statements(mark: str) -> list[tuple[str, bool]]:
+def forget_statements(mark: str, lock_calls: bool = False) -> list[tuple[str, bool]]:
     """A forget's deletes (parameters: 1 the caller, 2 the forget's time), each with whether
     its rows count in the number deleted. The caller's sessions that started after the
     forget's time keep their rows (a new call, written before the deletes: the tombstone
-    lets such a session write, so a forget must not delete what it wrote before)."""
+    lets such a session write, so a forget must not delete what it wrote before).
+
+    The tables go in a purge's order (compactions, facts, calls, messages, caller_facts):
+    on PostgreSQL a forget and a purge at once, each holding rows the other wants next,
+    deadlocked (S13-A-2). The forget's deletes of the call tables read the caller's calls,
+    so with ``lock_calls`` (PostgreSQL: ``FOR UPDATE``) the calls are locked where a purge
+    deletes them, and deleted after the messages."""
     later = f"SELECT call_id FROM calls WHERE user_id = {mark}1 AND started_at > {mark}2"
+    mine = f"calls WHERE user_id = {mark}1 AND started_at <= {mark}2"
+
+    def call_table(table: str) -> tuple[str, bool]:
+        return (
+            f"DELETE FROM {table} WHERE (user_id = {mark}1 OR call_id IN "
+            f"(SELECT call_id FROM calls WHERE user_id = {mark}1)) "
+            f"AND call_id NOT IN ({later})",
+            True,
+        )
+
     return [
-        *(
-            (
-                f"DELETE FROM {table} WHERE (user_id = {mark}1 OR call_id IN "
-                f"(SELECT call_id FROM calls WHERE user_id = {mark}1)) "
-                f"AND call_id NOT IN ({later})",
-                True,
-            )
-            for table in CALL_TABLES
-        ),
-        (f"DELETE FROM calls WHERE user_id = {mark}1 AND started_at <= {mark}2", True),
+        *(call_table(table) for table in CALL_TABLES if table != "messages"),
+        *([(f"SELECT 1 FROM {mine} ORDER BY call_id FOR UPDATE", False)] if lock_calls else []),
+        call_table("messages"),
+        (f"DELETE FROM {mine}", True),
         (f"DELETE FROM caller_facts WHERE user_id = {mark}1 AND call_id NOT IN ({later})", False),
     ]
 

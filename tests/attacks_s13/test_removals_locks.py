@@ -293,7 +293,6 @@ async def test_removals_forgets_and_purges_at_once(store_target):
     assert kept == [1] * len(kept)  # their recent call, the old one purged
 
 
-@pytest.mark.xfail(strict=True, reason="S13-A-2: a forget and a purge at once deadlock")
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 async def test_removals_a_forget_meets_a_purge_half_done(store_target):
     # the race above, made certain: a purge (another process's, its statements run one by
