@@ -78,6 +78,24 @@ WORDS_AUTOVACUUM = {
 #: again for it); rows added meanwhile by transactions not committed are left as they are.
 FOLD_REMOVALS = """WITH gone AS (DELETE FROM removals RETURNING bucket, n)
     INSERT INTO removals SELECT bucket, sum(n) FROM gone GROUP BY bucket"""
+#: Migration 8's grants: each role's privileges on ``messages`` given on ``removals`` too (its
+#: owner's aside). A role granted "ON ALL TABLES" before the upgrade (the application's,
+#: where the owner migrates) was refused on ``removals`` by every search by caller, purge and
+#: forget (S13-A-5): a search reads it, a delete's trigger adds to it, a purge folds it.
+COPY_GRANTS = """DO $g$
+    DECLARE g record;
+    BEGIN
+        FOR g IN SELECT DISTINCT a.grantee, a.privilege_type, a.is_grantable
+            FROM pg_class c, aclexplode(c.relacl) a
+            WHERE c.oid = 'messages'::regclass
+                AND a.grantee <> (SELECT relowner FROM pg_class WHERE oid = 'removals'::regclass)
+        LOOP
+            EXECUTE format('GRANT %s ON removals TO %s%s', g.privilege_type,
+                CASE WHEN g.grantee = 0 THEN 'PUBLIC'
+                    ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
+                CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+    END $g$"""
 #: The advisory lock a purge tries before it folds: one fold at a time (two at once would
 #: wait for each other's rows, and might deadlock); a purge that finds it taken folds nothing.
 FOLD_KEY = 0x5C_0A_12
@@ -250,6 +268,7 @@ def migrations(config: str) -> dict[int, list[str]]:
                     INSERT INTO removals VALUES ('{EVERYONE}', 1);
                     RETURN NULL;
                 END $f$""",
+            COPY_GRANTS,
         ],
     }
 
