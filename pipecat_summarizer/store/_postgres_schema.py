@@ -268,6 +268,17 @@ def migrations(config: str) -> dict[int, list[str]]:
                     INSERT INTO removals VALUES ('{EVERYONE}', 1);
                     RETURN NULL;
                 END $f$""",
+            # an UPDATE of what a search counts (an operator's redaction of content, a move
+            # to another caller: S13-A-1) counts as everyone's removal: a statement trigger
+            # with a column list has no transition table to name the callers by, and such
+            # an UPDATE is rare. The writes' upsert sets none of these columns: never fires
+            f"""CREATE FUNCTION messages_changed() RETURNS trigger LANGUAGE plpgsql AS $f$
+                BEGIN
+                    INSERT INTO removals VALUES ('{EVERYONE}', 1);
+                    RETURN NULL;
+                END $f$""",
+            """CREATE TRIGGER messages_changed AFTER UPDATE OF content, user_id, at ON messages
+                FOR EACH STATEMENT EXECUTE FUNCTION messages_changed()""",
             COPY_GRANTS,
         ],
     }

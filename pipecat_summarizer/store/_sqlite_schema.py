@@ -154,12 +154,18 @@ MIGRATIONS: dict[int, list[str]] = {
     7: ["CREATE TABLE forget_pending(user_id TEXT PRIMARY KEY, at REAL NOT NULL)"],
     # v8: the messages deleted so far (a purge's, a forget's, anyone's), counted in the
     # deleting transaction: a word count a search keeps stands while this is unchanged
-    # (``_sqlite_search.word_counts``)
+    # (``_sqlite_search.word_counts``). An UPDATE of what the search counts (an operator's
+    # redaction of content, a move to another caller: S13-A-1) counts as a removal too; the
+    # writes' upsert sets none of these columns, and never fires it
     8: [
         "CREATE TABLE removals(id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
         "INSERT INTO removals VALUES (1, 0)",
         """CREATE TRIGGER messages_removed AFTER DELETE ON messages BEGIN
             UPDATE removals SET n = n + 1 WHERE id = 1; END""",
+        """CREATE TRIGGER messages_changed AFTER UPDATE OF content, scope, user_id, at
+            ON messages WHEN old.content IS NOT new.content OR old.scope IS NOT new.scope
+                OR old.user_id IS NOT new.user_id OR old.at IS NOT new.at
+            BEGIN UPDATE removals SET n = n + 1 WHERE id = 1; END""",
     ],
 }
 

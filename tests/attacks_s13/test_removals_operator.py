@@ -86,7 +86,6 @@ async def _says_zebra(store, now: float, user: str = "al", call: str = "new") ->
     )
 
 
-@pytest.mark.xfail(strict=True, reason="S13-A-1: an UPDATE that redacts messages bumps nothing")
 async def test_removals_an_operator_redacts_by_update(store_target):
     # an operator redacts al's old messages in place (UPDATE ... SET content) rather than
     # deleting them: the full-text index follows (a trigger on both backends), and "card" is
