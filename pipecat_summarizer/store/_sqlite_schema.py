@@ -56,6 +56,15 @@ STORE_TABLES = frozenset(
 )
 
 # version -> statements; applied in order inside one write transaction
+#: A removal's bump of ``removals`` (schema v8). A row an operator deleted (S13-A-4) comes
+#: back at a random value below 2**40, not at 1: a count kept at the value the row had
+#: before the delete is not found again by chance (and a search that reads no row reuses
+#: no count: ``_sqlite_search.word_counts``).
+_BUMP = (
+    "INSERT INTO removals VALUES (1, random() & 1099511627775) "
+    "ON CONFLICT(id) DO UPDATE SET n = n + 1"
+)
+
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE calls(
@@ -160,12 +169,12 @@ MIGRATIONS: dict[int, list[str]] = {
     8: [
         "CREATE TABLE removals(id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
         "INSERT INTO removals VALUES (1, 0)",
-        """CREATE TRIGGER messages_removed AFTER DELETE ON messages BEGIN
-            UPDATE removals SET n = n + 1 WHERE id = 1; END""",
-        """CREATE TRIGGER messages_changed AFTER UPDATE OF content, scope, user_id, at
+        f"""CREATE TRIGGER messages_removed AFTER DELETE ON messages BEGIN
+            {_BUMP}; END""",
+        f"""CREATE TRIGGER messages_changed AFTER UPDATE OF content, scope, user_id, at
             ON messages WHEN old.content IS NOT new.content OR old.scope IS NOT new.scope
                 OR old.user_id IS NOT new.user_id OR old.at IS NOT new.at
-            BEGIN UPDATE removals SET n = n + 1 WHERE id = 1; END""",
+            BEGIN {_BUMP}; END""",
     ],
 }
 

@@ -40,7 +40,7 @@ _NONE = (0, 0, 0.0, 0, -1)
 
 #: (scope bounds, word) -> (messages matching, counted to ``cap``; the edge of a word with
 #: more, or 0; when; cap; the removals counted then): see ``word_counts``.
-WordCounts = dict[tuple[tuple[int, int], str], tuple[int, int, float, int, int]]
+WordCounts = dict[tuple[tuple[int, int], str], tuple[int, int, float, int, int | None]]
 
 
 def find(
@@ -78,7 +78,7 @@ def _find(
     call_id: str | None,
     limit: int,
     any_word: bool,
-    removals: int,
+    removals: int | None,
 ) -> list[tuple]:
     bounds = search_bounds(conn, user_id, call_id)
     if bounds is None:
@@ -226,7 +226,7 @@ def rarest(
     counts: WordCounts,
     words: Sequence[str],
     bounds: tuple[int, int],
-    removals: int,
+    removals: int | None,
 ) -> list[str]:
     """The words an any-word search ranks: the rarest in the scope's messages first,
     while their matches stay within ``RANK_MATCHES`` (always the rarest one). A word in
@@ -263,7 +263,7 @@ def word_counts(
     counts: WordCounts,
     words: Sequence[str],
     bounds: tuple[int, int],
-    removals: int,
+    removals: int | None,
 ) -> dict[str, tuple[int, int]]:
     """Each word's matches in the scope, counted to ``RANK_MATCHES + 1`` (a word with more
     is not ranked beside others), and for a word with more, the rowid of its
@@ -274,7 +274,8 @@ def word_counts(
     counted: every transaction that deletes some (a purge, a forget, through any store
     object: another process's, S11-A-6, S12-B-1, S12-C-1) bumps the database's ``removals``
     (a trigger), read by the search (``find``: one read by primary key, in the snapshot the
-    words are counted in) and passed as ``removals``."""
+    words are counted in) and passed as ``removals``: ``None`` when an operator deleted its
+    row (no count is reused then; the next removal writes the row again)."""
     now = time.monotonic()
     if len(counts) > 20_000:
         counts.clear()
@@ -283,7 +284,8 @@ def word_counts(
     found: dict[str, tuple[int, int]] = {}
     for w in dict.fromkeys(words):
         n, edge, at, capped_at, counted_at = counts.get((bounds, w), _NONE)
-        if not n or now - at >= fresh_for(n) or capped_at != cap or counted_at != removals:
+        stale = removals is None or counted_at != removals  # no row: reuse nothing (S13-A-4)
+        if not n or now - at >= fresh_for(n) or capped_at != cap or stale:
             n = conn.execute(
                 f"SELECT count(*) FROM (SELECT rowid {matches} LIMIT ?)", (f'"{w}"', *bounds, cap)
             ).fetchone()[0]
