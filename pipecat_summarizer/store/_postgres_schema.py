@@ -279,6 +279,29 @@ def migrations(config: str) -> dict[int, list[str]]:
                 END $f$""",
             """CREATE TRIGGER messages_changed AFTER UPDATE OF content, user_id, at ON messages
                 FOR EACH STATEMENT EXECUTE FUNCTION messages_changed()""",
+            # rows of removals deleted but by a fold (which puts each bucket's sum back), or
+            # the table truncated (an operator's "reset": S13-A-4): a sum restarting from
+            # what is left would come back to a value a count was kept at. Everyone's
+            # removals jump by a random amount (2**40 at most) instead
+            f"""CREATE FUNCTION removals_emptied() RETURNS trigger LANGUAGE plpgsql AS $f$
+                BEGIN
+                    IF TG_OP = 'DELETE' THEN  -- (no transition table for a TRUNCATE)
+                        IF NOT EXISTS (SELECT 1
+                            FROM (SELECT bucket, sum(n) AS n FROM gone GROUP BY bucket) g
+                            WHERE NOT EXISTS (SELECT 1 FROM removals r
+                                WHERE r.bucket = g.bucket AND r.n = g.n)) THEN
+                            RETURN NULL;
+                        END IF;
+                    END IF;
+                    INSERT INTO removals
+                        VALUES ('{EVERYONE}', 1 + floor(random() * 1099511627776)::int8);
+                    RETURN NULL;
+                END $f$""",
+            """CREATE TRIGGER removals_deleted AFTER DELETE ON removals
+                REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+                EXECUTE FUNCTION removals_emptied()""",
+            """CREATE TRIGGER removals_truncated AFTER TRUNCATE ON removals
+                FOR EACH STATEMENT EXECUTE FUNCTION removals_emptied()""",
             COPY_GRANTS,
         ],
     }
