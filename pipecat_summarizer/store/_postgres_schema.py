@@ -96,6 +96,19 @@ COPY_GRANTS = """DO $g$
                 CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
         END LOOP;
     END $g$"""
+#: Migration 8's trigger functions that write ``removals`` run with their owner's rights
+#: (the migrating role, who owns ``removals``), with the schema's search path fixed: a role
+#: that may delete messages but not insert anywhere (an erasure job granted SELECT, DELETE)
+#: was refused on ``removals`` (S13-B-3).
+DEFINER = """DO $d$
+    DECLARE f text;
+    BEGIN
+        FOREACH f IN ARRAY ARRAY['messages_removed', 'messages_changed', 'message_words_clear',
+                'removals_emptied'] LOOP
+            EXECUTE format('ALTER FUNCTION %I() SECURITY DEFINER SET search_path = %I, pg_temp',
+                f, current_schema());
+        END LOOP;
+    END $d$"""
 #: The advisory lock a purge tries before it folds: one fold at a time (two at once would
 #: wait for each other's rows, and might deadlock); a purge that finds it taken folds nothing.
 FOLD_KEY = 0x5C_0A_12
@@ -302,6 +315,7 @@ def migrations(config: str) -> dict[int, list[str]]:
                 EXECUTE FUNCTION removals_emptied()""",
             """CREATE TRIGGER removals_truncated AFTER TRUNCATE ON removals
                 FOR EACH STATEMENT EXECUTE FUNCTION removals_emptied()""",
+            DEFINER,
             COPY_GRANTS,
         ],
     }

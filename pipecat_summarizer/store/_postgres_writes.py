@@ -112,7 +112,8 @@ async def after_forget(conn, records: list[Record]) -> list[Record]:
 #: two take the tables in one order (see ``forget_statements``); an operator's transaction
 #: may still take them in another.
 DEADLOCK_TRIES = 5
-_DEADLOCK = "40P01"
+#: deadlock_detected; serialization_failure (not expected: both run at READ COMMITTED)
+_RETRIED = ("40P01", "40001")
 
 
 async def deadlock_retried(what: str, run: Callable[[], Awaitable[int]]) -> int:
@@ -122,7 +123,7 @@ async def deadlock_retried(what: str, run: Callable[[], Awaitable[int]]) -> int:
         try:
             return await run()
         except Exception as e:
-            if getattr(e, "sqlstate", None) != _DEADLOCK or not tries:
+            if getattr(e, "sqlstate", None) not in _RETRIED or not tries:
                 raise
             logger.warning(f"PostgreSQL {what} rolled back by a deadlock: run again")
     raise AssertionError("unreachable")  # pragma: no cover
@@ -137,7 +138,7 @@ async def forget(conn, user_id: str, at: float) -> int:
 
     async def run() -> int:
         n = 0
-        async with conn.transaction():
+        async with conn.transaction(isolation="read_committed"):  # see purge
             # exclusive: waits for the writes under way for this caller, holds new ones
             await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key)
             for sql, counted in _FORGET:
@@ -185,7 +186,11 @@ async def purge(conn, days: float) -> int:
 
     async def run() -> int:
         n = 0
-        async with conn.transaction():
+        # whatever the database's default isolation: the fold deletes rows another purge
+        # may have folded since this one's first statement (S13-B-1: a serialization
+        # failure under REPEATABLE READ), and the lock order assumes each statement sees
+        # what committed before it
+        async with conn.transaction(isolation="read_committed"):
             for sql, counted in purge_statements("$"):
                 status = await conn.execute(sql, cutoff)
                 n += int(status.split()[-1]) if counted else 0
