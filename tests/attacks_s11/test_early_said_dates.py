@@ -6,10 +6,11 @@ LLM receives must be the same, and carry the dates."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 
-from tests.attacks_s10.early_harness import one_call
+from tests.attacks_s10.early_harness import RECALL, one_call
 from tests.recall.test_attacks_dates import archived, utc
 from tests.support.early_search import spoken_turn
 
@@ -17,6 +18,11 @@ RENTAL = [
     "Yesterday I rented a red Fiat from Avis at the airport.",
     "Noted, a red Fiat; you said last Tuesday that you wanted a small car.",
 ]
+
+
+# the promise is the dates, not the timing: the turn that searches itself must not miss the
+# real 10 ms budget on a loaded machine (its block was then None, failing the comparison)
+ON_TIME = replace(RECALL, latency_budget_s=5.0)
 
 
 async def _seed(store) -> None:
@@ -46,7 +52,11 @@ async def test_the_early_block_names_the_same_dates_as_the_turns(
 ):
     frames = spoken_turn(final, interim=interim)
     early = await one_call(
-        openai_server, _target(request, backend, tmp_path, "early"), frames, seed=_seed
+        openai_server,
+        _target(request, backend, tmp_path, "early"),
+        frames,
+        seed=_seed,
+        recall=ON_TIME,
     )
     plain = await one_call(
         openai_server,
@@ -54,6 +64,7 @@ async def test_the_early_block_names_the_same_dates_as_the_turns(
         frames,
         seed=_seed,
         early=False,
+        recall=ON_TIME,
     )
     assert early.blocks == plain.blocks
     if interim is None:  # control: the early block served the turn
