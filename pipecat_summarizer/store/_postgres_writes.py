@@ -117,15 +117,18 @@ _RETRIED = ("40P01", "40001")
 
 
 async def deadlock_retried(what: str, run: Callable[[], Awaitable[int]]) -> int:
-    """``run()`` (one transaction), run again when it was rolled back to break a deadlock,
-    up to :data:`DEADLOCK_TRIES` times in all (then its error is raised)."""
+    """``run()`` (one transaction), run again when it was rolled back to break a deadlock
+    (or by a serialization failure), up to :data:`DEADLOCK_TRIES` times in all (then its
+    error is raised)."""
     for tries in range(DEADLOCK_TRIES - 1, -1, -1):
         try:
             return await run()
         except Exception as e:
-            if getattr(e, "sqlstate", None) not in _RETRIED or not tries:
+            state = getattr(e, "sqlstate", None)
+            if state not in _RETRIED or not tries:
                 raise
-            logger.warning(f"PostgreSQL {what} rolled back by a deadlock: run again")
+            why = "a deadlock" if state == "40P01" else "a serialization failure"
+            logger.warning(f"PostgreSQL {what} rolled back by {why}: run again")
     raise AssertionError("unreachable")  # pragma: no cover
 
 
