@@ -133,26 +133,6 @@ def relevance(
     return (len(shared) + when) / (len(core) + when)
 
 
-def best_relevance(
-    terms: Sequence[str],
-    parts: Sequence[Sequence[str]],
-    text: str,
-    rare: Iterable[str] = (),
-    *,
-    strict: bool = True,
-) -> float:
-    """:func:`relevance` of ``text`` to the whole query or to the best of its ``parts`` (see
-    :func:`~pipecat_summarizer._recall.query.query_parts`): a message that answers one half
-    of a two-part question is as relevant as one that answers a one-part question. A part
-    of two words or more needs two of them (or a rare one): a part is a short query, and
-    one everyday word of it ("leave") is not a strong match."""
-    score = relevance(terms, text, rare, strict=strict)
-    for part in parts:
-        need = min(2, len([t for t in part if not is_when(t)]) or 1)
-        score = max(score, relevance(part, text, rare, strict=strict, need=need))
-    return score
-
-
 @dataclass(frozen=True)
 class View:
     """What the model already sees this turn: for "already in view" checks.
@@ -219,9 +199,14 @@ def _seen(read: Read, view: View, asked: set[str]) -> bool:
 
 
 class _Relevance:
-    """:func:`best_relevance` of one query's ``terms``, ``parts`` and ``rare`` terms, each
-    part's core, date words and the shared words it needs read once for all the hits of a
-    selection (not once per hit), the strict and the loose score from one count."""
+    """The relevance of a text to one query: to the whole query (``terms``) or to the best
+    of its ``parts`` (see :func:`~pipecat_summarizer._recall.query.query_parts`), each scored
+    as :func:`relevance` scores it: a message that answers one half of a two-part question
+    is as relevant as one that answers a one-part question. A part of two words or more
+    needs two of them (or a ``rare`` one): a part is a short query, and one everyday word of
+    it ("leave") is not a strong match. Each part's core, date words and the shared words it
+    needs are read once for all the hits of a selection, and the strict and the loose score
+    come from one count."""
 
     __slots__ = ("_rare", "_sets")
 
@@ -242,8 +227,8 @@ class _Relevance:
         self._sets = tuple(sets)
 
     def scores(self, present: frozenset[str]) -> tuple[float, float]:
-        """``best_relevance`` of a text whose stems are ``present``: ``(strict, loose)``
-        (``strict=True``, ``strict=False``)."""
+        """The relevance of a text whose stems are ``present``: ``(strict, loose)``, as
+        :func:`relevance` with ``strict=True`` and ``strict=False``."""
         strict = loose = 0.0
         rare = self._rare
         for core, when_terms, need, size in self._sets:

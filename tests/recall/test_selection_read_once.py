@@ -1,5 +1,6 @@
 """The selection reads each hit's text once (select._read) and the query once (select._Relevance):
-the same answers as the rules it stands for (relevance, best_relevance, in_view), and
+the same answers as the rules it stands for (relevance, best_relevance below: the rule the
+selection applied hit by hit before, kept here as the oracle; in_view), and
 ``select_hits`` the same snippets as a selection written with those rules hit by hit.
 
 Property tests (hypothesis): arbitrary Unicode text for the reading, texts built of a small
@@ -7,10 +8,12 @@ vocabulary (date words among them) for the scores, so that hits share terms with
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipecat_summarizer._recall.query import topic_terms
+from pipecat_summarizer._recall.query import is_when, topic_terms
 from pipecat_summarizer._recall.select import (
     Snippet,
     View,
@@ -18,7 +21,6 @@ from pipecat_summarizer._recall.select import (
     _read,
     _Relevance,
     _seen,
-    best_relevance,
     in_view,
     make_view,
     relevance,
@@ -27,6 +29,27 @@ from pipecat_summarizer._recall.select import (
 from pipecat_summarizer._text.vocabulary import normalize_verbatim, search_stem, words
 from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store.records import SearchHit
+
+
+def best_relevance(
+    terms: Sequence[str],
+    parts: Sequence[Sequence[str]],
+    text: str,
+    rare: Iterable[str] = (),
+    *,
+    strict: bool = True,
+) -> float:
+    """:func:`relevance` of ``text`` to the whole query or to the best of its ``parts`` (see
+    :func:`~pipecat_summarizer._recall.query.query_parts`): a message that answers one half
+    of a two-part question is as relevant as one that answers a one-part question. A part
+    of two words or more needs two of them (or a rare one): a part is a short query, and
+    one everyday word of it ("leave") is not a strong match."""
+    score = relevance(terms, text, rare, strict=strict)
+    for part in parts:
+        need = min(2, len([t for t in part if not is_when(t)]) or 1)
+        score = max(score, relevance(part, text, rare, strict=strict, need=need))
+    return score
+
 
 any_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=120)
 VOCABULARY = (
