@@ -16,6 +16,7 @@ from typing import Any
 
 from pipecat_summarizer._recall.closings import without_closings
 from pipecat_summarizer._text.messages import spoken_text
+from pipecat_summarizer._text.text_caches import text_cache
 from pipecat_summarizer._text.tokens import estimate_text_tokens
 from pipecat_summarizer._text.vocabulary import (
     RECALL_STOPWORDS,
@@ -30,7 +31,7 @@ def topic_terms(text: str) -> list[str]:
     return list(_topic_terms(text))
 
 
-@lru_cache(maxsize=4096)  # the same context messages are read again every turn
+@text_cache(maxsize=4096)  # the same context messages are read again every turn
 def _topic_terms(text: str) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     for w in words(text):

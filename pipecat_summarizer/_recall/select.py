@@ -13,7 +13,6 @@ import re
 import time
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from pipecat_summarizer._recall.query import (
@@ -24,6 +23,7 @@ from pipecat_summarizer._recall.query import (
     topic_terms,
 )
 from pipecat_summarizer._text.messages import ArchivedText
+from pipecat_summarizer._text.text_caches import text_cache
 from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS as STOPWORDS
 from pipecat_summarizer._text.vocabulary import normalize_verbatim, search_stem, words
 
@@ -63,7 +63,7 @@ class Snippet(ArchivedText):
 Read = tuple[str, frozenset[str], frozenset[str]]
 
 
-@lru_cache(maxsize=4096)  # the archive returns the same messages turn after turn
+@text_cache(maxsize=4096)  # the archive returns the same messages turn after turn
 def _read(text: str) -> Read:
     """``text`` as the selection reads it, from one split into words: its normalized form
     (:func:`normalize_verbatim`), the stems of all its words (:func:`relevance`) and its
@@ -91,7 +91,7 @@ def _stems(text: str) -> frozenset[str]:
     return _read(text)[1]
 
 
-@lru_cache(maxsize=256)  # one query's terms, judged against every hit of the turn
+@text_cache(maxsize=256)  # one query's terms, judged against every hit of the turn
 def _split_when(terms: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``terms`` as (its core, its date and time words not in the core): the core is the
     terms that are not date words, or all of them when the query has nothing else."""

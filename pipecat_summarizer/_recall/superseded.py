@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 from typing import TypeVar
 
 from pipecat_summarizer._record.corrections import (
@@ -31,6 +30,7 @@ from pipecat_summarizer._record.corrections import (
     values,
 )
 from pipecat_summarizer._text.messages import ArchivedText
+from pipecat_summarizer._text.text_caches import text_cache
 from pipecat_summarizer._text.vocabulary import topic_words
 
 S = TypeVar("S", bound=ArchivedText)
@@ -77,7 +77,7 @@ def stated_values(snippets: Sequence[ArchivedText], limit: int = 3) -> list[str]
     return found
 
 
-@lru_cache(maxsize=4096)  # the archive returns the same messages turn after turn
+@text_cache(maxsize=4096)  # the archive returns the same messages turn after turn
 def _stated(content: str) -> tuple[str, ...]:
     """The texts of the values ``content`` states, names aside, in order: each message's
     read once (reading one is ~70 us, a turn reads up to ``max_snippets`` of them)."""

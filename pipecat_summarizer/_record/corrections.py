@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
+from pipecat_summarizer._text.text_caches import text_cache
 from pipecat_summarizer._text.vocabulary import topic_words
 
 _MONTH = (
@@ -209,7 +209,7 @@ def cue_starts(text: str) -> list[int]:
     return starts
 
 
-@lru_cache(maxsize=256)  # a message is read by find_correction and applied, turn after turn
+@text_cache(maxsize=256)  # a message is read by find_correction and applied, turn after turn
 def _said(text: str) -> _Said | None:
     """The cue's new values, explicit old value and topic words, or ``None`` (no cue, or
     no value after it): the first cue, from the left, followed by a value (as
@@ -295,7 +295,7 @@ def find_correction(text: str, details: Iterable[tuple[str | None, str]]) -> Cor
     return None if best is None else best[1]
 
 
-@lru_cache(maxsize=2048)
+@text_cache(maxsize=2048)
 def _read(detail: str) -> tuple[str, tuple[Value, ...], frozenset[str]]:
     """A detail's text without its mark, its values and its topic words (the same details
     are read at every correction of a call: cached)."""

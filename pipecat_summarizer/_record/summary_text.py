@@ -8,13 +8,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 from pipecat.utils.context.llm_context_summarization import LLMContextSummaryConfig
 
 from pipecat_summarizer._record.corrections import Correction
 from pipecat_summarizer._record.pinned import Fact
 from pipecat_summarizer._record.sections import record_items, with_items
+from pipecat_summarizer._text.text_caches import text_cache
 from pipecat_summarizer._text.vocabulary import normalize_fact
 
 
@@ -63,7 +63,7 @@ class SummaryDraft:
     config: LLMContextSummaryConfig
 
 
-@lru_cache(maxsize=4)
+@text_cache(maxsize=4)
 def summary_items(text: str) -> tuple[str, ...]:
     # the summary changes once per compaction; corrections read it on many turns
     return tuple(record_items(text))

@@ -30,7 +30,8 @@ prefixes a bullet may carry. Pure; no Pipecat imports.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+
+from pipecat_summarizer._text.text_caches import text_cache
 
 SECTIONS = ("FACTS", "CONSTRAINTS", "DECISIONS", "OPEN QUESTIONS")
 FACTS, CONSTRAINTS, DECISIONS, OPEN_QUESTIONS = SECTIONS
@@ -135,7 +136,7 @@ _INFLECTIONS = (
 )
 
 
-@lru_cache(maxsize=65536)
+@text_cache(maxsize=65536)
 def search_stem(word: str) -> str:
     """A light English stem, enough to compare a query with a hit the archive matched with
     its own (Porter) stemmer: inflections (``painting``, ``painted``, ``paints`` -> ``paint``;
@@ -205,7 +206,7 @@ def normalize_fact(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s$%.-]", " ", text.lower()).split()).strip(" .")
 
 
-@lru_cache(maxsize=4096)
+@text_cache(maxsize=4096)
 def normalize_verbatim(text: str) -> str:
     """``text`` lower-cased with runs of whitespace as one space: for "is this said word for
     word already?" checks (recall's view), where punctuation still counts."""
