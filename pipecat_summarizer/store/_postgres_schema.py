@@ -78,6 +78,22 @@ WORDS_AUTOVACUUM = {
 #: again for it); rows added meanwhile by transactions not committed are left as they are.
 FOLD_REMOVALS = """WITH gone AS (DELETE FROM removals RETURNING bucket, n)
     INSERT INTO removals SELECT bucket, sum(n) FROM gone GROUP BY bucket"""
+#: A forget's fold (after the forget committed, in a transaction of its own at READ
+#: COMMITTED, once ``pg_try_advisory_xact_lock(FOLD_KEY)`` answered true in an earlier
+#: statement, so that this one's snapshot sees any fold committed before the lock was had):
+#: the forgotten caller's bucket (parameter 1: the caller) and ``EVERYONE``'s folded as
+#: ``FOLD_REMOVALS`` folds every bucket, without a purge (S13-B-2: a fleet without
+#: ``retention_days`` never folded, a row per forget). A bucket is folded only when it holds
+#: more than one row: a one-row bucket has nothing to fold, and rewriting it would leave a
+#: dead row for nothing. Not a larger threshold: a forget is rare and already vacuums five
+#: tables; folding at two rows keeps a bucket's read at one or two rows whatever the fleet's
+#: forgets, for a delete of two index entries and an insert of one.
+FOLD_BUCKETS = f"""WITH many AS (SELECT bucket FROM removals
+        WHERE bucket IN ({REMOVALS_OF.format(user="$1")}, '{EVERYONE}')
+        GROUP BY bucket HAVING count(*) > 1),
+    gone AS (DELETE FROM removals WHERE bucket IN (SELECT bucket FROM many)
+        RETURNING bucket, n)
+    INSERT INTO removals SELECT bucket, sum(n) FROM gone GROUP BY bucket"""
 #: Migration 8's grants: each role's privileges on ``messages`` given on ``removals`` too (its
 #: owner's aside). A role granted "ON ALL TABLES" before the upgrade (the application's,
 #: where the owner migrates) was refused on ``removals`` by every search by caller, purge and
@@ -109,8 +125,9 @@ DEFINER = """DO $d$
                 f, current_schema());
         END LOOP;
     END $d$"""
-#: The advisory lock a purge tries before it folds: one fold at a time (two at once would
-#: wait for each other's rows, and might deadlock); a purge that finds it taken folds nothing.
+#: The advisory lock a purge (or a forget, ``FOLD_BUCKETS``) tries before it folds: one fold
+#: at a time (two at once would wait for each other's rows, and might deadlock); one that
+#: finds it taken folds nothing.
 FOLD_KEY = 0x5C_0A_12
 
 
@@ -261,7 +278,8 @@ def migrations(config: str) -> dict[int, list[str]]:
         # search keeps stands while their sum is unchanged
         # (``_postgres_search.caller_search_sql``). Rows are only added (an update would hold
         # the bucket's row, and every other delete of the bucket would wait for the deleting
-        # transaction's end: S13-A-3, S13-A-6); a purge folds them (``FOLD_REMOVALS``)
+        # transaction's end: S13-A-3, S13-A-6); a purge folds them (``FOLD_REMOVALS``), a
+        # forget its caller's bucket once committed (``FOLD_BUCKETS``)
         8: [
             "CREATE TABLE removals(bucket TEXT NOT NULL, n BIGINT NOT NULL)",
             "CREATE INDEX removals_bucket ON removals(bucket) INCLUDE (n)",

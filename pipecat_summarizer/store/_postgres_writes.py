@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from loguru import logger
 
-from pipecat_summarizer.store._postgres_schema import FOLD_KEY, FOLD_REMOVALS
+from pipecat_summarizer.store._postgres_schema import FOLD_BUCKETS, FOLD_KEY, FOLD_REMOVALS
 from pipecat_summarizer.store._statements import (
     forget_statements,
     purge_cutoff,
@@ -151,6 +151,46 @@ async def forget(conn, user_id: str, at: float) -> int:
         return n
 
     return await deadlock_retried("forget", run)
+
+
+#: The longest a forget's fold waits for a lock on ``removals`` (milliseconds): folds never
+#: wait for each other (the try-lock), and no other write of the store holds a row of it;
+#: only an operator's statement on the table (a ``LOCK``, a ``TRUNCATE``, a ``DELETE`` of its
+#: rows) does, and then the fold is left to the next forget or purge.
+FOLD_LOCK_TIMEOUT_MS = 200
+#: What a fold after a forget may meet and skip quietly (DEBUG): a role refused ``removals``'
+#: INSERT or DELETE (migration 8 gives a role on it what it holds on ``messages``: an erasure
+#: job granted only SELECT and DELETE forgets, and cannot fold), and the lock timeout above.
+_FOLD_SKIPPED = ("42501", "55P03")
+
+
+async def fold_after_forget(conn, user_id: str) -> bool:
+    """Fold the removals of ``user_id``'s bucket and ``EVERYONE``'s (``FOLD_BUCKETS``) in a
+    short transaction of its own, unless a purge or another forget is folding (the
+    try-lock: never waits); run once a forget committed, so the forget's own row is
+    folded and a forget rolled back folds nothing. Never raises but a cancellation: the
+    forget is committed whatever happens here (a failure is logged without text, and the
+    next forget or purge folds). Returns whether it folded."""
+    try:
+        async with conn.transaction(isolation="read_committed"):  # see purge
+            locked = await conn.fetchval(
+                "SELECT pg_try_advisory_xact_lock($1) FROM set_config('lock_timeout', $2, true)",
+                FOLD_KEY,
+                f"{FOLD_LOCK_TIMEOUT_MS}ms",
+            )
+            if not locked:
+                return False
+            # a statement of its own: its snapshot is taken with the lock held
+            await conn.execute(FOLD_BUCKETS, user_id)
+        return True
+    except Exception as e:
+        state = getattr(e, "sqlstate", None)
+        if state in _FOLD_SKIPPED:
+            logger.debug(f"PostgreSQL removals not folded after a forget (SQLSTATE {state})")
+        else:
+            # the error's type only (no caller, no server text)
+            logger.warning(f"PostgreSQL removals' fold after a forget failed ({type(e).__name__})")
+        return False
 
 
 #: The most a forget's VACUUM may take (both statements), seconds: it runs after the

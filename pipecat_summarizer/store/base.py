@@ -6,6 +6,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
+from pipecat_summarizer._text.text_caches import empty_text_caches
 from pipecat_summarizer._text.vocabulary import words
 from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.errors import PipecatSummarizerError
@@ -418,7 +419,11 @@ class MemoryStore(ABC):
         call's start (:meth:`forget_baseline`), never by its time: another process's clock
         may be off. Without a baseline, a tombstone up to :data:`FORGET_SKEW_S` older than
         ``since`` counts."""
-        return await self._forgets.noticed(user_id, since, self.forgotten_at)
+        noticed = await self._forgets.noticed(user_id, since, self.forgotten_at)
+        if noticed:
+            # what this process holds of their words outside the store (see text_caches)
+            empty_text_caches()
+        return noticed
 
     def _refuse_write(self) -> None:
         """Raise :class:`StoreError` if the store was opened read-only (every write, forget

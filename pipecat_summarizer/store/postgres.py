@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from loguru import logger
 
+from pipecat_summarizer._text.text_caches import empty_text_caches
 from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.store import _postgres_search, _postgres_writes
 from pipecat_summarizer.store._dsn import mask_dsn
@@ -483,7 +484,12 @@ class PostgresMemoryStore(MemoryStore):
         tables rewritten (``VACUUM FULL``, ``CLUSTER``, pg_repack); PostgreSQL's WAL archive
         and backups keep them until they rotate. The VACUUM is best-effort: one that fails
         or takes over ``_postgres_writes.VACUUM_TIMEOUT_S`` (a lock it cannot get) is logged
-        (a WARNING) and the forget, committed, still returns its count."""
+        (a WARNING) and the forget, committed, still returns its count.
+
+        Once committed, and before the VACUUM: the process's caches keyed by conversation
+        text are emptied (``_text.text_caches``), and the caller's bucket of ``removals``
+        is folded (``_postgres_writes.fold_after_forget``: never waits, never fails the
+        forget), so a fleet that never purges keeps few rows there."""
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
@@ -498,6 +504,10 @@ class PostgresMemoryStore(MemoryStore):
             async with await self._acquire() as conn:
                 n = await _postgres_writes.forget(conn, user_id, at)
                 committed()
+                # what this process holds of their words outside the store (see text_caches)
+                empty_text_caches()
+                # their bucket's removals folded without a purge (S13-B-2); never raises
+                await _postgres_writes.fold_after_forget(conn, user_id)
                 await _postgres_writes.vacuum_forgotten(conn)
         except Exception as e:
             if n is None:

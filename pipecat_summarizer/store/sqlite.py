@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pipecat_summarizer._text.text_caches import empty_text_caches
 from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.store import _sqlite_forget, _sqlite_search, _sqlite_writes
 from pipecat_summarizer.store._rows import (
@@ -462,7 +463,8 @@ class SQLiteMemoryStore(MemoryStore):
         process's call sees the forget as soon as it starts, and its reads hide the rows
         until they are gone. If the deletes fail (or the process dies first), the next
         opening of the store or its next forget finishes them; a session of the caller that
-        started after the forget keeps its rows."""
+        started after the forget keeps its rows. Then the process's caches keyed by
+        conversation text are emptied (``_text.text_caches``)."""
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("forget needs a non-empty user_id")
         self._refuse_write()
@@ -485,7 +487,12 @@ class SQLiteMemoryStore(MemoryStore):
                 for key in [k for k in self._df if k[0] == scope]:
                     self._df.pop(key, None)
 
-        return await self._run(forget)
+        try:
+            return await self._run(forget)
+        finally:
+            # what this process holds of their words outside the store (see text_caches):
+            # after the deletes (a search queued before the forget may have read their rows)
+            empty_text_caches()
 
     async def purge_older_than(self, days: float) -> int:
         """Delete records older than ``days`` days."""

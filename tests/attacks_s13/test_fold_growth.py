@@ -1,8 +1,8 @@
 """PostgreSQL's removals grow by a row per deleting statement and bucket (a2f1c83) until a
 purge folds them: a fleet that forgets and deletes but never purges (no retention_days)
-never folds. How many rows a bucket gets, what a caller can add to their own bucket, and
-what a search's read of the sum costs as the rows grow (figures printed with -s, never
-asserted: a noisy machine).
+never folded (S13-B-2) until a forget folded its own bucket once committed (S14). How many
+rows a bucket gets, what a caller can add to their own bucket, and what a search's read of
+the sum costs as the rows grow (figures printed with -s, never asserted: a noisy machine).
 
 A caller's turns delete nothing (writes are upserts; recall only reads): their messages go
 only by a forget (the application's, on their request), a purge or an operator's delete.
@@ -36,8 +36,9 @@ _SUM = (
 
 
 async def test_fold_rows_per_forget_without_a_purge(store_target):
-    # each forget that deletes a message of the twin's (al's bucket) adds one row; one that
-    # deletes nothing adds none; a purge (even deleting nothing) folds them into one
+    # each forget that deletes a message of the twin's (al's bucket) adds one row, and folds
+    # the bucket once committed (S13-B-2: a row each until a purge folded them); one that
+    # deletes nothing adds none; a purge (even deleting nothing) keeps the folded row
     twin = "al-twin-4325"
     store = open_store(store_target)
     conn = await asyncpg.connect(store_target)
@@ -53,7 +54,7 @@ async def test_fold_rows_per_forget_without_a_purge(store_target):
             assert await store.forget(twin) == 4  # the call and its messages
             assert await store.forget(twin) == 0  # nothing of theirs left: no row
         rows = await conn.fetch("SELECT bucket, n FROM removals")
-        assert [tuple(r) for r in rows] == [("972", 1)] * 5
+        assert [tuple(r) for r in rows] == [("972", 5)]
         assert await conn.fetchval(_SUM, "al") == 5
         assert await store.purge_older_than(365) == 0
         assert [tuple(r) for r in await conn.fetch("SELECT bucket, n FROM removals")] == [
@@ -116,14 +117,11 @@ async def test_fold_search_cost_as_al_bucket_grows(store_target):
         await store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S13-B-2: without a purge, removals are never folded: a row per forget, unbounded",
-)
 async def test_fold_a_fleet_that_never_purges_keeps_few_rows(store_target):
     # a fleet without retention_days (no purge ever runs): 10 forgets of callers of al's
-    # bucket (each after a call of theirs), and al's bucket holds a row per forget: the
-    # rows a search by al sums grow without bound (see the figures above for their cost)
+    # bucket (each after a call of theirs). S13-B-2: al's bucket held a row per forget, the
+    # rows a search by al sums grew without bound (see the figures above for their cost);
+    # now each forget folds its bucket once it committed (FOLD_BUCKETS)
     store = open_store(store_target)
     conn = await asyncpg.connect(store_target)
     twin = "al-twin-4325"
