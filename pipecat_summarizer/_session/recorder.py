@@ -27,6 +27,7 @@ from loguru import logger
 from pipecat_summarizer._compaction.clearing import is_cleared
 from pipecat_summarizer._record.interrupted import archived_form
 from pipecat_summarizer._session.call_end import CallEnd
+from pipecat_summarizer._session.clock import ConversationClock
 from pipecat_summarizer._session.resume import (
     Origin,
     Resumed,
@@ -104,7 +105,11 @@ class CallRecorder(CallEnd):
         #: archived with the mark in its ``message_json``.
         self.is_cut: Callable[[Any], bool] = lambda _message: False
         self.turns = 0
+        # the call row's start: wall clock, compared with other calls' (resume window,
+        # retention) and with forget tombstones, unlike the conversation's clock below
         self.started_at = time.time()
+        #: The conversation's clock (:meth:`now`): what archived messages are dated by.
+        self.clock = ConversationClock(self.options.conversation_started_at)
         self.resumed = False
         self._archived = 0  # next archive position
         self._pending_pos: dict[int, tuple[int, Any, int]] = {}  # id -> (position, message, turn)
@@ -138,6 +143,7 @@ class CallRecorder(CallEnd):
         """At ``StartFrame``: start the writer, record the call (at once: nothing waits for
         the memory), and start loading a returning caller's memory in the background."""
         self.started_at = time.time()
+        self.clock.start(self.started_at)  # on the running loop's clock from here
         self.writer.start()
         if self._forgotten():  # forgotten since the processor was made: nothing is written
             return
@@ -297,10 +303,11 @@ class CallRecorder(CallEnd):
         self._restoring = on
 
     def now(self) -> float:
-        """The conversation's clock: ``MemoryParams.conversation_started_at`` plus the time
-        since the call started, or the wall clock (what archived messages are dated by)."""
-        start = self.options.conversation_started_at
-        return time.time() if start is None else start + (time.time() - self.started_at)
+        """The conversation's clock, what archived messages are dated by and recall's "how
+        long ago" counts from: ``MemoryParams.conversation_started_at`` (or the wall clock
+        at the call's start) plus the time since the call started, measured on the event
+        loop's clock (:class:`~pipecat_summarizer._session.clock.ConversationClock`)."""
+        return self.clock.now()
 
     # -- during the call ------------------------------------------------------------------
 
@@ -434,6 +441,8 @@ class CallRecorder(CallEnd):
         now = fact_snapshot(pinned.facts)
         changes = fact_changes(self._facts, now, restoring=self._restoring)
         self._facts = now
+        # wall clock, not the conversation's: a caller's latest fact of a key is chosen
+        # across calls (and processes) by it
         at = time.time()
         for key, action, text, kind, source, actor in changes:
             self._fact_seq += 1
