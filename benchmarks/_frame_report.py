@@ -151,6 +151,14 @@ def report(rows: list[Row], budget_ms: float) -> None:
     )
     for r in rows:
         print(f"{r.backend} {r.archived:,} {mode(r)}: {causes_line(r, budget_ms)}")
+    for r in rows:
+        skipped = r.searches.get("extras not started", -1)
+        print(
+            f"{r.backend} {r.archived:,} {mode(r)}: extra searches (gathered words, stated "
+            f"values) let go past the deadline {r.searches.get('extras let go', 0)}, not "
+            f"started (not expected in time) {skipped if skipped >= 0 else '-'}; turns whose "
+            f"stated values' searches answered in time {r.searches.get('values in time', 0)}"
+        )
 
 
 def causes_line(row: Row, budget_ms: float) -> str:

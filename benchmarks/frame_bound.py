@@ -53,8 +53,12 @@ and rendered before the turn), with the load average.
         [--backends sqlite,postgres] [--no-postgres] [--no-prefetch] [--only-prefetch]
         [--lead-ms 200] [--word-ms 100] [--raw-interims] [--cpu-phases]
 
-``--cpu-phases`` (SQLite) also prints each phase's CPU time, the loop's and the store thread's
-(benchmarks/_cpu_phases.py): what a frame's CPU is spent on, not moved between threads.
+``--cpu-phases`` also prints each phase's CPU time, the loop's and the store's (the SQLite
+store's thread, PostgreSQL's backends) (benchmarks/_cpu_phases.py): what a frame's CPU is spent
+on, not moved between threads. Below the table, per row: the extra searches (the gathered
+words', the stated values') the turns let go past the deadline, those not started because
+they were not expected to answer in time, and the turns whose stated values' searches (a
+later correction's) answered in time.
 """
 
 from __future__ import annotations
@@ -204,6 +208,30 @@ class TimedSummarizer(ContextSummarizer):
         self.phases.push(started)
 
 
+def _count_let_go(step: Any) -> list[int]:
+    """Count the extra searches (the gathered words', the stated values') the step lets go
+    (``ArchiveSearch._let_go``: they ran past the turn's deadline), in ``[0]``, and the turns
+    whose stated values' searches answered in time, in ``[1]``."""
+    counted = [0, 0]
+    if step is None:
+        return counted
+    let_go, later = step._let_go, step._later
+
+    def counting(task: Any) -> None:
+        counted[0] += not task.done()
+        let_go(task)
+
+    async def answered(*args: Any, **kwargs: Any) -> Any:
+        # the values' searches find at least the hit that states the value: no hits, no
+        # answer in time (or no value stated)
+        found = await later(*args, **kwargs)
+        counted[1] += bool(found)
+        return found
+
+    step._let_go, step._later = counting, answered
+    return counted
+
+
 def _early_counts(step: Any) -> tuple[int, int]:
     """The step's early blocks placed, and its searches an early one answered."""
     if step is None:
@@ -272,7 +300,8 @@ async def one_call(
         stamp.turn_clock = turn_clock = TurnClock(clocks.pids)
         ours.stamp, ours.wall_ns, ours.hop_ns, ours.cpu, ours.spent = stamp, [], [], [], []
         ours.phases, ours.early = PhaseClock(ours), []
-        ours.cpu_phases = CpuPhases(ours) if args.cpu_phases and backend == "SQLite" else None
+        ours.cpu_phases = CpuPhases(ours, clocks.pids) if args.cpu_phases else None
+        extras = _count_let_go(ours.recall_step)
         ours.loop_steps, ours.steps = loop_steps, []
         loop_steps.install()
         turns = ExternalUserTurnStrategies()  # with prefetch, the STT's frames end the turns
@@ -310,6 +339,10 @@ async def one_call(
             "recalled": step.recalled,
             "missed": step.missed,
             "late": step.late_served,
+            "extras let go": extras[0],
+            "values in time": extras[1],
+            # -1: a commit before extra searches were started only when expected in time
+            "extras not started": getattr(step, "extras_skipped", -1),
         }
     finally:
         if turn_clock is not None:
@@ -436,9 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cpu-phases",
         action="store_true",
-        help="SQLite: also print the CPU time (the loop's, the store thread's) of each phase of "
-        "the recall step, over all frames and the 5%% with the most CPU (benchmarks/"
-        "_cpu_phases.py; its clocks' reads are in the frames' times)",
+        help="also print the CPU time (the loop's, the store's: SQLite's thread, PostgreSQL's "
+        "backends) of each phase of the recall step, over all frames and the 5%% with the "
+        "most CPU (benchmarks/_cpu_phases.py; its clocks' reads are in the frames' times)",
     )
     parser.add_argument(
         "--word-ms",
