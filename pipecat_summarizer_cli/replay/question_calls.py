@@ -325,9 +325,15 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
             started_at=_date(turns),
         )
         call = CallDriver(context, turns, [ours], recorder=recorder)
+        began = asyncio.get_running_loop().time()  # the clock the call's dates run on
         await _replay(call, turns)
         await _settle(store, f"{user_id}:call")
         state = snapshot(context)
+        # the questions continue the call's clock (they are asked in it, after every
+        # message it archived): dated from the call's start, a question's "now" fell
+        # before or after a message by how fast the machine replayed (S13-F-1)
+        date = _date(turns)
+        asked_at = None if date is None else date + asyncio.get_running_loop().time() - began
         # the questions are asked while the call is still on: its messages still in the
         # context are archived only when it ends, as in a real call
         for name, recall in (("ours", None), ("ours_recall", plan.recall)):
@@ -343,7 +349,7 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
                 user_id=user_id,
                 recall=recall,
                 summarize=False,
-                started_at=_date(turns),
+                started_at=asked_at,
             )
             asking = _asking(plan, qctx, q)
             await asking.start()
