@@ -18,6 +18,7 @@ text (its system prompt) holds no caller's words.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -48,10 +49,13 @@ def text_caches() -> tuple[functools._lru_cache_wrapper[Any], ...]:
 
 
 def empty_text_caches() -> None:
-    """Empty every cache keyed by conversation text (a forget: see the module's docstring).
+    """Empty every cache keyed by conversation text (a forget: see the module's docstring),
+    and the ``re`` module's cache of patterns (recall's ``gather.clip`` searches a long hit
+    for the first letters of the query's words, a pattern made of the caller's words).
     Synchronous and quick: nothing is recomputed until read again."""
     for cache in _CACHES:
         cache.cache_clear()
+    re.purge()  # compiled module-level patterns are held by their modules: untouched
 
 
 __all__ = ["empty_text_caches", "text_cache", "text_caches"]

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from pathlib import Path
 
 from pipecat_summarizer import RecallPrefetch
+from pipecat_summarizer._recall.gather import MAX_HIT_CHARS, clip
 from pipecat_summarizer._text.text_caches import text_caches
 from pipecat_summarizer._text.vocabulary import search_stem
 from pipecat_summarizer.store import PostgresMemoryStore, SQLiteMemoryStore
@@ -181,3 +183,25 @@ async def test_forget_by_another_process_empties_the_text_caches(openai_server, 
         assert not _stem_cached(WORD)
     finally:
         await store.close()
+
+
+async def test_forget_empties_the_pattern_cache(store_target):
+    # recall clips a long hit around the query's words: it searches the hit for their first
+    # letters with a pattern the ``re`` module caches (keyed by the pattern: "quil"); a forget
+    # empties that cache too (``re.purge``)
+    store = _store(store_target)
+    try:
+        await store.write(archived(KAYAK, call_id="a1", at=utc(2026, 5, 1), user_id="alice"))
+        long = "Some words. " * (MAX_HIT_CHARS // 10) + KAYAK[0]
+        assert "Quillfeather" in clip(long, [WORD])
+        assert _patterns(WORD[:4])  # the control
+        assert await store.forget("alice") > 0
+        assert not _patterns(WORD[:4])
+    finally:
+        await store.close()
+
+
+def _patterns(text: str) -> list:
+    """The ``re`` module's cached patterns that are ``text`` (its cache is keyed by
+    ``(type, pattern, flags)`` on CPython 3.11)."""
+    return [k for k in re._cache if isinstance(k, tuple) and text in k]  # type: ignore[attr-defined]
