@@ -25,7 +25,7 @@ import time
 import pytest
 
 from pipecat_summarizer.store import _postgres_writes, open_store
-from pipecat_summarizer.store._postgres_schema import EVERYONE
+from pipecat_summarizer.store._postgres_schema import EVERYONE, FOLD_BUCKETS, FOLD_KEY
 from pipecat_summarizer.store.records import CallRecord
 from tests.attacks_s13.test_fold_races import (
     HANG_S,
@@ -224,6 +224,52 @@ async def test_fold_a_search_between_the_forget_and_its_fold(store_target, monke
     finally:
         go.set()
         await worker.close()
+        await conn.close()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_fold_a_search_while_a_forgets_fold_is_open(store_target, monkeypatch):
+    # a forget's fold run by hand as the store runs it (the try-lock, then FOLD_BUCKETS) and
+    # left open: a search meanwhile reads the unfolded rows, one after its commit the folded
+    # row: one sum, so the count kept after the forget stands (and is right); a delete
+    # committed while the fold is open is left out of it and counted
+    folder, conn = await asyncpg.connect(store_target), await asyncpg.connect(store_target)
+    sums, now = _Sums(store_target), time.time()
+    worker = await _setup(store_target, conn, now)
+    (twin,) = _twins(1)
+
+    async def no_fold(c, user_id: str) -> bool:
+        return False
+
+    monkeypatch.setattr(_postgres_writes, "fold_after_forget", no_fold)
+    try:
+        await _a_call_of(worker, twin, "t1")
+        assert await worker.forget(twin) == 2
+        assert await sums.read() == 4
+        await _same(worker, store_target)
+        kept = _kept(worker, "card")
+        await folder.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        assert await folder.fetchval("SELECT pg_try_advisory_xact_lock($1)", FOLD_KEY)
+        assert await folder.execute(FOLD_BUCKETS, twin) == "INSERT 0 1"
+        assert await _rows(conn) == [(AL, 1)] * 4  # not committed: the old rows
+        assert await sums.read() == 4
+        await _same(worker, store_target)
+        assert _kept(worker, "card") == kept
+        assert await conn.execute(IMPORT) == "DELETE 3050"  # committed during the fold
+        assert await sums.read() == 5
+        await _al_says_zebra(worker, now)
+        await _same(worker, store_target)
+        kept = _kept(worker, "card")
+        await folder.execute("COMMIT")
+        assert await _rows(conn) == [(AL, 1), (AL, 4)]
+        assert await sums.read() == 5
+        await _same(worker, store_target)
+        assert _kept(worker, "card") == kept
+    finally:
+        if folder.is_in_transaction():
+            await folder.execute("ROLLBACK")
+        await worker.close()
+        await folder.close()
         await conn.close()
 
 
