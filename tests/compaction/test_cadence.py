@@ -379,6 +379,9 @@ async def _in_flight_when_answers_start(server, *, tools: bool) -> list[bool]:
     seen: list[bool] = []
 
     class Probe(FrameProcessor):
+        # holds nothing: the settled pauses may end early (else they last their full length)
+        settled = True
+
         async def process_frame(self, frame, direction):
             await super().process_frame(frame, direction)
             if isinstance(frame, LLMFullResponseStartFrame):
