@@ -78,7 +78,9 @@ class MemoryParams:
             Needs ``resume`` and a ``user_id``.
         conversation_started_at: When the conversation took place (seconds since the epoch,
             UTC), when that is not now: an imported or replayed conversation. Each archived
-            message is dated by it (plus the time since the call started), and recall labels
+            message is dated by it (plus the time since the call started, measured on the
+            event loop's clock: a loop that simulates time dates messages at its modelled
+            instant), and recall labels
             a snippet with its call's date. ``None``: the wall clock. At most the end of
             the year 9999 (``MAX_CONVERSATION_STARTED_AT``).
         writer: Queue size, flush interval (default 1 s) and retry settings.
