@@ -2,7 +2,9 @@
 source of early searches without the hook, and a turn that passes while the caller's next
 words are already being worked on early. Real pipelines (``RecallPrefetch`` before a real
 user aggregator fed transcriptions, ``ContextSummarizer``, Pipecat's OpenAI service against
-the local server) on a SQLite file and the real PostgreSQL; held searches wait on events."""
+the local server) on a SQLite file and the real PostgreSQL; held searches wait on events, and
+the pauses that waited for the turn's answer or the early work end once it is there (``Until``:
+at most their former fixed length)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pipecat.frames.frames import (
     UserStartedSpeakingFrame,
     UserStoppedSpeakingFrame,
 )
-from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.tests.utils import SleepFrame
 
 from pipecat_summarizer._recall.prefetch import PrefetchingArchive, RecallPrefetch
 from pipecat_summarizer.params import RecallParams
@@ -24,9 +26,15 @@ from tests.recall.test_attacks_gather import ASK, _blocks, _seed
 from tests.support.early_search import prefetch_pipeline
 from tests.support.openai_server import Reply
 from tests.support.recall_calls import travel_desk
+from tests.support.settle import Until, processor_idle, run_settling
 
 #: The next turn's question: gathers ("all"), shares "wedding" with alice's second call.
 NEXT = "What are all the plans for the wedding?"
+
+
+def _answers(context) -> int:
+    """The assistant's answers in ``context``."""
+    return sum(m.get("role") == "assistant" for m in context.get_messages())
 
 
 class _Gated:
@@ -106,10 +114,11 @@ async def test_a_source_without_turn_passed_still_serves(openai_server, store_ta
             TranscriptionFrame(ASK, "alice", "t0"),
             SleepFrame(sleep=0.3),
             UserStoppedSpeakingFrame(),
-            SleepFrame(sleep=1.5),
+            # the turn's answer, its block sent (1.5 s at most, the former fixed pause)
+            Until(sleep=1.5, done=lambda: _answers(context) >= 1 and processor_idle(processor)),
         ]
         try:
-            await run_test(
+            await run_settling(
                 prefetch_pipeline(openai_server, context, processor, companion),
                 frames_to_send=frames,
             )
@@ -175,6 +184,10 @@ async def test_a_turn_passing_keeps_the_next_words_early_work(
             store.release_f.set()  # turn 2's early work may now finish
 
         scripted = asyncio.ensure_future(script())
+
+        def idle() -> bool:
+            return processor_idle(processor)
+
         frames = [
             UserStartedSpeakingFrame(),
             TranscriptionFrame(ASK, "alice", "t0"),
@@ -183,12 +196,16 @@ async def test_a_turn_passing_keeps_the_next_words_early_work(
             SleepFrame(sleep=0.2),
             UserStartedSpeakingFrame(),
             TranscriptionFrame(NEXT, "alice", "t1"),
-            SleepFrame(sleep=3.0),
+            # the script ran (turn 1 answered, turn 2's follow-ups released), an early block
+            # was kept and nothing of the package runs on (early work of either turn's): 3 s
+            # at most, the former fixed pause
+            Until(sleep=3.0, done=lambda: scripted.done() and bool(kept) and idle()),
             UserStoppedSpeakingFrame(),
-            SleepFrame(sleep=1.0),
+            # turn 2's answer (1 s at most, the former fixed pause)
+            Until(sleep=1.0, done=lambda: _answers(context) >= 2 and idle()),
         ]
         try:
-            await run_test(
+            await run_settling(
                 prefetch_pipeline(openai_server, context, processor, companion),
                 frames_to_send=frames,
             )

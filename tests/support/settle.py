@@ -60,6 +60,21 @@ class Gap(SleepFrame):
     answers: int | None = None
 
 
+@dataclass
+class Until(SleepFrame):
+    """A pause that :func:`run_settling` ends as soon as ``done()`` holds (checked every
+    ``POLL_S``), at most ``sleep`` seconds: a test's fixed pause that waited for something it
+    can name (a search started, a block kept, a turn answered). When it never holds the
+    pause lasts its full length, as before, and the test's checks fail as they did.
+    ``run_test`` treats it as the ``SleepFrame`` it is (full length).
+
+    Parameters:
+        done: What the pause waits for.
+    """
+
+    done: Callable[[], bool] = lambda: False
+
+
 class _Motion(BaseObserver):
     """When a frame last moved, and how many responses of an LLM service have ended."""
 
@@ -205,7 +220,8 @@ async def run_settling(
 
     Args:
         processor: The pipeline (or processor) under test.
-        frames_to_send: Frames sent downstream; ``SleepFrame`` pauses, ``Gap`` settles.
+        frames_to_send: Frames sent downstream; ``SleepFrame`` pauses, ``Gap`` settles,
+            ``Until`` waits for its condition.
         idle: True when the test's parts (servers, the processor) have nothing under way;
             checked with the answers and the frames' motion. ``None``:
             :func:`pipeline_idle` (full pauses if it cannot tell).
@@ -247,12 +263,19 @@ async def run_settling(
                 return
             await asyncio.sleep(min(POLL_S, deadline - now))
 
+    async def until(pause: Until) -> None:
+        deadline = time.monotonic() + pause.sleep
+        while not pause.done() and (now := time.monotonic()) < deadline:
+            await asyncio.sleep(min(POLL_S, deadline - now))
+
     async def push() -> None:
         await asyncio.wait_for(started.wait(), timeout=30.0)
         asked, spoken = 0, False
         for frame in frames_to_send:
             if isinstance(frame, Gap):
                 await settle(frame, asked)
+            elif isinstance(frame, Until):
+                await until(frame)
             elif isinstance(frame, SleepFrame):
                 await asyncio.sleep(frame.sleep)
             else:
