@@ -78,12 +78,17 @@ WORDS_AUTOVACUUM = {
 #: again for it); rows added meanwhile by transactions not committed are left as they are.
 FOLD_REMOVALS = """WITH gone AS (DELETE FROM removals RETURNING bucket, n)
     INSERT INTO removals SELECT bucket, sum(n) FROM gone GROUP BY bucket"""
+#: The advisory lock a purge (or a forget, ``FOLD_BUCKETS``) tries before it folds: one fold
+#: at a time (two at once would wait for each other's rows, and might deadlock); one that
+#: finds it taken folds nothing.
+FOLD_KEY = 0x5C_0A_12
 #: A forget's fold (after the forget committed, in a transaction of its own at READ
 #: COMMITTED, once ``pg_try_advisory_xact_lock(FOLD_KEY)`` answered true in an earlier
-#: statement, so that this one's snapshot sees any fold committed before the lock was had):
-#: the forgotten caller's bucket (parameter 1: the caller) and ``EVERYONE``'s folded as
-#: ``FOLD_REMOVALS`` folds every bucket, without a purge (S13-B-2: a fleet without
-#: ``retention_days`` never folded, a row per forget). A bucket is folded only when it holds
+#: statement, so that this one's snapshot sees any fold committed before the lock was had;
+#: since v9 run by ``removals_fold``, ``FOLD_FUNCTION``): the forgotten caller's bucket
+#: (parameter 1: the caller) and ``EVERYONE``'s folded as ``FOLD_REMOVALS`` folds every
+#: bucket, without a purge (S13-B-2: a fleet without ``retention_days`` never folded, a row
+#: per forget). A bucket is folded only when it holds
 #: more than one row: a one-row bucket has nothing to fold, and rewriting it would leave a
 #: dead row for nothing. Not a larger threshold: a forget is rare and already vacuums five
 #: tables; folding at two rows keeps a bucket's read at one or two rows whatever the fleet's
@@ -125,10 +130,73 @@ DEFINER = """DO $d$
                 f, current_schema());
         END LOOP;
     END $d$"""
-#: The advisory lock a purge (or a forget, ``FOLD_BUCKETS``) tries before it folds: one fold
-#: at a time (two at once would wait for each other's rows, and might deadlock); one that
-#: finds it taken folds nothing.
-FOLD_KEY = 0x5C_0A_12
+
+#: Migration 9's trigger statement for a delete of messages (``message_words_drop``): the
+#: deleted messages' word rows, by their whole key. Migration 5's form joined ``gone``,
+#: ``unnest(g.tsv)`` and ``message_words`` in one join tree, and the planner joined the word
+#: index to ``gone`` first, probing the primary key ``(scope, word, id)`` by scope alone (the
+#: word joined above it): each deleted message read its caller's whole range, a forget of N
+#: messages O(N x the caller's word rows) (S14-T-1: 12,000 messages 11-20 s, past the
+#: statement timeout for a large caller: an erasure that fails). The keys are built first in
+#: a ``MATERIALIZED`` CTE (PostgreSQL's documented fence: never folded into the outer join),
+#: so the only join left is on all three columns; and the function runs with hash and merge
+#: joins off (``DROP_WORDS_SETTINGS``), so that join is a probe of the primary key by its
+#: whole key per deleted word row: linear in what is deleted, never in the table. With them
+#: on, the planner (its estimate: 10 lexemes per message) read the whole word index in a
+#: hash join once a delete reached ~0.5% of it (1.23M word rows: a forget of 3,000 messages
+#: 4.3 s against 0.25 s by probes).
+DROP_WORDS = """WITH d AS MATERIALIZED (
+        SELECT md5(g.user_id)::uuid AS scope, u.lexeme AS word, g.id
+        FROM gone g, unnest(g.tsv) u WHERE g.user_id IS NOT NULL)
+    DELETE FROM message_words w USING d
+    WHERE w.scope = d.scope AND w.word = d.word AND w.id = d.id"""
+DROP_WORDS_SETTINGS = "SET enable_hashjoin = off SET enable_mergejoin = off"
+#: Migration 9's per-row statement for an UPDATE of a message's content, caller or time
+#: (``message_words_move``, an operator's redaction or move): the old row's word rows by one
+#: index condition on the whole key (``word = ANY`` of its lexemes). Migration 5's join with
+#: ``unnest(OLD.tsv)`` had the drop's shape (S14-T-1): a scan of the caller's range per row.
+MOVE_WORDS = """DELETE FROM message_words w
+    WHERE w.scope = md5(OLD.user_id)::uuid AND w.id = OLD.id
+        AND w.word = ANY(tsvector_to_array(OLD.tsv))"""
+#: Migration 9's fold function: ``FOLD_BUCKETS`` for a caller (its argument, ``$1`` in the
+#: statement) with the owner's rights, so that every role that may forget folds after its
+#: forget (S14-S-2: an erasure job granted SELECT and DELETE was refused ``removals``'
+#: INSERT, and its forgets' rows stayed unfolded). It takes the try-lock itself: a role
+#: granted EXECUTE folds only as the store does, one fold at a time, never waiting, and
+#: only at READ COMMITTED (its fold statement, a new snapshot, then sees every fold
+#: committed before the lock was had). Returns whether it folded.
+FOLD_FUNCTION = f"""CREATE FUNCTION removals_fold(text) RETURNS boolean LANGUAGE plpgsql
+    AS $f$
+    BEGIN
+        IF current_setting('transaction_isolation') <> 'read committed'
+                OR NOT pg_try_advisory_xact_lock({FOLD_KEY}) THEN
+            RETURN false;
+        END IF;
+        {FOLD_BUCKETS};
+        RETURN true;
+    END $f$"""
+#: Migration 9's rights on the fold function: its owner's (``SECURITY DEFINER``, the search
+#: path fixed to the schema), EXECUTE taken from ``PUBLIC`` (a function's default) and given
+#: to each role that holds DELETE on ``messages`` (those that may forget), as migration 8
+#: copies grants (``COPY_GRANTS``). A role granted DELETE later is given no EXECUTE: its
+#: fold is refused and skipped (the next fold by a role that may folds its rows).
+FOLD_FUNCTION_RIGHTS = """DO $g$
+    DECLARE g record;
+    BEGIN
+        EXECUTE format('ALTER FUNCTION removals_fold(text) SECURITY DEFINER '
+            'SET search_path = %I, pg_temp', current_schema());
+        REVOKE EXECUTE ON FUNCTION removals_fold(text) FROM PUBLIC;
+        FOR g IN SELECT DISTINCT a.grantee
+            FROM pg_class c, aclexplode(c.relacl) a
+            WHERE c.oid = 'messages'::regclass AND a.privilege_type = 'DELETE'
+                AND a.grantee <> (SELECT proowner FROM pg_proc
+                    WHERE oid = 'removals_fold(text)'::regprocedure)
+        LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION removals_fold(text) TO %s',
+                CASE WHEN g.grantee = 0 THEN 'PUBLIC'
+                    ELSE quote_ident(pg_get_userbyid(g.grantee)) END);
+        END LOOP;
+    END $g$"""
 
 
 def migrations(config: str) -> dict[int, list[str]]:
@@ -335,6 +403,31 @@ def migrations(config: str) -> dict[int, list[str]]:
                 FOR EACH STATEMENT EXECUTE FUNCTION removals_emptied()""",
             DEFINER,
             COPY_GRANTS,
+        ],
+        # v9: a delete's or an update's word rows found by their whole key (DROP_WORDS,
+        # MOVE_WORDS: S14-T-1, a forget's cost linear in its messages), and the fold any
+        # role that may forget runs with the owner's rights (FOLD_FUNCTION: S14-S-2).
+        # CREATE OR REPLACE keeps each trigger function's owner, rights and triggers
+        9: [
+            f"""CREATE OR REPLACE FUNCTION message_words_drop() RETURNS trigger
+                LANGUAGE plpgsql {DROP_WORDS_SETTINGS} AS $f$
+                BEGIN
+                    {DROP_WORDS};
+                    RETURN NULL;
+                END $f$""",
+            f"""CREATE OR REPLACE FUNCTION message_words_move() RETURNS trigger
+                LANGUAGE plpgsql AS $f$
+                BEGIN
+                    IF OLD.user_id IS NOT NULL THEN
+                        {MOVE_WORDS};
+                    END IF;
+                    IF NEW.user_id IS NOT NULL THEN
+                        {_ADD_NEW};
+                    END IF;
+                    RETURN NULL;
+                END $f$""",
+            FOLD_FUNCTION,
+            FOLD_FUNCTION_RIGHTS,
         ],
     }
 

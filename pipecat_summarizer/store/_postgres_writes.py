@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from loguru import logger
 
-from pipecat_summarizer.store._postgres_schema import FOLD_BUCKETS, FOLD_KEY, FOLD_REMOVALS
+from pipecat_summarizer.store._postgres_schema import FOLD_KEY, FOLD_REMOVALS
 from pipecat_summarizer.store._statements import (
     forget_statements,
     purge_cutoff,
@@ -158,9 +158,9 @@ async def forget(conn, user_id: str, at: float) -> int:
 #: only an operator's statement on the table (a ``LOCK``, a ``TRUNCATE``, a ``DELETE`` of its
 #: rows) does, and then the fold is left to the next forget or purge.
 FOLD_LOCK_TIMEOUT_MS = 200
-#: What a fold after a forget may meet and skip quietly (DEBUG): a role refused ``removals``'
-#: INSERT or DELETE (migration 8 gives a role on it what it holds on ``messages``: an erasure
-#: job granted only SELECT and DELETE forgets, and cannot fold), and the lock timeout above.
+#: What a fold after a forget may meet and skip quietly (DEBUG): a role refused EXECUTE on
+#: the fold function (migration 9 grants it to the roles holding DELETE on ``messages``
+#: then: one granted DELETE since is refused), and the lock timeout above.
 _FOLD_SKIPPED = ("42501", "55P03")
 
 
@@ -168,21 +168,22 @@ async def fold_after_forget(conn, user_id: str) -> bool:
     """Fold the removals of ``user_id``'s bucket and ``EVERYONE``'s (``FOLD_BUCKETS``) in a
     short transaction of its own, unless a purge or another forget is folding (the
     try-lock: never waits); run once a forget committed, so the forget's own row is
-    folded and a forget rolled back folds nothing. Never raises but a cancellation: the
-    forget is committed whatever happens here (a failure is logged without text, and the
-    next forget or purge folds). Returns whether it folded."""
+    folded and a forget rolled back folds nothing. The fold runs in ``removals_fold``
+    (schema v9, ``FOLD_FUNCTION``) with the owner's rights: a role that may forget but not
+    write ``removals`` folds too (S14-S-2). Never raises but a cancellation: the forget is
+    committed whatever happens here (a failure is logged without text, and the next forget
+    or purge folds). Returns whether it folded."""
     try:
         async with conn.transaction(isolation="read_committed"):  # see purge
-            locked = await conn.fetchval(
-                "SELECT pg_try_advisory_xact_lock($1) FROM set_config('lock_timeout', $2, true)",
-                FOLD_KEY,
-                f"{FOLD_LOCK_TIMEOUT_MS}ms",
+            # the function takes the try-lock (FOLD_KEY), then folds in a statement of its
+            # own, whose snapshot is taken with the lock held
+            return bool(
+                await conn.fetchval(
+                    "SELECT removals_fold($1) FROM set_config('lock_timeout', $2, true)",
+                    user_id,
+                    f"{FOLD_LOCK_TIMEOUT_MS}ms",
+                )
             )
-            if not locked:
-                return False
-            # a statement of its own: its snapshot is taken with the lock held
-            await conn.execute(FOLD_BUCKETS, user_id)
-        return True
     except Exception as e:
         state = getattr(e, "sqlstate", None)
         if state in _FOLD_SKIPPED:

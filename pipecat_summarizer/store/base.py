@@ -44,7 +44,10 @@ from pipecat_summarizer.store.records import (
 #: commits its tombstone before its deletes; nothing changes on PostgreSQL.
 #: v8: the removal counts (``removals``), which a trigger bumps in every transaction that
 #: deletes archived messages: a search's kept word counts stand while it is unchanged.
-SCHEMA_VERSION = 8
+#: v9 (PostgreSQL): a delete's word rows found by their whole key (a forget's cost linear in
+#: its messages), and the fold of ``removals`` any role that may forget runs
+#: (``removals_fold``, the owner's rights); nothing changes on SQLite.
+SCHEMA_VERSION = 9
 
 
 def query_words(query: str, limit: int = 32) -> list[str]:

@@ -7,8 +7,8 @@ What must stay true (as for a purge's fold, tests/attacks_s13/test_fold_races.py
 search reads never goes down nor stands still across a delete, a delete racing the fold is
 counted once, a worker that kept its counts finds what a fresh store finds at every step, a
 forget rolled back folds nothing, a fold that finds the lock taken waits for nothing, and a
-role that may forget but not write ``removals`` still forgets. SQLite needs no fold: its
-removals are one count per file, bumped in place.
+role that may forget but not write ``removals`` still forgets, and folds (schema v9).
+SQLite needs no fold: its removals are one count per file, bumped in place.
 
 The twins: callers whose bucket is al's (``left(md5(id), 3)``), so that their forgets add to
 the sum al's searches read.
@@ -310,55 +310,68 @@ async def test_fold_a_role_that_may_not_write_removals_still_forgets(pg_server, 
     # an erasure job's role, granted before the upgrade what a forget uses (SELECT and DELETE
     # on every table, the tombstone's INSERT and UPDATE, UPDATE on calls for its row locks):
     # migration 8 gives it SELECT and DELETE on removals (what it holds on messages), not
-    # INSERT. Its forget deletes and commits; the fold is refused and skipped quietly (a
-    # DEBUG line, no WARNING): the rows stay unfolded and the sum right. The owner's next
-    # forget folds them.
+    # INSERT. Since v9 (S14-S-2) its forget folds all the same, through removals_fold (the
+    # owner's rights, EXECUTE granted to the roles holding DELETE on messages). A role
+    # granted DELETE after the upgrade has no EXECUTE: its forget deletes and commits, the
+    # fold is refused and skipped quietly (a DEBUG line, no WARNING), the sum right; the
+    # next fold by a role that may folds its row.
     name = f"s14_fold_role_{random.randrange(10**9)}"
     dsn = pg_server.create_database(name)
     now = time.time()
-    first, second, third = _twins(3)
+    first, second, third, fourth = _twins(4)
     await _make_v7(
         dsn,
         [_msg("a", i, f"card {i}", now - 3600 + i, "al") for i in range(3)]
-        + [_msg(f"t-{t}", 0, "hi", now - 60, t) for t in (first, second, third)],
+        + [_msg(f"t-{t}", 0, "hi", now - 60, t) for t in (first, second, third, fourth)],
     )
-    role = f"pcs_{name}"
+    role, late = f"pcs_{name}", f"pcs_{name}_late"
+    grants = (
+        "GRANT SELECT, DELETE ON ALL TABLES IN SCHEMA public TO {r}",
+        "GRANT INSERT, UPDATE ON forgotten TO {r}",
+        "GRANT UPDATE ON calls TO {r}",
+    )
     await _sql(
         dsn,
-        f"CREATE ROLE {role} LOGIN",
-        f"GRANT CONNECT, TEMPORARY ON DATABASE {name} TO {role}",
-        f"GRANT USAGE, CREATE ON SCHEMA public TO {role}",
-        f"GRANT SELECT, DELETE ON ALL TABLES IN SCHEMA public TO {role}",
-        f"GRANT INSERT, UPDATE ON forgotten TO {role}",
-        f"GRANT UPDATE ON calls TO {role}",
+        *(f"CREATE ROLE {r} LOGIN" for r in (role, late)),
+        *(f"GRANT CONNECT, TEMPORARY ON DATABASE {name} TO {r}" for r in (role, late)),
+        *(f"GRANT USAGE, CREATE ON SCHEMA public TO {r}" for r in (role, late)),
+        *(g.format(r=role) for g in grants),
     )
     owner = open_store(dsn)
     conn = await asyncpg.connect(dsn)
     try:
-        await owner.open()  # the deploy: the owner migrates to v8 (grants copied)
+        await owner.open()  # the deploy: the owner migrates to v9 (grants copied)
         assert await conn.fetchval(
             "SELECT has_table_privilege($1, 'removals', 'DELETE') "
             "AND NOT has_table_privilege($1, 'removals', 'INSERT')",
             role,
         )
+        await _sql(dsn, *(g.format(r=late) for g in grants))  # after the upgrade
         assert await owner.forget(first) == 1  # the owner's: one row, nothing to fold
         job = open_store(dsn.replace("postgres@", f"{role}@", 1))
         try:
             assert await job.forget(second) == 1
         finally:
             await job.close()
-        assert await _rows(conn) == [(AL, 1)] * 2  # not folded: refused
+        assert await _rows(conn) == [(AL, 2)]  # folded by the job's forget
+        assert not [r for r in logs if "fold" in r["message"].lower()]
+        job = open_store(dsn.replace("postgres@", f"{late}@", 1))
+        try:
+            assert await job.forget(third) == 1
+        finally:
+            await job.close()
+        assert sorted(await _rows(conn)) == [(AL, 1), (AL, 2)]  # not folded: refused
         assert [r for r in logs if "not folded" in r["message"]]
         assert not [
             r for r in logs if r["level"].name == "WARNING" and "fold" in r["message"].lower()
         ]
-        assert await owner.forget(third) == 1
-        assert await _rows(conn) == [(AL, 3)]
+        assert await owner.forget(fourth) == 1
+        assert await _rows(conn) == [(AL, 4)]
         assert (
             await conn.fetchval(
                 f"SELECT sum(n) FROM removals WHERE bucket IN ($1, '{EVERYONE}')", AL
             )
-            == 3
+            == 4
         )
         assert len(await owner.search("card", user_id="al")) == 3
     finally:
