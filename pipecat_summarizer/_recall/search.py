@@ -7,7 +7,10 @@ failing archive costs the recall, never the call (one WARNING per outage); a for
 caller drops what was found before it. The lexical search and the ranking by meaning run side
 by side; a search that was started early (``RecallPrefetch``) is handed over through the
 hooks (:class:`~pipecat_summarizer._recall.hooks.RecallHooks`). What is read around the hits
-is :mod:`pipecat_summarizer._recall.gather`'s.
+is :mod:`pipecat_summarizer._recall.gather`'s. The extra searches a turn makes after its first
+(the gathered words' second search, the stated values' searches) start only when they are
+expected to answer within what is left of the budget, by what they took lately in this call
+(:class:`~pipecat_summarizer._recall.budget.ExtraCost`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from loguru import logger
 
+from pipecat_summarizer._recall.budget import ExtraCost
 from pipecat_summarizer._recall.gather import (
     Found,
     as_found,
@@ -121,6 +125,16 @@ class ArchiveSearch(RecallHooks):
         self.errors = 0
         #: Turns whose ranking by meaning was late: they went with the lexical hits alone.
         self.semantic_late = 0
+        #: Extra searches (a second search on the gathered words, a turn's stated values'
+        #: searches) not started because they were not expected to answer in time (see
+        #: ``ExtraCost``), and those started that did not answer in time (let go).
+        self.extras_skipped = 0
+        self.extras_let_go = 0
+        # what each kind of extra search took lately in this call (see _extra_fits)
+        self._extra_costs: dict[str, ExtraCost] = {"gather": ExtraCost(), "values": ExtraCost()}
+        # the extra searches being measured: kind, start, and the time they had run when let
+        # go (None: not let go)
+        self._timing: dict[asyncio.Task, tuple[str, float, float | None]] = {}
 
     def _search(
         self,
@@ -362,29 +376,85 @@ class ArchiveSearch(RecallHooks):
         self, gathered: Sequence[str], hits: Sequence[Any], wait_s: float, *, watch: bool = True
     ) -> Found:
         # the second search, without recall by meaning (see gather.second_search); given up
-        # on at the deadline, it is let go (_let_go), not cancelled there
+        # on at the deadline, it is let go (_let_go), not cancelled there. Not started when
+        # the archive's own search of these words is not expected to answer in ``wait_s``
+        limit = self.params.search_limit
+        words_ = " ".join(gathered)
+        own = not self._early_running(search_words(words_), limit, any_word=True)
+        if own and not self._extra_fits("gather", wait_s):
+            return [], {}
+
         def search(words_: str) -> Awaitable[Found]:
-            limit = self.params.search_limit
             inner = self._search_with_replies(words_, limit, semantic=False, watch=watch)
-            return self._unhurried(asyncio.ensure_future(inner))
+            task = asyncio.ensure_future(inner)
+            if own:
+                self._timed("gather", task)
+            return self._unhurried(task)
 
         return await second_search(search, self._result, gathered, hits, wait_s)
+
+    def _early_running(self, words_: str, limit: int, *, any_word: bool) -> bool:
+        """Whether an early search (``RecallPrefetch``'s) of exactly these words and this
+        call's scope is under way or answered: the turn takes it, at no cost of its own."""
+        running = getattr(self._early, "running", None)
+        if not callable(running):
+            return False
+        user, call = (self.user_id, None) if self.user_id else (None, self.call_id)
+        task = running(words_, user_id=user, call_id=call, limit=limit, any_word=any_word)
+        return task is not None
+
+    def _extra_fits(self, kind: str, left_s: float) -> bool:
+        """Whether an extra search of ``kind`` the turn would start itself is expected to
+        answer within ``left_s`` (see ``ExtraCost``); if not, it is not started, and is
+        counted in ``extras_skipped``."""
+        cost = self._extra_costs[kind]
+        if cost.fits(left_s):
+            self._extra_costs[kind] = cost.started()
+            return True
+        self._extra_costs[kind] = cost.skipped()
+        self.extras_skipped += 1
+        return False
+
+    def _timed(self, kind: str, task: asyncio.Task) -> None:
+        """Measure ``task`` (an extra search of ``kind`` started now) for ``_extra_fits``:
+        when it ends (answered, failed or cancelled: then the time it ran); let go, at once
+        with the time it ran so far (see :meth:`_let_go`), revised when it ends."""
+        self._timing[task] = (kind, loop_time(), None)
+
+        def ended(done: asyncio.Task) -> None:
+            kind_, started, bound = self._timing.pop(done)
+            took = loop_time() - started
+            cost = self._extra_costs[kind_]
+            revised = cost.measured(took) if bound is None else cost.revised(bound, took)
+            self._extra_costs[kind_] = revised
+
+        task.add_done_callback(ended)
 
     async def _later(self, hits: Sequence[Any], until: float) -> list[Any]:
         """The caller's archived messages that state a value the first ``hits`` state (a
         correction made in a later call, "make that 21 March, not 14 March", may share no
         other word with the question), by ``until`` (the loop's clock: reading the values
-        comes out of the wait): nothing when late (cancelled)."""
+        comes out of the wait): nothing when late (let go, see :meth:`_let_go`). The searches
+        the turn would start itself are not started when they are not expected to answer
+        by then (see ``ExtraCost``): only those started early are taken, if any."""
         values = stated_values(hits[: self.params.max_snippets])
         if not values or loop_time() >= until:
             return []
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
         generation = self._generation()
 
+        # the same searches started early (RecallPrefetch's follow-ups) are taken; the others
+        # the turn starts itself, only when they are expected to answer in time (the marks
+        # they would bring are lost either way when they do not)
         early = self._early
+        own = [v for v in values if not self._early_running(v, LATER_LIMIT, any_word=False)]
+        if own and not self._extra_fits("values", until - loop_time()):
+            values = [v for v in values if v not in own]
+            own = []
+            if not values:
+                return []
 
         def ask(value: str) -> Awaitable[Sequence[Any]]:
-            # the same search started early (RecallPrefetch's follow-ups), if any
             if early is not None:
                 taken = early.take(value, limit=LATER_LIMIT, any_word=False, **scope)
                 if taken is not None:
@@ -398,6 +468,8 @@ class ArchiveSearch(RecallHooks):
             return [h for found in await asyncio.gather(*asked) for h in found]
 
         task = asyncio.ensure_future(search())
+        if own:
+            self._timed("values", task)
         await wait_for_task(task, max(until - loop_time(), 0.0))
         if not task.done():
             self._let_go(task)
@@ -426,6 +498,14 @@ class ArchiveSearch(RecallHooks):
         task.add_done_callback(consume)
         if task.done():
             return
+        self.extras_let_go += 1
+        timing = self._timing.get(task)
+        if timing is not None and timing[2] is None:
+            # it did not answer in time: that counts now, whenever it ends (see _timed)
+            kind, started, _ = timing
+            bound = loop_time() - started
+            self._timing[task] = (kind, started, bound)
+            self._extra_costs[kind] = self._extra_costs[kind].measured(bound)
         self._leftovers.add(task)
         task.add_done_callback(self._leftovers.discard)
         grace = LEFTOVER_BUDGETS * self.params.latency_budget_s
