@@ -195,3 +195,59 @@ class Forgets:
             self._tell(user_id)
 
         return end
+
+
+#: Least time between two reads of the database's removals by one store object, seconds
+#: (see :class:`Deletes`): a forget run by another process reaches this process's text
+#: caches at the next call's start or turn here after it, within this long.
+DELETES_CHECK_S = 5.0
+
+
+class Deletes:
+    """What a store object last read of its database's removals (schema v8: a count bumped by
+    every transaction that deletes archived messages, summed on PostgreSQL), to learn of
+    deletes run by other processes: a forget of a caller with no live call here, which no
+    call's watch (``noticed``) sees (S14-S-1). The caches keyed by conversation text
+    (``_text.text_caches``) hold every caller's entries together, so any such delete
+    empties them; a purge does too (its old messages' text goes as well).
+
+    Read at a call's start and at its turns (``MemoryStore.forget_baseline``,
+    ``noticed_forget``), at most every :data:`DELETES_CHECK_S`, in a task of its own: no
+    turn waits for it. A process with no call here reads nothing: its caches hold what
+    they held until its next call (or this process's own forget) empties them.
+    """
+
+    def __init__(self) -> None:
+        """Nothing read yet."""
+        self._due = 0.0
+        self._seen: int | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    def check(self, read: Callable[[], Awaitable[int | None]], empty: Callable[[], None]) -> None:
+        """Start a read of the removals (``read``) if one is due, and ``empty`` the caches
+        once it answers a value other than the one read before (the first read is the
+        baseline). Never raises; a failed read is logged at DEBUG and tried when due again."""
+        now = time.monotonic()
+        if now < self._due:
+            return
+        self._due = now + DELETES_CHECK_S
+        try:
+            task = asyncio.get_running_loop().create_task(self._read(read, empty))
+        except RuntimeError:  # no loop running: nothing to read on
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _read(
+        self, read: Callable[[], Awaitable[int | None]], empty: Callable[[], None]
+    ) -> None:
+        try:
+            value = await read()
+        except Exception as e:  # a closed store, an outage: the caches' check only
+            logger.debug(f"the store's removals not read ({type(e).__name__})")
+            return
+        if value is None:
+            return
+        if self._seen is not None and value != self._seen:
+            empty()
+        self._seen = value

@@ -15,7 +15,7 @@ from pipecat_summarizer.errors import PipecatSummarizerError
 from pipecat_summarizer.store._forgets import BASELINE_WAIT_S as BASELINE_WAIT_S
 from pipecat_summarizer.store._forgets import FORGET_SKEW_S as FORGET_SKEW_S
 from pipecat_summarizer.store._forgets import MAX_BASELINES as MAX_BASELINES
-from pipecat_summarizer.store._forgets import Forgets
+from pipecat_summarizer.store._forgets import Deletes, Forgets
 from pipecat_summarizer.store._forgets import on_forget as on_forget
 from pipecat_summarizer.store.records import (
     ArchivedMessage,
@@ -407,7 +407,23 @@ class MemoryStore(ABC):
         reads it at its start, before the caller's memory. The same read is answered for
         the same key; the :data:`MAX_BASELINES` latest calls' are kept. It reads
         :meth:`tombstones` (a store that keeps tombstones answers both)."""
+        self._check_deletes()
         return self._forgets.baseline(user_id, since, lambda: self._tombstone(user_id))
+
+    def _check_deletes(self) -> None:
+        """Learn of other processes' deletes (a forget of a caller with no live call here)
+        from the database's removals, at most every ``_forgets.DELETES_CHECK_S``, in a task
+        of its own; a change empties the caches keyed by conversation text (see
+        ``_forgets.Deletes``)."""
+        deletes = self.__dict__.get("_deletes_seen")
+        if deletes is None:
+            deletes = self.__dict__["_deletes_seen"] = Deletes()
+        deletes.check(self._removals, empty_text_caches)
+
+    async def _removals(self) -> int | None:
+        """The database's removals (a value that changes with every transaction that
+        deletes archived messages), or ``None`` where a store keeps none."""
+        return None
 
     async def _tombstone(self, user_id: str) -> float | None:
         return (await self.tombstones([user_hash(user_id)])).get(user_hash(user_id))
@@ -422,6 +438,7 @@ class MemoryStore(ABC):
         call's start (:meth:`forget_baseline`), never by its time: another process's clock
         may be off. Without a baseline, a tombstone up to :data:`FORGET_SKEW_S` older than
         ``since`` counts."""
+        self._check_deletes()  # other callers' forgets, by other processes (S14-S-1)
         noticed = await self._forgets.noticed(user_id, since, self.forgotten_at)
         if noticed:
             # what this process holds of their words outside the store (see text_caches)

@@ -441,6 +441,16 @@ class PostgresMemoryStore(MemoryStore):
             lambda conn: read_tombstone(conn, key, self._functions, self.read_only)
         )
 
+    async def _removals(self) -> int | None:
+        """The sum of every bucket's removals (it grows with every committed transaction
+        that deletes messages; a fold keeps it): a read of the whole table, a row or two per
+        bucket deletes touched since its last fold (4,096 buckets at most), run at most
+        every ``_forgets.DELETES_CHECK_S`` per store object."""
+        value = await self._read(
+            lambda conn: conn.fetchval("SELECT COALESCE(sum(n), 0) FROM removals")
+        )
+        return None if value is None else int(value)
+
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
         """The forget tombstones among ``user_hashes``: their times, by hash (one read of
         the tombstones' primary key). A closed store answers ``{}`` (never opened again).

@@ -411,6 +411,14 @@ class SQLiteMemoryStore(MemoryStore):
         )
         return float(rows[0][0]) if rows else None
 
+    async def _removals(self) -> int | None:
+        """The file's removals (one row, bumped by every delete of messages): a read of its
+        primary key. A closed store answers ``None``."""
+        if self._thread is None:
+            return None
+        rows = await self._query("SELECT n FROM removals WHERE id = 1")
+        return int(rows[0][0]) if rows else None
+
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
         """The forget tombstones among ``user_hashes``: their times, by hash (one read of
         the tombstones' primary key). A closed store answers ``{}`` (never opened again)."""

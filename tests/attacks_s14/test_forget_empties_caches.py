@@ -24,7 +24,7 @@ from pipecat_summarizer import RecallPrefetch
 from pipecat_summarizer._recall.gather import MAX_HIT_CHARS, clip
 from pipecat_summarizer._text.text_caches import text_caches
 from pipecat_summarizer._text.vocabulary import search_stem
-from pipecat_summarizer.store import PostgresMemoryStore, SQLiteMemoryStore
+from pipecat_summarizer.store import PostgresMemoryStore, SQLiteMemoryStore, _forgets
 from tests.recall.test_attacks_dates import archived, utc
 from tests.support.early_search import (
     RECALL,
@@ -127,10 +127,10 @@ class _OtherProcess:
         return int(out.split()[-1])
 
 
-async def _call(server, store, frames: list, *extra) -> None:
-    """Alice's call on ``store`` (recall, ``RecallPrefetch``): ``frames``; "Sure." answers."""
+async def _call(server, store, frames: list, *extra, user: str = "alice") -> None:
+    """``user``'s call on ``store`` (recall, ``RecallPrefetch``): ``frames``; "Sure." answers."""
     server.handler = lambda body: Reply("Sure.")
-    context, summarizer, processor = desk(server, store, user_id="alice", recall=RECALL)
+    context, summarizer, processor = desk(server, store, user_id=user, recall=RECALL)
     try:
         await run_settling(
             prefetch_pipeline(server, context, processor, RecallPrefetch(processor), *extra),
@@ -211,13 +211,17 @@ def _patterns(text: str) -> list:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="S14-S-1: another process's forget of a caller with no live call here is unnoticed",
+    reason="S14-S-1: another process's forget of a caller with no live call here is unnoticed "
+    "until this process's next call (the store's removals read at a call's start or turn)",
 )
 async def test_forget_by_another_process_after_the_call_empties_the_text_caches(
     openai_server, store_target
 ):
     # alice's call ends; then another process forgets her: no live call of hers watches, and
-    # nothing here empties the caches (the vector cache's sweep drops vectors only)
+    # no call here starts or takes a turn (the store reads the database's removals then:
+    # test_forget_by_another_process_reaches_the_caches_at_the_next_call), so nothing here
+    # empties the caches (the vector cache's sweep drops vectors only); a timer per store
+    # would (a read every few seconds in every idle process): not added
     store = _store(store_target)
     try:
         await store.write(archived(KAYAK, call_id="a1", at=utc(2026, 5, 1), user_id="alice"))
@@ -226,6 +230,30 @@ async def test_forget_by_another_process_after_the_call_empties_the_text_caches(
         assert await other.forget("alice") > 0
         assert other.cached_before == [True]
         await asyncio.sleep(0.5)  # whatever might notice, on this loop
+        assert not _stem_cached(WORD)
+    finally:
+        await store.close()
+
+
+async def test_forget_by_another_process_reaches_the_caches_at_the_next_call(
+    openai_server, store_target, monkeypatch
+):
+    # S14-S-1, what a next call here sees: alice's call ends; another process forgets her
+    # (no call of hers is live here: no watch sees it); bob's call starts, and the store
+    # reads the database's removals (the forget's deletes changed them): the caches empty
+    monkeypatch.setattr(_forgets, "DELETES_CHECK_S", 0.0)  # read at every start and turn
+    store = _store(store_target)
+    try:
+        await store.write(archived(KAYAK, call_id="a1", at=utc(2026, 5, 1), user_id="alice"))
+        await _call(openai_server, store, [*speech(ASK), *end_turn()])
+        other = _OtherProcess(store_target)
+        assert await other.forget("alice") > 0
+        assert other.cached_before == [True]  # the control: cached before the forget
+        assert _stem_cached(WORD)  # nothing here has noticed yet (no call)
+        await _call(
+            openai_server, store, [*speech("Is the shop open today?"), *end_turn()], user="bob"
+        )
+        await asyncio.gather(*store.__dict__["_deletes_seen"]._tasks)  # reads under way
         assert not _stem_cached(WORD)
     finally:
         await store.close()
