@@ -164,16 +164,42 @@ MOVE_WORDS = """DELETE FROM message_words w
 #: INSERT, and its forgets' rows stayed unfolded). It takes the try-lock itself: a role
 #: granted EXECUTE folds only as the store does, one fold at a time, never waiting, and
 #: only at READ COMMITTED (its fold statement, a new snapshot, then sees every fold
-#: committed before the lock was had). Returns whether it folded.
+#: committed before the lock was had). Returns whether it folded. Every function and
+#: operator its body calls matches ``pg_catalog``'s exactly, or is named there
+#: (see ``REMOVALS_EMPTIED``).
 FOLD_FUNCTION = f"""CREATE FUNCTION removals_fold(text) RETURNS boolean LANGUAGE plpgsql
     AS $f$
     BEGIN
-        IF current_setting('transaction_isolation') <> 'read committed'
-                OR NOT pg_try_advisory_xact_lock({FOLD_KEY}) THEN
+        IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
+                OR NOT pg_catalog.pg_try_advisory_xact_lock({FOLD_KEY}::int8) THEN
             RETURN false;
         END IF;
         {FOLD_BUCKETS};
         RETURN true;
+    END $f$"""
+#: What a ``SECURITY DEFINER`` body (run with its owner's rights) must keep to (S14-A-1): a
+#: role that may create in the store's schema (``public``: PostgreSQL 14 and older let every
+#: role) creates a function or operator there whose argument types match a call in the body
+#: exactly where ``pg_catalog``'s needs an implicit cast, and PostgreSQL picks the exact
+#: match whatever the search path's order: it runs with the owner's rights. So each call is
+#: either named in ``pg_catalog`` or has an exact ``pg_catalog`` match (casts are never
+#: looked up by path). Migration 9 rewrites the one v8 body that broke it:
+#: ``removals_emptied`` compared a bigint with ``sum(bigint)`` (a numeric) and multiplied a
+#: float by a bigint literal.
+REMOVALS_EMPTIED = f"""CREATE OR REPLACE FUNCTION removals_emptied() RETURNS trigger
+    LANGUAGE plpgsql AS $f$
+    BEGIN
+        IF TG_OP = 'DELETE' THEN  -- (no transition table for a TRUNCATE)
+            IF NOT EXISTS (SELECT 1
+                FROM (SELECT bucket, sum(n)::int8 AS n FROM gone GROUP BY bucket) g
+                WHERE NOT EXISTS (SELECT 1 FROM removals r
+                    WHERE r.bucket = g.bucket AND r.n = g.n)) THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+        INSERT INTO removals VALUES ('{EVERYONE}',
+            1 + pg_catalog.floor(pg_catalog.random() * 1099511627776::float8)::int8);
+        RETURN NULL;
     END $f$"""
 #: Migration 9's rights on the fold function: its owner's (``SECURITY DEFINER``, the search
 #: path fixed to the schema), EXECUTE taken from ``PUBLIC`` (a function's default) and given
@@ -428,6 +454,10 @@ def migrations(config: str) -> dict[int, list[str]]:
                 END $f$""",
             FOLD_FUNCTION,
             FOLD_FUNCTION_RIGHTS,
+            # S14-A-1: see REMOVALS_EMPTIED; CREATE OR REPLACE resets SECURITY
+            # DEFINER and the fixed search path: DEFINER sets them again (all four)
+            REMOVALS_EMPTIED,
+            DEFINER,
         ],
     }
 
