@@ -606,7 +606,11 @@ def _deep_json(depth: int = 1200) -> str:
 
 
 async def run_schedule(
-    schedule: Schedule, *, time_limit: float = 60.0, sabotage: str | None = None
+    schedule: Schedule,
+    *,
+    time_limit: float = 60.0,
+    sabotage: str | None = None,
+    summary_timeout_s: float | None = None,
 ) -> Result:
     """Play ``schedule`` through a real pipeline; returns the violations found.
 
@@ -615,6 +619,11 @@ async def run_schedule(
         time_limit: Real seconds before the run counts as hung.
         sabotage: ``"drop"`` makes healthy summaries forget the oldest user marker they
             cover, so the checker's ``lost`` invariant can be seen to fire (self-test).
+        summary_timeout_s: The processor's ``summarization_timeout`` in real seconds;
+            ``None``: the schedule's ``timeout_v`` at ``SCALE`` (0.1-0.25 s real). A self-test
+            that needs summaries to land passes a long one: under CI load a healthy summary
+            can take longer than the compressed timeout, and a run with no summary applied
+            proves nothing about the checker.
     """
     p = schedule.params
     started = time.monotonic()
@@ -690,7 +699,9 @@ async def run_schedule(
             max_unsummarized_messages=p.max_messages,
             summary_config=LLMContextSummaryConfig(
                 min_messages_after_summary=p.keep,
-                summarization_timeout=p.timeout_v * SCALE,
+                summarization_timeout=(
+                    p.timeout_v * SCALE if summary_timeout_s is None else summary_timeout_s
+                ),
             ),
         ),
         summarizer=summary_client,
