@@ -468,7 +468,11 @@ async def migrate(conn, config: str) -> None:
     wait = MIGRATION_TIMEOUT_S  # not the pool's command timeout: see MIGRATION_TIMEOUT_S
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY, timeout=wait)
-        await conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)")
+        # created only where missing: a role without CREATE on the schema (an application's
+        # or an erasure job's least privilege) opens a current database (S14-A-2; CREATE
+        # TABLE IF NOT EXISTS was refused it, the table there or not)
+        if await conn.fetchval("SELECT to_regclass('schema_version') IS NULL"):
+            await conn.execute("CREATE TABLE schema_version(version INTEGER NOT NULL)")
         version = await conn.fetchval("SELECT MAX(version) FROM schema_version") or 0
         if version > SCHEMA_VERSION:
             raise StoreError(f"database schema v{version} is newer than this code's")
