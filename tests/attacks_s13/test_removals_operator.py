@@ -8,9 +8,13 @@ both backends.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import shutil
 import sqlite3
 import time
+import uuid
 from contextlib import closing
 
 import pytest
@@ -72,6 +76,62 @@ async def _card_archive(store, now: float, user: str = "al", call: str = "o") ->
     )
 
 
+@pytest.fixture(scope="module")
+def _al_card_templates(request, tmp_path_factory):
+    """al's card archive (:func:`_card_archive`), written once per backend for the module:
+    3,050 messages take 0.7-0.9 s to write on PostgreSQL (more under load), and the tests
+    below start from the same one. Returns ``template(backend) -> (target, now)``: a SQLite
+    file or a PostgreSQL database no store keeps open (copied per test by
+    :func:`al_card_target`), and the ``now`` its messages were dated by."""
+    made: dict[str, tuple[str, float]] = {}
+
+    def template(backend: str) -> tuple[str, float]:
+        if backend not in made:
+            if backend == "sqlite":
+                target = str(tmp_path_factory.mktemp("al_cards") / "memory.db")
+            else:
+                server = request.getfixturevalue("pg_server")
+                target = server.create_database(f"al_cards_{uuid.uuid4().hex[:12]}")
+            now = time.time()
+
+            async def build() -> None:
+                store = open_store(target)
+                try:
+                    await _card_archive(store, now)
+                finally:
+                    await store.close()
+
+            asyncio.run(build())  # its own loop: closed before any test's starts
+            made[backend] = (target, now)
+        return made[backend]
+
+    return template
+
+
+@pytest.fixture
+def al_card_target(request, backend, tmp_path, _al_card_templates):
+    """A store already holding al's card archive (as :func:`_card_archive` writes it),
+    copied from the module's template: a SQLite file copy, a PostgreSQL ``CREATE DATABASE
+    ... TEMPLATE``. Returns ``(target, now)``."""
+    template, now = _al_card_templates(backend)
+    if backend == "sqlite":
+        target = str(tmp_path / "memory.db")
+        for suffix in ("", "-wal", "-shm"):  # closed: no WAL left, but copy one if there is
+            if os.path.exists(template + suffix):
+                shutil.copyfile(template + suffix, target + suffix)
+        return target, now
+    server = request.getfixturevalue("pg_server")
+    name = template.rsplit("/", 1)[1]
+    for attempt in range(50):  # a closed pool's backends may take a moment to exit
+        try:
+            return server.create_database(f"al_{uuid.uuid4().hex[:12]}", template=name), now
+        except RuntimeError as e:
+            if "being accessed by other users" not in str(e) or attempt == 49:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
+
+
 async def _says_zebra(store, now: float, user: str = "al", call: str = "new") -> None:
     """A new call of ``user``'s (started now: after any forget) says "card" and "zebra"."""
     started = time.time()
@@ -86,15 +146,15 @@ async def _says_zebra(store, now: float, user: str = "al", call: str = "new") ->
     )
 
 
-async def test_removals_an_operator_redacts_by_update(store_target):
+async def test_removals_an_operator_redacts_by_update(al_card_target):
     # an operator redacts al's old messages in place (UPDATE ... SET content) rather than
     # deleting them: the full-text index follows (a trigger on both backends), and "card" is
     # no longer common. The worker that counted it keeps its old count (no removal bumped)
-    # and leaves "card" unranked: it misses al's new card messages a fresh store finds
+    # and leaves "card" unranked: it misses al's new card messages a fresh store finds.
+    # al's card archive is there already (the module's copy)
+    store_target, now = al_card_target
     worker, fresh = open_store(store_target), open_store(store_target)
-    now = time.time()
     try:
-        await _card_archive(worker, now)
         assert await worker.search("card zebra", user_id="al", any_word=True)
         await _sql(
             store_target, "UPDATE messages SET content = 'redacted' WHERE call_id LIKE 'o-%'"
@@ -111,15 +171,14 @@ async def test_removals_an_operator_redacts_by_update(store_target):
 @pytest.mark.parametrize(
     "user", ["", EVERYONE, "00000000-0000-0000-0000-000000000000", " al", "AL", AL_TWIN], ids=repr
 )
-async def test_removals_odd_caller_ids_are_kept_apart(store_target, user):
+async def test_removals_odd_caller_ids_are_kept_apart(al_card_target, user):
     # a caller whose id is empty, the text of the EVERYONE row (or the former EVERYONE
     # uuid's), a near twin of al's, or one in al's bucket of removals (PostgreSQL: their
     # forget bumps al's removals too, a recount): both find what a fresh store finds, after
-    # their forget and after al's
+    # their forget and after al's. al's card archive is there already (the module's copy)
+    store_target, now = al_card_target
     worker, admin, fresh = (open_store(store_target) for _ in range(3))
-    now = time.time()
     try:
-        await _card_archive(worker, now, "al")
         await _card_archive(worker, now, user, "u")
         for who in ("al", user):
             assert await worker.search("card zebra", user_id=who, any_word=True)
