@@ -15,6 +15,7 @@ import pytest
 from pipecat.frames.frames import CancelFrame, InterruptionFrame, LLMMessagesUpdateFrame
 from pipecat.tests.utils import SleepFrame, run_test
 
+from pipecat_summarizer._recall import budget
 from pipecat_summarizer._recall import search as search_module
 from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store import PostgresMemoryStore, SQLiteMemoryStore
@@ -155,8 +156,11 @@ async def test_a_call_ended_after_a_turn_let_a_search_go_leaves_none(
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 async def test_many_turns_each_letting_a_search_go_hold_one_at_most(
-    openai_server, store_target, never_by_timer
+    openai_server, store_target, never_by_timer, monkeypatch
 ):
+    # every turn starts its extra search (S14-L-1 would stop starting them once two were let
+    # go): the promise here is what happens to the ones let go, one held at most
+    monkeypatch.setattr(budget, "EXTRA_MIN_SAMPLES", 1000)
     openai_server.handler = lambda body: Reply("Sure thing.")
     store = _held(store_target)
     try:
