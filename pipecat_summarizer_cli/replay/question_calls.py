@@ -35,6 +35,8 @@ from pipecat_summarizer import (
     ContextSummarizer,
     ContextSummarizerParams,
     MemoryParams,
+    RecallObserver,
+    RecallOutcome,
     RecallParams,
     RecallPrefetch,
     WriterParams,
@@ -187,6 +189,26 @@ def _early(asking: CallDriver) -> int:
     )
 
 
+class _TurnOutcomes(RecallObserver):
+    """The turn outcomes a recall step told while one question was asked (its rows say how
+    each question's recall ended: found nothing, or found hits and placed nothing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told: list[RecallOutcome] = []
+
+    def on_recall(self, outcome: RecallOutcome) -> None:
+        if outcome.kind == "turn":  # a recall_memory lookup is the model's, not the turn's
+            self.told.append(outcome)
+
+    def take(self) -> RecallOutcome | None:
+        """The last turn outcome told since the previous ``take`` (one question is one
+        turn), forgetting the others."""
+        last = self.told[-1] if self.told else None
+        self.told.clear()
+        return last
+
+
 async def _ask_all(
     call: CallDriver,
     state: list,
@@ -202,13 +224,21 @@ async def _ask_all(
     """Ask each question on a copy of ``state``; score its request (``recall``: the
     strategy recalls, so its block's tokens and snippets are counted, 0 without a block;
     ``pause_s`` before each question; ``step``: the recall step, whose counters say whether
-    a question's search was late) and keep its row."""
+    a question's search was late, and whose observers are told how its recall ended) and
+    keep its row."""
+    outcomes = _TurnOutcomes()
+    if step is not None:
+        # once: every batch of questions is asked in a call (and by a step) of its own
+        step.add_observer(outcomes)
     for item in qa:
         if recall and pause_s > 0:
             await asyncio.sleep(pause_s)
         call.context.set_messages(copy.deepcopy(state))
         missed, early = (step.missed, _early(call)) if step is not None else (0, 0)
+        outcomes.take()  # an earlier turn's (a greeting's) is not this question's
         asked = read_request(await call.ask(item.question), table_.message)
+        # told inside the turn, before the request reached the model: this question's
+        outcome = outcomes.take()
         if not scores.score(item, asked.text):  # LoCoMo's and a corrected answer
             continue
         scores.input_tokens += asked.tokens
@@ -224,7 +254,9 @@ async def _ask_all(
             scores.evidence.append(found / len(evidence))
         late = step.missed > missed if step is not None else None
         early_ = _early(call) > early if step is not None else None
-        scores.rows.append(question_row(item, asked, lines, late=late, early=early_))
+        scores.rows.append(
+            question_row(item, asked, lines, late=late, early=early_, outcome=outcome)
+        )
 
 
 async def _settle(store: MemoryStore, call_id: str, poll_s: float = 0.1) -> None:

@@ -10,7 +10,9 @@ lines, as the model read them), each of LoCoMo's evidence ids with whether the b
 messages in view) held its line (see
 :mod:`~pipecat_summarizer_cli.replay.question_relevance`), and for a strategy that recalls
 whether a search of its turn was late (missed the latency budget) or was started on the
-caller's words. Pure: no pipeline, no I/O.
+caller's words, and how the turn's recall ended as the recall step tells its observers (the
+outcome word, the hits it chose from, the snippets placed, over the budget or not): a row
+with hits and no snippet says "found, then placed nothing". Pure: no pipeline, no I/O.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipecat_summarizer import is_recall_message
+from pipecat_summarizer import RecallOutcome, is_recall_message
 from pipecat_summarizer_cli.replay.gold_answers import CorrectedQA
 from pipecat_summarizer_cli.replay.locomo import QAItem
 from pipecat_summarizer_cli.replay.question_relevance import (
@@ -89,6 +91,7 @@ def question_row(
     *,
     late: bool | None = None,
     early: bool | None = None,
+    outcome: RecallOutcome | None = None,
 ) -> dict[str, Any]:
     """The row of one question asked of one strategy.
 
@@ -101,6 +104,13 @@ def question_row(
             strategy does not recall).
         early: Whether the turn's search was answered by one started on the caller's words
             (``None``: the strategy does not recall).
+        outcome: How the turn's recall ended (``RecallStep``'s observers are told it); the
+            row's ``recall_outcome`` (``skipped``, ``recalled``, ``late``, ``error``,
+            ``missed_budget``, ``nothing_new``), ``recall_hits``, ``recall_snippets`` and
+            ``recall_over_budget`` (all ``None``: the strategy does not recall, or its step
+            told no turn's outcome). Its durations are left out: a row says what the
+            request held, and two runs of the same code give the same rows when they place
+            the same blocks.
     """
     share = answer_share(request.text, item.answer)
     row: dict[str, Any] = {
@@ -135,5 +145,9 @@ def question_row(
         evidence=evidence,
         search_late=late,
         search_early=early,
+        recall_outcome=None if outcome is None else outcome.outcome,
+        recall_hits=None if outcome is None else outcome.hits,
+        recall_snippets=None if outcome is None else outcome.snippets,
+        recall_over_budget=None if outcome is None else outcome.over_budget,
     )
     return row
