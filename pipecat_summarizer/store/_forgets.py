@@ -211,10 +211,11 @@ class Deletes:
     (``_text.text_caches``) hold every caller's entries together, so any such delete
     empties them; a purge does too (its old messages' text goes as well).
 
-    Read at a call's start and at its turns (``MemoryStore.forget_baseline``,
-    ``noticed_forget``), at most every :data:`DELETES_CHECK_S`, in a task of its own: no
-    turn waits for it. A process with no call here reads nothing: its caches hold what
-    they held until its next call (or this process's own forget) empties them.
+    Read when the store opens (the baseline, in the opening's own work: no trip of a turn's),
+    then at a call's start and at its turns (``MemoryStore.forget_baseline``,
+    ``noticed_forget``) at most every :data:`DELETES_CHECK_S` after the last read, in a task
+    of its own: no turn waits for it. A process with no call here reads nothing: its caches
+    hold what they held until its next call (or this process's own forget) empties them.
     """
 
     def __init__(self) -> None:
@@ -246,6 +247,12 @@ class Deletes:
         except Exception as e:  # a closed store, an outage: the caches' check only
             logger.debug(f"the store's removals not read ({type(e).__name__})")
             return
+        self.saw(value, empty)
+
+    def saw(self, value: int | None, empty: Callable[[], None]) -> None:
+        """A read of the removals (``None``: none kept): ``empty`` the caches if it differs
+        from the one before; the next read is due :data:`DELETES_CHECK_S` from now."""
+        self._due = time.monotonic() + DELETES_CHECK_S
         if value is None:
             return
         if self._seen is not None and value != self._seen:

@@ -415,10 +415,19 @@ class MemoryStore(ABC):
         from the database's removals, at most every ``_forgets.DELETES_CHECK_S``, in a task
         of its own; a change empties the caches keyed by conversation text (see
         ``_forgets.Deletes``)."""
+        self._deletes.check(self._removals, empty_text_caches)
+
+    @property
+    def _deletes(self) -> Deletes:
+        """What this store object last read of the database's removals (made on first use)."""
         deletes = self.__dict__.get("_deletes_seen")
         if deletes is None:
             deletes = self.__dict__["_deletes_seen"] = Deletes()
-        deletes.check(self._removals, empty_text_caches)
+        return deletes
+
+    def _removals_read(self, value: int | None) -> None:
+        """The removals read by the store's own work (its opening): see ``_check_deletes``."""
+        self._deletes.saw(value, empty_text_caches)
 
     async def _removals(self) -> int | None:
         """The database's removals (a value that changes with every transaction that

@@ -79,6 +79,11 @@ T = TypeVar("T")
 _HELD: contextvars.ContextVar[Any] = contextvars.ContextVar("pcs_search_conn", default=None)
 
 
+#: Every bucket's removals summed (schema v8): grows with every committed transaction that
+#: deletes messages (a fold keeps it); read to learn of other processes' deletes.
+_REMOVALS_SUM = "SELECT COALESCE(sum(n), 0) FROM removals"
+
+
 class PostgresMemoryStore(MemoryStore):
     """The PostgreSQL backend.
 
@@ -181,6 +186,7 @@ class PostgresMemoryStore(MemoryStore):
                     if self.retention_days and not self.read_only:
                         await _postgres_writes.purge(conn, self.retention_days)
                     await self._init_connection(conn)  # now that the schema is there
+                    await self._removals_baseline(conn)
             except BaseException:
                 await pool.close()
                 raise
@@ -441,14 +447,26 @@ class PostgresMemoryStore(MemoryStore):
             lambda conn: read_tombstone(conn, key, self._functions, self.read_only)
         )
 
+    async def _removals_baseline(self, conn) -> None:
+        """The baseline of other processes' deletes (``MemoryStore._check_deletes``), read
+        as the store opens; a refusal (a role without SELECT on ``removals``) opens all the
+        same, and the first check reads it then."""
+        try:
+            async with conn.transaction():  # a savepoint inside a caller's transaction
+                value = await conn.fetchval(_REMOVALS_SUM)
+        except Exception as e:
+            if getattr(e, "sqlstate", None) != "42501":
+                raise
+            logger.debug("the store's removals not read at its opening (SQLSTATE 42501)")
+            return
+        self._removals_read(None if value is None else int(value))
+
     async def _removals(self) -> int | None:
         """The sum of every bucket's removals (it grows with every committed transaction
         that deletes messages; a fold keeps it): a read of the whole table, a row or two per
         bucket deletes touched since its last fold (4,096 buckets at most), run at most
         every ``_forgets.DELETES_CHECK_S`` per store object."""
-        value = await self._read(
-            lambda conn: conn.fetchval("SELECT COALESCE(sum(n), 0) FROM removals")
-        )
+        value = await self._read(lambda conn: conn.fetchval(_REMOVALS_SUM))
         return None if value is None else int(value)
 
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:

@@ -200,6 +200,9 @@ class SQLiteMemoryStore(MemoryStore):
             if self.retention_days:
                 _sqlite_writes.purge(conn, self.retention_days)
             self._finish_forgets(conn)
+            # the baseline of other processes' deletes (see MemoryStore._check_deletes)
+            row = conn.execute("SELECT n FROM removals WHERE id = 1").fetchone()
+            self._removals_read(None if row is None else int(row[0]))
         except Exception:
             conn.close()
             raise
