@@ -15,7 +15,9 @@ resolves must never reach an object such a role created. Two ways a role tries:
   argument types match a call of the function body better than ``pg_catalog``'s: the body
   calls ``pg_try_advisory_xact_lock(<integer literal>)``, ``pg_catalog`` has only the
   ``bigint`` and ``(integer, integer)`` forms, so ``public.pg_try_advisory_xact_lock(integer)``
-  is an exact match and wins whatever the path's order. S14-A-1 (strict xfail).
+  is an exact match and wins whatever the path's order; so did an operator
+  ``public.=(bigint, numeric)`` in v8's ``removals_emptied``. S14-A-1: it ran as the owner
+  (``postgres``) before 107899c (schema v9's bodies call only exact ``pg_catalog`` matches).
 """
 
 from __future__ import annotations
@@ -118,12 +120,6 @@ LOOK_ALIKES = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S14-A-1: SECURITY DEFINER bodies (removals_fold: pg_try_advisory_xact_lock(integer "
-    "literal); removals_emptied: bigint = numeric) resolve to a look-alike created in the "
-    "store's schema by a role that may forget: it runs with the owner's rights",
-)
 @pytest.mark.parametrize("trap", sorted(LOOK_ALIKES))
 async def test_attack_fold_a_look_alike_function_in_the_stores_schema(pg_server, trap):
     # the role creates, in public, a look-alike that records who runs it; then forgets

@@ -56,7 +56,7 @@ async def _v8_with_roles(
         *(f"CREATE ROLE {r} LOGIN" for r in roles.values()),
         *(f"GRANT CONNECT, TEMPORARY ON DATABASE {name} TO {r}" for r in roles.values()),
         # CREATE: every role's store.open() runs the migration's CREATE TABLE IF NOT EXISTS
-        # (refused without it even at the current version: S14-A-2)
+        # (refused without it even at the current version before 24e8da6: S14-A-2)
         *(f"GRANT USAGE{create} ON SCHEMA public TO {r}" for r in roles.values()),
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {roles['app']}",
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {roles['app']}",
@@ -142,14 +142,10 @@ async def test_attack_v9_each_role_works_after_the_upgrade(pg_server, logs, upgr
         assert await _sum(dsn, user) >= want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S14-A-2: a role without CREATE on the schema cannot open a store already at the "
-    "current version (migrate's CREATE TABLE IF NOT EXISTS schema_version is refused)",
-)
 async def test_attack_v9_a_role_without_create_on_the_schema_opens_a_current_store(pg_server):
     # the least privilege an application or erasure job needs on an upgraded database:
-    # USAGE on the schema, its tables' rights; nothing to create
+    # USAGE on the schema, its tables' rights; nothing to create. S14-A-2: refused
+    # ("permission denied for schema public") before 24e8da6
     dsn, dsns = await _v8_with_roles(pg_server, "nocreate", create="")
     owner = open_store(dsn)
     try:
