@@ -106,11 +106,14 @@ def question_row(
             (``None``: the strategy does not recall).
         outcome: How the turn's recall ended (``RecallStep``'s observers are told it); the
             row's ``recall_outcome`` (``skipped``, ``recalled``, ``late``, ``error``,
-            ``missed_budget``, ``nothing_new``), ``recall_hits``, ``recall_snippets`` and
+            ``missed_budget``, ``nothing_new``), ``recall_hits`` (the hits chosen from),
+            ``recall_snippets`` (the snippets the step chose for the placed block, 0 when
+            none was placed; the block's ``snippets`` lines may be fewer: its rendering
+            stops at the block's budget or the frame's deadline) and
             ``recall_over_budget`` (all ``None``: the strategy does not recall, or its step
-            told no turn's outcome). Its durations are left out: a row says what the
-            request held, and two runs of the same code give the same rows when they place
-            the same blocks.
+            told no turn's outcome). Its durations are left out: a row says what the request
+            held, and two runs of the same code give the same rows when they place the same
+            blocks.
     """
     share = answer_share(request.text, item.answer)
     row: dict[str, Any] = {

@@ -47,7 +47,9 @@ def test_rows_say_each_questions_recall_outcome(tmp_path, capsys):
         for r in recalled:
             # the outcome is the request's: a block placed is "recalled" with its snippets
             assert r["recall_outcome"] == ("recalled" if r["recalled"] else "nothing_new"), r
-            assert r["recall_snippets"] == len(r["snippets"]), r
+            # the snippets chosen, of which the rendering places some (its budget, the deadline)
+            assert r["recall_snippets"] >= len(r["snippets"]), r
+            assert (r["recall_snippets"] > 0) == r["recalled"], r
             assert r["recall_hits"] >= r["recall_snippets"], r
             assert r["recall_over_budget"] is False, r  # 5 s: every turn on time
         assert any(r["recall_outcome"] == "recalled" for r in recalled), measurement
@@ -100,7 +102,7 @@ def test_a_row_tells_hits_found_then_dropped_from_nothing_found():
     assert len(placed) == len(dropped) == 1
     ok, gone = placed[0], dropped[0]
     assert ok["recalled"] and ok["recall_outcome"] == "recalled"
-    assert ok["recall_snippets"] == len(ok["snippets"]) > 0
+    assert ok["recall_snippets"] >= len(ok["snippets"]) > 0
     assert ok["recall_over_budget"] is False
     # found on time (the same hits), then dropped: nothing placed
     assert gone["search_late"] is False
