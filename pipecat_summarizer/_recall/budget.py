@@ -111,15 +111,19 @@ class ExtraCost:
     starting before :data:`EXTRA_MIN_SAMPLES` were measured. A search let go counts, from
     the moment it is, the time it had run (a lower bound: the next turn may come before it
     ends), then its own once it ended (cancelled: the time it ran). Not started, no new
-    duration comes: after :data:`EXTRA_RETRY` such turns in a row, one is started again.
+    duration comes: after :data:`EXTRA_RETRY` such turns in a row, one is started again,
+    and its duration stands for all the samples (the archive as it is now: a fast retry
+    after a slow start resumes the searches at once, a slow one waits the next retry).
 
     Parameters:
         samples: The latest durations, oldest first (seconds).
         passed: The turns in a row that did not start one.
+        retry: The one started is a retry (its duration replaces the samples).
     """
 
     samples: tuple[float, ...] = ()
     passed: int = 0
+    retry: bool = False
 
     @property
     def expected(self) -> float | None:
@@ -140,26 +144,28 @@ class ExtraCost:
 
     def started(self) -> ExtraCost:
         """The estimate once a turn started one (its duration comes with :meth:`measured`)."""
-        return ExtraCost(self.samples)
+        return ExtraCost(self.samples, retry=self.passed >= EXTRA_RETRY)
 
     def skipped(self) -> ExtraCost:
         """The estimate once a turn did not start one."""
         return ExtraCost(self.samples, self.passed + 1)
 
     def measured(self, seconds: float) -> ExtraCost:
-        """The estimate with one more duration (never below 0)."""
-        return ExtraCost((*self.samples, max(0.0, seconds))[-EXTRA_SAMPLES:], self.passed)
+        """The estimate with one more duration (never below 0); a retry's replaces them all."""
+        took = max(0.0, seconds)
+        if self.retry:
+            return ExtraCost((took,) * EXTRA_MIN_SAMPLES, self.passed)
+        return ExtraCost((*self.samples, took)[-EXTRA_SAMPLES:], self.passed)
 
     def revised(self, bound: float, seconds: float) -> ExtraCost:
         """The estimate with the duration ``bound`` (what a search let go had run by then,
-        see :meth:`measured`) replaced by its own, ``seconds``, now that it ended; as it is
-        when ``bound`` is no longer among the samples."""
-        samples = list(self.samples)
-        for i in range(len(samples) - 1, -1, -1):
-            if samples[i] == bound:
-                samples[i] = max(bound, seconds)
-                return ExtraCost(tuple(samples), self.passed)
-        return self
+        see :meth:`measured`) replaced by its own, ``seconds``, now that it ended (each copy of
+        it: a retry's stands for all); as it is when ``bound`` is no longer among the samples."""
+        if bound not in self.samples:
+            return self
+        # every copy: a retry's duration stands for all the samples
+        took = max(bound, seconds)
+        return ExtraCost(tuple(took if x == bound else x for x in self.samples), self.passed)
 
 
 def recall_budget(max_tokens: int, room: int | None) -> int | None:

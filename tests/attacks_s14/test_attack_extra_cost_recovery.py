@@ -18,8 +18,6 @@ started + measured, or skipped), turn by turn: no clock, no store.
 
 from __future__ import annotations
 
-import pytest
-
 from pipecat_summarizer._recall.budget import EXTRA_MIN_SAMPLES, EXTRA_RETRY, ExtraCost
 
 LEFT_S = 0.010  # what is left of a 10 ms budget when the values' searches would start
@@ -56,11 +54,7 @@ def test_attack_extra_cost_always_fast_starts_every_turn():
     assert _run([FAST_S] * 30) == list(range(30))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S14-A-3: after two slow values' searches, a fast retry leaves the lower median of "
-    "[slow, slow, fast] slow: the search stays skipped 8 more turns (resumes at turn 20)",
-)
+# S14-A-3 (fixed): a retry's duration stands for all the samples
 def test_attack_extra_cost_a_fast_retry_resumes_the_searches():
     # the archive slow for the first two searches only: once a retry measured it fast,
     # the next turn starts it again
@@ -71,3 +65,19 @@ def test_attack_extra_cost_a_fast_retry_resumes_the_searches():
     print(f"\nstarted at turns {started[:6]}...; turns skipped with a fast archive: {len(missed)}")
     assert first_retry in started
     assert first_retry + 1 in started
+
+
+def test_attack_extra_cost_a_retry_let_go_is_revised_in_every_sample():
+    # a retry let go (its time so far counted at once), then ended slower: its own duration
+    # stands for all the samples, not only the last copy of the bound
+    cost = ExtraCost()
+    for _ in range(EXTRA_MIN_SAMPLES):
+        cost = cost.started().measured(SLOW_S)
+    for _ in range(EXTRA_RETRY):
+        cost = cost.skipped()
+    bound = FAST_S / 2
+    cost = cost.started().measured(bound)
+    assert cost.samples == (bound,) * EXTRA_MIN_SAMPLES
+    cost = cost.revised(bound, FAST_S)
+    assert cost.samples == (FAST_S,) * EXTRA_MIN_SAMPLES
+    assert cost.fits(FAST_S)
