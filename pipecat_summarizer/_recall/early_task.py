@@ -21,7 +21,8 @@ class EarlySearch:
 
     Args:
         task: The search (and its replies' read, see :func:`with_replies`).
-        started: When it started (``time.monotonic()``).
+        started: When it started, on the loop's clock (a simulated-time loop's modelled
+            time ages it, as a real one's time does).
         generation: The archive's forget count for the caller when it started.
         follow_up: One of a turn's follow-up searches (a second search, a value's), not
             the search of the caller's words.

@@ -13,7 +13,6 @@ turn takes it by its exact words and scope; one the turn does not ask for ages o
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,7 @@ from pipecat_summarizer._recall.compose import (
 )
 from pipecat_summarizer._recall.gather import Found, as_found, clipped, unseen
 from pipecat_summarizer._recall.query import ContextTerms, asks_when, focus, gathers, recall_query
-from pipecat_summarizer._recall.search import LATER_LIMIT, search_words
+from pipecat_summarizer._recall.search import LATER_LIMIT, loop_time, search_words
 from pipecat_summarizer._recall.select import gather_words
 from pipecat_summarizer._recall.superseded import stated_values
 
@@ -146,7 +145,7 @@ async def early_work(
     ``PrefetchingArchive``) for the turn whose own inputs are exactly these."""
     user_id = step.user_id
     generation = archive.generation(user_id)
-    made = time.monotonic()  # before the follow-ups start: each answer is younger
+    made = loop_time()  # before the follow-ups start: each answer is younger
     hits = await turn_found(archive, step, query, words, found)
     followed = await follow_ups(archive, step, query, terms, hits[0])
     texts_in_view = getattr(getattr(summarizer, "record", None), "texts_in_view", None)

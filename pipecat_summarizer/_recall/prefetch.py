@@ -26,7 +26,6 @@ own inputs are the same, else chooses as before.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
@@ -47,10 +46,11 @@ from pipecat_summarizer._recall.early_task import EarlySearch, with_replies
 from pipecat_summarizer._recall.follow_ups import early_work, turn_query
 from pipecat_summarizer._recall.gather import consume
 from pipecat_summarizer._recall.query import MAX_QUERY_CHARS, ContextTerms, focus
-from pipecat_summarizer._recall.search import search_words
+from pipecat_summarizer._recall.search import loop_time, search_words
 from pipecat_summarizer._recall.step import RecallStep
 
-#: How long an early search's answer may serve a turn, from when it started (seconds): the
+#: How long an early search's answer may serve a turn, from when it started (seconds, on the
+#: loop's clock: a simulated-time loop's modelled time ages it, time.monotonic() would not): the
 #: end of speech usually follows the final transcription within a second or two.
 MAX_AGE_S = 5.0
 #: Early searches kept for a turn to pick up (the latest ones; older ones are dropped): a
@@ -157,7 +157,7 @@ class PrefetchingArchive:
     ) -> asyncio.Task | None:
         """The task of the usable early search of these words and scope (not taken)."""
         early = self._early.get((query, user_id, call_id, int(limit), bool(any_word)))
-        if early is None or not self._usable(early, user_id, time.monotonic()):
+        if early is None or not self._usable(early, user_id, loop_time()):
             return None
         return early.task
 
@@ -182,7 +182,7 @@ class PrefetchingArchive:
         words (not ``follow_up``) supersede the early work still running, which is cancelled,
         as is an early search evicted past :data:`MAX_KEPT`."""
         key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
-        now = time.monotonic()
+        now = loop_time()
         self._prune(now)
         if not follow_up:
             self._passed = False  # a turn's words: their early work is for the next turn
@@ -283,8 +283,8 @@ class PrefetchingArchive:
         key: _Key = (query, user_id, call_id, int(limit), bool(any_word))
         self._asked = self._words
         early = self._early.pop(key, None)
-        self._prune(time.monotonic())
-        if early is None or not self._usable(early, user_id, time.monotonic()):
+        self._prune(loop_time())
+        if early is None or not self._usable(early, user_id, loop_time()):
             return None
         if not early.follow_up and not early.task.done():
             # the turn waits for it: the work after it is the turn's own, not done twice

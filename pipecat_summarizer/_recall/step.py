@@ -326,7 +326,7 @@ class RecallStep(ArchiveSearch):
         block: EarlyBlock | None = take()
         if (
             block is None
-            or not block.fresh(time.monotonic())
+            or not block.fresh(_now())
             or block.generation != self._generation()
             or block.searched != searched
         ):
