@@ -186,7 +186,7 @@ class EarlyBlock:
         text: The block's text (``None``: nothing fitted).
         user_id: The caller (``None``: this call only).
         generation: The archive's forget count for the caller before its follow-ups.
-        made: When its follow-ups started (``time.monotonic()``): each of their answers is
+        made: When its follow-ups started (the loop's clock): each of their answers is
             younger.
     """
 

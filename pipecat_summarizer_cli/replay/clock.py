@@ -23,7 +23,8 @@ the virtual clock is held, so no timer fires early while the loop waits for a so
 call's modelled latency is then slept on the virtual clock.
 
 Anything that reads ``time.monotonic()`` directly instead of the loop's clock still sees
-wall time; ``ContextSummarizer`` reads its retry backoff on the loop's clock.
+wall time; ``ContextSummarizer`` reads its retry backoff, the conversation's clock and the
+early searches' age on the loop's clock.
 """
 
 from __future__ import annotations
