@@ -26,11 +26,19 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from loguru import logger
 
 #: The outcomes of a turn's recall (``kind="turn"``).
-TURN_OUTCOMES = ("skipped", "recalled", "late", "error", "missed_budget", "nothing_new")
+TURN_OUTCOMES = (
+    "skipped",
+    "recalled",
+    "late",
+    "error",
+    "missed_budget",
+    "watch_late",
+    "nothing_new",
+)
 #: The outcomes of a ``recall_memory`` lookup (``kind="tool"``).
 TOOL_OUTCOMES = ("found", "nothing", "timeout", "error")
 #: The step's counters an outcome is read from.
-COUNTERS = ("turns", "recalled", "missed", "late_served", "errors")
+COUNTERS = ("turns", "recalled", "missed", "late_served", "errors", "watch_late")
 
 
 @runtime_checkable
@@ -64,8 +72,10 @@ class RecallOutcome:
         kind: ``"turn"`` (a user turn's recall) or ``"tool"`` (the ``recall_memory`` tool).
         outcome: For a turn one of :data:`TURN_OUTCOMES`: ``skipped`` (nothing to search
             for, or no room for a block), ``recalled``, ``late`` (a previous turn's late
-            answer placed), ``error``, ``missed_budget``, ``nothing_new`` (searched, nothing
-            placed). For the tool one of :data:`TOOL_OUTCOMES`.
+            answer placed), ``error``, ``missed_budget``, ``watch_late`` (hits found, but
+            the turn's forget watch, the caller's tombstone read, had not answered by the
+            frame's deadline: nothing placed, as a forget may be unseen), ``nothing_new``
+            (searched, nothing placed). For the tool one of :data:`TOOL_OUTCOMES`.
         started_ns: When it started (wall clock, ``time.time_ns()``).
         ended_ns: When it ended (same clock).
         hits: The archive's hits the recall had to choose from (the first search's, and the
@@ -195,6 +205,8 @@ def turn_outcome(delta: Mapping[str, int], placed: bool) -> str:
         return "error"
     if delta["missed"]:
         return "missed_budget"
+    if delta["watch_late"]:
+        return "watch_late"
     return "nothing_new"
 
 

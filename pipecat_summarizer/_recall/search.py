@@ -125,6 +125,8 @@ class ArchiveSearch(RecallHooks):
         self.errors = 0
         #: Turns whose ranking by meaning was late: they went with the lexical hits alone.
         self.semantic_late = 0
+        #: Turns that placed nothing because their forget watch had not answered in time.
+        self.watch_late = 0
         #: Extra searches (a second search on the gathered words, a turn's stated values'
         #: searches) not started because they were not expected to answer in time (see
         #: ``ExtraCost``), and those started that did not answer in time (let go).
@@ -358,6 +360,7 @@ class ArchiveSearch(RecallHooks):
             # held the loop, and a deadline passed already would otherwise drop it
             await asyncio.sleep(0)
         if not watch.done() or watch.cancelled():
+            self.watch_late += not watch.done()
             return False
         error = watch.exception()
         if error is not None:

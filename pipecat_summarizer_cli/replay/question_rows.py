@@ -106,7 +106,8 @@ def question_row(
             (``None``: the strategy does not recall).
         outcome: How the turn's recall ended (``RecallStep``'s observers are told it); the
             row's ``recall_outcome`` (``skipped``, ``recalled``, ``late``, ``error``,
-            ``missed_budget``, ``nothing_new``), ``recall_hits`` (the hits chosen from),
+            ``missed_budget``, ``watch_late``, ``nothing_new``), ``recall_hits`` (the hits
+            chosen from),
             ``recall_snippets`` (the snippets the step chose for the placed block, 0 when
             none was placed; the block's ``snippets`` lines may be fewer: its rendering
             stops at the block's budget or the frame's deadline) and
