@@ -87,6 +87,12 @@ async def _seed(store) -> None:
 class _Passing(FrameProcessor):
     """In the companion's place, without it: every frame passed on."""
 
+    @property
+    def settled(self) -> bool:
+        """Always: it holds nothing (no timer, no task), so a settled pause need not last its
+        full length for it (``tests.support.settle``)."""
+        return True
+
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         await self.push_frame(frame, direction)

@@ -66,7 +66,7 @@ stems = st.sampled_from(
 term_lists = st.lists(stems, max_size=6)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(any_text)
 def test_a_text_is_read_as_the_rules_read_it(text):
     norm, all_stems, topic = _read(text)
@@ -75,14 +75,14 @@ def test_a_text_is_read_as_the_rules_read_it(text):
     assert topic == frozenset(topic_terms(normalize_verbatim(text)))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(st.one_of(any_text, vocab_text), st.one_of(any_text, vocab_text))
 def test_a_hit_and_its_reply_are_read_as_their_join(text, reply):
     if text.strip() and reply.strip():  # as select_hits reads them: neither blank
         assert _joined(_read(text), _read(reply)) == _read(f"{text}\n{reply}")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(vocab_text)
 def test_a_vocabulary_text_is_read_as_the_rules_read_it(text):
     assert _read(text) == (
@@ -92,7 +92,7 @@ def test_a_vocabulary_text_is_read_as_the_rules_read_it(text):
     )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(term_lists, st.lists(term_lists, max_size=3), st.lists(stems, max_size=3), vocab_text)
 def test_the_scores_are_best_relevance_strict_and_loose(terms, parts, rare, text):
     strict, loose = _Relevance(terms, parts, rare).scores(_read(text)[1])
@@ -102,7 +102,7 @@ def test_the_scores_are_best_relevance_strict_and_loose(terms, parts, rare, text
         assert strict == relevance(terms, text, rare)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(vocab_text, st.lists(vocab_text, max_size=4), term_lists)
 def test_seen_is_in_view(text, view_texts, terms):
     view = make_view(view_texts)
@@ -169,7 +169,7 @@ def selections(draw):
     return hits, replies
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     selections(),
     term_lists,
