@@ -25,6 +25,11 @@ from tests.support.pipeline_utils import build, main_llm, user_turn
 from tests.support.recall_calls import recall_call, travel_desk
 from tests.support.settle import Gap, run_settling
 
+#: The budget of the calls whose second search is held and let go at the deadline: the turn's
+#: own first search must answer within it, which a loaded CI machine missed at 0.2-0.3 s (the
+#: turn then placed no block); the held search is let go at whatever deadline it is.
+LET_GO_BUDGET_S = 1.0
+
 #: The turn's question about a car: shares no word with the sister's calls.
 CAR_ASK = "Which car did I rent at the airport?"
 
@@ -139,7 +144,7 @@ async def test_a_call_ended_after_a_turn_let_a_search_go_leaves_none(
             store,
             [ASK],
             call_id="q1",
-            recall=RecallParams(latency_budget_s=0.3),
+            recall=RecallParams(latency_budget_s=LET_GO_BUDGET_S),
             system="Hi.",
         )
         for _ in range(5):
@@ -170,7 +175,7 @@ async def test_many_turns_each_letting_a_search_go_hold_one_at_most(
             store,
             [ASK, "And what else about my sister?", ASK, "Tell me all about my sister.", ASK],
             call_id="q1",
-            recall=RecallParams(latency_budget_s=0.2),
+            recall=RecallParams(latency_budget_s=LET_GO_BUDGET_S),
             system="Hi.",
         )
         running = store.running
@@ -209,7 +214,7 @@ async def test_a_search_let_go_that_fails_later_is_silent_and_costs_no_turn(
                 store,
                 [ASK, CAR_ASK],
                 call_id="q1",
-                recall=RecallParams(latency_budget_s=0.3),
+                recall=RecallParams(latency_budget_s=LET_GO_BUDGET_S),
                 system="Hi.",
             )
         await releaser
@@ -249,7 +254,7 @@ async def test_a_search_let_go_finishing_after_a_forget_lands_nowhere(openai_ser
             store,
             [ASK, "What are the plans with Marta in Porto on Friday?"],
             call_id="q1",
-            recall=RecallParams(latency_budget_s=0.3),
+            recall=RecallParams(latency_budget_s=LET_GO_BUDGET_S),
             system="Hi.",
         )
         await task
