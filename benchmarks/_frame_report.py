@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from _phases import FramePhases, phases_line
+from _phases import FramePhases, FrameTrips, phases_line, trips_line
 from _tail import Spent, Step, cause, tail_line
 from frame_delay import percentile
 
@@ -29,6 +29,8 @@ class Row:
     early: list[tuple[bool, bool]] = field(default_factory=list)
     #: per frame: the long event-loop steps during it (benchmarks/_tail.py's LoopSteps)
     steps: list[list[Step]] = field(default_factory=list)
+    #: per frame, with --trips: the store's trips and the step's timed waits during it
+    trips: list[FrameTrips] = field(default_factory=list)
 
 
 def mode(row: Row) -> str:
@@ -151,6 +153,25 @@ def report(rows: list[Row], budget_ms: float) -> None:
     )
     for r in rows:
         print(f"{r.backend} {r.archived:,} {mode(r)}: {causes_line(r, budget_ms)}")
+    if any(r.trips for r in rows):
+        print(
+            "the slowest 1% of frames' store trips (ms, means): the turn's own search queued "
+            "(for the store's thread, or a connection of the pool), run (the store's CPU in "
+            "it: SQLite's thread, PostgreSQL's backend), handed back (until the loop resumed "
+            "the step); the other trips the store ran during them (count x ms within the "
+            "frame); the step's waits that timed out, how late they resumed past their timeout"
+        )
+    for r in rows:
+        if r.trips:
+            edge = percentile(r.wall_ms, 0.99)
+            trips = trips_line(r.phases, r.trips, r.wall_ms, edge)
+            print(f"{r.backend} {r.archived:,} {mode(r)}: {trips}")
+            over = sum(w > budget_ms for w in r.wall_ms)
+            if over:
+                print(
+                    f"  over {budget_ms:g} ms: "
+                    f"{trips_line(r.phases, r.trips, r.wall_ms, budget_ms + 1e-9)}"
+                )
     for r in rows:
         skipped = r.searches.get("extras not started", -1)
         print(

@@ -193,3 +193,209 @@ def phases_line(
         f"{len(slow)} slowest: {means([f.spent() for f in slow])} | past {budget_ms:g} ms "
         f"({len(late)} frames): {past}; crossed it in: {where or 'none'}"
     )
+
+
+@dataclass
+class Trip:
+    """One trip to the store (``perf_counter`` seconds; ``cpu`` in ms): asked for, begun on
+    the store's thread (SQLite) or its leased connection (PostgreSQL), ended there, and the
+    moment the loop had its answer back in the asking coroutine."""
+
+    name: str
+    submitted: float
+    started: float = float("nan")
+    ended: float = float("nan")
+    resumed: float = float("nan")
+    #: the store's CPU for it: SQLite's thread (``thread_time``), PostgreSQL's backend
+    cpu: float = 0.0
+
+    def parts(self) -> tuple[float, float, float]:
+        """Milliseconds queued (for the thread, or a connection of the pool), running
+        there, and handed back (the loop's wake-up and whatever it ran first)."""
+        return (
+            (self.started - self.submitted) * 1000,
+            (self.ended - self.started) * 1000,
+            (self.resumed - self.ended) * 1000,
+        )
+
+
+#: The store's own helpers a trip's name looks past (the public method that asked is the name).
+_PLUMBING = {"_run", "_query", "_read", "_fetch", "_keyed", "<lambda>", "timed_run", "timed_read"}
+
+
+def _asker() -> str:
+    """The store method that asked for the trip (the first frame outside the plumbing)."""
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name in _PLUMBING:
+        frame = frame.f_back
+    return "?" if frame is None else frame.f_code.co_name
+
+
+def _backend_cpu_ns(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class StoreTrips:
+    """Every trip to the store while installed: SQLite's ``_run`` (its one thread: a trip
+    queues behind the ones before it), PostgreSQL's ``_read`` and ``write`` (a lease of the
+    pool, then the statements; the backend's CPU from its ``/proc`` schedstat, read on the
+    loop around the use: two reads a trip, in the times). And the recall step's waits on the
+    loop's timer (``wait_for_task`` in ``_recall.search``): how late each timed-out wait
+    resumed past its timeout (the loop held, or it woke late)."""
+
+    def __init__(self, store: Any, keep: int = 20_000) -> None:
+        """Wrap ``store``'s trips (instance attributes) and the search module's waits."""
+        from pipecat_summarizer._recall import search as _search_module
+
+        self.trips: list[Trip] = []
+        #: (called, timeout s, resumed, answered) of each wait of the step on a task
+        self.waits: list[tuple[float, float, float, bool]] = []
+        self.keep = keep
+        if hasattr(store, "_thread") and hasattr(store, "_run"):
+            original_run = store._run
+
+            async def timed_run(fn: Any, *, read: bool = False) -> Any:
+                trip = Trip(_asker(), time.perf_counter())
+
+                def traced(conn: Any) -> Any:
+                    trip.started = time.perf_counter()
+                    c0 = time.thread_time()
+                    try:
+                        return fn(conn)
+                    finally:
+                        trip.cpu = (time.thread_time() - c0) * 1000
+                        trip.ended = time.perf_counter()
+
+                try:
+                    return await original_run(traced, read=read)
+                finally:
+                    trip.resumed = time.perf_counter()
+                    self._note(trip)
+
+            store._run = timed_run
+        elif hasattr(store, "_read"):
+            original_read = store._read
+            original_write = store.write
+
+            def traced_use(trip: Trip, use: Any) -> Any:
+                async def used(conn: Any) -> Any:
+                    pid = conn.get_server_pid()
+                    c0 = _backend_cpu_ns(pid)
+                    trip.started = time.perf_counter()
+                    try:
+                        return await use(conn)
+                    finally:
+                        trip.ended = time.perf_counter()
+                        trip.cpu = (_backend_cpu_ns(pid) - c0) / 1e6
+
+                return used
+
+            async def timed_read(use: Any) -> Any:
+                trip = Trip(_asker(), time.perf_counter())
+                try:
+                    return await original_read(traced_use(trip, use))
+                finally:
+                    trip.resumed = time.perf_counter()
+                    self._note(trip)
+
+            async def timed_write(records: Any) -> Any:
+                trip = Trip("write", time.perf_counter(), started=time.perf_counter())
+                try:
+                    return await original_write(records)
+                finally:
+                    trip.ended = trip.resumed = time.perf_counter()
+                    self._note(trip)
+
+            store._read = timed_read
+            store.write = timed_write
+        original_wait = _search_module.wait_for_task
+        waits = self.waits
+
+        async def timed_wait(task: Any, timeout: float) -> None:
+            a = time.perf_counter()
+            try:
+                await original_wait(task, timeout)
+            finally:
+                waits.append((a, timeout, time.perf_counter(), task.done()))
+                del waits[: -self.keep]
+
+        _search_module.wait_for_task = timed_wait
+        self._restore = lambda: setattr(_search_module, "wait_for_task", original_wait)
+
+    def _note(self, trip: Trip) -> None:
+        self.trips.append(trip)
+        del self.trips[: -self.keep]
+
+    def close(self) -> None:
+        """Put the search module's wait back (the store's wrappers go with the store)."""
+        self._restore()
+
+    def within(
+        self, a: float, b: float
+    ) -> tuple[list[Trip], list[tuple[float, float, float, bool]]]:
+        """The trips and waits that overlap ``a`` .. ``b`` (``perf_counter`` s)."""
+        trips = [t for t in self.trips if t.resumed > a and t.submitted < b]
+        waits = [w for w in self.waits if w[2] > a and w[0] < b]
+        return trips, waits
+
+
+#: Per frame: its trips and its waits (see :meth:`StoreTrips.within`).
+FrameTrips = tuple[list[Trip], list[tuple[float, float, float, bool]]]
+
+
+def trips_line(
+    frames: Sequence[FramePhases],
+    trips: Sequence[FrameTrips],
+    walls_ms: Sequence[float],
+    edge_ms: float,
+) -> str:
+    """For the frames whose wall time is at least ``edge_ms``: their own search's trip split
+    into queued / run (the store's CPU in it) / handed back (means, ms); the other trips the
+    store ran during the frames (by name: count, ms within the frames); the step's waits on
+    the loop's timer that timed out, and how late they resumed past their timeout (mean,
+    max)."""
+    rows = [(f, t) for f, t, w in zip(frames, trips, walls_ms, strict=False) if w >= edge_ms]
+    if not rows:
+        return "no frames"
+    own: list[tuple[float, float, float, float]] = []
+    others: dict[str, list[float]] = {}
+    late: list[float] = []
+    for frame, (ts, waits) in rows:
+        mine = [t for t in ts if t.name == "search" and frame.began <= t.submitted <= frame.ended]
+        for t in mine[:1]:
+            q, r, b = t.parts()
+            own.append((q, r, t.cpu, b))
+        for t in ts:
+            if t in mine[:1]:
+                continue
+            inside = max(0.0, min(t.ended, frame.ended) - max(t.started, frame.pushed)) * 1000
+            others.setdefault(t.name, []).append(inside)
+        late += [(c - a - timeout) * 1000 for a, timeout, c, done in waits if not done]
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    if own:
+        q, r, c, b = (mean([x[i] for x in own]) for i in range(4))
+        search = (
+            f"own search ({len(own)}): queued {q:.2f}, ran {r:.2f} (store CPU {c:.2f}), "
+            f"handed back {b:.2f}"
+        )
+    else:
+        search = "no own search"
+    other = ", ".join(
+        f"{k} {len(v)} x {mean(v):.2f}"
+        for k, v in sorted(others.items(), key=lambda kv: -sum(kv[1]))
+    )
+    timer = (
+        f"timed-out waits {len(late)}, late by {mean(late):.2f} (max {max(late):.2f})"
+        if late
+        else "no timed-out wait"
+    )
+    return f"{len(rows)} frames: {search}; other trips in them: {other or 'none'}; {timer}"

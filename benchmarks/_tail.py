@@ -49,6 +49,20 @@ class Spent:
     #: CPU time by thread: "loop" (the process's main thread), the others by their name
     #: ("sqlite-store", "server": the server's processes)
     threads: dict[str, float] = field(default_factory=dict)
+    #: the machine meanwhile (``/proc/stat``, 10 ms ticks: means over many turns only): the
+    #: CPU time every process ran (all CPUs), and the time the hypervisor took from the
+    #: machine's CPUs (steal: not counted as anyone's CPU time nor as a wait for a CPU)
+    machine: float = 0.0
+    steal: float = 0.0
+    #: the database server's processes besides the pool's backends (autovacuum, the
+    #: checkpointer, the WAL and background writers), when a server is watched
+    server_bg: float = 0.0
+
+    @property
+    def others(self) -> float:
+        """Other processes' CPU time on the machine during the turn (coarse: see
+        ``machine``); never below 0."""
+        return max(0.0, self.machine - self.cpu - self.server_bg)
 
     @property
     def runq(self) -> float:
@@ -81,17 +95,69 @@ def _read_bytes(path: str) -> int:
     return 0
 
 
-#: Per thread name, ns on a CPU; ns waiting for one (all threads); bytes read from storage.
-Counters = tuple[dict[str, int], int, int]
+def _machine_ns() -> tuple[int, int]:
+    """The machine's CPU time so far, busy and stolen (ns, from 10 ms ticks)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return 0, 0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    tick = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) * tick, steal * tick
+
+
+class ServerProcesses:
+    """A database server's processes (the postmaster's children), listed again at most
+    every ``refresh_s`` (autovacuum workers come and go): their CPU time, less ``skip``'s
+    (the pool's backends, counted apart)."""
+
+    def __init__(self, postmaster: int, skip: Sequence[int] = (), refresh_s: float = 0.5):
+        """Watch ``postmaster``'s children."""
+        self.postmaster = postmaster
+        self.skip = set(skip)
+        self.refresh_s = refresh_s
+        self._pids: list[int] = []
+        self._listed = float("-inf")
+
+    def _list(self) -> list[int]:
+        now = time.monotonic()
+        if now - self._listed >= self.refresh_s:
+            self._listed = now
+            pids = []
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if ppid == self.postmaster and int(entry) not in self.skip:
+                    pids.append(int(entry))
+            self._pids = pids
+        return self._pids
+
+    def cpu_ns(self) -> int:
+        """Their CPU time so far (ns); a process that ended since the listing counts 0:
+        a turn's difference is then its own part, or negative (clipped by the reader)."""
+        return sum(_schedstat(f"/proc/{pid}/schedstat")[0] for pid in self._list())
+
+
+#: Per thread name, ns on a CPU; ns waiting for one (all threads); bytes read from storage;
+#: the machine's busy and stolen ns; the server's other processes' ns.
+Counters = tuple[dict[str, int], int, int, tuple[int, int], int]
 
 
 class TurnClock:
     """Counters read around each timed turn: :meth:`start` before its first timestamp,
     :meth:`stop` after its last (their own reads are not in the wall time)."""
 
-    def __init__(self, pids: Sequence[int] = ()) -> None:
-        """This process's threads, and the processes ``pids`` (a server's backends)."""
+    def __init__(self, pids: Sequence[int] = (), server: ServerProcesses | None = None) -> None:
+        """This process's threads, and the processes ``pids`` (a server's backends); the
+        server's other processes, when given."""
         self.pids = list(pids)
+        self.server = server
         self._gcs: list[tuple[float, float]] = []
         self._gc_started: dict[int, float] = {}
         self._names: dict[str, str] = {}
@@ -133,7 +199,8 @@ class TurnClock:
             threads["server"] = threads.get("server", 0) + a
             waiting += b
             read += _read_bytes(f"/proc/{pid}/io")
-        return threads, waiting, read
+        server = self.server.cpu_ns() if self.server is not None else 0
+        return threads, waiting, read, _machine_ns(), server
 
     def start(self) -> tuple[Counters, float]:
         """The counters, then the turn's first timestamp."""
@@ -143,8 +210,8 @@ class TurnClock:
     def stop(self, started: tuple[Counters, float]) -> Spent:
         """The turn's last timestamp, then the counters: what the turn spent."""
         t1 = time.perf_counter()
-        (cpu0, wait0, read0), t0 = started
-        cpu1, wait1, read1 = self._counters()
+        (cpu0, wait0, read0, machine0, bg0), t0 = started
+        cpu1, wait1, read1, machine1, bg1 = self._counters()
         collected = sum(min(b, t1) - max(a, t0) for a, b in self._gcs if b > t0 and a < t1)
         threads = {k: (v - cpu0.get(k, 0)) / 1e6 for k, v in cpu1.items()}
         return Spent(
@@ -154,6 +221,9 @@ class TurnClock:
             gc=collected * 1000,
             read_kib=(read1 - read0) / 1024,
             threads={k: v for k, v in threads.items() if v > 0},
+            machine=(machine1[0] - machine0[0]) / 1e6,
+            steal=(machine1[1] - machine0[1]) / 1e6,
+            server_bg=max(0, bg1 - bg0) / 1e6,
         )
 
 
@@ -226,6 +296,8 @@ def cause(spent: Spent, steps: Sequence[Step], past: float, ended: float, crosse
     over = (ended - past) * 1000
     if spent.runq >= over:
         return "waiting for a CPU"
+    if spent.steal >= over:
+        return "stolen by the hypervisor"
     if spent.gc >= over:
         return "garbage collection"
     overlap = [(min(b, ended) - max(a, past)) * 1000 for a, b, _ in steps]
@@ -286,5 +358,10 @@ def tail_line(
         f" + other {mean([s.other for s in slow]):.2f} (storage reads"
         f" {mean([s.read_kib for s in slow]):.0f} KiB); turns that read storage"
         f" {sum(s.read_kib > 0 for s in spent)}, with a GC {sum(s.gc > 0 for s in spent)};"
-        f" p{q:g} without the waits for a CPU {quantile([s.wall - s.runq for s in spent], q):.2f}"
+        f" p{q:g} without the waits for a CPU {quantile([s.wall - s.runq for s in spent], q):.2f};"
+        f" the machine during them (10 ms ticks): other processes' CPU"
+        f" {mean([s.others for s in slow]):.2f}, the server's background"
+        f" {mean([s.server_bg for s in slow]):.2f}, stolen {mean([s.steal for s in slow]):.2f};"
+        f" over all turns: stolen {sum(s.steal for s in spent) / len(spent):.2f}, other"
+        f" processes {sum(s.others for s in spent) / len(spent):.2f} a turn"
     )

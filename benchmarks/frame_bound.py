@@ -82,9 +82,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _cpu_phases import CpuPhases, cpu_phases_lines  # noqa: E402
 from _frame_report import Row, line, report  # noqa: E402
-from _phases import PhaseClock  # noqa: E402
+from _phases import FrameTrips, PhaseClock, StoreTrips  # noqa: E402
 from _spoken import spoken_turn  # noqa: E402
-from _tail import LoopSteps, Spent, Step, TurnClock, pool_backends  # noqa: E402
+from _tail import LoopSteps, ServerProcesses, Spent, Step, TurnClock, pool_backends  # noqa: E402
 from frame_delay import InstantLLM  # noqa: E402
 from hot_path import Stamp, TurnEnd, build_messages, describe_code, no_trip_config  # noqa: E402
 from loguru import logger  # noqa: E402
@@ -167,6 +167,10 @@ class TimedSummarizer(ContextSummarizer):
     #: per timed frame: an early search (RecallPrefetch's) answered the turn's; the early
     #: block (chosen and rendered before the turn) was placed
     early: list[tuple[bool, bool]]
+    #: with --trips: the store's trips and the step's timed waits, and per timed frame those
+    #: that overlap it
+    trips: StoreTrips | None
+    frame_trips: list[FrameTrips]
 
     async def process_frame(self, frame, direction):
         """Time the whole ``process_frame`` of a user turn's frame (and its queue hop)."""
@@ -189,6 +193,8 @@ class TimedSummarizer(ContextSummarizer):
             self.early.append((served_now > served, blocks_now > blocks))
             pushed = self.stamp.pushed_ns.pop(frame.id)
             self.steps.append(self.loop_steps.within(pushed / 1e9, end / 1e9))
+            if self.trips is not None:
+                self.frame_trips.append(self.trips.within(pushed / 1e9, end / 1e9))
             self.wall_ns.append(end - pushed)
             self.hop_ns.append(started - pushed)
             self.cpu.append(cpu - self.stamp.cpu_ns.pop(frame.id))
@@ -280,6 +286,7 @@ async def one_call(
     store = open_store(target)
     turn_clock: TurnClock | None = None
     loop_steps = LoopSteps()
+    trips: StoreTrips | None = None
     try:
         clocks = Clocks()
         if backend == "PostgreSQL":
@@ -297,12 +304,16 @@ async def one_call(
             recall=RecallParams(),
         )
         stamp = CpuStamp(clocks)
-        stamp.turn_clock = turn_clock = TurnClock(clocks.pids)
+        postmaster = getattr(args, "postmaster", None)
+        server = None if postmaster is None else ServerProcesses(postmaster, clocks.pids)
+        stamp.turn_clock = turn_clock = TurnClock(clocks.pids, server)
         ours.stamp, ours.wall_ns, ours.hop_ns, ours.cpu, ours.spent = stamp, [], [], [], []
         ours.phases, ours.early = PhaseClock(ours), []
         ours.cpu_phases = CpuPhases(ours, clocks.pids) if args.cpu_phases else None
         extras = _count_let_go(ours.recall_step)
         ours.loop_steps, ours.steps = loop_steps, []
+        ours.trips = trips = StoreTrips(store) if args.trips else None
+        ours.frame_trips = []
         loop_steps.install()
         turns = ExternalUserTurnStrategies()  # with prefetch, the STT's frames end the turns
         pair = LLMContextAggregatorPair(
@@ -331,6 +342,7 @@ async def one_call(
         row.phases = ours.phases.frames[1:]
         row.steps = ours.steps[1:]
         row.early = ours.early[1:]
+        row.trips = ours.frame_trips[1:]
         if ours.cpu_phases is not None:
             label = f"{backend} {n:,} {'prefetch' if prefetch else 'no prefetch'}"
             args.cpu_lines += cpu_phases_lines(label, ours.cpu_phases.frames[1:])
@@ -347,6 +359,8 @@ async def one_call(
     finally:
         if turn_clock is not None:
             turn_clock.close()
+        if trips is not None:
+            trips.close()
         loop_steps.close()
         await store.close()
     return row
@@ -386,6 +400,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
             from tests.support.pg_server import PgServer
 
             server = PgServer()
+            # its processes' CPU besides the pool's backends: autovacuum, the checkpointer
+            args.postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
         except Exception as e:  # noqa: BLE001 (a benchmark: say why and go on)
             print(f"PostgreSQL skipped: {e}", file=sys.stderr)
     work = Path(tempfile.mkdtemp(prefix="frame_bound_"))
@@ -396,8 +412,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 for prefetch in args.modes:
                     copy = work / "memory.db"
                     shutil.copy(path, copy)  # the call's own writes never reach the cache
+                    dirty = _dirty_kib()
+                    settled = _written_back(copy) if args.settle else ""
                     row = await one_call(str(copy), "SQLite", args, n, prefetch)
-                    row.built = built
+                    row.built = f"{built}; {dirty / 1024:.0f} MB dirty after the copy{settled}"
                     copy.unlink()
                     rows.append(row)
                     print(line(row), file=sys.stderr, flush=True)
@@ -411,11 +429,15 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 finally:
                     await store.close()
                 built = f"built in {time.perf_counter() - t0:.0f} s"
+                if args.settle:
+                    built += await _settled(server, dsn)
                 for prefetch in args.modes:
                     # each call on its own copy: a call's own messages (the same questions)
                     # are archived, and would be the next call's best hits
                     name = f"{filled}_{'prefetch' if prefetch else 'plain'}"
                     server._run("createdb", *_pg_login(server), "-T", filled, name)
+                    if args.settle:  # the copy's pages written out: no checkpoint under it
+                        await _checkpoint(server.dsn_for(name))
                     row = await one_call(server.dsn_for(name), "PostgreSQL", args, n, prefetch)
                     row.built = built
                     rows.append(row)
@@ -425,6 +447,52 @@ async def run(args: argparse.Namespace) -> list[Row]:
         if server is not None:
             server.destroy()
     return rows
+
+
+def _dirty_kib() -> int:
+    """The machine's dirty page cache (KiB, /proc/meminfo): what the kernel has still to
+    write back."""
+    for entry in Path("/proc/meminfo").read_text().splitlines():
+        if entry.startswith("Dirty:"):
+            return int(entry.split()[1])
+    return 0
+
+
+def _written_back(path: Path) -> str:
+    """``path`` written back to storage (a copy's dirty pages: the first checkpoint of the
+    call's WAL would otherwise fsync them all on the store's thread); how long it took."""
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return f"; written back in {time.perf_counter() - t0:.1f} s"
+
+
+async def _settled(server: Any, dsn: str) -> str:
+    """The built archive as autovacuum leaves it (every table vacuumed and analyzed: pages
+    all-visible, hint bits set, statistics), then a checkpoint; how long it took."""
+    import asyncpg
+
+    t0 = time.perf_counter()
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("VACUUM (ANALYZE)")
+        await conn.execute("CHECKPOINT")
+    finally:
+        await conn.close()
+    return f"; vacuumed, analyzed in {time.perf_counter() - t0:.0f} s"
+
+
+async def _checkpoint(dsn: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CHECKPOINT")
+    finally:
+        await conn.close()
 
 
 def _pg_login(server: Any) -> list[str]:
@@ -479,6 +547,22 @@ def main(argv: list[str] | None = None) -> int:
         default=100.0,
         help="with prefetch: from the interim of all but the last word to the interim of "
         "every word (default %(default)s)",
+    )
+    parser.add_argument(
+        "--trips",
+        action="store_true",
+        help="also print, for the slowest frames, their store trips (the turn's own search: "
+        "queued for the store's thread or a pooled connection, run, handed back to the loop; "
+        "the other trips run meanwhile) and the step's timed-out waits on the loop's timer "
+        "(benchmarks/_phases.py's StoreTrips; its reads are in the frames' times)",
+    )
+    parser.add_argument(
+        "--settle",
+        action="store_true",
+        help="the archive as a deployed store has it, not as a bulk load or a file copy "
+        "leaves it: SQLite's copy written back to storage (fsync) before the call; "
+        "PostgreSQL's archive vacuumed and analyzed after the build, its copy checkpointed "
+        "(default: timed right after the copy and the build, as before)",
     )
     args = parser.parse_args(argv)
     args.cpu_lines = []
