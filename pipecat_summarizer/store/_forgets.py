@@ -199,8 +199,17 @@ class Forgets:
 
 #: Least time between two reads of the database's removals by one store object, seconds
 #: (see :class:`Deletes`): a forget run by another process reaches this process's text
-#: caches at the next call's start or turn here after it, within this long.
+#: caches within about this long while the store is open in a running event loop (its
+#: timer), and at the next call's start or turn here after it.
 DELETES_CHECK_S = 5.0
+#: The shortest wait of a store's removals timer, seconds (``DELETES_CHECK_S`` set lower, in
+#: a test, never makes it spin).
+TIMER_FLOOR_S = 0.05
+
+#: What a timer reads through: the store's removals read, or ``None`` once the store is
+#: closed or gone (the timer then stops). A function of the store's weak reference: a
+#: timer never keeps a store the application dropped alive.
+Reader = Callable[[], "Callable[[], Awaitable[int | None]] | None"]
 
 
 class Deletes:
@@ -212,10 +221,14 @@ class Deletes:
     empties them; a purge does too (its old messages' text goes as well).
 
     Read when the store opens (the baseline, in the opening's own work: no trip of a turn's),
-    then at a call's start and at its turns (``MemoryStore.forget_baseline``,
-    ``noticed_forget``) at most every :data:`DELETES_CHECK_S` after the last read, in a task
-    of its own: no turn waits for it. A process with no call here reads nothing: its caches
-    hold what they held until its next call (or this process's own forget) empties them.
+    then every :data:`DELETES_CHECK_S` by a timer while the store is open in a running event
+    loop (:meth:`watch`: one ``call_later`` handle per store object, never a task a turn
+    waits for; each read is a short task of its own on the store's thread or pool), whether
+    or not a call is live; and at a call's start and turns (``MemoryStore.forget_baseline``,
+    ``noticed_forget``) when one is due. At most one read is under way at a time, and at
+    most one starts per :data:`DELETES_CHECK_S` whoever asks. A failed read is logged once
+    (a WARNING, then DEBUG until a read answers again) and tried again when due; nothing
+    raises into the application.
     """
 
     def __init__(self) -> None:
@@ -223,13 +236,77 @@ class Deletes:
         self._due = 0.0
         self._seen: int | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._failing = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+        #: Reads answered (a value or ``None``), failed ones aside: what a test waits on.
+        self.reads = 0
+
+    def watch(self, reader: Reader, empty: Callable[[], None]) -> None:
+        """Start the timer on the running loop, unless one is already armed on it (or on
+        another loop still running: a store shared by two threads' loops keeps one). No
+        loop running: no timer. A timer left on a loop that stopped or closed is replaced."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._timer is not None and not self._timer.cancelled():
+            old = self._timer_loop
+            if old is loop or (old is not None and not old.is_closed() and old.is_running()):
+                return
+            self._timer.cancel()  # its loop no longer runs: it would never fire
+        self._timer_loop = loop
+        self._arm(loop, reader, empty)
+
+    def stop(self) -> None:
+        """Stop the timer (the store closes). Reads under way finish on their own."""
+        timer, self._timer = self._timer, None
+        if timer is None:
+            return
+        loop = self._timer_loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or loop is running or loop.is_closed() or not loop.is_running():
+            timer.cancel()
+        else:  # a close from another thread's loop: cancelled on the timer's own
+            loop.call_soon_threadsafe(timer.cancel)
+
+    @property
+    def watching(self) -> bool:
+        """Whether a timer is armed on a loop that runs (this thread's, or another's)."""
+        loop = self._timer_loop
+        return (
+            self._timer is not None
+            and not self._timer.cancelled()
+            and loop is not None
+            and not loop.is_closed()
+            and loop.is_running()
+        )
+
+    def _arm(
+        self, loop: asyncio.AbstractEventLoop, reader: Reader, empty: Callable[[], None]
+    ) -> None:
+        delay = max(self._due - time.monotonic(), TIMER_FLOOR_S)
+        self._timer = loop.call_later(delay, self._tick, loop, reader, empty)
+
+    def _tick(
+        self, loop: asyncio.AbstractEventLoop, reader: Reader, empty: Callable[[], None]
+    ) -> None:
+        read = reader()
+        if read is None:  # the store closed or gone: the timer ends (an opening starts one)
+            self._timer = None
+            return
+        self.check(read, empty)
+        self._arm(loop, reader, empty)
 
     def check(self, read: Callable[[], Awaitable[int | None]], empty: Callable[[], None]) -> None:
-        """Start a read of the removals (``read``) if one is due, and ``empty`` the caches
-        once it answers a value other than the one read before (the first read is the
-        baseline). Never raises; a failed read is logged at DEBUG and tried when due again."""
+        """Start a read of the removals (``read``) if one is due and none is under way, and
+        ``empty`` the caches once it answers a value other than the one read before (the
+        first read is the baseline). Never raises (see the class's docstring)."""
         now = time.monotonic()
-        if now < self._due:
+        if now < self._due or self._tasks:
             return
         self._due = now + DELETES_CHECK_S
         try:
@@ -244,9 +321,25 @@ class Deletes:
     ) -> None:
         try:
             value = await read()
-        except Exception as e:  # a closed store, an outage: the caches' check only
-            logger.debug(f"the store's removals not read ({type(e).__name__})")
+        except Exception as e:  # a closed store, an outage, a refused role: never raised
+            why = type(e).__name__
+            sqlstate = getattr(e, "sqlstate", None)
+            if isinstance(sqlstate, str):
+                why = f"{why}, SQLSTATE {sqlstate}"
+            if self._failing:
+                logger.debug(f"the store's removals not read ({why})")
+            else:
+                self._failing = True
+                logger.warning(
+                    f"the store's removals not read ({why}): another process's forget "
+                    f"reaches this process's caches once a read answers (tried every "
+                    f"{DELETES_CHECK_S:g} s; logged once)"
+                )
             return
+        if self._failing:
+            self._failing = False
+            logger.info("the store's removals read again")
+        self.reads += 1
         self.saw(value, empty)
 
     def saw(self, value: int | None, empty: Callable[[], None]) -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from pipecat_summarizer._text.text_caches import empty_text_caches
 from pipecat_summarizer._text.vocabulary import words
@@ -414,8 +415,38 @@ class MemoryStore(ABC):
         """Learn of other processes' deletes (a forget of a caller with no live call here)
         from the database's removals, at most every ``_forgets.DELETES_CHECK_S``, in a task
         of its own; a change empties the caches keyed by conversation text (see
-        ``_forgets.Deletes``)."""
+        ``_forgets.Deletes``). The store's timer is started too if it is open and has none
+        on this loop (a store opened on an earlier loop)."""
+        self._watch_deletes()
         self._deletes.check(self._removals, empty_text_caches)
+
+    def _watch_deletes(self) -> None:
+        """Start the store's removals timer (``_forgets.Deletes.watch``) if the store is open
+        and a loop runs: a forget by another process reaches this process's text caches
+        within ``_forgets.DELETES_CHECK_S`` whether or not a call is live here (S14-S-1).
+        The backends call it as they open; their close stops it (``_stop_deletes``)."""
+        deletes = self._deletes
+        if deletes.watching or not self._is_open():
+            return  # (armed: its loop's own, or replaced by watch when that loop is gone)
+        me = weakref.ref(self)
+
+        def reader() -> Callable[[], Awaitable[int | None]] | None:
+            # weak: a store the application dropped without closing ends its timer
+            store = me()
+            return store._removals if store is not None and store._is_open() else None
+
+        deletes.watch(reader, empty_text_caches)
+
+    def _stop_deletes(self) -> None:
+        """Stop the removals timer (the store closes; its next opening starts one)."""
+        deletes = self.__dict__.get("_deletes_seen")
+        if deletes is not None:
+            deletes.stop()
+
+    def _is_open(self) -> bool:
+        """Whether the store is open now (its connection or pool there, not closing): the
+        removals timer reads only then, and never opens a closed store."""
+        return False
 
     @property
     def _deletes(self) -> Deletes:

@@ -191,6 +191,11 @@ class PostgresMemoryStore(MemoryStore):
                 await pool.close()
                 raise
             self._pool = pool
+        self._watch_deletes()  # the removals timer (see MemoryStore._watch_deletes)
+
+    def _is_open(self) -> bool:
+        """Whether the pool is there and not closing: see ``MemoryStore._is_open``."""
+        return self._pool is not None and not self._closing
 
     async def _init_connection(self, conn) -> None:
         """A new connection's warm-up (see ``warm``); a read-only store creates nothing.
@@ -209,6 +214,7 @@ class PostgresMemoryStore(MemoryStore):
         """Close the pool, once the uses in flight end (at most 5 s); a use that starts
         meanwhile raises ``StoreError("store closed")``. A close while one runs waits for
         it; a cancelled close still closes. A later use opens it again."""
+        self._stop_deletes()
         task = self._close_task
         if task is None:
             if self._pool is None:
@@ -466,6 +472,8 @@ class PostgresMemoryStore(MemoryStore):
         that deletes messages; a fold keeps it): a read of the whole table, a row or two per
         bucket deletes touched since its last fold (4,096 buckets at most), run at most
         every ``_forgets.DELETES_CHECK_S`` per store object."""
+        if not self._is_open():
+            return None  # never opens a closed store again (a timer's read, a late check)
         value = await self._read(lambda conn: conn.fetchval(_REMOVALS_SUM))
         return None if value is None else int(value)
 

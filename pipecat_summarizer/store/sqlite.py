@@ -162,11 +162,17 @@ class SQLiteMemoryStore(MemoryStore):
             job = Job(self._thread)
             future = loop.run_in_executor(self._thread.executor, self._call, fn, job)
         try:
-            return await future
+            done = await future
         except asyncio.CancelledError:
             if read:
                 self._interrupt(job)
             raise
+        self._watch_deletes()  # once open (a call answered): the removals timer
+        return done
+
+    def _is_open(self) -> bool:
+        """Whether the store's thread is there (not closed): see ``MemoryStore._is_open``."""
+        return self._thread is not None
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], job: Job) -> T:
         return job.thread.call(fn, job)
@@ -226,6 +232,7 @@ class SQLiteMemoryStore(MemoryStore):
     async def close(self) -> None:
         """Close the connection and its thread, after the calls issued before (a call
         issued after opens the store again). An in-memory database is gone afterwards."""
+        self._stop_deletes()
         with self._open_lock:
             thread, self._thread = self._thread, None
             if thread is not None:

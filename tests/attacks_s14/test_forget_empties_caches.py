@@ -18,13 +18,12 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
-
 from pipecat_summarizer import RecallPrefetch
 from pipecat_summarizer._recall.gather import MAX_HIT_CHARS, clip
 from pipecat_summarizer._text.text_caches import text_caches
 from pipecat_summarizer._text.vocabulary import search_stem
 from pipecat_summarizer.store import PostgresMemoryStore, SQLiteMemoryStore, _forgets
+from pipecat_summarizer.store.base import MemoryStore
 from tests.recall.test_attacks_dates import archived, utc
 from tests.support.early_search import (
     RECALL,
@@ -71,6 +70,20 @@ class _Noticing(Watched):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.at_notice: list[dict[str, int]] = []
+        self.removals_reads = 0  # the database's removals read and answered
+        self._answered = asyncio.Event()
+
+    async def _removals(self) -> int | None:
+        value = await super()._removals()
+        self.removals_reads += 1
+        self._answered.set()
+        return value
+
+    async def reads_past(self, n: int) -> None:
+        """Wait until ``n`` reads of the removals have answered."""
+        while self.removals_reads < n:
+            self._answered.clear()
+            await self._answered.wait()
 
     async def noticed_forget(self, user_id: str, since: float) -> bool:
         seen = await super().noticed_forget(user_id, since)
@@ -209,27 +222,25 @@ def _patterns(text: str) -> list:
     return [k for k in re._cache if isinstance(k, tuple) and text in k]  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S14-S-1: another process's forget of a caller with no live call here is unnoticed "
-    "until this process's next call (the store's removals read at a call's start or turn)",
-)
 async def test_forget_by_another_process_after_the_call_empties_the_text_caches(
-    openai_server, store_target
+    openai_server, store_target, monkeypatch
 ):
-    # alice's call ends; then another process forgets her: no live call of hers watches, and
-    # no call here starts or takes a turn (the store reads the database's removals then:
-    # test_forget_by_another_process_reaches_the_caches_at_the_next_call), so nothing here
-    # empties the caches (the vector cache's sweep drops vectors only); a timer per store
-    # would (a read every few seconds in every idle process): not added
+    # S14-S-1 (fixed in S15: the store's removals timer): alice's call ends; then another
+    # process forgets her: no live call of hers watches, and no call here starts or takes a
+    # turn; the store, open in this loop, reads the database's removals on its timer and
+    # empties the caches (without the timer nothing here reads them: no read comes, the
+    # wait below fails)
+    monkeypatch.setattr(_forgets, "DELETES_CHECK_S", 0.2)  # the timer's period, shortened
     store = _store(store_target)
     try:
         await store.write(archived(KAYAK, call_id="a1", at=utc(2026, 5, 1), user_id="alice"))
         await _call(openai_server, store, [*speech(ASK), *end_turn()])
         other = _OtherProcess(store_target)
         assert await other.forget("alice") > 0
-        assert other.cached_before == [True]
-        await asyncio.sleep(0.5)  # whatever might notice, on this loop
+        assert other.cached_before == [True]  # the control: cached before the forget
+        # two more answered reads: reads run one at a time, so the second started after the
+        # forget returned (an event, not a duration: bounded only against a hang)
+        await asyncio.wait_for(store.reads_past(store.removals_reads + 2), 60)
         assert not _stem_cached(WORD)
     finally:
         await store.close()
@@ -242,6 +253,8 @@ async def test_forget_by_another_process_reaches_the_caches_at_the_next_call(
     # (no call of hers is live here: no watch sees it); bob's call starts, and the store
     # reads the database's removals (the forget's deletes changed them): the caches empty
     monkeypatch.setattr(_forgets, "DELETES_CHECK_S", 0.0)  # read at every start and turn
+    # without the store's timer (S15; the test above): what a call's start reads on its own
+    monkeypatch.setattr(MemoryStore, "_watch_deletes", lambda self: None)
     store = _store(store_target)
     try:
         await store.write(archived(KAYAK, call_id="a1", at=utc(2026, 5, 1), user_id="alice"))
