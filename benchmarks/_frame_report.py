@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from _phases import FramePhases, FrameTrips, phases_line, trips_line
+from _phases import FramePhases, FrameTrips, Trip, phases_line, trip_costs_line, trips_line
 from _tail import Spent, Step, cause, tail_line
 from frame_delay import percentile
 
@@ -31,6 +31,8 @@ class Row:
     steps: list[list[Step]] = field(default_factory=list)
     #: per frame, with --trips: the store's trips and the step's timed waits during it
     trips: list[FrameTrips] = field(default_factory=list)
+    #: with --trips: every trip of the call (the first, untimed turn's included)
+    all_trips: list[Trip] = field(default_factory=list)
 
 
 def mode(row: Row) -> str:
@@ -166,6 +168,7 @@ def report(rows: list[Row], budget_ms: float) -> None:
             edge = percentile(r.wall_ms, 0.99)
             trips = trips_line(r.phases, r.trips, r.wall_ms, edge)
             print(f"{r.backend} {r.archived:,} {mode(r)}: {trips}")
+            print(f"  every trip of the call: {trip_costs_line(r.all_trips)}")
             over = sum(w > budget_ms for w in r.wall_ms)
             if over:
                 print(

@@ -399,3 +399,27 @@ def trips_line(
         else "no timed-out wait"
     )
     return f"{len(rows)} frames: {search}; other trips in them: {other or 'none'}; {timer}"
+
+
+def trip_costs_line(trips: Sequence[Trip]) -> str:
+    """Every trip of the call by name: how many, the store's CPU p50 / p90 / p99 (ms:
+    SQLite's thread, PostgreSQL's backend; a machine's waits for a CPU are not in it) and
+    the time run there p50 / p99 (the wall time, waits included)."""
+    by_name: dict[str, list[Trip]] = {}
+    for t in trips:
+        if t.ended == t.ended:  # run (not NaN): a trip cancelled before it began has no cost
+            by_name.setdefault(t.name, []).append(t)
+
+    def q(values: list[float], share: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+    parts = []
+    for name, ts in sorted(by_name.items(), key=lambda kv: -len(kv[1])):
+        cpu = [t.cpu for t in ts]
+        ran = [t.parts()[1] for t in ts]
+        parts.append(
+            f"{name} {len(ts)}: CPU {q(cpu, 0.5):.2f} / {q(cpu, 0.9):.2f} / {q(cpu, 0.99):.2f}, "
+            f"ran {q(ran, 0.5):.2f} / {q(ran, 0.99):.2f}"
+        )
+    return "; ".join(parts) or "no trips"

@@ -343,6 +343,7 @@ async def one_call(
         row.steps = ours.steps[1:]
         row.early = ours.early[1:]
         row.trips = ours.frame_trips[1:]
+        row.all_trips = list(trips.trips) if trips is not None else []
         if ours.cpu_phases is not None:
             label = f"{backend} {n:,} {'prefetch' if prefetch else 'no prefetch'}"
             args.cpu_lines += cpu_phases_lines(label, ours.cpu_phases.frames[1:])
