@@ -70,11 +70,16 @@ class FramePhases:
         return out
 
     def crossed_in(self, moment: float) -> str:
-        """The phase running at ``moment`` (``other`` between the wrapped ones)."""
+        """The phase running at ``moment``; between the wrapped ones ``other``, named by the
+        phase that ended last before it ("other after search": the step's own code after
+        the search, or the loop running something else before it resumed the step)."""
         if moment < self.began:
             return "hop"
         inner = [n for n, a, b in self.intervals if a <= moment < b]
-        return inner[-1] if inner else "other"
+        if inner:
+            return inner[-1]
+        before = [(b, n) for n, _, b in self.intervals if b <= moment]
+        return f"other after {max(before)[1]}" if before else "other before the phases"
 
 
 class PhaseClock:
