@@ -69,9 +69,18 @@ async def _keep_session(conn: Any) -> None:
 
 
 async def create_pool(
-    dsn: str, *, min_size: int, max_size: int, timeout: float, read_only: bool, init: Any
+    dsn: str,
+    *,
+    min_size: int,
+    max_size: int,
+    timeout: float,
+    read_only: bool,
+    init: Any,
+    search_path: str | None = None,
 ) -> Any:
-    """The store's asyncpg pool; ``init`` runs on each new connection (see :func:`warm`)."""
+    """The store's asyncpg pool; ``init`` runs on each new connection (see :func:`warm`).
+    ``search_path``: every connection's, sent as it connects (a startup parameter: a
+    ``RESET ALL`` or ``DISCARD ALL`` puts it back, never the server's default)."""
     import asyncpg
 
     return await asyncpg.create_pool(
@@ -88,6 +97,7 @@ async def create_pool(
             # plan ran the search 1.5-2.5x slower
             "plan_cache_mode": "force_custom_plan",
             **({"default_transaction_read_only": "on"} if read_only else {}),
+            **({"search_path": search_path} if search_path is not None else {}),
         },
         # the store leaves no session state (no SET, LISTEN, cursor or session lock), so a
         # released connection needs no RESET ALL round trip; asyncpg still rolls back a

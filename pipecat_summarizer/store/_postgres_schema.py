@@ -9,6 +9,7 @@ from __future__ import annotations
 from loguru import logger
 
 from pipecat_summarizer.store.base import (
+    REQUIRED_TABLES,
     SCHEMA_VERSION,
     StoreError,
     check_store_tables,
@@ -523,6 +524,71 @@ async def check_read_only(conn, where: str) -> None:
     # a PostgreSQL database may hold the application's tables too: only ours must be there
     check_store_tables(where, names, None)
     check_store_version(where, await conn.fetchval("SELECT MAX(version) FROM schema_version"))
+
+
+#: SQL: the schemas of the connection's search path (``current_schemas``: those that exist
+#: and the role may use, in the path's order) holding every table of ``$1`` (a store's
+#: ``REQUIRED_TABLES``). Catalog reads only: no privilege on the tables is needed.
+STORE_SCHEMAS = """SELECT s.name FROM pg_catalog.unnest(pg_catalog.current_schemas(false))
+        WITH ORDINALITY AS s(name, i)
+    WHERE (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class c
+            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = s.name AND c.relname = ANY($1::text[])
+                AND c.relkind IN ('r', 'p')) = pg_catalog.cardinality($1::text[])
+    ORDER BY s.i"""
+
+#: SQL: every schema of the database holding every table of ``$1``, on the path or not.
+ANY_STORE_SCHEMAS = """SELECT n.nspname FROM pg_catalog.pg_namespace n
+    WHERE (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = n.oid AND c.relname = ANY($1::text[])
+                AND c.relkind IN ('r', 'p')) = pg_catalog.cardinality($1::text[])
+    ORDER BY 1"""
+
+
+async def store_schema(conn, where: str) -> str:
+    """The schema the store lives in, for a connection of the store's role (``where`` names
+    the database in errors): the one schema of its search path that holds a store's tables,
+    or, for a new store, the schema it would create tables in (``current_schema()``). The
+    store's connections are pinned to it (``create_pool``'s ``search_path``), so that what
+    else the path finds first never decides where the store is read, migrated or forgotten
+    (S15-S-1: PostgreSQL's default path is ``"$user", public``; a schema named after the
+    role, created later by an operator for anything, came first).
+
+    Raises:
+        StoreError: If two schemas of the path hold a store (which one a forget must erase
+            is not known), or the path holds no schema the role may use.
+    """
+    found = [r[0] for r in await conn.fetch(STORE_SCHEMAS, sorted(REQUIRED_TABLES))]
+    if len(found) > 1:
+        shown = ", ".join(repr(n[:63]) for n in found)
+        raise StoreError(
+            f"{where}: memory stores in several schemas of the search path ({shown}); "
+            "name the store's in the DSN (?search_path=SCHEMA) or drop the other"
+        )
+    if found:
+        return str(found[0])
+    current = await conn.fetchval("SELECT pg_catalog.current_schema()")
+    if current is None:
+        raise StoreError(
+            f"{where}: no schema on the search path that the role may use to create the store in"
+        )
+    elsewhere = [r[0] for r in await conn.fetch(ANY_STORE_SCHEMAS, sorted(REQUIRED_TABLES))]
+    if elsewhere:
+        # a role that lost USAGE on the store's schema, or a DSN naming another schema,
+        # would read (and forget in) a new, empty store: said once, at its opening
+        shown = ", ".join(repr(n[:63]) for n in elsewhere[:5])
+        logger.warning(
+            f"{where}: no memory store on this role's search path (a new one goes in "
+            f"{str(current)[:63]!r}), but the database holds one in {shown} (not on the path, "
+            "or without USAGE on it): set the DSN's search_path to use that one"
+        )
+    return str(current)
+
+
+def quoted_schema(schema: str) -> str:
+    """``schema`` as a ``search_path`` value: one quoted identifier (``pg_catalog`` is searched
+    first all the same, as it is whenever a path does not name it)."""
+    return '"' + schema.replace('"', '""') + '"'
 
 
 def session_key(n: int) -> str:

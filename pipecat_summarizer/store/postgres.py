@@ -34,7 +34,13 @@ from pipecat_summarizer.store._postgres_pool import (
     terminate,
     warm,
 )
-from pipecat_summarizer.store._postgres_schema import check_read_only, migrate, session_key
+from pipecat_summarizer.store._postgres_schema import (
+    check_read_only,
+    migrate,
+    quoted_schema,
+    session_key,
+    store_schema,
+)
 from pipecat_summarizer.store._postgres_search import HIT_SHAPES, MAX_SEARCH_LIMIT, search_sql
 from pipecat_summarizer.store._rows import (
     CALL_COLS,
@@ -157,6 +163,8 @@ class PostgresMemoryStore(MemoryStore):
         self._df: _postgres_search.WordCounts = {}
         # the server pids of the connections that have the functions (search, tombstone)
         self._functions: set[int] = set()
+        # the schema the store lives in, found as it opens (every connection pinned to it)
+        self._schema: str | None = None
 
     def __repr__(self) -> str:
         """The DSN without its password."""
@@ -169,6 +177,7 @@ class PostgresMemoryStore(MemoryStore):
         async with self._lock:
             if self._pool is not None:
                 return
+            self._schema = await self._store_schema()
             pool = await create_pool(
                 self.dsn,
                 min_size=self.min_size,
@@ -176,6 +185,7 @@ class PostgresMemoryStore(MemoryStore):
                 timeout=self.connect_timeout_s,
                 read_only=self.read_only,
                 init=self._init_connection,
+                search_path=quoted_schema(self._schema),
             )
             try:
                 async with pool.acquire() as conn:
@@ -192,6 +202,18 @@ class PostgresMemoryStore(MemoryStore):
                 raise
             self._pool = pool
         self._watch_deletes()  # the removals timer (see MemoryStore._watch_deletes)
+
+    async def _store_schema(self) -> str:
+        """The schema the store lives in (``_postgres_schema.store_schema``), read on a
+        connection of its own before the pool opens, so that every pool connection is
+        pinned to it from its start."""
+        import asyncpg
+
+        conn = await asyncpg.connect(self.dsn, timeout=self.connect_timeout_s)
+        try:
+            return await store_schema(conn, f"database {self._database()!r}")
+        finally:
+            await conn.close()
 
     def _is_open(self) -> bool:
         """Whether the pool is there and not closing: see ``MemoryStore._is_open``."""
