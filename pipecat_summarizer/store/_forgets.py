@@ -10,6 +10,7 @@ tombstones already counted, the live calls' baselines; and the process's forget 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 
@@ -239,6 +240,7 @@ class Deletes:
         self._failing = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_loop: asyncio.AbstractEventLoop | None = None
+        self._pid = os.getpid()  # the process the timer was armed in
         #: Reads answered (a value or ``None``), failed ones aside: what a test waits on.
         self.reads = 0
 
@@ -250,11 +252,12 @@ class Deletes:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        if self._timer is not None and not self._timer.cancelled():
-            old = self._timer_loop
-            if old is loop or (old is not None and not old.is_closed() and old.is_running()):
-                return
-            self._timer.cancel()  # its loop no longer runs: it would never fire
+        if self.watching:
+            return
+        if self._timer is not None:
+            self._timer.cancel()  # its loop no longer runs (or not in this process): never fires
+        if self._pid != os.getpid():
+            self._tasks = set()  # a forked child: the parent's reads under way never end here
         self._timer_loop = loop
         self._arm(loop, reader, empty)
 
@@ -278,7 +281,8 @@ class Deletes:
         """Whether a timer is armed on a loop that runs (this thread's, or another's)."""
         loop = self._timer_loop
         return (
-            self._timer is not None
+            self._pid == os.getpid()  # (a forked child's copy of a running loop runs nothing)
+            and self._timer is not None
             and not self._timer.cancelled()
             and loop is not None
             and not loop.is_closed()
@@ -288,6 +292,7 @@ class Deletes:
     def _arm(
         self, loop: asyncio.AbstractEventLoop, reader: Reader, empty: Callable[[], None]
     ) -> None:
+        self._pid = os.getpid()
         delay = max(self._due - time.monotonic(), TIMER_FLOOR_S)
         self._timer = loop.call_later(delay, self._tick, loop, reader, empty)
 

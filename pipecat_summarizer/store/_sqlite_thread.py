@@ -8,6 +8,7 @@ run two at a time) and then opens its own connection.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -27,6 +28,9 @@ class StoreThread:
     ) -> None:
         """A thread that starts once ``after`` (the retired thread, if any) has ended."""
         self._connect: Callable[[], sqlite3.Connection] | None = connect
+        #: The process that made it: a forked child has neither the thread nor the right to
+        #: use the connection (SQLite forbids carrying one across a fork): it makes its own.
+        self.pid = os.getpid()
         self.conn: sqlite3.Connection | None = None
         # the job on this thread now: a read nobody waits for is interrupted (see interrupt)
         self._running: object | None = None

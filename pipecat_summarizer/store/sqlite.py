@@ -10,6 +10,7 @@ event loop never blocks on disk or on a lock. Archived messages are indexed with
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -157,6 +158,11 @@ class SQLiteMemoryStore(MemoryStore):
         the next turn's search and taking the interpreter's lock from the event loop."""
         loop = asyncio.get_running_loop()
         with self._open_lock:  # never submitted to a thread a close has retired
+            if self._thread is not None and self._thread.pid != os.getpid():
+                # a forked child: the parent's thread does not run here (a job would wait
+                # forever) and its connection is the parent's: left alone, never closed
+                # here (S15-S-2); this process opens its own
+                self._thread = self._retired = None
             if self._thread is None:
                 self._thread = StoreThread(self._connect, after=self._retired)
             job = Job(self._thread)
@@ -235,6 +241,8 @@ class SQLiteMemoryStore(MemoryStore):
         self._stop_deletes()
         with self._open_lock:
             thread, self._thread = self._thread, None
+            if thread is not None and thread.pid != os.getpid():
+                thread = self._retired = self._closed = None  # a forked child's copy (see _run)
             if thread is not None:
                 self._retired = thread.executor
                 self._closed = thread.retire()
