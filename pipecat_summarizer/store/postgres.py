@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import re
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
@@ -88,6 +89,8 @@ _HELD: contextvars.ContextVar[Any] = contextvars.ContextVar("pcs_search_conn", d
 #: Every bucket's removals summed (schema v8): grows with every committed transaction that
 #: deletes messages (a fold keeps it); read to learn of other processes' deletes.
 _REMOVALS_SUM = "SELECT COALESCE(sum(n), 0) FROM removals"
+#: The pools a forked child found open, its parent's (see ``_left_by_fork``).
+_PARENTS_POOLS: list[Any] = []
 
 
 class PostgresMemoryStore(MemoryStore):
@@ -152,6 +155,7 @@ class PostgresMemoryStore(MemoryStore):
             raise TypeError(f"read_only must be a bool, got {type(read_only).__name__}")
         self.read_only = read_only
         self._pool: Any = None
+        self._pool_pid = os.getpid()  # the process that opened the pool
         self._lock = asyncio.Lock()
         # the leases in use (close waits for them) and the cancelled ones' connections
         self._leases = LeaseBook()
@@ -172,6 +176,7 @@ class PostgresMemoryStore(MemoryStore):
 
     async def open(self) -> None:
         """Create the pool and migrate the schema (idempotent)."""
+        self._left_by_fork()
         if self._pool is not None:
             return
         async with self._lock:
@@ -200,7 +205,7 @@ class PostgresMemoryStore(MemoryStore):
             except BaseException:
                 await pool.close()
                 raise
-            self._pool = pool
+            self._pool, self._pool_pid = pool, os.getpid()
         self._watch_deletes()  # the removals timer (see MemoryStore._watch_deletes)
 
     async def _store_schema(self) -> str:
@@ -217,7 +222,7 @@ class PostgresMemoryStore(MemoryStore):
 
     def _is_open(self) -> bool:
         """Whether the pool is there and not closing: see ``MemoryStore._is_open``."""
-        return self._pool is not None and not self._closing
+        return self._pool is not None and self._pool_pid == os.getpid() and not self._closing
 
     async def _init_connection(self, conn) -> None:
         """A new connection's warm-up (see ``warm``); a read-only store creates nothing.
@@ -237,6 +242,7 @@ class PostgresMemoryStore(MemoryStore):
         meanwhile raises ``StoreError("store closed")``. A close while one runs waits for
         it; a cancelled close still closes. A later use opens it again."""
         self._stop_deletes()
+        self._left_by_fork()
         task = self._close_task
         if task is None:
             if self._pool is None:
@@ -259,7 +265,21 @@ class PostgresMemoryStore(MemoryStore):
             self._closing = False
             self._close_task = None
 
+    def _left_by_fork(self) -> None:
+        """In a forked child, leave the parent's pool alone (S15-S-3): its connections are
+        the parent's sockets (a statement sent here is answered to whichever process reads
+        first; closing it here would end the parent's sessions), and its futures belong to
+        the parent's loop. The child opens a pool of its own; the parent's is kept
+        referenced, never closed nor collected here."""
+        if self._pool is None or self._pool_pid == os.getpid():
+            return
+        _PARENTS_POOLS.append(self._pool)
+        self._pool, self._close_task, self._closing = None, None, False
+        self._lock, self._leases, self._functions = asyncio.Lock(), LeaseBook(), set()
+        self._settling = self._leases.settling
+
     async def _acquire(self) -> Lease:
+        self._left_by_fork()
         if not self._closing:
             await self.open()
         if self._closing or self._pool is None:

@@ -159,3 +159,37 @@ async def test_a_forked_childs_store_arms_its_own_timer(monkeypatch):
     assert deletes.watching
     assert not deletes._tasks  # the parent's read under way is not waited for
     deletes.stop()
+
+
+async def test_a_schema_name_that_needs_quoting(pg_server):
+    # the role's default path (ALTER ROLE ... SET search_path) names a schema with capitals,
+    # a space and a double quote: the store is made, pinned, forgotten in there, and its
+    # definer functions' fixed path names it exactly
+    owner = await _database(pg_server, "quote")
+    name = owner.rsplit("/", 1)[1]
+    schema = 'Ten "ant" A'
+    quoted = '"Ten ""ant"" A"'
+    await _sql(
+        owner,
+        f"CREATE ROLE {name}_r LOGIN",
+        f"GRANT CONNECT, TEMPORARY ON DATABASE {name} TO {name}_r",
+        f"CREATE SCHEMA {quoted} AUTHORIZATION {name}_r",
+        f"ALTER ROLE {name}_r SET search_path = {quoted}",
+    )
+    store = PostgresMemoryStore(owner.replace("postgres@", f"{name}_r@", 1))
+    try:
+        await store.write(_kayak("alice", "a1"))
+        assert store._schema == schema
+        assert len(await store.search("kayak", user_id="alice")) == 1
+        assert await store.forget("alice") >= 2
+    finally:
+        await store.close()
+    (rows,) = await _sql(
+        owner,
+        "SELECT n.nspname, p.proconfig FROM pg_proc p "
+        "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE p.prosecdef",
+    )
+    assert rows and all(n == schema for n, _ in rows)
+    assert all(c == [f"search_path={quoted}, pg_temp"] for _, c in rows), rows
+    (left,) = await _sql(owner, f"SELECT count(*) FROM {quoted}.messages")
+    assert left[0][0] == 0
