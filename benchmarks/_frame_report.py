@@ -31,6 +31,8 @@ class Row:
     steps: list[list[Step]] = field(default_factory=list)
     #: per frame, with --trips: the store's trips and the step's timed waits during it
     trips: list[FrameTrips] = field(default_factory=list)
+    #: with --other-writes: the other calls' messages written during the call
+    other_written: int = 0
     #: with --trips: every trip of the call (the first, untimed turn's included)
     all_trips: list[Trip] = field(default_factory=list)
 

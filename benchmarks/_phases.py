@@ -372,11 +372,18 @@ def trips_line(
     others: dict[str, list[float]] = {}
     late: list[float] = []
     late_busy: list[float] = []
+    behind: dict[str, list[float]] = {}
     for frame, (ts, waits) in rows:
         mine = [t for t in ts if t.name == "search" and frame.began <= t.submitted <= frame.ended]
         for t in mine[:1]:
             q, r, b = t.parts()
             own.append((q, r, t.cpu, b))
+            # on SQLite's one thread: the trips that ran while it waited for it
+            ahead = {
+                o.name for o in ts if o is not t and o.started < t.started and o.ended > t.submitted
+            }
+            for name in ahead:
+                behind.setdefault(name, []).append(q)
         for t in ts:
             if t in mine[:1]:
                 continue
@@ -399,6 +406,10 @@ def trips_line(
             f"own search ({len(own)}): queued {q:.2f}, ran {r:.2f} (store CPU {c:.2f}), "
             f"handed back {b:.2f}"
         )
+        if behind:
+            search += "; queued behind " + ", ".join(
+                f"{k} in {len(v)} (queued {mean(v):.2f})" for k, v in sorted(behind.items())
+            )
     else:
         search = "no own search"
     other = ", ".join(

@@ -10,7 +10,10 @@ processes, when given): the CPU time and the run-queue wait (``/proc/.../schedst
 bytes read from storage (``/proc/.../io``), and the garbage collections that overlapped the
 turn (``gc.callbacks``: a full collection of a process that imported Pipecat, ~44,000
 objects, takes 12-25 ms here; ``gc.freeze()`` after start-up, the application's choice,
-takes it out). Nothing is discarded: :func:`tail_line` prints the slowest
+takes it out), and the machine meanwhile (``/proc/stat``: every process's CPU, and the time the
+hypervisor stole, which on this VM is neither a thread's CPU time nor its wait for a CPU, so
+it lands in "other"; a database server's background processes when given). Nothing is
+discarded: :func:`tail_line` prints the slowest
 turns' wall time split into these parts, beside the p99 without the waits for a CPU (what
 a machine running nothing else would show).
 

@@ -51,7 +51,8 @@ and rendered before the turn), with the load average.
     .venv/bin/python benchmarks/frame_bound.py [--sizes 1000,10000,100000,1000000]
         [--pg-max 100000] [--turns 200] [--context 100] [--cache /tmp/frame_bound]
         [--backends sqlite,postgres] [--no-postgres] [--no-prefetch] [--only-prefetch]
-        [--lead-ms 200] [--word-ms 100] [--raw-interims] [--cpu-phases]
+        [--lead-ms 200] [--word-ms 100] [--raw-interims] [--cpu-phases] [--trips]
+        [--settle] [--other-writes N]
 
 ``--cpu-phases`` also prints each phase's CPU time, the loop's and the store's (the SQLite
 store's thread, PostgreSQL's backends) (benchmarks/_cpu_phases.py): what a frame's CPU is spent
@@ -59,6 +60,18 @@ on, not moved between threads. Below the table, per row: the extra searches (the
 words', the stated values') the turns let go past the deadline, those not started because
 they were not expected to answer in time, and the turns whose stated values' searches (a
 later correction's) answered in time.
+
+``--trips`` splits the slowest frames' store trips (benchmarks/_phases.py's ``StoreTrips``):
+the turn's own search queued (for SQLite's one thread, behind which trips; or a connection of
+PostgreSQL's pool), run (with the store's CPU: the thread's, the backend's), handed back to the
+loop; the other trips meanwhile; the step's waits that timed out and how late they resumed
+(with the store running a trip, or idle); and every trip of the call by kind (the store's CPU
+p50 / p90 / p99: the search's cost whatever the machine's load). The tail lines also give the
+machine during the frames: other processes' CPU, the hypervisor's steal (not a thread's CPU nor
+its wait for a CPU here: bugs S15-F-1), PostgreSQL's background processes. ``--settle`` times
+the archive as a deployed store has it (SQLite's copy written back first; PostgreSQL's archive
+vacuumed, analyzed and checkpointed after its build), ``--other-writes N`` with other calls
+archiving N messages a second into the same store meanwhile (bugs S15-F-2).
 """
 
 from __future__ import annotations
@@ -98,11 +111,12 @@ from pipecat.processors.aggregators.llm_response_universal import (  # noqa: E40
 from pipecat.processors.frame_processor import FrameDirection  # noqa: E402
 from pipecat.tests.utils import SleepFrame, run_test  # noqa: E402
 from pipecat.turns.user_turn_strategies import ExternalUserTurnStrategies  # noqa: E402
-from recall import CORPUS_VERSION, corpus_questions, fill  # noqa: E402
+from recall import CORPUS_VERSION, corpus_questions, fill, sentence  # noqa: E402
 
 from pipecat_summarizer import ContextSummarizer, RecallParams, RecallPrefetch  # noqa: E402
 from pipecat_summarizer.params import MemoryParams  # noqa: E402
 from pipecat_summarizer.store import open_store  # noqa: E402
+from pipecat_summarizer.store.records import ArchivedMessage  # noqa: E402
 
 SIZES = (1000, 10_000, 100_000, 1_000_000)
 
@@ -332,7 +346,18 @@ async def one_call(
         )
         gc.collect()
         gc.freeze()  # the context and the interpreter: collections do not rescan them
-        await run_test(Pipeline(stages), frames_to_send=cast(Sequence[Frame], frames))
+        others = (
+            asyncio.ensure_future(other_calls(store, args.other_writes, rng))
+            if args.other_writes
+            else None
+        )
+        try:
+            await run_test(Pipeline(stages), frames_to_send=cast(Sequence[Frame], frames))
+        finally:
+            if others is not None:
+                others.cancel()
+                written = (await asyncio.gather(others, return_exceptions=True))[0]
+                row.other_written = written if isinstance(written, int) else 0
         step = ours.recall_step
         assert step is not None
         row.wall_ms = [ns / 1e6 for ns in ours.wall_ns[1:]]
@@ -365,6 +390,38 @@ async def one_call(
         loop_steps.close()
         await store.close()
     return row
+
+
+async def other_calls(store: Any, per_second: float, rng: random.Random) -> int:
+    """Other calls of the same process archiving into the same store meanwhile, as their
+    writers do: ``per_second`` messages a second of another caller, written once a second
+    (``WriterParams.flush_interval_s``) in one batch; until cancelled. Returns how many.
+    On SQLite each batch runs on the store's one thread, where the turn's search runs, and
+    every ~1,000 pages of WAL its write checkpoints (bugs S15-F-2)."""
+    written = 0
+    position = 0
+    batch = max(1, round(per_second))
+    try:
+        while True:
+            await asyncio.sleep(1.0)
+            records = [
+                ArchivedMessage(
+                    call_id=f"other-call-{position // 60}",
+                    position=position % 60,
+                    role="user" if position % 2 == 0 else "assistant",
+                    content=sentence(rng),
+                    message_json="{}",
+                    turn=(position % 60) // 2,
+                    at=time.time(),
+                    user_id="another-caller",
+                )
+                for position in range(position, position + batch)
+            ]
+            position += batch
+            await store.write(records)
+            written += batch
+    except asyncio.CancelledError:
+        return written
 
 
 class _NoSummaries:
@@ -417,6 +474,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                     settled = _written_back(copy) if args.settle else ""
                     row = await one_call(str(copy), "SQLite", args, n, prefetch)
                     row.built = f"{built}; {dirty / 1024:.0f} MB dirty after the copy{settled}"
+                    row.built += _others(args, row)
                     copy.unlink()
                     rows.append(row)
                     print(line(row), file=sys.stderr, flush=True)
@@ -440,7 +498,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                     if args.settle:  # the copy's pages written out: no checkpoint under it
                         await _checkpoint(server.dsn_for(name))
                     row = await one_call(server.dsn_for(name), "PostgreSQL", args, n, prefetch)
-                    row.built = built
+                    row.built = built + _others(args, row)
                     rows.append(row)
                     print(line(row), file=sys.stderr, flush=True)
     finally:
@@ -448,6 +506,11 @@ async def run(args: argparse.Namespace) -> list[Row]:
         if server is not None:
             server.destroy()
     return rows
+
+
+def _others(args: argparse.Namespace, row: Row) -> str:
+    """What other calls wrote during the row's call (``--other-writes``), for its line."""
+    return f"; other calls wrote {row.other_written} messages" if args.other_writes else ""
 
 
 def _dirty_kib() -> int:
@@ -564,6 +627,15 @@ def main(argv: list[str] | None = None) -> int:
         "leaves it: SQLite's copy written back to storage (fsync) before the call; "
         "PostgreSQL's archive vacuumed and analyzed after the build, its copy checkpointed "
         "(default: timed right after the copy and the build, as before)",
+    )
+    parser.add_argument(
+        "--other-writes",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="N messages a second of other calls archived into the same store during the "
+        "timed call, one batch a second (as their writers flush): a deployed process's "
+        "store is not written by this call alone (default 0: none, as before)",
     )
     args = parser.parse_args(argv)
     args.cpu_lines = []
