@@ -310,7 +310,10 @@ class StoreTrips:
                     self._note(trip)
 
             async def timed_write(records: Any) -> Any:
+                # a write's transaction leases its connection itself: its backend's CPU
+                # is not read (NaN)
                 trip = Trip("write", time.perf_counter(), started=time.perf_counter())
+                trip.cpu = float("nan")
                 try:
                     return await original_write(records)
                 finally:
@@ -444,10 +447,10 @@ def trip_costs_line(trips: Sequence[Trip]) -> str:
 
     parts = []
     for name, ts in sorted(by_name.items(), key=lambda kv: -len(kv[1])):
-        cpu = [t.cpu for t in ts]
+        cpu = [t.cpu for t in ts if t.cpu == t.cpu]
         ran = [t.parts()[1] for t in ts]
-        parts.append(
-            f"{name} {len(ts)}: CPU {q(cpu, 0.5):.2f} / {q(cpu, 0.9):.2f} / {q(cpu, 0.99):.2f}, "
-            f"ran {q(ran, 0.5):.2f} / {q(ran, 0.99):.2f}"
+        spent = (
+            f"CPU {q(cpu, 0.5):.2f} / {q(cpu, 0.9):.2f} / {q(cpu, 0.99):.2f}" if cpu else "CPU -"
         )
+        parts.append(f"{name} {len(ts)}: {spent}, ran {q(ran, 0.5):.2f} / {q(ran, 0.99):.2f}")
     return "; ".join(parts) or "no trips"
