@@ -12,6 +12,8 @@ tests/attacks_s14/test_forget_empties_caches.py.
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -163,3 +165,18 @@ def test_a_store_used_on_a_new_loop_gets_its_timer_there(tmp_path, monkeypatch):
         await store.close()
 
     asyncio.run(second())
+
+
+async def test_a_store_dropped_unclosed_is_collected_and_its_timer_ends(fast, tmp_path):
+    # the timer holds its store weakly: a store the application drops without closing is
+    # still collected, and its timer's next tick ends it
+    store = SQLiteMemoryStore(str(tmp_path / "memory.db"))
+    await store.open()
+    deletes = store._deletes
+    assert deletes.watching
+    gone = weakref.ref(store)
+    del store
+    gc.collect()
+    assert gone() is None
+    while deletes.watching:  # the next tick (bounded by the test's timeout)
+        await asyncio.sleep(PERIOD_S)
