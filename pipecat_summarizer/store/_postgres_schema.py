@@ -570,7 +570,8 @@ async def store_schema(conn, where: str) -> str:
     current = await conn.fetchval("SELECT pg_catalog.current_schema()")
     if current is None:
         raise StoreError(
-            f"{where}: no schema on the search path that the role may use to create the store in"
+            f"{where}: no schema on the search path that the role may use (to find the "
+            "store in, or create it in)"
         )
     elsewhere = [r[0] for r in await conn.fetch(ANY_STORE_SCHEMAS, sorted(REQUIRED_TABLES))]
     if elsewhere:
