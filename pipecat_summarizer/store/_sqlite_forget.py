@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 from loguru import logger
@@ -86,15 +87,24 @@ def finish_pending(conn: sqlite3.Connection) -> int:
     return len(pending)
 
 
-def finish_left(conn: sqlite3.Connection, *, truncate: bool, in_file: bool) -> bool:
+def finish_left(
+    conn: sqlite3.Connection,
+    *,
+    truncate: bool,
+    in_file: bool,
+    guard: AbstractContextManager[object] | None = None,
+) -> bool:
     """Finish the forgets a process left pending (:func:`finish_pending`): one still under
     way in another process (the lock not free in time) is left to it, with a WARNING. Then
-    truncate the WAL of a file (``truncate``: also when none was left). Returns whether
-    one was finished."""
+    truncate the WAL of a file (``truncate``: also when none was left), inside ``guard``
+    (the file's checkpoint lock: a checkpoint of the checkpointer's thread running at that
+    moment would have SQLite refuse the truncation as busy). Returns whether one was
+    finished."""
     try:
         finished = finish_pending(conn) > 0
         if (truncate or finished) and in_file:
-            truncate_wal(conn)
+            with guard if guard is not None else nullcontext():
+                truncate_wal(conn)
     except sqlite3.OperationalError as e:
         logger.warning(
             f"memory store: a pending forget is left to finish later ({error_reason(e)})"

@@ -4,6 +4,9 @@ A connection is used on its own thread only (sqlite3 refuses any other). A close
 the thread: its queued jobs run, then the close; a job issued meanwhile goes to a new
 thread, which first waits for the retired one to end (so calls keep their order and never
 run two at a time) and then opens its own connection.
+
+A file's store also has a checkpointer (``_sqlite_checkpoint``): its WAL checkpoints run on
+a thread of their own, woken by the writes of this thread's jobs; a close stops it first.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
+from pipecat_summarizer.store._sqlite_checkpoint import Checkpointer
+
 T = TypeVar("T")
 
 
@@ -25,9 +30,14 @@ class StoreThread:
         self,
         connect: Callable[[], sqlite3.Connection],
         after: ThreadPoolExecutor | None = None,
+        checkpointer: Callable[[], Checkpointer] | None = None,
     ) -> None:
-        """A thread that starts once ``after`` (the retired thread, if any) has ended."""
+        """A thread that starts once ``after`` (the retired thread, if any) has ended;
+        ``checkpointer`` makes the connection's checkpointer once it is open (``None``: an
+        in-memory or read-only store, without one)."""
         self._connect: Callable[[], sqlite3.Connection] | None = connect
+        self._make_checkpointer = checkpointer
+        self.checkpointer: Checkpointer | None = None
         #: The process that made it: a forked child has neither the thread nor the right to
         #: use the connection (SQLite forbids carrying one across a fork): it makes its own.
         self.pid = os.getpid()
@@ -46,13 +56,19 @@ class StoreThread:
         if self.conn is None:
             assert self._connect is not None, "a job after the close"
             self.conn = self._connect()
+            if self._make_checkpointer is not None:
+                self.checkpointer = self._make_checkpointer()
+                self.checkpointer.wrote()  # the opening's migration or purge may have written
         with self._running_lock:
             self._running = job
+        changes = self.conn.total_changes
         try:
             return fn(self.conn)
         finally:
             with self._running_lock:
                 self._running = None
+            if self.checkpointer is not None and self.conn.total_changes != changes:
+                self.checkpointer.wrote()
 
     def interrupt(self, job: object) -> None:
         """Interrupt ``job``'s statement if it is the one running (a job not started yet
@@ -71,6 +87,11 @@ class StoreThread:
 
     def _close(self) -> None:
         self._connect = None  # the store is free to go once closed
+        self._make_checkpointer = None
+        if self.checkpointer is not None:
+            # stopped first: the store's connection, the file's last, checkpoints as it closes
+            checkpointer, self.checkpointer = self.checkpointer, None
+            checkpointer.stop()
         if self.conn is not None:
             conn, self.conn = self.conn, None
             conn.close()

@@ -10,11 +10,13 @@ event loop never blocks on disk or on a lock. Archived messages are indexed with
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +35,7 @@ from pipecat_summarizer.store._rows import (
     to_fact,
     to_message,
 )
+from pipecat_summarizer.store._sqlite_checkpoint import Checkpointer, checkpoint_lock
 from pipecat_summarizer.store._sqlite_forget import Pending, hide
 from pipecat_summarizer.store._sqlite_schema import (
     migrate,
@@ -164,7 +167,9 @@ class SQLiteMemoryStore(MemoryStore):
                 # here (S15-S-2); this process opens its own
                 self._thread = self._retired = None
             if self._thread is None:
-                self._thread = StoreThread(self._connect, after=self._retired)
+                self._thread = StoreThread(
+                    self._connect, after=self._retired, checkpointer=self._checkpointer()
+                )
             job = Job(self._thread)
             future = loop.run_in_executor(self._thread.executor, self._call, fn, job)
         try:
@@ -179,6 +184,12 @@ class SQLiteMemoryStore(MemoryStore):
     def _is_open(self) -> bool:
         """Whether the store's thread is there (not closed): see ``MemoryStore._is_open``."""
         return self._thread is not None
+
+    def _checkpointer(self) -> Callable[[], Checkpointer] | None:
+        """What makes a file's checkpointer (never the store itself: see StoreThread)."""
+        if self.path is None or self.read_only:
+            return None
+        return functools.partial(Checkpointer, self.path, self.busy_timeout_s)
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], job: Job) -> T:
         return job.thread.call(fn, job)
@@ -197,6 +208,9 @@ class SQLiteMemoryStore(MemoryStore):
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             if self.path is not None:
                 conn.execute("PRAGMA journal_mode=WAL")
+                # never a checkpoint inside a write on this thread, where searches wait: the
+                # checkpointer's thread runs them (_sqlite_checkpoint, bugs.md S15-F-2)
+                conn.execute("PRAGMA wal_autocheckpoint=0")
             # WAL + NORMAL: a killed process loses nothing committed; only power loss can
             # roll back the last transactions
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -227,7 +241,11 @@ class SQLiteMemoryStore(MemoryStore):
 
     def _finish_forgets(self, conn: sqlite3.Connection, *, truncate: bool = False) -> None:
         """Finish the forgets left pending (``_sqlite_forget.finish_left``)."""
-        _sqlite_forget.finish_left(conn, truncate=truncate, in_file=self.path is not None)
+        guard: AbstractContextManager[object] = (
+            nullcontext() if self.path is None else checkpoint_lock(self.path)
+        )
+        in_file = self.path is not None
+        _sqlite_forget.finish_left(conn, truncate=truncate, in_file=in_file, guard=guard)
 
     # -- the interface --------------------------------------------------------------------
 

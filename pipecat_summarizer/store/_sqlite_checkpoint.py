@@ -1,0 +1,224 @@
+"""The SQLite store's WAL checkpoints, on a thread and a connection of their own.
+
+SQLite's automatic checkpoint runs inside the commit that takes the WAL past 1,000 pages, on
+the connection that wrote: the store's one thread, where recall's searches run too. At a
+million archived messages that write cost ~26 ms of the thread (bugs.md S15-F-2), and a
+turn's search queued behind it missed its budget. So the store's connection has
+``wal_autocheckpoint=0`` and this thread checkpoints (PASSIVE: it never blocks a reader or
+the writer) when a write tells it the WAL has passed the same threshold. Python's ``sqlite3``
+releases the interpreter's lock inside SQLite, so the copy never holds up the store's thread.
+
+How far the WAL is: its file, read by this thread (the header's salts and page size, then a
+binary search of the frames that carry those salts: the current log is a prefix of the file;
+a dozen small reads), less the frames this thread's last checkpoint copied if the log has not
+started over since. Never the ``-shm`` file: SQLite's locks are POSIX locks on it, and closing
+any descriptor of that file would drop every lock this process holds there. Where the WAL
+cannot be read, every write wakes a checkpoint, at most one a ``RETRY_S``. A checkpoint that
+cannot finish (another connection reads an older snapshot, or another process checkpoints) is
+retried every ``RETRY_S`` and logged once.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import struct
+import threading
+import time
+from pathlib import Path
+
+from loguru import logger
+
+from pipecat_summarizer.store.base import error_reason
+
+#: The WAL frames not yet copied into the database that wake a checkpoint (SQLite's own
+#: automatic checkpoint's default).
+THRESHOLD_PAGES = 1000
+#: The wait before a checkpoint that could not finish is tried again (seconds).
+RETRY_S = 1.0
+_WAL_HEADER = 32
+_FRAME_HEADER = 24
+
+# one checkpoint of a file at a time in this process: SQLite refuses a second as busy without
+# waiting, and a forget's TRUNCATE refused so would leave the forgotten text in the WAL
+_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+def checkpoint_lock(path: Path) -> threading.Lock:
+    """The lock every checkpoint of the file at ``path`` takes in this process."""
+    key = os.path.abspath(path)
+    with _locks_lock:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def _forget_locks() -> None:
+    # a forked child: a lock its parent's checkpointer held is held for good here
+    global _locks_lock
+    _locks.clear()
+    _locks_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks)
+
+
+class Checkpointer:
+    """One store connection's checkpoints: a thread, its connection, and the lock that a
+    forget's TRUNCATE checkpoint takes (one checkpoint of this process at a time: SQLite
+    refuses a second one as busy, without waiting)."""
+
+    def __init__(self, path: Path, busy_timeout_s: float, threshold: int = THRESHOLD_PAGES):
+        """Start the thread (its connection is opened on it)."""
+        self.path = path
+        self.busy_timeout_s = busy_timeout_s
+        self.threshold = threshold
+        #: Held by a checkpoint: this thread's, or a forget's on the store's thread.
+        self.lock = checkpoint_lock(path)
+        #: The checkpoints run (counted, with the thread that ran them: tests and probes).
+        self.runs = 0
+        self.thread_idents: set[int] = set()
+        self._wake = threading.Condition()
+        self._wrote = 0  # writes signalled
+        self._seen = 0  # writes this thread has looked at
+        self._stop = False
+        self._failing = False
+        self.thread = threading.Thread(
+            target=self._loop, name=f"sqlite-checkpoint:{path.name}", daemon=True
+        )
+        self.thread.start()
+
+    def wrote(self) -> None:
+        """A write committed on the store's connection: look at the WAL (never waits)."""
+        with self._wake:
+            self._wrote += 1
+            self._wake.notify()
+
+    def settled(self) -> None:
+        """Wait until every write signalled so far has been looked at (and its checkpoint,
+        if it woke one, has run): for tests."""
+        with self._wake:
+            self._wake.wait_for(lambda: self._seen >= self._wrote or self._stop)
+
+    def stop(self) -> None:
+        """End the thread (a checkpoint under way finishes first) and close its connection."""
+        with self._wake:
+            self._stop = True
+            self._wake.notify_all()
+        if self.thread is not threading.current_thread():
+            self.thread.join()
+
+    # -- the thread -----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        conn: sqlite3.Connection | None = None
+        copied: tuple[tuple[int, int], int] | None = None  # the log's salts, frames copied
+        last_try = float("-inf")
+        retry = False
+        try:
+            while True:
+                with self._wake:
+                    if retry:
+                        self._wake.wait_for(lambda: self._stop, timeout=RETRY_S)
+                    else:
+                        self._wake.wait_for(lambda: self._stop or self._wrote > self._seen)
+                    if self._stop:
+                        return
+                    seen = self._wrote
+                pending = _pending_frames(self.path, copied)
+                if pending is None and time.monotonic() - last_try < RETRY_S:
+                    # the WAL's state unknown: at most one checkpoint a RETRY_S (one more
+                    # write, later, wakes the next)
+                    retry = False
+                elif pending is None or pending >= self.threshold or retry:
+                    last_try = time.monotonic()
+                    if conn is None:
+                        conn = self._open()
+                    log = _wal_log(self.path)  # before: frames written meanwhile stay pending
+                    retry = conn is None or not self._checkpoint(conn)
+                    copied = None if retry or log is None else log
+                with self._wake:
+                    self._seen = max(self._seen, seen)
+                    self._wake.notify_all()
+        finally:
+            if conn is not None:
+                conn.close()
+            with self._wake:
+                self._seen = self._wrote
+                self._wake.notify_all()
+
+    def _open(self) -> sqlite3.Connection | None:
+        try:
+            conn = sqlite3.connect(
+                str(self.path), timeout=self.busy_timeout_s, isolation_level=None
+            )
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            # the syncs of a checkpoint as the store's connection has them
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint=0")
+        except sqlite3.Error as e:
+            self._failed(f"its connection did not open ({error_reason(e)})")
+            return None
+        return conn
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> bool:
+        """One PASSIVE checkpoint; whether it copied the whole WAL."""
+        try:
+            with self.lock:
+                self.runs += 1
+                self.thread_idents.add(threading.get_ident())
+                busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error as e:
+            self._failed(error_reason(e))
+            return False
+        if busy or (log >= 0 and done < log):
+            self._failed("another connection reads an older snapshot, or checkpoints")
+            return False
+        if self._failing:
+            logger.info("memory store: the WAL checkpoint succeeded again")
+            self._failing = False
+        return True
+
+    def _failed(self, reason: str) -> None:
+        if not self._failing:
+            logger.warning(
+                f"memory store: the WAL checkpoint could not finish ({reason}); "
+                f"retried every {RETRY_S:g} s"
+            )
+        self._failing = True
+
+
+def _wal_log(path: Path) -> tuple[tuple[int, int], int] | None:
+    """The WAL's current log: its salts and its frames (committed or being written), or
+    ``None`` (no WAL, or unreadable)."""
+    try:
+        with open(f"{path}-wal", "rb", buffering=0) as wal:
+            header = wal.read(_WAL_HEADER)
+            if len(header) < _WAL_HEADER:
+                return None
+            page_size, _, salt1, salt2 = struct.unpack_from(">IIII", header, 8)
+            frame = page_size + _FRAME_HEADER
+            size = os.fstat(wal.fileno()).st_size
+            low, high = 0, max(0, (size - _WAL_HEADER) // frame)
+            while low < high:  # the last frame with the header's salts
+                mid = (low + high + 1) // 2
+                wal.seek(_WAL_HEADER + (mid - 1) * frame + 8)
+                if struct.unpack(">II", wal.read(8) or b"\0" * 8) == (salt1, salt2):
+                    low = mid
+                else:
+                    high = mid - 1
+    except (OSError, struct.error):
+        return None
+    return (salt1, salt2), low
+
+
+def _pending_frames(path: Path, copied: tuple[tuple[int, int], int] | None) -> int | None:
+    """The WAL frames not yet copied into the database, or ``None`` (unknown): the log's,
+    less those this thread's last checkpoint copied if the log has not started over."""
+    log = _wal_log(path)
+    if log is None:
+        return None
+    salts, frames = log
+    if copied is not None and copied[0] == salts:
+        return max(0, frames - copied[1])
+    return frames
