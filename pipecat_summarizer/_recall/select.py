@@ -263,6 +263,8 @@ def select_hits(
     parts: Sequence[Sequence[str]] = (),
     most: int | None = None,
     weak_per_strong: float | None = None,
+    least_weak: int = 0,
+    few_strong: int | None = None,
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[Snippet]:
@@ -291,7 +293,9 @@ def select_hits(
             :func:`~pipecat_summarizer._recall.query.query_parts`): a hit relevant to one
             part is relevant.
         weak_per_strong: When given, the filling takes at most this many weak hits per
-            strong match (rounded up).
+            strong match (rounded up), but never fewer than ``least_weak``.
+        least_weak: The filling's weak hits ``weak_per_strong`` never cuts below, when
+            at most ``few_strong`` strong matches were chosen (``None``: however many).
         most: The caller keeps only the first ``most`` snippets: the hits stop being
             judged once that many strong matches are chosen (the first ``most`` are the
             same as without it).
@@ -380,7 +384,8 @@ def select_hits(
     if not out:
         return []  # filling needs a strong match
     if weak_per_strong is not None:  # the filling, in proportion to the strong matches
-        weak = weak[: math.ceil(weak_per_strong * len(out))]
+        few = few_strong is None or len(out) <= few_strong
+        weak = weak[: max(least_weak if few else 0, math.ceil(weak_per_strong * len(out)))]
     return (out + weak)[: params.max_snippets]
 
 

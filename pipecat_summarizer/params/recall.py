@@ -143,8 +143,8 @@ class RecallParams:
             share at least one of the query's topic words (in the archive's ranking), when
             there is a strong match; when a long context leaves an adaptive block less than
             three quarters of ``max_tokens``, at most one such hit per strong match for a
-            question about one thing (not about time, not a list). ``False``: strong
-            matches only.
+            question about one thing (not about time, not a list), but at least 16 when at
+            most 4 hits matched strongly. ``False``: strong matches only.
         semantic: Semantic recall as well (:class:`SemanticRecallParams`, the ``semantic``
             extra): archived messages that say the same in other words, fused with the
             lexical hits. ``None``: lexical only.

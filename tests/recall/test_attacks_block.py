@@ -13,7 +13,7 @@ import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall.render import RECALL_HEADER, is_recall_message
+from pipecat_summarizer._recall.render import RECALL_HEADER, SAME_CALL, is_recall_message
 from pipecat_summarizer._text.tokens import EstimateTokenCounter, estimate_text_tokens
 from pipecat_summarizer.params import (
     CeilingParams,
@@ -117,7 +117,8 @@ async def test_a_caller_whose_every_line_matches_every_question_gets_a_bounded_b
         assert estimate_text_tokens(block) <= recall.max_tokens
         assert 1 <= len(_snippet_lines(block)) <= recall.max_snippets
         for line in _snippet_lines(block):  # the instruction only ever inside a quote
-            assert line.startswith("- [call ") and "SYSTEM:" not in line.split('"', 1)[0]
+            assert line.startswith(("- [call ", f"- [{SAME_CALL}]"))
+            assert "SYSTEM:" not in line.split('"', 1)[0]
     counter = EstimateTokenCounter()
     sizes = [
         sum(counter.count_message(m) for m in b["messages"]) for b in openai_server.chat_requests
