@@ -36,6 +36,9 @@ from pipecat_summarizer.store.base import error_reason
 THRESHOLD_PAGES = 1000
 #: The wait before a checkpoint that could not finish is tried again (seconds).
 RETRY_S = 1.0
+#: The WAL frames past which a checkpoint makes the writers wait (RESTART): the writes kept
+#: coming during the PASSIVE ones, and the log never started over.
+RESTART_PAGES = 4 * THRESHOLD_PAGES
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
 
@@ -77,6 +80,7 @@ class Checkpointer:
         self.lock = checkpoint_lock(path)
         #: The checkpoints run (counted, with the thread that ran them: tests and probes).
         self.runs = 0
+        self.restarts = 0
         self.thread_idents: set[int] = set()
         self._wake = threading.Condition()
         self._wrote = 0  # writes signalled
@@ -98,7 +102,8 @@ class Checkpointer:
         """Wait until every write signalled so far has been looked at (and its checkpoint,
         if it woke one, has run): for tests."""
         with self._wake:
-            self._wake.wait_for(lambda: self._seen >= self._wrote or self._stop)
+            while not (self._seen >= self._wrote or self._stop or not self.thread.is_alive()):
+                self._wake.wait(RETRY_S)
 
     def stop(self) -> None:
         """End the thread (a checkpoint under way finishes first) and close its connection."""
@@ -114,29 +119,42 @@ class Checkpointer:
         conn: sqlite3.Connection | None = None
         copied: tuple[tuple[int, int], int] | None = None  # the log's salts, frames copied
         last_try = float("-inf")
-        retry = False
+        retry = again = False
         try:
             while True:
                 with self._wake:
-                    if retry:
+                    if retry and not again:
                         self._wake.wait_for(lambda: self._stop, timeout=RETRY_S)
-                    else:
+                    elif not again:
                         self._wake.wait_for(lambda: self._stop or self._wrote > self._seen)
                     if self._stop:
                         return
                     seen = self._wrote
-                pending = _pending_frames(self.path, copied)
-                if pending is None and time.monotonic() - last_try < RETRY_S:
-                    # the WAL's state unknown: at most one checkpoint a RETRY_S (one more
-                    # write, later, wakes the next)
-                    retry = False
-                elif pending is None or pending >= self.threshold or retry:
-                    last_try = time.monotonic()
-                    if conn is None:
-                        conn = self._open()
+                again = False
+                try:
                     log = _wal_log(self.path)  # before: frames written meanwhile stay pending
-                    retry = conn is None or not self._checkpoint(conn)
-                    copied = None if retry or log is None else log
+                    pending = _pending_frames(log, copied)
+                    if pending is None and time.monotonic() - last_try < RETRY_S:
+                        # the WAL's state unknown: at most one checkpoint a RETRY_S (one more
+                        # write, later, wakes the next)
+                        retry = False
+                    elif pending is None or pending >= self.threshold or retry:
+                        last_try = time.monotonic()
+                        if conn is None:
+                            conn = self._open()
+                        # writes that came during the checkpoints kept the log from starting
+                        # over (a writer starts it over only if every frame was copied when it
+                        # began): past RESTART_PAGES, one checkpoint that makes them wait
+                        restart = log is not None and log[1] >= RESTART_PAGES
+                        retry = conn is None or not self._checkpoint(conn, restart=restart)
+                        copied = None if retry or log is None else log
+                        if not retry:
+                            # the frames written meanwhile: copied at once if past the threshold
+                            left = _pending_frames(_wal_log(self.path), copied)
+                            again = left is not None and left >= self.threshold
+                except Exception as e:  # never the thread's end: the WAL would grow for good
+                    retry = True
+                    self._failed(f"{type(e).__name__}: {e}")
                 with self._wake:
                     self._seen = max(self._seen, seen)
                     self._wake.notify_all()
@@ -161,13 +179,16 @@ class Checkpointer:
             return None
         return conn
 
-    def _checkpoint(self, conn: sqlite3.Connection) -> bool:
-        """One PASSIVE checkpoint; whether it copied the whole WAL."""
+    def _checkpoint(self, conn: sqlite3.Connection, *, restart: bool = False) -> bool:
+        """One PASSIVE checkpoint (RESTART: writers wait for it, and the next one starts
+        the log over); whether it copied the whole WAL."""
+        mode = "RESTART" if restart else "PASSIVE"
         try:
             with self.lock:
                 self.runs += 1
+                self.restarts += restart
                 self.thread_idents.add(threading.get_ident())
-                busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                busy, log, done = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
         except sqlite3.Error as e:
             self._failed(error_reason(e))
             return False
@@ -212,10 +233,11 @@ def _wal_log(path: Path) -> tuple[tuple[int, int], int] | None:
     return (salt1, salt2), low
 
 
-def _pending_frames(path: Path, copied: tuple[tuple[int, int], int] | None) -> int | None:
+def _pending_frames(
+    log: tuple[tuple[int, int], int] | None, copied: tuple[tuple[int, int], int] | None
+) -> int | None:
     """The WAL frames not yet copied into the database, or ``None`` (unknown): the log's,
     less those this thread's last checkpoint copied if the log has not started over."""
-    log = _wal_log(path)
     if log is None:
         return None
     salts, frames = log

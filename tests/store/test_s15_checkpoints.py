@@ -61,10 +61,10 @@ class _Gate:
         self.waiting = threading.Event()
         run = _sqlite_checkpoint.Checkpointer._checkpoint
 
-        def gated(checkpointer, conn):
+        def gated(checkpointer, conn, **kwargs):
             self.waiting.set()
             self.open.wait()
-            return run(checkpointer, conn)
+            return run(checkpointer, conn, **kwargs)
 
         monkeypatch.setattr(_sqlite_checkpoint.Checkpointer, "_checkpoint", gated)
 
