@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import random
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -20,6 +23,7 @@ import pytest
 from pipecat_summarizer.store import SQLiteMemoryStore, _sqlite_checkpoint
 from pipecat_summarizer.store.records import ArchivedMessage
 
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = 4096
 FRAME = PAGE + 24  # a WAL frame: its header and a page
 
@@ -204,3 +208,67 @@ async def test_a_forget_still_truncates_the_wal(tmp_path):
     assert b"zebracrossing" not in path.read_bytes()
     await store.close()
     assert b"zebracrossing" not in path.read_bytes()
+
+
+FORK_SCRIPT = """
+import asyncio, os, random, sys
+from pipecat_summarizer.store import SQLiteMemoryStore
+from tests.store.test_s15_checkpoints import _batch, _write_pages
+
+store = SQLiteMemoryStore(sys.argv[1])
+rng = random.Random(7)
+asyncio.run(store.write(_batch("call-p", 0, rng)))  # open: its thread, its checkpointer
+parent_checkpointer = store._thread.checkpointer
+pid = os.fork()
+if pid == 0:
+    async def child():
+        await asyncio.wait_for(_write_pages(store, 1500, rng), 120)
+        mine = store._thread.checkpointer
+        await asyncio.wait_for(asyncio.to_thread(mine.settled), 60)
+        print("child", mine is not parent_checkpointer, mine.runs >= 1,
+              mine.thread_idents == {mine.thread.ident}, flush=True)
+        # the file's checkpoint lock is this process's own (a forget's truncation takes it)
+        print("child forget", await asyncio.wait_for(store.forget("caller-1"), 60) > 0,
+              flush=True)
+        await asyncio.wait_for(store.close(), 60)
+        print("child closed", mine.thread.is_alive(), flush=True)
+    try:
+        asyncio.run(child())
+    except BaseException as e:
+        print("child failed", type(e).__name__, e, flush=True)
+        os._exit(1)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+
+async def after():
+    await store.write(_batch("call-p", 100, rng))
+    print("parent", store._thread.checkpointer is parent_checkpointer, flush=True)
+    await store.close()
+    print("parent closed", parent_checkpointer.thread.is_alive(), flush=True)
+
+asyncio.run(after())
+"""
+
+
+def test_a_forked_child_checkpoints_on_a_thread_of_its_own(tmp_path):
+    """A store open when the process forks: the child's writes past the threshold are
+    checkpointed by a checkpointer of its own (the parent's thread does not run there), its
+    forget truncates (the file's checkpoint lock is not the parent's, maybe held), its close
+    joins it; the parent's checkpointer goes on, and closes with the parent's store."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, str(tmp_path / "memory.db")],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("child", "parent"))]
+    assert lines == [
+        "child True True True",
+        "child forget True",
+        "child closed False",
+        "child exit 0",
+        "parent True",
+        "parent closed False",
+    ], (done.stdout[-2000:], done.stderr[-2000:])
