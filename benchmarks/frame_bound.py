@@ -97,6 +97,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _cpu_phases import CpuPhases, cpu_phases_lines  # noqa: E402
 from _frame_report import Row, line, report  # noqa: E402
 from _phases import FrameTrips, PhaseClock, StoreTrips  # noqa: E402
+from _settle import vacuumed  # noqa: E402
 from _spoken import spoken_turn  # noqa: E402
 from _tail import LoopSteps, ServerProcesses, Spent, Step, TurnClock, pool_backends  # noqa: E402
 from frame_delay import InstantLLM  # noqa: E402
@@ -536,18 +537,8 @@ def _written_back(path: Path) -> str:
 
 
 async def _settled(server: Any, dsn: str) -> str:
-    """The built archive as autovacuum leaves it (every table vacuumed and analyzed: pages
-    all-visible, hint bits set, statistics), then a checkpoint; how long it took."""
-    import asyncpg
-
-    t0 = time.perf_counter()
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute("VACUUM (ANALYZE)")
-        await conn.execute("CHECKPOINT")
-    finally:
-        await conn.close()
-    return f"; vacuumed, analyzed in {time.perf_counter() - t0:.0f} s"
+    """The built archive as autovacuum leaves it (:func:`_settle.vacuumed`); how long it took."""
+    return f"; vacuumed, analyzed in {await vacuumed(dsn):.0f} s"
 
 
 async def _checkpoint(dsn: str) -> None:

@@ -81,6 +81,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import voice_corpus  # noqa: E402
 from _recall_sqlite import PHASES, sqlite_phases, sqlite_quality  # noqa: E402
+from _settle import vacuumed  # noqa: E402
 from _tail import Spent, TurnClock, pool_backends, tail_line  # noqa: E402
 from loguru import logger  # noqa: E402
 
@@ -319,19 +320,8 @@ async def _vacuumed(server, dsn: str) -> None:
 
 
 async def _settled(dsn: str) -> str:
-    """``--pg-settle``: the archive as autovacuum leaves it a while after the writes (every
-    table vacuumed and analyzed: pages all-visible, hint bits set, the planner's
-    statistics), then a checkpoint (no dirty buffer written under the timings)."""
-    import asyncpg
-
-    t0 = time.perf_counter()
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute("VACUUM (ANALYZE)")
-        await conn.execute("CHECKPOINT")
-    finally:
-        await conn.close()
-    return f"; vacuumed, analyzed, checkpointed in {time.perf_counter() - t0:.1f}s"
+    """``--pg-settle``: the archive as autovacuum leaves it (:func:`_settle.vacuumed`)."""
+    return f"; vacuumed, analyzed, checkpointed in {await vacuumed(dsn):.1f}s"
 
 
 def _server_cpu_ns(pids: list[int]) -> int:
