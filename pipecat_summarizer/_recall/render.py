@@ -366,8 +366,8 @@ def render_recall(
     dates = asks_when(query)
     relative = now is not None and dates
     budget = max_tokens - count(RECALL_HEADER) - 1
-    # each chosen snippet: its (call, label), the label's dates and its quotes
-    chosen: list[tuple[Snippet, tuple[str, str], str, str]] = []
+    # each chosen snippet: its (call, label), the label's dates, its quotes, the label counted
+    chosen: list[tuple[Snippet, tuple[str, str], str, str, str]] = []
     labelled: set[tuple[str, str]] = set()  # the groups whose full label is counted
     for s in snippets:
         if budget <= 8 or (deadline is not None and chosen and clock() >= deadline):
@@ -387,7 +387,7 @@ def render_recall(
             cost = count(_line(when, said, body)) + 1
         if cost > budget:
             continue
-        chosen.append((s, group, said, body))
+        chosen.append((s, group, said, body, when))
         labelled.add(group)
         budget -= cost
     if not chosen:
@@ -402,11 +402,16 @@ def render_recall(
     )
     lines: list[str] = []
     previous: tuple[str, str] | None = None
-    for _, group, said, body in chosen:
-        lines.append(_line(SAME_CALL if group == previous else group[1], said, body))
+    moved = False  # a line's label other than the one its cost was counted with
+    for _, group, said, body, counted in chosen:
+        label = SAME_CALL if group == previous else group[1]
+        moved = moved or label != counted
+        lines.append(_line(label, said, body))
         previous = group
     text = "\n".join([RECALL_HEADER, *lines])
-    while len(lines) > 1 and count(text) > max_tokens:
+    # the lines counted are the lines placed: the budget holds without counting the block
+    # again (a tokenizer's count of a whole block is not free on the frame's path)
+    while moved and len(lines) > 1 and count(text) > max_tokens:
         # a group's label said twice (a call's labels out of its positions' order, which
         # an archive written in order never has): the block's last lines give way
         lines.pop()
