@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import struct
 import threading
 import time
+import weakref
 from pathlib import Path
 
 from loguru import logger
@@ -66,10 +68,33 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_locks)
 
 
+class _Signals:
+    """What the store's thread and the checkpointer's share: the writes signalled, those
+    looked at, and the stop. The thread holds this, never the :class:`Checkpointer`: a
+    store dropped unclosed drops its checkpointer, whose finalizer then stops the thread."""
+
+    def __init__(self) -> None:
+        # a reentrant lock: the finalizer that stops the thread may run (a collection) on a
+        # thread that holds it already
+        self.wake = threading.Condition(threading.RLock())
+        self.wrote = 0  # writes signalled
+        self.seen = 0  # writes the thread has looked at
+        self.stop = False
+
+    def stop_now(self) -> None:
+        with self.wake:
+            self.stop = True
+            self.wake.notify_all()
+
+
 class Checkpointer:
     """One store connection's checkpoints: a thread, its connection, and the lock that a
     forget's TRUNCATE checkpoint takes (one checkpoint of this process at a time: SQLite
-    refuses a second one as busy, without waiting)."""
+    refuses a second one as busy, without waiting).
+
+    The thread ends when :meth:`stop` is called, or when this object is collected (a store
+    dropped without a close: its thread and connection would otherwise stay for good,
+    holding the file open)."""
 
     def __init__(self, path: Path, busy_timeout_s: float, threshold: int = THRESHOLD_PAGES):
         """Start the thread (its connection is opened on it)."""
@@ -82,88 +107,37 @@ class Checkpointer:
         self.runs = 0
         self.restarts = 0
         self.thread_idents: set[int] = set()
-        self._wake = threading.Condition()
-        self._wrote = 0  # writes signalled
-        self._seen = 0  # writes this thread has looked at
-        self._stop = False
+        self._signals = signals = _Signals()
         self._failing = False
         self.thread = threading.Thread(
-            target=self._loop, name=f"sqlite-checkpoint:{path.name}", daemon=True
+            target=_run,
+            args=(weakref.ref(self), signals),
+            name=f"sqlite-checkpoint:{path.name}",
+            daemon=True,
         )
+        weakref.finalize(self, signals.stop_now)
         self.thread.start()
 
     def wrote(self) -> None:
         """A write committed on the store's connection: look at the WAL (never waits)."""
-        with self._wake:
-            self._wrote += 1
-            self._wake.notify()
+        signals = self._signals
+        with signals.wake:
+            signals.wrote += 1
+            signals.wake.notify()
 
     def settled(self) -> None:
         """Wait until every write signalled so far has been looked at (and its checkpoint,
         if it woke one, has run): for tests."""
-        with self._wake:
-            while not (self._seen >= self._wrote or self._stop or not self.thread.is_alive()):
-                self._wake.wait(RETRY_S)
+        signals = self._signals
+        with signals.wake:
+            while not (signals.seen >= signals.wrote or signals.stop or not self.thread.is_alive()):
+                signals.wake.wait(RETRY_S)
 
     def stop(self) -> None:
         """End the thread (a checkpoint under way finishes first) and close its connection."""
-        with self._wake:
-            self._stop = True
-            self._wake.notify_all()
+        self._signals.stop_now()
         if self.thread is not threading.current_thread():
             self.thread.join()
-
-    # -- the thread -----------------------------------------------------------------------
-
-    def _loop(self) -> None:
-        conn: sqlite3.Connection | None = None
-        copied: tuple[tuple[int, int], int] | None = None  # the log's salts, frames copied
-        last_try = float("-inf")
-        retry = again = False
-        try:
-            while True:
-                with self._wake:
-                    if retry and not again:
-                        self._wake.wait_for(lambda: self._stop, timeout=RETRY_S)
-                    elif not again:
-                        self._wake.wait_for(lambda: self._stop or self._wrote > self._seen)
-                    if self._stop:
-                        return
-                    seen = self._wrote
-                again = False
-                try:
-                    log = _wal_log(self.path)  # before: frames written meanwhile stay pending
-                    pending = _pending_frames(log, copied)
-                    if pending is None and time.monotonic() - last_try < RETRY_S:
-                        # the WAL's state unknown: at most one checkpoint a RETRY_S (one more
-                        # write, later, wakes the next)
-                        retry = False
-                    elif pending is None or pending >= self.threshold or retry:
-                        last_try = time.monotonic()
-                        if conn is None:
-                            conn = self._open()
-                        # writes that came during the checkpoints kept the log from starting
-                        # over (a writer starts it over only if every frame was copied when it
-                        # began): past RESTART_PAGES, one checkpoint that makes them wait
-                        restart = log is not None and log[1] >= RESTART_PAGES
-                        retry = conn is None or not self._checkpoint(conn, restart=restart)
-                        copied = None if retry or log is None else log
-                        if not retry:
-                            # the frames written meanwhile: copied at once if past the threshold
-                            left = _pending_frames(_wal_log(self.path), copied)
-                            again = left is not None and left >= self.threshold
-                except Exception as e:  # never the thread's end: the WAL would grow for good
-                    retry = True
-                    self._failed(f"{type(e).__name__}: {e}")
-                with self._wake:
-                    self._seen = max(self._seen, seen)
-                    self._wake.notify_all()
-        finally:
-            if conn is not None:
-                conn.close()
-            with self._wake:
-                self._seen = self._wrote
-                self._wake.notify_all()
 
     def _open(self) -> sqlite3.Connection | None:
         try:
@@ -209,11 +183,76 @@ class Checkpointer:
         self._failing = True
 
 
+def _run(ref: weakref.ReferenceType[Checkpointer], signals: _Signals) -> None:
+    """The checkpointer's thread: woken by writes, it looks at the WAL and checkpoints past
+    the threshold. It holds its :class:`Checkpointer` only while it works (``ref``), so the
+    object can be collected while the thread waits."""
+    conn: sqlite3.Connection | None = None
+    copied: tuple[tuple[int, int], int] | None = None  # the log's salts, frames copied
+    last_try = float("-inf")
+    retry = again = False
+    wake = signals.wake
+    try:
+        while True:
+            with wake:
+                if retry and not again:
+                    wake.wait_for(lambda: signals.stop, timeout=RETRY_S)
+                elif not again:
+                    wake.wait_for(lambda: signals.stop or signals.wrote > signals.seen)
+                if signals.stop:
+                    return
+                seen = signals.wrote
+            me = ref()
+            if me is None:  # collected meanwhile (its finalizer stops us too)
+                return
+            again = False
+            try:
+                log = _wal_log(me.path)  # before: frames written meanwhile stay pending
+                pending = _pending_frames(log, copied)
+                if pending is None and time.monotonic() - last_try < RETRY_S:
+                    # the WAL's state unknown: at most one checkpoint a RETRY_S (one more
+                    # write, later, wakes the next)
+                    retry = False
+                elif pending is None or pending >= me.threshold or retry:
+                    last_try = time.monotonic()
+                    if conn is None:
+                        conn = me._open()
+                    # writes that came during the checkpoints kept the log from starting
+                    # over (a writer starts it over only if every frame was copied when it
+                    # began): past RESTART_PAGES, one checkpoint that makes them wait
+                    restart = log is not None and log[1] >= RESTART_PAGES
+                    retry = conn is None or not me._checkpoint(conn, restart=restart)
+                    copied = None if retry or log is None else log
+                    if not retry:
+                        # the frames written meanwhile: copied at once if past the threshold
+                        left = _pending_frames(_wal_log(me.path), copied)
+                        again = left is not None and left >= me.threshold
+            except Exception as e:  # never the thread's end: the WAL would grow for good
+                retry = True
+                me._failed(f"{type(e).__name__}: {e}")
+            del me  # never held while waiting: see the docstring
+            with wake:
+                signals.seen = max(signals.seen, seen)
+                wake.notify_all()
+    finally:
+        if conn is not None:
+            conn.close()
+        with wake:
+            signals.seen = signals.wrote
+            wake.notify_all()
+
+
 def _wal_log(path: Path) -> tuple[tuple[int, int], int] | None:
     """The WAL's current log: its salts and its frames (committed or being written), or
     ``None`` (no WAL, or unreadable)."""
     try:
-        with open(f"{path}-wal", "rb", buffering=0) as wal:
+        # never waits to open: an operator's FIFO (or device) in the WAL's place would hold
+        # this thread, and the store's close that joins it, for good; only a regular file
+        # is read
+        fd = os.open(f"{path}-wal", os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb", buffering=0) as wal:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             header = wal.read(_WAL_HEADER)
             if len(header) < _WAL_HEADER:
                 return None
