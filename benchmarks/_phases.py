@@ -225,7 +225,12 @@ class Trip:
 
 
 #: The store's own helpers a trip's name looks past (the public method that asked is the name).
-_PLUMBING = {"_run", "_query", "_read", "_fetch", "_keyed", "<lambda>", "timed_run", "timed_read"}
+_PLUMBING = {
+    *("_run", "_query", "_read", "_fetch", "_keyed", "<lambda>", "timed_run", "timed_read"),
+    *("_search", "_searched"),
+}
+#: The trips that are a turn's own search: its watch read in the same trip (one name).
+_SEARCHES = ("search", "search_noticing")
 
 
 def _asker() -> str:
@@ -377,7 +382,7 @@ def trips_line(
     late_busy: list[float] = []
     behind: dict[str, list[float]] = {}
     for frame, (ts, waits) in rows:
-        mine = [t for t in ts if t.name == "search" and frame.began <= t.submitted <= frame.ended]
+        mine = [t for t in ts if t.name in _SEARCHES and frame.began <= t.submitted <= frame.ended]
         for t in mine[:1]:
             q, r, b = t.parts()
             own.append((q, r, t.cpu, b))

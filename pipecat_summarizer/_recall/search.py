@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from loguru import logger
 
@@ -146,11 +146,13 @@ class ArchiveSearch(RecallHooks):
         wait_s: float,
         *,
         watch: bool = True,
-        turn: Sequence[asyncio.Task | None] = (),
+        turn: Sequence[asyncio.Future | None] = (),
+        noticing: asyncio.Future | None = None,
     ) -> asyncio.Task:
-        return asyncio.ensure_future(
-            self._search_with_replies(query, limit, terms, wait_s=wait_s, watch=watch, turn=turn)
+        inner = self._search_with_replies(
+            query, limit, terms, wait_s=wait_s, watch=watch, turn=turn, noticing=noticing
         )
+        return asyncio.ensure_future(inner)
 
     async def _search_with_replies(
         self,
@@ -161,7 +163,8 @@ class ArchiveSearch(RecallHooks):
         semantic: bool = True,
         wait_s: float | None = None,
         watch: bool = True,
-        turn: Sequence[asyncio.Task | None] = (),
+        turn: Sequence[asyncio.Future | None] = (),
+        noticing: asyncio.Future | None = None,
     ) -> Found:
         """The hits, and the message that followed each of the first ones (the answer to a
         question, the rest of a story): one search, then one read per hit that can be
@@ -170,7 +173,11 @@ class ArchiveSearch(RecallHooks):
         costs the lexical hits (``semantic_late`` counts those turns). ``watch=False``: the
         caller reads the forget tombstone itself (a turn, beside its selection: see
         :meth:`_watch`), so the hits do not wait for that read; ``turn`` then holds that
-        watch by this coroutine's first step (the watch starts after the search's task)."""
+        watch by this coroutine's first step (the watch starts after the search's task).
+        ``noticing`` (a turn's watch, in ``turn`` too): when this search is the archive's
+        own, the watch is read in the search's trip (``MemoryStore.search_noticing``) and
+        ``noticing`` gets its answer; when an early search answers, a watch of its own is
+        started for it (:meth:`_watch`)."""
         scope = {"user_id": self.user_id} if self.user_id else {"call_id": self.call_id}
         generation = self._generation()
         index = self.semantic if semantic else None
@@ -181,6 +188,13 @@ class ArchiveSearch(RecallHooks):
         search = None if early is None else early.take(sent, limit=limit, any_word=True, **scope)
         # the first hits' replies: a few spare for the in-view filter
         first = self.params.max_snippets + 2
+        if search is None and noticing is not None:
+            # the turn's own search: its forget watch read in the same trip (S15-F-3)
+            search = self._noticing_search(sent, limit, first, noticing)
+        elif noticing is not None:
+            # an early search answers: the watch makes its own trip, read now (never with
+            # the early search: S14-R-1)
+            _chain(self._watch(), noticing)
         if search is None:
             store_search: Any = self.archive.search
             if getattr(store_search, "reads_replies", False):
@@ -236,6 +250,58 @@ class ArchiveSearch(RecallHooks):
             return [], {}  # the caller was forgotten while the archive answered
         return out  # each text clipped: a 30 KB tool result is read in part
 
+    def _noticing_search(
+        self, sent: str, limit: int, first: int, noticing: asyncio.Future
+    ) -> Awaitable[Any]:
+        """The archive's search of ``sent`` by the caller, its forget watch read in the
+        same trip (see :meth:`_one_trip`): the hits; ``noticing`` gets the watch's answer
+        (or the trip's failure, or its cancellation)."""
+        assert self.user_id is not None
+        trip = asyncio.ensure_future(
+            self.archive.search_noticing(  # type: ignore[attr-defined]
+                sent,
+                user_id=self.user_id,
+                since=self._since,
+                limit=limit,
+                any_word=True,
+                _replies=first,
+            )
+        )
+
+        def answered(done: asyncio.Future) -> None:
+            if noticing.done():
+                return
+            if done.cancelled():
+                noticing.cancel()
+            elif done.exception() is not None:
+                noticing.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                noticing.set_result(done.result()[1])
+
+        trip.add_done_callback(answered)
+
+        async def hits() -> Any:
+            try:
+                found, _ = await trip
+            except asyncio.CancelledError:
+                trip.cancel()  # the store's read is interrupted (a search given up on)
+                raise
+            return found
+
+        return hits()
+
+    def _one_trip(self) -> bool:
+        """Whether a turn's forget watch may be read in its own search's trip: the archive
+        does that in one trip (both backends' ``search_noticing``), and no ranking by
+        meaning waits for the watch (it runs beside the search, after the watch)."""
+        method = getattr(self.archive, "search_noticing", None)
+        return (
+            self.user_id is not None
+            and self.semantic is None
+            and getattr(method, "one_trip", False)
+            and callable(getattr(self.archive, "noticed_forget", None))
+        )
+
     def _result(self, task: asyncio.Task) -> Found:
         """A finished search's hits and replies; a failure costs the recall, never the call."""
         if task.cancelled():
@@ -272,7 +338,7 @@ class ArchiveSearch(RecallHooks):
 
     async def _turn_hits(
         self, query: str, terms: Sequence[str] | None, wait_s: float
-    ) -> tuple[Found, str, asyncio.Task | None]:
+    ) -> tuple[Found, str, asyncio.Future | None]:
         """:meth:`hits_for_turn`, and the turn's forget watch (see :meth:`_watch`): the
         caller's tombstone is read beside the search (started after it, so a search at turn
         time is not queued behind it), not awaited: the turn awaits it before placing."""
@@ -280,7 +346,7 @@ class ArchiveSearch(RecallHooks):
 
     async def _hits(
         self, query: str, terms: Sequence[str] | None, wait_s: float | None, *, watch: bool
-    ) -> tuple[Found, str, asyncio.Task | None]:
+    ) -> tuple[Found, str, asyncio.Future | None]:
         late: Found = ([], {})
         self.forgotten()  # a late answer from before a forget is dropped
         self.drop_leftovers()  # a new turn's searches are not queued behind them
@@ -292,9 +358,21 @@ class ArchiveSearch(RecallHooks):
             self._inflight = None
             late = self._result(previous)
         budget = self.params.latency_budget_s if wait_s is None else wait_s
-        turn: list[asyncio.Task | None] = []  # the watch, read at the search's first step
-        task = self._search(query, self.params.search_limit, terms, budget, watch=watch, turn=turn)
-        if not watch:
+        turn: list[asyncio.Future | None] = []  # the watch, read at the search's first step
+        # the watch read in the turn's own search's trip (one trip, not two), unless a late
+        # answer may serve this turn: its watch must answer while this search may be late
+        noticing = None
+        if not watch and not late[0] and self._one_trip():
+            noticing = asyncio.get_running_loop().create_future()
+            noticing.add_done_callback(consume)  # type: ignore[arg-type]
+        limit = self.params.search_limit
+        task = self._search(query, limit, terms, budget, watch=watch, turn=turn, noticing=noticing)
+        if noticing is not None:
+            turn.append(noticing)
+            # a search cancelled before its trip started (a forget, the call's end) answers
+            # no watch: the turn places nothing
+            task.add_done_callback(lambda t: noticing.cancel() if t.cancelled() else None)
+        elif not watch:
             turn.append(self._watch())
         watched = turn[0] if turn else None
         if not task.done() and budget > 0:
@@ -346,13 +424,13 @@ class ArchiveSearch(RecallHooks):
         task.add_done_callback(consume)
         return task
 
-    async def _watched(self, watch: asyncio.Task, generation: int, until: float) -> bool:
+    async def _watched(self, watch: asyncio.Future, generation: int, until: float) -> bool:
         """Whether the turn's block may be placed: its forget watch answered by ``until``
         (the loop's clock) and the caller was not forgotten since the turn's ``generation``.
         A watch that failed or is late places nothing (a forget may be unseen); it is left
         to run, so a forget it finds still counts."""
         if not watch.done():
-            await wait_for_task(watch, max(0.0, until - loop_time()))
+            await wait_for_task(cast(asyncio.Task, watch), max(0.0, until - loop_time()))
         for _ in range(WATCH_TURNS):
             if watch.done():
                 break
@@ -526,6 +604,26 @@ class ArchiveSearch(RecallHooks):
         """The least similarity a hit by meaning needs: ``None`` without semantic recall."""
         semantic = self.params.semantic
         return None if self.semantic is None or semantic is None else semantic.min_similarity
+
+
+def _chain(source: asyncio.Future | None, target: asyncio.Future) -> None:
+    """``target`` gets ``source``'s outcome (its result, failure or cancellation) when it
+    ends; no ``source`` (no watch to read): ``target`` answers ``False`` now."""
+    if source is None:
+        target.set_result(False)
+        return
+
+    def copy(done: asyncio.Future) -> None:
+        if target.done():
+            return
+        if done.cancelled():
+            target.cancel()
+        elif done.exception() is not None:
+            target.set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            target.set_result(done.result())
+
+    source.add_done_callback(copy)
 
 
 class Outage:

@@ -137,6 +137,12 @@ class Forgets:
                 self._baselines.pop(next(iter(self._baselines)))
         return found
 
+    def baseline_pending(self, user_id: str, since: float) -> bool:
+        """Whether the baseline read of this call is under way (started, not answered): a
+        tombstone read now might come before it (see :meth:`noticed`)."""
+        found = self._baselines.get((user_id, since))
+        return found is not None and not found.done()
+
     async def _baseline(self, user_id: str, since: float) -> object:
         found = self._baselines.get((user_id, since))
         if found is None:

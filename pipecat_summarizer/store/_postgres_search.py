@@ -377,6 +377,38 @@ def function_sql(cfg: str) -> str:
         END $body$"""
 
 
+def calls_function(statement: tuple[Any, ...]) -> bool:
+    """Whether ``statement`` (from :func:`caller_search_sql`) calls ``FUNCTION``."""
+    return str(statement[0]).startswith(f"SELECT * FROM {FUNCTION}(")
+
+
+def with_tombstone(statement: tuple[Any, ...], key: str, tombstone: str) -> tuple[Any, ...]:
+    """``statement`` (a call of ``FUNCTION``: :func:`calls_function`) with the tombstone of
+    the caller whose ``user_hash`` is ``key`` read by the connection's function
+    ``tombstone`` in the same statement, first (a nested loop's outer side: one row, so the
+    search's rows come once, in their order, or one row of NULLs without a hit), as two
+    more columns (the rows' order and the tombstone's time, ``forgotten_at``: see
+    :func:`tombstone_of`). The search runs in the statement's snapshot, the read after it
+    in its own (the function is VOLATILE and waits for a forget under way): a forget the
+    search could still see is seen by the read."""
+    sql, *args = statement
+    call = str(sql)[len("SELECT * FROM ") :]
+    joined = (
+        f"SELECT s.*, t.at AS forgotten_at FROM (SELECT {tombstone}(${len(args) + 1}) AS at) t "
+        f"LEFT JOIN LATERAL {call} WITH ORDINALITY AS s ON true ORDER BY s.ordinality"
+    )
+    return (joined, *args, key)
+
+
+def tombstone_of(rows: list[Any]) -> tuple[list[Any], float | None]:
+    """The rows of a statement made by :func:`with_tombstone`: the search's (the row of
+    NULLs a statement without a hit returns left out) and the tombstone's time, or
+    ``None``. The rows keep their two extra columns, last (see ``HIT_SHAPES``)."""
+    at = rows[0]["forgotten_at"] if rows else None
+    hits = [r for r in rows if r["ordinality"] is not None]
+    return hits, None if at is None else float(at)
+
+
 def remember_counts(counts: WordCounts, statement: tuple[Any, ...], rows: list[Any]) -> None:
     """Keep in ``counts`` the common words' counts a search by caller (``statement``, from
     :func:`caller_search_sql`) returned with its ``rows``: those it counted, and those it

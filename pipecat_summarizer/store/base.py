@@ -468,6 +468,51 @@ class MemoryStore(ABC):
     async def _tombstone(self, user_id: str) -> float | None:
         return (await self.tombstones([user_hash(user_id)])).get(user_hash(user_id))
 
+    async def search_noticing(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        since: float,
+        limit: int = 10,
+        any_word: bool = False,
+    ) -> tuple[list[SearchHit], bool]:
+        """:meth:`search` of ``user_id``'s messages and :meth:`noticed_forget` of their call
+        that started at ``since``, together: a recall turn's own search and its forget
+        watch. Both backends read the caller's tombstone in the search's own trip to the
+        database (SQLite: the same job on the store's thread, before the search's
+        statements; PostgreSQL: the search's statement), so a turn makes one trip, not two.
+
+        This default (a store of another kind) makes the two calls side by side.
+
+        Returns:
+            ``(hits, noticed)``: the hits, and whether a forget of the caller by any process
+            was noticed (as :meth:`noticed_forget` answers).
+        """
+        search = self.search(query, user_id=user_id, limit=limit, any_word=any_word)
+        hits, noticed = await asyncio.gather(search, self.noticed_forget(user_id, since))
+        return hits, noticed
+
+    async def _noticed_at(self, user_id: str, since: float, at: float | None) -> bool:
+        """:meth:`noticed_forget` on a tombstone the backend read itself (``at``, its time
+        or ``None``) in a search's trip (:meth:`search_noticing`), read after the call's
+        baseline had answered."""
+        self._check_deletes()
+
+        async def read(_: str) -> float | None:
+            return at
+
+        noticed = await self._forgets.noticed(user_id, since, read)
+        if noticed:
+            empty_text_caches()  # as noticed_forget
+        return noticed
+
+    def _one_trip_watch(self, user_id: str, since: float) -> bool:
+        """Whether a search may read the call's tombstone in its own trip: not while the
+        call's baseline read is under way (the tombstone must be read after it: a forget
+        between the two would be taken for the baseline)."""
+        return not self._forgets.baseline_pending(user_id, since)
+
     async def noticed_forget(self, user_id: str, since: float) -> bool:
         """Whether ``user_id`` was forgotten by any process during their call that started
         at ``since`` (this process's wall clock); a forget seen here for the first time

@@ -25,6 +25,7 @@ from pipecat_summarizer.store import _postgres_search, _postgres_writes
 from pipecat_summarizer.store._dsn import mask_dsn
 from pipecat_summarizer.store._postgres_pool import (
     MESSAGES_AT,
+    TOMBSTONE,
     TOMBSTONES,
     Lease,
     LeaseBook,
@@ -437,26 +438,83 @@ class PostgresMemoryStore(MemoryStore):
             "any_word": any_word,
             "replies": _replies,
         }
-        if not query_words(query) or limit <= 0:
-            return Hits() if _replies else []  # as search_sql: nothing to search
-        rows, statement = await self._read(lambda conn: self._searched(conn, query, words))
+        hits, _ = await self._search(query, words, None)
+        return hits
+
+    async def _search(
+        self, query: str, words: dict[str, Any], tombstone: str | None
+    ) -> tuple[list[SearchHit], float | None]:
+        """:meth:`search` (its arguments in ``words``), and the tombstone of the caller whose
+        ``user_hash`` is ``tombstone`` (its time or ``None``; not read when ``tombstone``
+        is ``None``) read in the search's statement (see ``_searched``)."""
+        _replies = words["replies"]
+        if not query_words(query) or words["limit"] <= 0:
+            at = None
+            if tombstone is not None:  # nothing to search: the watch's read alone
+                key, functions, read_only = tombstone, self._functions, self.read_only
+                at = await self._read(lambda c: read_tombstone(c, key, functions, read_only))
+            return (Hits() if _replies else []), at  # as search_sql: nothing to search
+        rows, statement, at = await self._read(
+            lambda conn: self._searched(conn, query, words, tombstone)
+        )
         _postgres_search.remember_counts(self._df, statement, rows)
         hits = [SearchHit(*tuple(r)[:9]) for r in rows]
         if not _replies:
-            return hits
+            return hits, at
         replies = _postgres_search.replies_of(rows, _replies)
         if replies is None:  # not read with the search: the caller's own, read after it
-            return await _postgres_search.read_around(self, hits, _replies, user_id)
-        return Hits(hits, replies, _postgres_search.befores_of(rows, _replies))
+            user_id = words["user_id"]
+            return await _postgres_search.read_around(self, hits, _replies, user_id), at
+        return Hits(hits, replies, _postgres_search.befores_of(rows, _replies)), at
+
+    async def search_noticing(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        since: float,
+        limit: int = 10,
+        any_word: bool = False,
+        _replies: int = 0,
+    ) -> tuple[list[SearchHit], bool]:
+        """:meth:`search` of ``user_id``'s messages and ``noticed_forget(user_id, since)``
+        in one statement: the caller's tombstone read (waiting for a forget of theirs
+        under way, as ``forgotten_at``) joined to the search's rows (see ``_searched``);
+        see ``MemoryStore.search_noticing``. ``_replies`` as :meth:`search`'s. While the
+        call's baseline read is under way, the two calls side by side."""
+        check_user_id(user_id)
+        if not self._one_trip_watch(user_id, since):
+            search = self.search(
+                query, user_id=user_id, limit=limit, any_word=any_word, _replies=_replies
+            )
+            hits, noticed = await asyncio.gather(search, self.noticed_forget(user_id, since))
+            return hits, noticed
+        words: dict[str, Any] = {
+            "user_id": user_id,
+            "call_id": None,
+            "limit": min(check_count("limit", limit), MAX_SEARCH_LIMIT),
+            "any_word": any_word,
+            "replies": _replies,
+        }
+        hits, at = await self._search(query, words, user_hash(user_id))
+        return hits, await self._noticed_at(user_id, since, at)
+
+    search_noticing.one_trip = True  # type: ignore[attr-defined]
 
     # the one search that takes ``_replies``: an override of ``search`` (a test's slow
     # store) or a wrapper (``PrefetchingArchive``) does not have this mark
     search.reads_replies = True  # type: ignore[attr-defined]
 
-    async def _searched(self, conn, query: str, words: dict[str, Any]) -> tuple[list, tuple]:
-        """A search's rows on ``conn`` and the statement that read them: through the
-        connection's search function if it has one (see ``warm``), else (or once it
-        turns out gone: a pooler's or a server's session reset) the statement itself."""
+    async def _searched(
+        self, conn, query: str, words: dict[str, Any], tombstone: str | None = None
+    ) -> tuple[list, tuple, float | None]:
+        """A search's rows on ``conn``, the statement that read them, and the tombstone
+        of the caller whose ``user_hash`` is ``tombstone`` (``None`` when not asked):
+        through the connection's search function if it has one (see ``warm``), else (or
+        once it turns out gone: a pooler's or a server's session reset) the statement
+        itself. The tombstone is read in the search function's statement
+        (``_postgres_search.with_tombstone``), else by ``read_tombstone`` on the same
+        connection before the search."""
         function = conn.get_server_pid() in self._functions
         held = _HELD.set(conn)
         try:
@@ -464,20 +522,29 @@ class PostgresMemoryStore(MemoryStore):
                 cfg, counts = self.text_search_config, self._df
                 statement = search_sql(cfg, query, counts=counts, function=function, **words)
                 assert statement is not None
+                sent = statement
+                joined = tombstone is not None and _postgres_search.calls_function(statement)
+                if tombstone is not None and joined:
+                    sent = _postgres_search.with_tombstone(statement, tombstone, TOMBSTONE)
                 try:
-                    rows = await self._fetch(*statement)
+                    at = None
+                    if tombstone is not None and not joined:
+                        at = await read_tombstone(conn, tombstone, self._functions, self.read_only)
+                    rows = await self._fetch(*sent)
                 except asyncpg_error() as e:
                     if getattr(e, "sqlstate", None) != "42883" or not function:
                         raise
                     self._functions.discard(conn.get_server_pid())
                     function = False
                     continue
-                if rows and tuple(rows[0].keys()) not in HIT_SHAPES:
+                if joined:
+                    rows, at = _postgres_search.tombstone_of(rows)
+                if rows and tuple(rows[0].keys())[: len(HIT_SHAPES[1])] not in HIT_SHAPES:
                     # never another statement's rows as hits: that connection is not trusted
                     terminate(conn)
                     columns = list(rows[0].keys())
                     raise StoreError(f"search read another statement's rows: {columns}")
-                return rows, statement
+                return rows, statement, at
         finally:
             _HELD.reset(held)
 

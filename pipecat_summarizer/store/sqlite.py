@@ -75,6 +75,8 @@ T = TypeVar("T")
 MAX_BUSY_TIMEOUT_S = 3600.0
 #: The page cache of the store's connection (KiB; SQLite's default is 2 MB).
 CACHE_KIB = 65536
+#: A caller's forget tombstone, by ``user_hash``.
+_TOMBSTONE = "SELECT at FROM forgotten WHERE user_hash = ?"
 
 
 class SQLiteMemoryStore(MemoryStore):
@@ -145,6 +147,8 @@ class SQLiteMemoryStore(MemoryStore):
         self._retired: ThreadPoolExecutor | None = None
         self._closed: Future[None] | None = None  # the last close's
         self._open_lock = threading.Lock()
+        # the loop the removals timer was started on for this opening (see _run)
+        self._armed: asyncio.AbstractEventLoop | None = None
         # common words' counts, kept across searches
         self._df: _sqlite_search.WordCounts = {}
 
@@ -167,6 +171,7 @@ class SQLiteMemoryStore(MemoryStore):
                 # here (S15-S-2); this process opens its own
                 self._thread = self._retired = None
             if self._thread is None:
+                self._armed = None  # a new opening: its timer is started again
                 self._thread = StoreThread(
                     self._connect, after=self._retired, checkpointer=self._checkpointer()
                 )
@@ -178,7 +183,12 @@ class SQLiteMemoryStore(MemoryStore):
             if read:
                 self._interrupt(job)
             raise
-        self._watch_deletes()  # once open (a call answered): the removals timer
+        if self._armed is not loop:
+            # the removals timer, once the store answered a call on this loop: once per
+            # opening (a close, a forked child's own thread) and loop, not after every call
+            self._watch_deletes()
+            if self._deletes.watching:
+                self._armed = loop
         return done
 
     def _is_open(self) -> bool:
@@ -257,6 +267,7 @@ class SQLiteMemoryStore(MemoryStore):
         """Close the connection and its thread, after the calls issued before (a call
         issued after opens the store again). An in-memory database is gone afterwards."""
         self._stop_deletes()
+        self._armed = None
         with self._open_lock:
             thread, self._thread = self._thread, None
             if thread is not None and thread.pid != os.getpid():
@@ -417,23 +428,76 @@ class SQLiteMemoryStore(MemoryStore):
         and returned as the list's ``replies`` (``{(call_id, position): (role, content)}``,
         of those hits that have one), and the message before each of the first
         ``BEFORE_HITS`` as its ``befores`` (see ``Hits``)."""
+        hits, _ = await self._search(query, user_id, call_id, limit, any_word, _replies, None)
+        return hits
+
+    async def _search(
+        self,
+        query: str,
+        user_id: str | None,
+        call_id: str | None,
+        limit: int,
+        any_word: bool,
+        replies: int,
+        tombstone: str | None,
+    ) -> tuple[list[SearchHit], float | None]:
+        """:meth:`search`, and the tombstone of the caller whose ``user_hash`` is
+        ``tombstone`` (its time or ``None``; not read when ``tombstone`` is ``None``) read in
+        the same job, before the search's statements."""
         words = query_words(query)
         limit = check_count("limit", limit)  # never past what SQLite binds (MAX_COUNT)
-        if not words or limit <= 0:
-            return Hits() if _replies else []
 
-        def find(conn: sqlite3.Connection) -> tuple[list[SearchHit], tuple | None]:
+        def find(conn: sqlite3.Connection) -> tuple[list[SearchHit], tuple | None, float | None]:
+            at = None
+            if tombstone is not None:
+                # first: a forget committed after it hides its rows from the search below
+                # (its pending deletes, ``hide``), or has deleted them
+                row = conn.execute(_TOMBSTONE, (tombstone,)).fetchone()
+                at = None if row is None else float(row[0])
+            if not words or limit <= 0:
+                return [], None, at
             call = None if call_id is None else session_key(conn, call_id)
             rows = _sqlite_search.find(conn, self._df, words, user_id, call, limit, any_word)
             hits = hide(conn, (SearchHit(*r) for r in rows))
-            if not _replies:
-                return hits, None
-            keys = [(h.call_id, h.position) for h in hits[:_replies]]
-            before = _sqlite_search.befores(conn, hits[: min(_replies, BEFORE_HITS)])
-            return hits, (_sqlite_search.followers(conn, keys, user_id), before)
+            if not replies:
+                return hits, None, at
+            keys = [(h.call_id, h.position) for h in hits[:replies]]
+            before = _sqlite_search.befores(conn, hits[: min(replies, BEFORE_HITS)])
+            return hits, (_sqlite_search.followers(conn, keys, user_id), before), at
 
-        hits, around = await self._run(find, read=True)
-        return hits if around is None else Hits(hits, *around)
+        if tombstone is None and (not words or limit <= 0):
+            return (Hits() if replies else []), None  # nothing to search, nothing to read
+        hits, around, at = await self._run(find, read=True)
+        if around is None:
+            return (Hits(hits) if replies else hits), at
+        return Hits(hits, *around), at
+
+    async def search_noticing(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        since: float,
+        limit: int = 10,
+        any_word: bool = False,
+        _replies: int = 0,
+    ) -> tuple[list[SearchHit], bool]:
+        """:meth:`search` of ``user_id``'s messages and ``noticed_forget(user_id, since)``
+        in one job on the store's thread: the caller's tombstone is read first, then the
+        search runs (see ``MemoryStore.search_noticing``); ``_replies`` as :meth:`search`'s.
+        While the call's baseline read is under way, the two calls side by side."""
+        check_user_id(user_id)
+        if not self._one_trip_watch(user_id, since):
+            search = self.search(
+                query, user_id=user_id, limit=limit, any_word=any_word, _replies=_replies
+            )
+            hits, noticed = await asyncio.gather(search, self.noticed_forget(user_id, since))
+            return hits, noticed
+        key = user_hash(user_id)
+        hits, at = await self._search(query, user_id, None, limit, any_word, _replies, key)
+        return hits, await self._noticed_at(user_id, since, at)
+
+    search_noticing.one_trip = True  # type: ignore[attr-defined]
 
     # the one search that takes ``_replies``: an override of ``search`` (a test's slow
     # store) or a wrapper (``PrefetchingArchive``) does not have this mark
@@ -442,9 +506,7 @@ class SQLiteMemoryStore(MemoryStore):
     async def forgotten_at(self, user_id: str) -> float | None:
         """When ``user_id`` was last forgotten (the tombstone's time), or ``None``."""
         check_user_id(user_id)
-        rows = await self._query(
-            "SELECT at FROM forgotten WHERE user_hash = ?", (user_hash(user_id),)
-        )
+        rows = await self._query(_TOMBSTONE, (user_hash(user_id),))
         return float(rows[0][0]) if rows else None
 
     async def _removals(self) -> int | None:

@@ -1,0 +1,270 @@
+"""A recall turn that searches the archive itself reads the caller's forget tombstone (its
+forget watch) in the same trip to the store as its search: on SQLite the same job on the
+store's one thread, before the search's statements; on PostgreSQL the search's own statement.
+Before, the watch was a trip of its own beside the search (S15-F-3): on SQLite a second job
+queued behind the search on the one thread, on PostgreSQL a second round trip.
+
+Real pipelines (a real ``LLMContextAggregatorPair``, ``ContextSummarizer``, Pipecat's OpenAI
+service against the local server) on a SQLite file and the real PostgreSQL. The store's
+reads are counted by the statements each trip ran (SQLite: the store connection's trace
+callback during each job; PostgreSQL: each leased connection's statements), never by time.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pipecat_summarizer.params import RecallParams
+from pipecat_summarizer.store import PostgresMemoryStore, SQLiteMemoryStore
+from pipecat_summarizer.store.base import MemoryStore
+from tests.recall.test_attacks_dates import archived, plain, utc
+from tests.recall.test_attacks_gather import _blocks
+from tests.support.pipeline_utils import build, main_llm, turns
+from tests.support.recall_calls import travel_desk
+from tests.support.settle import Until, run_settling
+
+EARLIER = [
+    "My sister Marta lives in Porto and we plan a visit.",
+    "Lovely, Porto in spring.",
+    "My passport number ends in 7731 and expires in June.",
+    "Noted, the passport expires in June.",
+    "Our dog Biscuit stays with the neighbour Ines.",
+    "Biscuit with Ines, noted.",
+]
+QUESTIONS = [
+    "Where does Marta live again?",
+    "When does my passport expire?",
+    "Who looks after Biscuit?",
+]
+#: A loaded machine: the budget never binds here (what is counted is the trips, not time).
+BUDGET = RecallParams(latency_budget_s=5.0)
+
+
+def _tombstone(sql: str) -> bool:
+    """A read of one caller's tombstone (not the call's baseline: a read of a batch)."""
+    low = " ".join(sql.lower().split())  # (SQLite traces it with its values bound)
+    one = "from forgotten where user_hash =" in low and "= any(" not in low
+    return one or "pcs_forgotten_at(" in low
+
+
+def _baseline(sql: str) -> bool:
+    """The call's baseline read (``forget_baseline``: a read of a batch of tombstones)."""
+    low = " ".join(sql.lower().split())
+    return "from forgotten where user_hash in (" in low or "user_hash = any(" in low
+
+
+def _search(sql: str) -> bool:
+    low = sql.lower()
+    return "messages_fts match" in low or "pcs_caller_search(" in low or "message_words" in low
+
+
+class _SpiedSQLite(SQLiteMemoryStore):
+    """A SQLite store recording the statements of each job on its thread."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.trips: list[list[str]] = []
+
+    async def _run(self, fn, *, read=False):
+        statements: list[str] = []
+
+        def traced(conn):
+            conn.set_trace_callback(statements.append)
+            try:
+                return fn(conn)
+            finally:
+                conn.set_trace_callback(None)
+
+        try:
+            return await super()._run(traced, read=read)
+        finally:
+            self.trips.append(statements)
+
+
+class _Spy:
+    """A leased PostgreSQL connection recording its statements."""
+
+    def __init__(self, conn, statements: list[str]):
+        self._conn = conn
+        self._statements = statements
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    async def fetch(self, sql, *args, **kwargs):
+        self._statements.append(sql)
+        return await self._conn.fetch(sql, *args, **kwargs)
+
+    async def fetchval(self, sql, *args, **kwargs):
+        self._statements.append(sql)
+        return await self._conn.fetchval(sql, *args, **kwargs)
+
+    async def execute(self, sql, *args, **kwargs):
+        self._statements.append(sql)
+        return await self._conn.execute(sql, *args, **kwargs)
+
+
+class _SpiedPostgres(PostgresMemoryStore):
+    """A PostgreSQL store recording the statements of each read on a leased connection."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.trips: list[list[str]] = []
+
+    async def _read(self, use):
+        statements: list[str] = []
+        try:
+            return await super()._read(lambda conn: use(_Spy(conn, statements)))
+        finally:
+            self.trips.append(statements)
+
+
+class _TwoCallsSQLite(_SpiedSQLite):
+    """A store whose ``search_noticing`` is the base class's (a store of another kind that
+    does not read the tombstone in its search's trip): the two calls."""
+
+    search_noticing = MemoryStore.search_noticing
+
+
+def _spied(target: str, kind: type | None = None):
+    if "://" in target:
+        return _SpiedPostgres(target)
+    return (kind or _SpiedSQLite)(target)
+
+
+async def _call(server, store) -> None:
+    await store.write(archived(EARLIER, call_id="a1", at=utc(2026, 4, 1)))
+    context, processor, summarizer = travel_desk(server, store, BUDGET)
+    store.trips.clear()  # the call's own trips from here
+    try:
+        await run_settling(
+            build(context, processor, main_llm(server.base_url)),
+            # the first question once the call's baseline was read (a turn before it reads
+            # its watch beside its search: the tombstone must be read after the baseline)
+            frames_to_send=[
+                Until(sleep=5.0, done=lambda: _read_baseline(store)),
+                *turns(QUESTIONS, gap=0.3),
+            ],
+        )
+    finally:
+        await summarizer.aclose()
+
+
+def _read_baseline(store) -> bool:
+    return any(_baseline(s) for trip in store.trips for s in trip)
+
+
+def _split(trips: list[list[str]]) -> tuple[list[list[str]], list[list[str]]]:
+    """(the search trips that read the tombstone too, the trips that read it alone)."""
+    both = [t for t in trips if any(map(_tombstone, t)) and any(map(_search, t))]
+    alone = [t for t in trips if any(map(_tombstone, t)) and not any(map(_search, t))]
+    return both, alone
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_a_turns_own_search_reads_the_forget_watch_in_its_own_trip(
+    openai_server, store_target
+):
+    openai_server.handler = plain
+    store = _spied(store_target)
+    try:
+        await _call(openai_server, store)
+    finally:
+        await store.close()
+    both, alone = _split(store.trips)
+    # every turn recalled its line (the watch answered: a block is placed only then)
+    blocks = _blocks(openai_server)
+    assert len(blocks) == len(QUESTIONS)
+    assert "Porto" in blocks[0] and "June" in blocks[1] and "Ines" in blocks[2]
+    # one trip per turn for its search and its watch; none for the watch alone
+    assert alone == []
+    assert len(both) == len(QUESTIONS)
+    if store.backend == "postgres":
+        # the same statement (not two on one lease): one round trip
+        assert all(sum(map(_tombstone, t)) == 1 and len(t) == 1 for t in both)
+    else:
+        # the same job, the tombstone read before the search's statements
+        for trip in both:
+            first_search = next(i for i, s in enumerate(trip) if _search(s))
+            assert any(_tombstone(s) for s in trip[:first_search])
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_a_store_without_the_one_trip_read_keeps_the_watch_beside_the_search(
+    openai_server, store_target
+):
+    # the base class's search_noticing (two calls) has no one-trip mark: the step keeps the
+    # watch a trip of its own, as before, and the turns still recall
+    openai_server.handler = plain
+    store = _spied(store_target, _TwoCallsSQLite)
+    try:
+        await _call(openai_server, store)
+    finally:
+        await store.close()
+    both, alone = _split(store.trips)
+    assert len(_blocks(openai_server)) == len(QUESTIONS)
+    assert both == []
+    assert len(alone) == len(QUESTIONS)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_the_base_search_noticing_makes_the_two_calls(store_target):
+    # a store of another kind inherits the default: the search and the watch, both answered
+    store = _spied(store_target)
+    try:
+        await store.write(archived(EARLIER, call_id="a1", at=utc(2026, 4, 1)))
+        since = utc(2026, 4, 2)
+        await store.forget_baseline("alice", since)
+        hits, noticed = await MemoryStore.search_noticing(
+            store, "Marta Porto", user_id="alice", since=since, any_word=True
+        )
+        assert [h.content for h in hits][:1] == [EARLIER[0]]
+        assert noticed is False
+        other = _spied(store_target)
+        try:
+            await other.forget("alice")
+        finally:
+            await other.close()
+        hits, noticed = await MemoryStore.search_noticing(
+            store, "Marta Porto", user_id="alice", since=since, any_word=True
+        )
+        assert hits == [] and noticed is True
+        # and the backend's own, in one trip: a forget by another process noticed
+        hits, noticed = await store.search_noticing(
+            "Marta Porto", user_id="alice", since=since, any_word=True
+        )
+        assert hits == [] and noticed is False  # counted already, by the read above
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_the_one_trip_read_notices_another_process_forget(store_target):
+    # the backend's own search_noticing: a forget by another store object (as another
+    # process's) after the call's baseline is noticed by the read in the search's trip
+    store = _spied(store_target)
+    try:
+        await store.write(archived(EARLIER, call_id="a1", at=utc(2026, 4, 1)))
+        since = utc(2026, 4, 2)
+        await store.forget_baseline("alice", since)
+        generation = store.forget_generation("alice")
+        hits, noticed = await store.search_noticing(
+            "Marta Porto", user_id="alice", since=since, any_word=True, _replies=3
+        )
+        assert hits and hits[0].content == EARLIER[0] and noticed is False
+        assert hits.replies  # read in the same trip, as search's
+        store.trips.clear()
+        other = _spied(store_target)
+        try:
+            await other.forget("alice")
+        finally:
+            await other.close()
+        hits, noticed = await store.search_noticing(
+            "Marta Porto", user_id="alice", since=since, any_word=True, _replies=3
+        )
+        assert hits == [] and noticed is True
+        assert store.forget_generation("alice") != generation
+        both, alone = _split(store.trips)
+        assert len(both) == 1 and alone == []
+    finally:
+        await store.close()
