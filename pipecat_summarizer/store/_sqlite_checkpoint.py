@@ -48,6 +48,8 @@ _FRAME_HEADER = 24
 # waiting, and a forget's TRUNCATE refused so would leave the forgotten text in the WAL
 _locks: dict[str, threading.Lock] = {}
 _locks_lock = threading.Lock()
+# each file's live checkpointers in this process (their signals): see truncation_owed
+_live: dict[str, weakref.WeakSet[_Signals]] = {}
 
 
 def checkpoint_lock(path: Path) -> threading.Lock:
@@ -57,10 +59,28 @@ def checkpoint_lock(path: Path) -> threading.Lock:
         return _locks.setdefault(key, threading.Lock())
 
 
+def truncation_owed(path: Path) -> int:
+    """A forget's truncation of the WAL at ``path`` was refused as busy (another connection
+    read an older snapshot, or another process checkpointed): the forgotten text's old pages
+    are still in the WAL's bytes, which a PASSIVE checkpoint copies but never erases. Every
+    checkpointer of the file in this process runs a TRUNCATE checkpoint at once, and again
+    every ``RETRY_S`` until one succeeds. Returns how many were told (0: the file has none
+    open here; its next opening's forget or close truncates it)."""
+    key = os.path.abspath(path)
+    with _locks_lock:
+        told = list(_live.get(key, ()))
+    for signals in told:
+        with signals.wake:
+            signals.truncate += 1
+            signals.wake.notify_all()
+    return len(told)
+
+
 def _forget_locks() -> None:
     # a forked child: a lock its parent's checkpointer held is held for good here
     global _locks_lock
     _locks.clear()
+    _live.clear()
     _locks_lock = threading.Lock()
 
 
@@ -80,6 +100,7 @@ class _Signals:
         self.wrote = 0  # writes signalled
         self.seen = 0  # writes the thread has looked at
         self.stop = False
+        self.truncate = 0  # truncations asked for (truncation_owed); 0: none owed
 
     def stop_now(self) -> None:
         with self.wake:
@@ -109,6 +130,8 @@ class Checkpointer:
         self.thread_idents: set[int] = set()
         self._signals = signals = _Signals()
         self._failing = False
+        with _locks_lock:
+            _live.setdefault(os.path.abspath(path), weakref.WeakSet()).add(signals)
         self.thread = threading.Thread(
             target=_run,
             args=(weakref.ref(self), signals),
@@ -153,10 +176,13 @@ class Checkpointer:
             return None
         return conn
 
-    def _checkpoint(self, conn: sqlite3.Connection, *, restart: bool = False) -> bool:
+    def _checkpoint(
+        self, conn: sqlite3.Connection, *, restart: bool = False, truncate: bool = False
+    ) -> bool:
         """One PASSIVE checkpoint (RESTART: writers wait for it, and the next one starts
-        the log over); whether it copied the whole WAL."""
-        mode = "RESTART" if restart else "PASSIVE"
+        the log over; TRUNCATE: the WAL's file emptied too, see :func:`truncation_owed`);
+        whether it copied the whole WAL."""
+        mode = "TRUNCATE" if truncate else "RESTART" if restart else "PASSIVE"
         try:
             with self.lock:
                 self.runs += 1
@@ -198,10 +224,13 @@ def _run(ref: weakref.ReferenceType[Checkpointer], signals: _Signals) -> None:
                 if retry and not again:
                     wake.wait_for(lambda: signals.stop, timeout=RETRY_S)
                 elif not again:
-                    wake.wait_for(lambda: signals.stop or signals.wrote > signals.seen)
+                    wake.wait_for(
+                        lambda: signals.stop or signals.truncate or signals.wrote > signals.seen
+                    )
                 if signals.stop:
                     return
                 seen = signals.wrote
+                owed = signals.truncate
             me = ref()
             if me is None:  # collected meanwhile (its finalizer stops us too)
                 return
@@ -209,7 +238,17 @@ def _run(ref: weakref.ReferenceType[Checkpointer], signals: _Signals) -> None:
             try:
                 log = _wal_log(me.path)  # before: frames written meanwhile stay pending
                 pending = _pending_frames(log, copied)
-                if pending is None and time.monotonic() - last_try < RETRY_S:
+                if owed:
+                    # a forget's text still in the WAL's bytes: emptied, whatever its size
+                    last_try = time.monotonic()
+                    if conn is None:
+                        conn = me._open()
+                    retry = conn is None or not me._checkpoint(conn, truncate=True)
+                    copied = None
+                    if not retry:
+                        with wake:  # those asked for meanwhile: once more
+                            signals.truncate -= owed
+                elif pending is None and time.monotonic() - last_try < RETRY_S:
                     # the WAL's state unknown: at most one checkpoint a RETRY_S (one more
                     # write, later, wakes the next)
                     retry = False
