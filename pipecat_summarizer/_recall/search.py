@@ -255,37 +255,25 @@ class ArchiveSearch(RecallHooks):
     ) -> Awaitable[Any]:
         """The archive's search of ``sent`` by the caller, its forget watch read in the
         same trip (see :meth:`_one_trip`): the hits; ``noticing`` gets the watch's answer
-        (or the trip's failure, or its cancellation)."""
+        (or the trip's failure, or its cancellation). Awaited in the search's own task (a
+        task of its own would cost the answer one more loop turn)."""
         assert self.user_id is not None
-        trip = asyncio.ensure_future(
-            self.archive.search_noticing(  # type: ignore[attr-defined]
-                sent,
-                user_id=self.user_id,
-                since=self._since,
-                limit=limit,
-                any_word=True,
-                _replies=first,
-            )
-        )
-
-        def answered(done: asyncio.Future) -> None:
-            if noticing.done():
-                return
-            if done.cancelled():
-                noticing.cancel()
-            elif done.exception() is not None:
-                noticing.set_exception(done.exception())  # type: ignore[arg-type]
-            else:
-                noticing.set_result(done.result()[1])
-
-        trip.add_done_callback(answered)
+        user_id, since = self.user_id, self._since
 
         async def hits() -> Any:
             try:
-                found, _ = await trip
+                found, noticed = await self.archive.search_noticing(  # type: ignore[attr-defined]
+                    sent, user_id=user_id, since=since, limit=limit, any_word=True, _replies=first
+                )
             except asyncio.CancelledError:
-                trip.cancel()  # the store's read is interrupted (a search given up on)
+                noticing.cancel()
                 raise
+            except BaseException as e:
+                if not noticing.done():
+                    noticing.set_exception(e)
+                raise
+            if not noticing.done():
+                noticing.set_result(noticed)
             return found
 
         return hits()

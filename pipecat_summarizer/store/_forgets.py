@@ -207,7 +207,7 @@ class Forgets:
 #: Least time between two reads of the database's removals by one store object, seconds
 #: (see :class:`Deletes`): a forget run by another process reaches this process's text
 #: caches within about this long while the store is open in a running event loop (its
-#: timer), and at the next call's start or turn here after it.
+#: timer); without a timer, at the next call's start or turn here after it.
 DELETES_CHECK_S = 5.0
 #: The shortest wait of a store's removals timer, seconds (``DELETES_CHECK_S`` set lower, in
 #: a test, never makes it spin).
@@ -231,8 +231,10 @@ class Deletes:
     then every :data:`DELETES_CHECK_S` by a timer while the store is open in a running event
     loop (:meth:`watch`: one ``call_later`` handle per store object, never a task a turn
     waits for; each read is a short task of its own on the store's thread or pool), whether
-    or not a call is live; and at a call's start and turns (``MemoryStore.forget_baseline``,
-    ``noticed_forget``) when one is due. At most one read is under way at a time, and at
+    or not a call is live; and, only while no timer runs (a store not open yet, no loop the
+    timer could start on), at a call's start and turns (``MemoryStore.forget_baseline``,
+    ``noticed_forget``) when one is due: with the timer, no read starts on a turn's path.
+    At most one read is under way at a time, and at
     most one starts per :data:`DELETES_CHECK_S` whoever asks. A failed read is logged once
     (a WARNING, then DEBUG until a read answers again) and tried again when due; nothing
     raises into the application.

