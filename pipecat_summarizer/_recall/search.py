@@ -349,8 +349,11 @@ class ArchiveSearch(RecallHooks):
         turn: list[asyncio.Future | None] = []  # the watch, read at the search's first step
         # the watch read in the turn's own search's trip (one trip, not two), unless a late
         # answer may serve this turn: its watch must answer while this search may be late
+        # (beside it on another connection; a store whose trips run one at a time answers
+        # a watch of its own after the search anyway)
         noticing = None
-        if not watch and not late[0] and self._one_trip():
+        serial = getattr(getattr(self.archive, "search_noticing", None), "serial", False)
+        if not watch and (not late[0] or serial) and self._one_trip():
             noticing = asyncio.get_running_loop().create_future()
             noticing.add_done_callback(consume)  # type: ignore[arg-type]
         limit = self.params.search_limit

@@ -498,6 +498,10 @@ class SQLiteMemoryStore(MemoryStore):
         return hits, await self._noticed_at(user_id, since, at)
 
     search_noticing.one_trip = True  # type: ignore[attr-defined]
+    # its trips run one at a time on the store's thread: a watch of its own beside a search
+    # answers after the search anyway (recall reads it in the search's trip even when a late
+    # answer may serve the turn)
+    search_noticing.serial = True  # type: ignore[attr-defined]
 
     # the one search that takes ``_replies``: an override of ``search`` (a test's slow
     # store) or a wrapper (``PrefetchingArchive``) does not have this mark

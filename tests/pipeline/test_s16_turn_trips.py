@@ -12,6 +12,7 @@ callback during each job; PostgreSQL: each leased connection's statements), neve
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 import pytest
@@ -22,7 +23,7 @@ from pipecat_summarizer.store import PostgresMemoryStore, SQLiteMemoryStore, _fo
 from pipecat_summarizer.store.base import MemoryStore
 from tests.recall.test_attacks_dates import archived, plain, utc
 from tests.recall.test_attacks_gather import _blocks
-from tests.support.pipeline_utils import build, main_llm, turns
+from tests.support.pipeline_utils import build, main_llm, turns, user_turn
 from tests.support.recall_calls import travel_desk
 from tests.support.settle import Until, run_settling
 
@@ -324,3 +325,70 @@ async def test_no_removals_read_starts_on_a_turns_path_while_the_timer_runs(
         await store.close()
     _recalled(openai_server, outcomes)
     assert started and set(started) == {"_tick"}  # the timer's, none a turn's
+
+
+class _FirstHeld(_SpiedSQLite):
+    """A SQLite store whose first turn's search waits until released (it misses its
+    budget; its answer comes late, before the next turn)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.release = asyncio.Event()
+        self.answered = 0
+        self._first = True
+
+    async def search_noticing(self, *args, **kwargs):
+        if self._first:
+            self._first = False
+            await self.release.wait()
+        try:
+            return await super().search_noticing(*args, **kwargs)
+        finally:
+            self.answered += 1
+
+    search_noticing.one_trip = True  # type: ignore[attr-defined]
+    search_noticing.serial = True  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_after_a_missed_turn_sqlite_still_reads_the_watch_in_the_search_trip(
+    openai_server, store_target
+):
+    # the first turn's search misses its budget and answers late: the next turn may be
+    # served that late answer, so on PostgreSQL its watch goes beside its search on another
+    # connection; on SQLite a watch of its own would queue behind the search on the one
+    # thread anyway, so it is read in the search's job there too (one trip, not two)
+    openai_server.handler = plain
+    store = _FirstHeld(store_target)
+    await store.write(archived(EARLIER, call_id="a1", at=utc(2026, 4, 1)))
+    context, processor, summarizer = travel_desk(
+        openai_server, store, RecallParams(latency_budget_s=0.5)
+    )
+    outcomes = _Outcomes()
+    assert processor.recall_step is not None
+    processor.recall_step.add_observer(outcomes)
+    store.trips.clear()
+
+    def released() -> bool:  # the first turn is over (missed): its search may answer
+        if outcomes.seen:
+            store.release.set()
+        return store.answered >= 1
+
+    try:
+        await run_settling(
+            build(context, processor, main_llm(openai_server.base_url)),
+            frames_to_send=[
+                Until(sleep=5.0, done=lambda: _read_baseline(store)),
+                user_turn(QUESTIONS[0]),
+                Until(sleep=10.0, done=released),
+                *turns(QUESTIONS[1:2], gap=0.3),
+            ],
+        )
+    finally:
+        await summarizer.aclose()
+        await store.close()
+    assert outcomes.seen[0].startswith("missed_budget"), outcomes.seen
+    assert len(outcomes.seen) == 2, outcomes.seen
+    both, alone = _split(store.trips)
+    assert alone == []
+    assert len(both) == 2  # the first turn's (late) and the second's
