@@ -73,11 +73,44 @@ def window(text: str, terms: Sequence[str], max_tokens: int, count: Callable[[st
 
 
 SPEAKERS = {"user": "caller", "assistant": "assistant", "tool": "tool result"}
+# a role other than those (another tool's archive, an application's own) is named only if
+# it is a plain word: it stands outside the quotes, where no text may pass for a label
+_PLAIN_ROLE = re.compile(r"[a-z][a-z0-9_]{0,23}")
 
 
 def speaker(role: str | None) -> str:
     """How a role is named in the recalled block."""
-    return SPEAKERS.get(role or "", role or "unknown")
+    if role in SPEAKERS:
+        return SPEAKERS[role]
+    return role if role and _PLAIN_ROLE.fullmatch(role) else "unknown"
+
+
+# what ``json.dumps`` leaves as it is (``ensure_ascii=False``) but a reader may not take as
+# one character of a quote: the C1 controls and DEL (terminal escapes, CSI among them, in a
+# logged block), the bidirectional controls (they reorder what an operator's viewer shows
+# around them: a quote's end may show elsewhere), and the characters that break a line
+# outside ASCII (U+2028, U+2029, NEL: ``window`` turns them into spaces already; escaped
+# here too, so that a quote is one line whoever calls this). Written as JSON escapes: the
+# quote still decodes to the caller's exact text.
+_QUOTE_ESCAPES = {
+    c: f"\\u{c:04x}"
+    for c in (
+        0x7F,
+        *range(0x80, 0xA0),
+        0x061C,
+        0x200E,
+        0x200F,
+        0x2028,
+        0x2029,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    )
+}
+
+
+def quote(text: str) -> str:
+    """``text`` as a JSON string on one line: the block's quotes (see ``_QUOTE_ESCAPES``)."""
+    return json.dumps(text, ensure_ascii=False).translate(_QUOTE_ESCAPES)
 
 
 _MONTHS = (
@@ -316,7 +349,7 @@ def _line_parts(
         parts.append((snippet.reply_role, snippet.reply))
     each = max(4, room // len(parts))
     shown = [(role, window(text, terms, each, count)) for role, text in parts]
-    quoted = [f"{speaker(role)}: {json.dumps(text, ensure_ascii=False)}" for role, text in shown]
+    quoted = [f"{speaker(role)}: {quote(text)}" for role, text in shown]
     said = ""
     if dates and snippet.at > 0:
         found = said_dates("\n".join(text for _, text in shown), snippet.at)
