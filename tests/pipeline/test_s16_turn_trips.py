@@ -281,6 +281,27 @@ async def test_the_one_trip_read_notices_another_process_forget(store_target):
         )
         assert hits and hits[0].content == EARLIER[0] and noticed is False
         assert hits.replies  # read in the same trip, as search's
+        # the same hits, in the same order, with the same replies and befores as search's
+        words = "Marta Porto passport June Biscuit Ines neighbour"
+        alone = await store.search(words, user_id="alice", any_word=True, _replies=3)
+        joined, _ = await store.search_noticing(
+            words, user_id="alice", since=since, any_word=True, _replies=3
+        )
+        assert len(alone) > 3
+        assert [(h.call_id, h.position, h.score) for h in joined] == [
+            (h.call_id, h.position, h.score) for h in alone
+        ]
+        assert joined.replies == alone.replies and joined.befores == alone.befores
+        # more words than the PostgreSQL search function takes (SLOTS): the statement itself,
+        # the tombstone read before it on the same lease (one trip, two statements)
+        many = f"{words} sister visit spring dog number expires"
+        alone = await store.search(many, user_id="alice", any_word=True, _replies=3)
+        store.trips.clear()
+        joined, _ = await store.search_noticing(
+            many, user_id="alice", since=since, any_word=True, _replies=3
+        )
+        assert [(h.call_id, h.position) for h in joined] == [(h.call_id, h.position) for h in alone]
+        assert len(store.trips) == 1 and _split(store.trips)[0] == store.trips
         store.trips.clear()
         other = _spied(store_target)
         try:
