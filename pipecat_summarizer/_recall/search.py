@@ -347,13 +347,9 @@ class ArchiveSearch(RecallHooks):
             late = self._result(previous)
         budget = self.params.latency_budget_s if wait_s is None else wait_s
         turn: list[asyncio.Future | None] = []  # the watch, read at the search's first step
-        # the watch read in the turn's own search's trip (one trip, not two), unless a late
-        # answer may serve this turn: its watch must answer while this search may be late
-        # (beside it on another connection; a store whose trips run one at a time answers
-        # a watch of its own after the search anyway)
+        # the watch read in the turn's own search's trip (one trip, not two)
         noticing = None
-        serial = getattr(getattr(self.archive, "search_noticing", None), "serial", False)
-        if not watch and (not late[0] or serial) and self._one_trip():
+        if not watch and self._one_trip():
             noticing = asyncio.get_running_loop().create_future()
             noticing.add_done_callback(consume)  # type: ignore[arg-type]
         limit = self.params.search_limit
@@ -374,6 +370,13 @@ class ArchiveSearch(RecallHooks):
         self._inflight = task  # may serve the next turn
         task.add_done_callback(consume)
         if late[0]:
+            serial = getattr(getattr(self.archive, "search_noticing", None), "serial", False)
+            if noticing is not None and not noticing.done() and not serial:
+                # a previous turn's late answer serves this turn, whose own search (and the
+                # watch read in its trip) is late: the late answer's watch is read now, a
+                # trip of its own (never earlier: S14-R-1); where trips run one at a time
+                # (SQLite's thread) it would answer after that search anyway
+                watched = self._watch()
             return late, "late", watched
         return ([], {}), "missed", watched
 

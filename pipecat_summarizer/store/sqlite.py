@@ -499,8 +499,8 @@ class SQLiteMemoryStore(MemoryStore):
 
     search_noticing.one_trip = True  # type: ignore[attr-defined]
     # its trips run one at a time on the store's thread: a watch of its own beside a search
-    # answers after the search anyway (recall reads it in the search's trip even when a late
-    # answer may serve the turn)
+    # answers after the search anyway (recall starts none for a late answer it serves while
+    # the turn's own search still runs)
     search_noticing.serial = True  # type: ignore[attr-defined]
 
     # the one search that takes ``_replies``: an override of ``search`` (a test's slow

@@ -348,68 +348,134 @@ async def test_no_removals_read_starts_on_a_turns_path_while_the_timer_runs(
     assert started and set(started) == {"_tick"}  # the timer's, none a turn's
 
 
-class _FirstHeld(_SpiedSQLite):
-    """A SQLite store whose first turn's search waits until released (it misses its
-    budget; its answer comes late, before the next turn)."""
+class _Holding:
+    """A store whose turns' searches listed in ``hold`` (0: the first) wait until released
+    (they miss their budget; their answers come late)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, hold: tuple[int, ...] = (0,), **kwargs):
         super().__init__(*args, **kwargs)
-        self.release = asyncio.Event()
+        self.releases = {i: asyncio.Event() for i in hold}
         self.answered = 0
-        self._first = True
+        self._asked = 0
+
+    def release(self, i: int) -> None:
+        self.releases[i].set()
 
     async def search_noticing(self, *args, **kwargs):
-        if self._first:
-            self._first = False
-            await self.release.wait()
+        asked, self._asked = self._asked, self._asked + 1
+        if asked in self.releases:
+            await self.releases[asked].wait()
         try:
-            return await super().search_noticing(*args, **kwargs)
+            return await super().search_noticing(*args, **kwargs)  # type: ignore[misc]
         finally:
             self.answered += 1
 
+
+class _HoldingSQLite(_Holding, _SpiedSQLite):
+    async def search_noticing(self, *args, **kwargs):
+        return await _Holding.search_noticing(self, *args, **kwargs)
+
+    # the backend's marks (an override has none of its own)
     search_noticing.one_trip = True  # type: ignore[attr-defined]
     search_noticing.serial = True  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-async def test_after_a_missed_turn_sqlite_still_reads_the_watch_in_the_search_trip(
-    openai_server, store_target
-):
-    # the first turn's search misses its budget and answers late: the next turn may be
-    # served that late answer, so on PostgreSQL its watch goes beside its search on another
-    # connection; on SQLite a watch of its own would queue behind the search on the one
-    # thread anyway, so it is read in the search's job there too (one trip, not two)
-    openai_server.handler = plain
-    store = _FirstHeld(store_target)
+class _HoldingPostgres(_Holding, _SpiedPostgres):
+    async def search_noticing(self, *args, **kwargs):
+        return await _Holding.search_noticing(self, *args, **kwargs)
+
+    search_noticing.one_trip = True  # type: ignore[attr-defined]
+
+
+def _holding(target: str, hold: tuple[int, ...]) -> _Holding:
+    kind = _HoldingPostgres if "://" in target else _HoldingSQLite
+    return kind(target, hold=hold)
+
+
+async def _held_call(server, store, frames: list, outcomes: _Outcomes) -> None:
     await store.write(archived(EARLIER, call_id="a1", at=utc(2026, 4, 1)))
-    context, processor, summarizer = travel_desk(
-        openai_server, store, RecallParams(latency_budget_s=0.5)
-    )
-    outcomes = _Outcomes()
+    context, processor, summarizer = travel_desk(server, store, RecallParams(latency_budget_s=0.5))
     assert processor.recall_step is not None
     processor.recall_step.add_observer(outcomes)
     store.trips.clear()
-
-    def released() -> bool:  # the first turn is over (missed): its search may answer
-        if outcomes.seen:
-            store.release.set()
-        return store.answered >= 1
-
     try:
         await run_settling(
-            build(context, processor, main_llm(openai_server.base_url)),
-            frames_to_send=[
-                Until(sleep=5.0, done=lambda: _read_baseline(store)),
-                user_turn(QUESTIONS[0]),
-                Until(sleep=10.0, done=released),
-                *turns(QUESTIONS[1:2], gap=0.3),
-            ],
+            build(context, processor, main_llm(server.base_url)),
+            frames_to_send=[Until(sleep=5.0, done=lambda: _read_baseline(store)), *frames],
         )
     finally:
         await summarizer.aclose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_after_a_missed_turn_the_watch_is_still_read_in_the_search_trip(
+    openai_server, store_target
+):
+    # the first turn's search misses its budget and answers late, before the next turn:
+    # that turn's own search answers in time, its watch read in the same trip (one trip,
+    # not two, though a late answer was there to serve it had its search missed)
+    openai_server.handler = plain
+    store = _holding(store_target, hold=(0,))
+
+    outcomes = _Outcomes()
+
+    def released() -> bool:  # the first turn is over (missed): its search may answer
+        if outcomes.seen:
+            store.release(0)
+        return store.answered >= 1
+
+    try:
+        await _held_call(
+            openai_server,
+            store,
+            [user_turn(QUESTIONS[0]), Until(sleep=10.0, done=released), *turns(QUESTIONS[1:2])],
+            outcomes,
+        )
+    finally:
         await store.close()
     assert outcomes.seen[0].startswith("missed_budget"), outcomes.seen
     assert len(outcomes.seen) == 2, outcomes.seen
     both, alone = _split(store.trips)
     assert alone == []
     assert len(both) == 2  # the first turn's (late) and the second's
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_a_late_answer_served_gets_a_watch_of_its_own_where_trips_run_side_by_side(
+    openai_server, store_target
+):
+    # the first two turns' searches miss; the first's answer comes between them and serves
+    # the second (a late answer), whose own search (and the watch in its trip) is still
+    # held: on PostgreSQL that turn reads a watch of its own then (a trip beside the held
+    # one); on SQLite it would queue behind the held search: none is started
+    openai_server.handler = plain
+    store = _holding(store_target, hold=(0, 1))
+    outcomes = _Outcomes()
+
+    def first_answered() -> bool:
+        if outcomes.seen:
+            store.release(0)
+        return store.answered >= 1
+
+    def second_over() -> bool:  # then the held search answers (the call ends cleanly)
+        if len(outcomes.seen) >= 2:
+            store.release(1)
+        return store.answered >= 2
+
+    try:
+        await _held_call(
+            openai_server,
+            store,
+            [
+                user_turn(QUESTIONS[0]),
+                Until(sleep=10.0, done=first_answered),
+                user_turn(QUESTIONS[0]),  # the same question: the late answer is relevant
+                Until(sleep=10.0, done=second_over),
+            ],
+            outcomes,
+        )
+    finally:
+        await store.close()
+    assert len(outcomes.seen) == 2, outcomes.seen
+    _, alone = _split(store.trips)
+    assert len(alone) == (1 if store.backend == "postgres" else 0), outcomes.seen
