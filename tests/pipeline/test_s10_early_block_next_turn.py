@@ -7,8 +7,6 @@ that each recall."""
 
 from __future__ import annotations
 
-from pipecat.tests.utils import run_test
-
 from pipecat_summarizer import RecallPrefetch
 from tests.support.early_search import (
     RECALL,
@@ -20,6 +18,7 @@ from tests.support.early_search import (
 )
 from tests.support.openai_server import Reply
 from tests.support.recall_calls import travel_desk
+from tests.support.settle import run_settling
 
 HOTEL_ASK = "Which hotel are we staying at in Lisbon?"
 CAR_ASK = "Which car did I rent at the airport?"
@@ -34,7 +33,8 @@ async def _two_turns(server, path):
     context, processor, summarizer = travel_desk(server, store, RECALL, call_id="now-alice")
     try:
         await seed_trips(store)
-        await run_test(
+        # each pause ends once the turn has settled (run_test played them at full length)
+        await run_settling(
             prefetch_pipeline(server, context, processor, RecallPrefetch(processor)),
             frames_to_send=[*spoken_turn(HOTEL_ASK), *spoken_turn(CAR_ASK)],
         )

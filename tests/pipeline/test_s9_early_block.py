@@ -19,7 +19,7 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.tests.utils import SleepFrame
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer, RecallPrefetch
 from pipecat_summarizer._text.tokens import EstimateTokenCounter
@@ -39,6 +39,7 @@ from tests.support.early_search import (
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import cfg
 from tests.support.recall_calls import FAST
+from tests.support.settle import run_settling
 
 CAR_ASK = "Which car did I rent at the airport?"
 CAR_FACT = "Noted: the caller rented a red Fiat from Avis at the airport."
@@ -62,6 +63,11 @@ class _Pinner(FrameProcessor):
             return
         await self.push_frame(frame, direction)
 
+    @property
+    def settled(self) -> bool:
+        """Always: it pins at once, with no timer (a settled pause may end; ``run_settling``)."""
+        return True
+
 
 class _Passing(FrameProcessor):
     """In the companion's place, without it: every frame passed on."""
@@ -69,6 +75,11 @@ class _Passing(FrameProcessor):
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         await self.push_frame(frame, direction)
+
+    @property
+    def settled(self) -> bool:
+        """Always: nothing of its own under way."""
+        return True
 
 
 async def _call(server, store, frames, *, early=True, extra=(), ceiling=None):
@@ -94,7 +105,9 @@ async def _call(server, store, frames, *, early=True, extra=(), ceiling=None):
     companion = RecallPrefetch(processor) if early else _Passing()
     more = [f(processor) if callable(f) else f for f in extra]
     try:
-        await run_test(
+        # each pause ends once the turn's early work and answer have settled (Pipecat's
+        # run_test played every pause at full length: 2 s after each spoken question)
+        await run_settling(
             prefetch_pipeline(server, context, processor, companion, *more), frames_to_send=frames
         )
     finally:
