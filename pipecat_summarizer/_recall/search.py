@@ -280,13 +280,17 @@ class ArchiveSearch(RecallHooks):
 
     def _one_trip(self) -> bool:
         """Whether a turn's forget watch may be read in its own search's trip: the archive
-        does that in one trip (both backends' ``search_noticing``), and no ranking by
-        meaning waits for the watch (it runs beside the search, after the watch)."""
+        does that in one trip (both backends' ``search_noticing``) with its own search (not
+        an override of it), and no ranking by meaning waits for the watch (it runs beside
+        the search, after the watch)."""
         method = getattr(self.archive, "search_noticing", None)
         return (
             self.user_id is not None
             and self.semantic is None
             and getattr(method, "one_trip", False)
+            # the backend's own search (an override of it, a test's slow store or an
+            # application's, is what the turn must call: it has no such mark)
+            and getattr(self.archive.search, "reads_replies", False)
             and callable(getattr(self.archive, "noticed_forget", None))
         )
 

@@ -481,8 +481,15 @@ class PostgresMemoryStore(MemoryStore):
         in one statement: the caller's tombstone read (waiting for a forget of theirs
         under way, as ``forgotten_at``) joined to the search's rows (see ``_searched``);
         see ``MemoryStore.search_noticing``. ``_replies`` as :meth:`search`'s. While the
-        call's baseline read is under way, the two calls side by side."""
+        call's baseline read is under way, or with ``search`` overridden (a subclass's), the
+        two calls side by side."""
         check_user_id(user_id)
+        if not getattr(self.search, "reads_replies", False):
+            # ``search`` overridden (a subclass's): it is the search, called as such
+            base = MemoryStore.search_noticing(
+                self, query, user_id=user_id, since=since, limit=limit, any_word=any_word
+            )
+            return await base
         if not self._one_trip_watch(user_id, since):
             search = self.search(
                 query, user_id=user_id, limit=limit, any_word=any_word, _replies=_replies

@@ -485,8 +485,15 @@ class SQLiteMemoryStore(MemoryStore):
         """:meth:`search` of ``user_id``'s messages and ``noticed_forget(user_id, since)``
         in one job on the store's thread: the caller's tombstone is read first, then the
         search runs (see ``MemoryStore.search_noticing``); ``_replies`` as :meth:`search`'s.
-        While the call's baseline read is under way, the two calls side by side."""
+        While the call's baseline read is under way, or with ``search`` overridden (a
+        subclass's), the two calls side by side."""
         check_user_id(user_id)
+        if not getattr(self.search, "reads_replies", False):
+            # ``search`` overridden (a subclass's): it is the search, called as such
+            base = MemoryStore.search_noticing(
+                self, query, user_id=user_id, since=since, limit=limit, any_word=any_word
+            )
+            return await base
         if not self._one_trip_watch(user_id, since):
             search = self.search(
                 query, user_id=user_id, limit=limit, any_word=any_word, _replies=_replies

@@ -479,3 +479,45 @@ async def test_a_late_answer_served_gets_a_watch_of_its_own_where_trips_run_side
     assert len(outcomes.seen) == 2, outcomes.seen
     _, alone = _split(store.trips)
     assert len(alone) == (1 if store.backend == "postgres" else 0), outcomes.seen
+
+
+class _OwnSearch:
+    """A store whose ``search`` is a subclass's (an application's filter or log, a test's
+    slow store): the turn's path must call it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.searched: list[str] = []
+
+    async def search(self, query, **kwargs):
+        self.searched.append(query)
+        return await super().search(query, **kwargs)  # type: ignore[misc]
+
+
+class _OwnSearchSQLite(_OwnSearch, _SpiedSQLite):
+    pass
+
+
+class _OwnSearchPostgres(_OwnSearch, _SpiedPostgres):
+    pass
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_a_subclass_search_is_still_what_a_turn_calls(openai_server, store_target):
+    # the one-trip read goes past ``search`` to the backend's own: with ``search``
+    # overridden, the turn calls the override (and its watch goes beside it, as before)
+    openai_server.handler = plain
+    kind = _OwnSearchPostgres if "://" in store_target else _OwnSearchSQLite
+    store = kind(store_target)
+    try:
+        outcomes = await _call(openai_server, store)
+        since = utc(2026, 4, 2)
+        searched = len(store.searched)
+        hits, noticed = await store.search_noticing(
+            "Marta Porto", user_id="alice", since=since, any_word=True
+        )
+    finally:
+        await store.close()
+    _recalled(openai_server, outcomes)
+    assert searched >= len(QUESTIONS)  # every turn's own search (and any follow-up)
+    assert len(store.searched) == searched + 1 and hits and noticed is False
