@@ -101,8 +101,14 @@ class _Signals:
         self.seen = 0  # writes the thread has looked at
         self.stop = False
         self.truncate = 0  # truncations asked for (truncation_owed); 0: none owed
+        self.pid = os.getpid()
 
     def stop_now(self) -> None:
+        if self.pid != os.getpid():
+            # a forked child's copy (its store drops it, the finalizer runs): the thread is
+            # the parent's, and the lock may have been held by one of the parent's threads
+            # at the fork, for good here
+            return
         with self.wake:
             self.stop = True
             self.wake.notify_all()

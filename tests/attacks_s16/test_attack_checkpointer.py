@@ -16,6 +16,8 @@ import gc
 import os
 import random
 import sqlite3
+import subprocess
+import sys
 import threading
 import weakref
 from pathlib import Path
@@ -27,6 +29,7 @@ from pipecat_summarizer.store import sqlite as sqlite_module
 from tests.store.test_s15_checkpoints import FRAME, _batch, _wal_size, _write_pages
 
 SECRET = "zebracrossing"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _checkpointers() -> list[threading.Thread]:
@@ -347,3 +350,55 @@ async def test_attack_a_checkpoint_that_cannot_finish_is_logged_once(tmp_path, l
     again = [r for r in logs if r["level"].name == "INFO" and "succeeded again" in r["message"]]
     assert len(warned) == 1 and len(again) == 1
     await store.close()
+
+
+FORK_HELD_SCRIPT = """
+import asyncio, gc, os, random, signal, sys, threading
+from pipecat_summarizer.store import SQLiteMemoryStore
+from tests.store.test_s15_checkpoints import _batch
+
+store = SQLiteMemoryStore(sys.argv[1])
+rng = random.Random(23)
+asyncio.run(store.write(_batch("call-p", 0, rng)))
+signals = store._thread.checkpointer._signals
+held, release = threading.Event(), threading.Event()
+
+def hold():  # one of the parent's threads inside the checkpointer's lock at the fork
+    with signals.wake:
+        held.set()
+        release.wait()
+
+threading.Thread(target=hold, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(100)  # a hung child (before the fix) ends rather than outliving the test
+
+    async def child():
+        await store.write(_batch("call-c", 0, rng))  # drops the parent's thread and checkpointer
+        gc.collect()
+        await store.close()
+        print("child done", flush=True)
+    asyncio.run(child())
+    os._exit(0)
+release.set()
+_, status = os.waitpid(pid, 0)
+print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+asyncio.run(store.close())
+print("parent done", flush=True)
+"""
+
+
+def test_attack_a_fork_while_a_parent_thread_holds_the_checkpointers_lock(tmp_path):
+    """A fork while one of the parent's threads is inside the checkpointer's lock (a write's
+    signal, the thread's own bookkeeping): the child's store drops the parent's copy, whose
+    finalizer must not take that lock (held for good in the child: the child would hang)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_HELD_SCRIPT, str(tmp_path / "memory.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard: before the fix the child never ends
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("child", "parent"))]
+    assert lines == ["child done", "child exit 0", "parent done"], done.stderr[-2000:]
