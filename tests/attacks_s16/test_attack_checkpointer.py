@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import os
 import random
@@ -402,3 +403,56 @@ def test_attack_a_fork_while_a_parent_thread_holds_the_checkpointers_lock(tmp_pa
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith(("child", "parent"))]
     assert lines == ["child done", "child exit 0", "parent done"], done.stderr[-2000:]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S16-A-3: a forget's truncation waits on the store's thread for a checkpoint",
+)
+async def test_attack_a_slow_checkpoint_never_holds_a_search_behind_a_forget(tmp_path, monkeypatch):
+    """A checkpoint that takes long (held inside) and a forget meanwhile: the forget's
+    truncation waits for the file's checkpoint lock ON THE STORE'S THREAD, so a turn's search
+    issued then waits for the whole checkpoint (its job queued behind the forget's). Looked
+    at for up to 100 polls while the checkpoint is still held."""
+    held = _HeldCheckpoint(monkeypatch)
+    path = tmp_path / "memory.db"
+    store = SQLiteMemoryStore(path)
+    rng = random.Random(24)
+    await store.write(_batch("call-1", 0, rng, word=SECRET))
+    await store.write(
+        [
+            dataclasses.replace(m, user_id="caller-2")
+            for m in _batch("call-2", 0, rng, word="lighthouse")
+        ]
+    )
+    await _write_pages(store, _sqlite_checkpoint.THRESHOLD_PAGES + 50, rng)
+    await held.wait_inside()
+    at_lock = threading.Event()
+    lock_of = sqlite_module.checkpoint_lock
+
+    class Watched:  # the forget's truncation, at the file's lock
+        def __init__(self, lock: threading.Lock):
+            self._lock = lock
+
+        def __enter__(self):
+            at_lock.set()
+            return self._lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self._lock.__exit__(*exc)
+
+    monkeypatch.setattr(sqlite_module, "checkpoint_lock", lambda path: Watched(lock_of(path)))
+    forget = asyncio.ensure_future(store.forget("caller-1"))
+    await asyncio.to_thread(at_lock.wait)
+    search = asyncio.ensure_future(store.search("lighthouse", user_id="caller-2"))
+    try:
+        for _ in range(100):
+            if search.done():
+                break
+            await asyncio.sleep(0.02)
+        assert search.done() and search.result()
+    finally:
+        held.released.set()
+        await forget
+        await search
+        await store.close()
