@@ -18,13 +18,15 @@ rows, however late the deletes are finished.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any, TypeVar
 
 from loguru import logger
 
 from pipecat_summarizer.store import _sqlite_schema as schema
+from pipecat_summarizer.store._sqlite_checkpoint import truncation_owed
 from pipecat_summarizer.store._statements import forget_statements, tombstone_statement
 from pipecat_summarizer.store.base import error_reason
 from pipecat_summarizer.store.records import user_hash
@@ -92,19 +94,20 @@ def finish_left(
     *,
     truncate: bool,
     in_file: bool,
-    guard: AbstractContextManager[object] | None = None,
+    lock: threading.Lock | None = None,
+    path: Path | None = None,
 ) -> bool:
     """Finish the forgets a process left pending (:func:`finish_pending`): one still under
     way in another process (the lock not free in time) is left to it, with a WARNING. Then
-    truncate the WAL of a file (``truncate``: also when none was left), inside ``guard``
-    (the file's checkpoint lock: a checkpoint of the checkpointer's thread running at that
-    moment would have SQLite refuse the truncation as busy). Returns whether one was
-    finished."""
+    truncate the WAL of a file (``truncate``: also when none was left) holding ``lock`` (the
+    file's checkpoint lock: a checkpoint of the checkpointer's thread running at that moment
+    would have SQLite refuse the truncation as busy); refused all the same (another
+    connection's snapshot), the file's checkpointers at ``path`` are owed it (see
+    :func:`truncate_wal`). Returns whether one was finished."""
     try:
         finished = finish_pending(conn) > 0
         if (truncate or finished) and in_file:
-            with guard if guard is not None else nullcontext():
-                truncate_wal(conn)
+            _truncate(conn, lock, path)
     except sqlite3.OperationalError as e:
         logger.warning(
             f"memory store: a pending forget is left to finish later ({error_reason(e)})"
@@ -113,13 +116,32 @@ def finish_left(
     return finished
 
 
-def truncate_wal(conn: sqlite3.Connection) -> None:
-    """Checkpoint and truncate the WAL after deletes (their pages' old copies are in it)."""
+def _truncate(conn: sqlite3.Connection, lock: threading.Lock | None, path: Path | None) -> None:
+    """:func:`truncate_wal` holding ``lock`` (see :func:`finish_left`)."""
+    if lock is None:
+        truncate_wal(conn, path)
+        return
+    with lock:
+        truncate_wal(conn, path)
+
+
+def truncate_wal(conn: sqlite3.Connection, path: Path | None = None) -> None:
+    """Checkpoint and truncate the WAL after deletes (their pages' old copies are in it).
+    Refused as busy (another connection reads an older snapshot: another process's search,
+    an ``inspect``; or another process checkpoints), the file's checkpointers in this
+    process (at ``path``) are owed it: they run a TRUNCATE checkpoint until one succeeds
+    (a PASSIVE checkpoint copies the old pages but never erases them, S16-A-1)."""
     busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     if busy:
+        told = truncation_owed(path) if path is not None else 0
+        then = (
+            "the store's checkpointer truncates it as soon as it can"
+            if told
+            else "the forgotten text leaves it at the next truncation (a forget, a close)"
+        )
         logger.warning(
-            "memory store: forget could not truncate the WAL now (another connection is "
-            "reading); the forgotten text leaves it at the next checkpoint"
+            f"memory store: forget could not truncate the WAL now (another connection is "
+            f"reading); {then}"
         )
 
 

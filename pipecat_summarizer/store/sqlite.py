@@ -16,7 +16,6 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -251,11 +250,10 @@ class SQLiteMemoryStore(MemoryStore):
 
     def _finish_forgets(self, conn: sqlite3.Connection, *, truncate: bool = False) -> None:
         """Finish the forgets left pending (``_sqlite_forget.finish_left``)."""
-        guard: AbstractContextManager[object] = (
-            nullcontext() if self.path is None else checkpoint_lock(self.path)
-        )
-        in_file = self.path is not None
-        _sqlite_forget.finish_left(conn, truncate=truncate, in_file=in_file, guard=guard)
+        path = self.path
+        lock = None if path is None else checkpoint_lock(path)
+        in_file = path is not None
+        _sqlite_forget.finish_left(conn, truncate=truncate, in_file=in_file, lock=lock, path=path)
 
     # -- the interface --------------------------------------------------------------------
 
