@@ -456,3 +456,65 @@ async def test_attack_a_slow_checkpoint_never_holds_a_search_behind_a_forget(tmp
         await forget
         await search
         await store.close()
+
+
+OTHER_WRITER = """
+import asyncio, random, sys
+from loguru import logger
+from pipecat_summarizer.store import SQLiteMemoryStore
+from tests.store.test_s15_checkpoints import _batch
+
+warned = []
+logger.add(lambda m: warned.append(1) if "checkpoint" in m.record["message"] else None,
+           level="WARNING")
+
+async def main():
+    store = SQLiteMemoryStore(sys.argv[1], busy_timeout_s=30)
+    rng = random.Random(31)
+    print("ready", flush=True)
+    sys.stdin.readline()  # both processes write at once
+    for i in range(60):
+        await store.write(_batch("call-other", i * 12, rng))
+    runs = store._thread.checkpointer.runs
+    await store.close()
+    print("other done", runs > 0, len(warned) <= 1, flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_attack_two_processes_on_one_file_each_with_a_checkpointer(tmp_path, logs):
+    """Two processes write to one file at once, each with its checkpointer (one's checkpoint
+    may be refused while the other's runs): every write lands, both checkpoint, each logs at
+    most one WARNING for a streak, the file is whole."""
+    path = tmp_path / "memory.db"
+    store = SQLiteMemoryStore(path, busy_timeout_s=30)
+    await store.open()
+    other = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        OTHER_WRITER,
+        str(path),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert other.stdin is not None and other.stdout is not None
+    assert (await other.stdout.readline()).decode().strip() == "ready"
+    other.stdin.write(b"go\n")
+    await other.stdin.drain()
+    rng = random.Random(32)
+    for i in range(60):
+        await store.write(_batch("call-mine", i * 12, rng))
+    out, err = await other.communicate()
+    assert out.decode().strip().splitlines()[-1:] == ["other done True True"], err.decode()[-2000:]
+    checkpointer = _checkpointer(store)
+    await asyncio.to_thread(checkpointer.settled)
+    assert checkpointer.runs > 0
+    warned = [r for r in logs if r["level"].name == "WARNING" and "checkpoint" in r["message"]]
+    assert len(warned) <= 1
+    assert len(await store.messages("call-mine")) == 60 * 12
+    assert len(await store.messages("call-other")) == 60 * 12
+    assert await store._query("PRAGMA integrity_check") == [("ok",)]
+    await store.close()
