@@ -41,6 +41,12 @@ RETRY_S = 1.0
 #: The WAL frames past which a checkpoint makes the writers wait (RESTART): the writes kept
 #: coming during the PASSIVE ones, and the log never started over.
 RESTART_PAGES = 4 * THRESHOLD_PAGES
+#: The checkpoints in a row that could not finish before a WARNING says so (the first ones:
+#: DEBUG). Another process's checkpointer on the same file refuses ours now and then for
+#: the moment its own runs: a WARNING (and an INFO once it finished) each time was noise in
+#: a deployment of two processes writing one file; a reader holding its snapshot for long
+#: (what an operator must hear of) fails every try.
+WARN_AFTER = 3
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
 
@@ -136,6 +142,7 @@ class Checkpointer:
         self.thread_idents: set[int] = set()
         self._signals = signals = _Signals()
         self._failing = False
+        self._fails = 0  # the checkpoints in a row that could not finish
         with _locks_lock:
             _live.setdefault(os.path.abspath(path), weakref.WeakSet()).add(signals)
         self.thread = threading.Thread(
@@ -201,18 +208,24 @@ class Checkpointer:
         if busy or (log >= 0 and done < log):
             self._failed("another connection reads an older snapshot, or checkpoints")
             return False
-        if self._failing:
+        if self._fails >= WARN_AFTER:
             logger.info("memory store: the WAL checkpoint succeeded again")
-            self._failing = False
+        self._failing = False
+        self._fails = 0
         return True
 
     def _failed(self, reason: str) -> None:
-        if not self._failing:
-            logger.warning(
-                f"memory store: the WAL checkpoint could not finish ({reason}); "
-                f"retried every {RETRY_S:g} s"
-            )
+        """A checkpoint (or its connection) failed: a WARNING once the streak reaches
+        ``WARN_AFTER`` tries, DEBUG before and after."""
         self._failing = True
+        self._fails += 1
+        if self._fails == WARN_AFTER:
+            logger.warning(
+                f"memory store: the WAL checkpoint could not finish ({reason}; "
+                f"{WARN_AFTER} tries in a row); retried every {RETRY_S:g} s"
+            )
+        else:
+            logger.debug(f"memory store: the WAL checkpoint could not finish ({reason})")
 
 
 def _run(ref: weakref.ReferenceType[Checkpointer], signals: _Signals) -> None:

@@ -466,7 +466,7 @@ from tests.store.test_s15_checkpoints import _batch
 
 warned = []
 logger.add(lambda m: warned.append(1) if "checkpoint" in m.record["message"] else None,
-           level="WARNING")
+           level="WARNING")  # (a checkpoint refused while the other's runs: DEBUG)
 
 async def main():
     store = SQLiteMemoryStore(sys.argv[1], busy_timeout_s=30)
@@ -477,7 +477,7 @@ async def main():
         await store.write(_batch("call-other", i * 12, rng))
     runs = store._thread.checkpointer.runs
     await store.close()
-    print("other done", runs > 0, len(warned) <= 1, flush=True)
+    print("other done", runs > 0, len(warned) == 0, flush=True)
 
 asyncio.run(main())
 """
@@ -485,8 +485,8 @@ asyncio.run(main())
 
 async def test_attack_two_processes_on_one_file_each_with_a_checkpointer(tmp_path, logs):
     """Two processes write to one file at once, each with its checkpointer (one's checkpoint
-    may be refused while the other's runs): every write lands, both checkpoint, each logs at
-    most one WARNING for a streak, the file is whole."""
+    may be refused while the other's runs): every write lands, both checkpoint, neither
+    WARNs (a refusal for the moment is DEBUG), the file is whole."""
     path = tmp_path / "memory.db"
     store = SQLiteMemoryStore(path, busy_timeout_s=30)
     await store.open()
@@ -512,8 +512,10 @@ async def test_attack_two_processes_on_one_file_each_with_a_checkpointer(tmp_pat
     checkpointer = _checkpointer(store)
     await asyncio.to_thread(checkpointer.settled)
     assert checkpointer.runs > 0
+    # a checkpoint refused for the moment the other's runs is no WARNING (it was one each
+    # time, and an INFO after: noise in such a deployment)
     warned = [r for r in logs if r["level"].name == "WARNING" and "checkpoint" in r["message"]]
-    assert len(warned) <= 1
+    assert warned == []
     assert len(await store.messages("call-mine")) == 60 * 12
     assert len(await store.messages("call-other")) == 60 * 12
     assert await store._query("PRAGMA integrity_check") == [("ok",)]
