@@ -1,13 +1,14 @@
-"""A forget whose WAL truncation is refused as busy leaves the forgotten text in the -wal file
-(S16-A-1, helper A).
+"""A forget whose WAL truncation is refused as busy left the forgotten text in the -wal file
+(S16-A-1, helper A; fixed by helper L in 6559143 with the checkpointer's truncation_owed).
 
 The forget deletes the caller's rows (secure_delete zeroes them in the pages), then runs
 ``PRAGMA wal_checkpoint(TRUNCATE)`` to take the old copies of those pages out of the WAL. When
 another connection reads an older snapshot (another process's search, an ``inspect``) or
-another process checkpoints, SQLite refuses it as busy; the WARNING says the text "leaves it
+another process checkpoints, SQLite refuses it as busy; the WARNING said the text "leaves it
 at the next checkpoint", but the checkpointer's checkpoints are PASSIVE: they copy frames
-into the database and never erase the WAL's bytes. The text stays on disk until the log is
-overwritten or the last connection closes. These tests read the -wal file's bytes.
+into the database and never erase the WAL's bytes. The text stayed on disk until the log was
+overwritten or the last connection closed. Now the refused truncation is owed to the file's
+checkpointers, which retry it. These tests read the -wal file's bytes.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import dataclasses
 import random
 import sqlite3
 from pathlib import Path
-
-import pytest
 
 from pipecat_summarizer.store import SQLiteMemoryStore, _sqlite_checkpoint
 from tests.store.test_s15_checkpoints import _batch
@@ -56,10 +55,6 @@ async def _gone_within(path: Path, polls: int = 200) -> bool:
     return False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S16-A-1: a forget's refused truncation is never run again while the store is open",
-)
 async def test_attack_a_forget_refused_by_a_reader_leaves_no_text_in_the_wal(tmp_path, monkeypatch):
     """The reader gone and the store still in use (another caller's writes, their
     checkpoints): the forgotten text must leave the -wal file."""
