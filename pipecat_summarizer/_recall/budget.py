@@ -11,7 +11,7 @@ ceiling before it evicts conversation (:func:`recall_budget`, :func:`fits`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: The least room worth a recalled block: the header (~25 tokens) and one short quote.
 MIN_RECALL_TOKENS = 40
@@ -92,6 +92,10 @@ EXTRA_MIN_SAMPLES = 2
 #: Every this many turns in a row that did not start one, the next one is started anyway
 #: and measured (an archive that got faster: its pages cached, a purge).
 EXTRA_RETRY = 8
+#: The same for the turn's ranking by meaning (see :class:`ExtraCost`'s ``every``): a sentence
+#: model's query (MiniLM: 11.5-14.7 ms of CPU) never fits a 10 ms budget's share, and each
+#: retry costs its turn that CPU beside the lexical search, so it is tried less often.
+RANK_RETRY = 24
 
 
 @dataclass(frozen=True)
@@ -114,16 +118,20 @@ class ExtraCost:
     duration comes: after :data:`EXTRA_RETRY` such turns in a row, one is started again,
     and its duration stands for all the samples (the archive as it is now: a fast retry
     after a slow start resumes the searches at once, a slow one waits the next retry).
+    The turn's ranking by meaning is gated the same way, its retries ``every``
+    :data:`RANK_RETRY` turns.
 
     Parameters:
         samples: The latest durations, oldest first (seconds).
         passed: The turns in a row that did not start one.
         retry: The one started is a retry (its duration replaces the samples).
+        every: The turns in a row not started after which the next one is a retry.
     """
 
     samples: tuple[float, ...] = ()
     passed: int = 0
     retry: bool = False
+    every: int = EXTRA_RETRY
 
     @property
     def expected(self) -> float | None:
@@ -140,22 +148,22 @@ class ExtraCost:
         expected = self.expected
         if expected is None or len(self.samples) < EXTRA_MIN_SAMPLES:
             return True
-        return expected <= left_s or self.passed >= EXTRA_RETRY
+        return expected <= left_s or self.passed >= self.every
 
     def started(self) -> ExtraCost:
         """The estimate once a turn started one (its duration comes with :meth:`measured`)."""
-        return ExtraCost(self.samples, retry=self.passed >= EXTRA_RETRY)
+        return replace(self, passed=0, retry=self.passed >= self.every)
 
     def skipped(self) -> ExtraCost:
         """The estimate once a turn did not start one."""
-        return ExtraCost(self.samples, self.passed + 1)
+        return replace(self, passed=self.passed + 1, retry=False)
 
     def measured(self, seconds: float) -> ExtraCost:
         """The estimate with one more duration (never below 0); a retry's replaces them all."""
         took = max(0.0, seconds)
         if self.retry:
-            return ExtraCost((took,) * EXTRA_MIN_SAMPLES, self.passed)
-        return ExtraCost((*self.samples, took)[-EXTRA_SAMPLES:], self.passed)
+            return replace(self, samples=(took,) * EXTRA_MIN_SAMPLES, retry=False)
+        return replace(self, samples=(*self.samples, took)[-EXTRA_SAMPLES:], retry=False)
 
     def revised(self, bound: float, seconds: float) -> ExtraCost:
         """The estimate with the duration ``bound`` (what a search let go had run by then,
@@ -165,7 +173,8 @@ class ExtraCost:
             return self
         # every copy: a retry's duration stands for all the samples
         took = max(bound, seconds)
-        return ExtraCost(tuple(took if x == bound else x for x in self.samples), self.passed)
+        samples = tuple(took if x == bound else x for x in self.samples)
+        return replace(self, samples=samples, retry=False)
 
 
 def recall_budget(max_tokens: int, room: int | None) -> int | None:
@@ -188,6 +197,7 @@ __all__ = [
     "ExtraCost",
     "MARGIN_S",
     "MIN_RECALL_TOKENS",
+    "RANK_RETRY",
     "Reserves",
     "after_search",
     "fits",

@@ -10,7 +10,9 @@ hooks (:class:`~pipecat_summarizer._recall.hooks.RecallHooks`). What is read aro
 is :mod:`pipecat_summarizer._recall.gather`'s. The extra searches a turn makes after its first
 (the gathered words' second search, the stated values' searches) start only when they are
 expected to answer within what is left of the budget, by what they took lately in this call
-(:class:`~pipecat_summarizer._recall.budget.ExtraCost`).
+(:class:`~pipecat_summarizer._recall.budget.ExtraCost`); so does the turn's ranking by
+meaning when it would embed the query on the turn's path (no early embedding of these words):
+a sentence model's query that never fits the budget's share is not started (S16-Q-1).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, cast
 
 from loguru import logger
 
-from pipecat_summarizer._recall.budget import ExtraCost
+from pipecat_summarizer._recall.budget import RANK_RETRY, ExtraCost
 from pipecat_summarizer._recall.gather import (
     Found,
     as_found,
@@ -125,6 +127,10 @@ class ArchiveSearch(RecallHooks):
         self.errors = 0
         #: Turns whose ranking by meaning was late: they went with the lexical hits alone.
         self.semantic_late = 0
+        #: Turns that did not start their ranking by meaning: it would have embedded the
+        #: query on the turn's path and was not expected to answer within its share of the
+        #: budget (see ``_rank_fits``); they went with the lexical hits alone, at once.
+        self.semantic_skipped = 0
         #: Turns that placed nothing because their forget watch had not answered in time.
         self.watch_late = 0
         #: Extra searches (a second search on the gathered words, a turn's stated values'
@@ -134,6 +140,9 @@ class ArchiveSearch(RecallHooks):
         self.extras_let_go = 0
         # what each kind of extra search took lately in this call (see _extra_fits)
         self._extra_costs: dict[str, ExtraCost] = {"gather": ExtraCost(), "values": ExtraCost()}
+        # what the turn's ranking by meaning took lately when it embedded its query in the
+        # query thread (see _rank_fits)
+        self._rank_cost = ExtraCost(every=RANK_RETRY)
         # the extra searches being measured: kind, start, and the time they had run when let
         # go (None: not let go)
         self._timing: dict[asyncio.Task, tuple[str, float, float | None]] = {}
@@ -170,7 +179,9 @@ class ArchiveSearch(RecallHooks):
         question, the rest of a story): one search, then one read per hit that can be
         recalled, all within the same budget. The ranking by meaning runs beside the search
         and joins when ready within :data:`RANK_SHARE` of ``wait_s``; a later one never
-        costs the lexical hits (``semantic_late`` counts those turns). ``watch=False``: the
+        costs the lexical hits (``semantic_late`` counts those turns); one not expected to
+        be ready by then is not started (``semantic_skipped``, see :meth:`_rank_fits`).
+        ``watch=False``: the
         caller reads the forget tombstone itself (a turn, beside its selection: see
         :meth:`_watch`), so the hits do not wait for that read; ``turn`` then holds that
         watch by this coroutine's first step (the watch starts after the search's task).
@@ -211,7 +222,12 @@ class ArchiveSearch(RecallHooks):
         # a turn's own watch (_hits put it in ``turn`` before this first step): the
         # ranking waits for it too, so the index drops a forgotten caller's rows first; the
         # turn itself checks it before placing (_watched), even when the ranking is late
-        shared = turn[0] if turn and watch_ is None and index is not None else None
+        # the ranking by meaning starts only when it can join the turn (S16-Q-1): the
+        # lexical search is not kept waiting for it, nor its CPU taken, for nothing
+        ranks = index
+        if index is not None and wait_s is not None and not self._rank_fits(index, query, wait_s):
+            ranks = None
+        shared = turn[0] if turn and watch_ is None and ranks is not None else None
 
         async def rank() -> tuple[list, Mapping] | None:
             # by meaning (a sentence model embeds the query in its own thread, ~20 ms of
@@ -221,11 +237,13 @@ class ArchiveSearch(RecallHooks):
             elif shared is not None:
                 # waited, never cancelled from here; its failure is the turn's to judge
                 await asyncio.wait({shared})
-            return await index.rank_soon(query) if index is not None else None
+            if ranks is None:
+                return None
+            return await ranks.rank_soon(query, timed=self._rank_measured)
 
         started = loop_time()
         # nothing to rank and no watch to wait for: no task beside the search
-        ranking = None if index is None and watch_ is None else asyncio.ensure_future(rank())
+        ranking = None if ranks is None and watch_ is None else asyncio.ensure_future(rank())
         try:
             found = await search
         except BaseException:
@@ -234,7 +252,7 @@ class ArchiveSearch(RecallHooks):
             raise
         if ranking is None:
             ranked = None
-        elif index is not None and wait_s is not None:
+        elif ranks is not None and wait_s is not None:
             ready, ranked = await within(ranking, started + RANK_SHARE * wait_s)
             self.semantic_late += not ready
         else:
@@ -493,6 +511,31 @@ class ArchiveSearch(RecallHooks):
         self._extra_costs[kind] = cost.skipped()
         self.extras_skipped += 1
         return False
+
+    def _rank_fits(self, index: Any, query: str, wait_s: float) -> bool:
+        """Whether the turn starts its ranking by meaning of ``query``: always when it costs
+        no embedding on the turn's path (``SemanticIndex.cheap``: the prefetch embedded these
+        words, a fast model, nothing to rank yet); else when the rankings measured lately
+        (:meth:`_rank_measured`) are expected to answer within its share of the wait,
+        :data:`RANK_SHARE` of ``wait_s``, as an extra search is (``ExtraCost``: the first
+        ones are started and measured, and one is retried every
+        :data:`~pipecat_summarizer._recall.budget.RANK_RETRY` turns not started, so a
+        faster machine or a warmed model gets back in). One not started is counted in
+        ``semantic_skipped``: that turn goes with its lexical hits, without waiting."""
+        if index.cheap(query):
+            return True
+        cost = self._rank_cost
+        if cost.fits(RANK_SHARE * wait_s):
+            self._rank_cost = cost.started()
+            return True
+        self._rank_cost = cost.skipped()
+        self.semantic_skipped += 1
+        return False
+
+    def _rank_measured(self, seconds: float) -> None:
+        """A ranking that embedded its query in the query thread took ``seconds`` (see
+        :meth:`_rank_fits`); one that ended after its turn gave up counts too, when it ends."""
+        self._rank_cost = self._rank_cost.measured(seconds)
 
     def _timed(self, kind: str, task: asyncio.Task) -> None:
         """Measure ``task`` (an extra search of ``kind`` started now) for ``_extra_fits``:

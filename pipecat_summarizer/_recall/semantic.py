@@ -33,7 +33,7 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -128,6 +128,9 @@ class SemanticIndex:
         # and written by the query thread and the loop, under the lock
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._queries_lock = threading.Lock()
+        # query texts whose embedding prepare_query started and that have not ended yet
+        # (the loop's only)
+        self._preparing: set[str] = set()
         #: Refreshes done, refreshes that failed, and times a forget emptied the index
         #: (counters, no text).
         self.refreshes = 0
@@ -266,12 +269,20 @@ class SemanticIndex:
         return self._rank(self._state, query)
 
     async def rank_soon(
-        self, query: str
+        self, query: str, *, timed: Callable[[float], None] | None = None
     ) -> tuple[list[SemanticHit], Mapping[tuple[str, int], float]]:
         """:meth:`rank`, in the query thread (``semantic-query``) unless the model embeds a
         query in well under a millisecond and the index is small: the turn's latency budget
         can only cut a wait, not a computation on the event loop. A ranking that ends after
-        the budget serves the next turn, as a late search does."""
+        the budget serves the next turn, as a late search does.
+
+        Args:
+            query: The turn's query.
+            timed: Called, when the ranking ran in the query thread, with how long it took
+                there (seconds, from its hand-off to its answer, the wait for the call's
+                first piece left out): the cost a turn's gate learns from (see
+                ``ArchiveSearch._rank_fits``).
+        """
         self._check_forgotten()
         await self._first_piece()
         state, epoch = self._state, self._epoch
@@ -280,7 +291,11 @@ class SemanticIndex:
             # a fast model, or a query embedded already: one matrix product, no thread hop
             return self._rank(state, query)
         loop = asyncio.get_running_loop()
+        began = loop.time()
         found = await loop.run_in_executor(query_executor(), self._rank, state, query)
+        if timed is not None and self.ready and state.vectors is not None and len(state.vectors):
+            # an empty index (or a model not loaded) embeds nothing: no measure of the cost
+            timed(loop.time() - began)
         self._check_forgotten()
         if self._epoch != epoch:  # forgotten while it ranked
             return [], {}
@@ -303,8 +318,20 @@ class SemanticIndex:
         future = asyncio.get_running_loop().run_in_executor(
             query_executor(), self._query_vector, query
         )
+        self._preparing.add(query)
         future.add_done_callback(read_error)
+        future.add_done_callback(lambda _: self._preparing.discard(query))
         return True
+
+    def cheap(self, query: str) -> bool:
+        """Whether ranking ``query`` now costs no embedding on the turn's path: its vector is
+        there or on its way (:meth:`prepare_query` embedded or is embedding these very
+        words; a ranking queued behind that one reuses it), the model embeds a query in
+        well under a millisecond, or nothing can be ranked yet (the model not loaded,
+        nothing embedded: the ranking ends at once, or waits the call's first piece)."""
+        if getattr(self.embedder, "fast_query", False) or not self.ready:
+            return True
+        return query in self._preparing or self._prepared(query)
 
     def reply(self, call_id: str, position: int) -> tuple[str, str] | None:
         """The message that followed ``(call_id, position)``, when it is indexed."""
