@@ -89,6 +89,10 @@ def finish_pending(conn: sqlite3.Connection) -> int:
     return len(pending)
 
 
+#: How long a forget's truncation waits on the store's thread for a running checkpoint.
+LOCK_WAIT_S = 0.02
+
+
 def finish_left(
     conn: sqlite3.Connection,
     *,
@@ -117,12 +121,23 @@ def finish_left(
 
 
 def _truncate(conn: sqlite3.Connection, lock: threading.Lock | None, path: Path | None) -> None:
-    """:func:`truncate_wal` holding ``lock`` (see :func:`finish_left`)."""
+    """:func:`truncate_wal` holding ``lock`` (see :func:`finish_left`). A checkpoint holding
+    it longer than ``LOCK_WAIT_S`` (a slow disk's may take seconds) leaves the truncation to
+    the file's checkpointers, which run it once their checkpoint ends: this is the store's
+    thread, where the turns' searches queue behind the forget (S16-A-3). With no checkpointer
+    of the file here, it waits for the lock."""
     if lock is None:
         truncate_wal(conn, path)
         return
-    with lock:
+    if not lock.acquire(timeout=LOCK_WAIT_S):
+        if path is not None and truncation_owed(path):
+            logger.debug("memory store: a checkpoint runs; the checkpointer truncates the WAL")
+            return
+        lock.acquire()
+    try:
         truncate_wal(conn, path)
+    finally:
+        lock.release()
 
 
 def truncate_wal(conn: sqlite3.Connection, path: Path | None = None) -> None:
