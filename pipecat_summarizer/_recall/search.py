@@ -181,10 +181,10 @@ class ArchiveSearch(RecallHooks):
         and joins when ready within :data:`RANK_SHARE` of ``wait_s``; a later one never
         costs the lexical hits (``semantic_late`` counts those turns); one not expected to
         be ready by then is not started (``semantic_skipped``, see :meth:`_rank_fits`).
-        ``watch=False``: the
-        caller reads the forget tombstone itself (a turn, beside its selection: see
-        :meth:`_watch`), so the hits do not wait for that read; ``turn`` then holds that
-        watch by this coroutine's first step (the watch starts after the search's task).
+        ``watch=False``: the caller reads the forget tombstone itself (a turn, beside its
+        selection: see :meth:`_watch`), so the hits do not wait for that read; ``turn``
+        then holds that watch by this coroutine's first step (the watch starts after the
+        search's task).
         ``noticing`` (a turn's watch, in ``turn`` too): when this search is the archive's
         own, the watch is read in the search's trip (``MemoryStore.search_noticing``) and
         ``noticing`` gets its answer; when an early search answers, a watch of its own is
