@@ -157,6 +157,7 @@ class PostgresMemoryStore(MemoryStore):
         self.read_only = read_only
         self._pool: Any = None
         self._pool_pid = os.getpid()  # the process that opened the pool
+        self._pool_loop: asyncio.AbstractEventLoop | None = None  # the loop it belongs to
         self._lock = asyncio.Lock()
         # the leases in use (close waits for them) and the cancelled ones' connections
         self._leases = LeaseBook()
@@ -207,6 +208,7 @@ class PostgresMemoryStore(MemoryStore):
                 await pool.close()
                 raise
             self._pool, self._pool_pid = pool, os.getpid()
+            self._pool_loop = asyncio.get_running_loop()
         self._watch_deletes()  # the removals timer (see MemoryStore._watch_deletes)
 
     async def _store_schema(self) -> str:
@@ -272,10 +274,34 @@ class PostgresMemoryStore(MemoryStore):
         first; closing it here would end the parent's sessions), and its futures belong to
         the parent's loop. The child opens a pool of its own; the parent's is kept
         referenced, never closed nor collected here."""
-        if self._pool is None or self._pool_pid == os.getpid():
+        if self._pool is None:
+            return
+        if self._pool_pid == os.getpid():
+            self._left_by_loop()
             return
         _PARENTS_POOLS.append(self._pool)
-        self._pool, self._close_task, self._closing = None, None, False
+        self._forget_pool()
+
+    def _left_by_loop(self) -> None:
+        """A pool of a loop that has ended (``asyncio.run(store.open())`` at start-up, then
+        the application's own loop; S16-A-2) can never be used or closed again: its
+        connections' futures belong to that loop. Its sockets are dropped and a pool of the
+        running loop is opened at the next use. A pool of another loop that still runs (a
+        store shared across threads' loops) is left as it is: that is the caller's to own."""
+        loop = self._pool_loop
+        if loop is None or not loop.is_closed():
+            return
+        pool = self._pool
+        logger.info("memory store: the PostgreSQL pool's event loop has ended; opening a new one")
+        try:
+            pool.terminate()
+        except Exception as e:  # its transports' loop is closed: the sockets go with them
+            logger.debug(f"memory store: the ended loop's pool left as it was ({type(e).__name__})")
+        self._forget_pool()
+
+    def _forget_pool(self) -> None:
+        """Drop the pool and the state bound to its loop (a lock, the leases)."""
+        self._pool, self._pool_loop, self._close_task, self._closing = None, None, None, False
         self._lock, self._leases, self._functions = asyncio.Lock(), LeaseBook(), set()
         self._settling = self._leases.settling
 
