@@ -7,6 +7,7 @@ caller's search reads only their own range of the FTS5 index.
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import urllib.parse
 from pathlib import Path
@@ -232,7 +233,33 @@ def open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     """
     if not path.is_file():
         raise StoreError(f"store path {str(path)!r}: no such file")
+    try:
+        return _checked_read_only(path, busy_timeout_s, immutable=False)
+    except StoreError as e:
+        if not _unwritable_folder(path, e):
+            raise
+    # A WAL-mode file needs its -shm beside it, which a read-only folder (a backup on
+    # read-only media) cannot hold. Closed cleanly (no -wal left), the file alone is the
+    # whole store: read it as immutable, which needs no -shm.
+    if Path(f"{path}-wal").exists():
+        raise StoreError(
+            f"store path {str(path)!r}: its folder is not writable and the store was not "
+            "closed cleanly (a -wal file is beside it): copy the files to a writable folder"
+        )
+    return _checked_read_only(path, busy_timeout_s, immutable=True)
+
+
+def _unwritable_folder(path: Path, error: StoreError) -> bool:
+    """Whether ``error`` is SQLite unable to open the WAL's files in a read-only folder."""
+    return "unable to open database file" in str(error) and not os.access(path.parent, os.W_OK)
+
+
+def _checked_read_only(path: Path, busy_timeout_s: float, *, immutable: bool) -> sqlite3.Connection:
+    """:func:`open_read_only`'s connection (``immutable``: SQLite takes the file as never
+    changing, and makes no -shm)."""
     uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    if immutable:
+        uri += "&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
     except sqlite3.Error as e:
