@@ -511,6 +511,24 @@ class MemoryStore(ABC):
             empty_text_caches()  # as noticed_forget
         return noticed
 
+    async def _noticing_apart(
+        self, query: str, *, user_id: str, since: float, limit: int, any_word: bool, replies: int
+    ) -> tuple[list[SearchHit], bool] | None:
+        """A backend's :meth:`search_noticing` as two calls where one trip cannot serve:
+        ``search`` overridden (a subclass's: it is the search, called as such), or the
+        call's baseline read under way (:meth:`_one_trip_watch`). ``None``: one trip may."""
+        if not getattr(self.search, "reads_replies", False):
+            return await MemoryStore.search_noticing(
+                self, query, user_id=user_id, since=since, limit=limit, any_word=any_word
+            )
+        if self._one_trip_watch(user_id, since):
+            return None
+        search = self.search(  # type: ignore[call-arg]  # the backends' search takes it
+            query, user_id=user_id, limit=limit, any_word=any_word, _replies=replies
+        )
+        hits, noticed = await asyncio.gather(search, self.noticed_forget(user_id, since))
+        return hits, noticed
+
     def _one_trip_watch(self, user_id: str, since: float) -> bool:
         """Whether a search may read the call's tombstone in its own trip: not while the
         call's baseline read is under way (the tombstone must be read after it: a forget

@@ -510,18 +510,11 @@ class PostgresMemoryStore(MemoryStore):
         call's baseline read is under way, or with ``search`` overridden (a subclass's), the
         two calls side by side."""
         check_user_id(user_id)
-        if not getattr(self.search, "reads_replies", False):
-            # ``search`` overridden (a subclass's): it is the search, called as such
-            base = MemoryStore.search_noticing(
-                self, query, user_id=user_id, since=since, limit=limit, any_word=any_word
-            )
-            return await base
-        if not self._one_trip_watch(user_id, since):
-            search = self.search(
-                query, user_id=user_id, limit=limit, any_word=any_word, _replies=_replies
-            )
-            hits, noticed = await asyncio.gather(search, self.noticed_forget(user_id, since))
-            return hits, noticed
+        apart = await self._noticing_apart(
+            query, user_id=user_id, since=since, limit=limit, any_word=any_word, replies=_replies
+        )
+        if apart is not None:
+            return apart
         words: dict[str, Any] = {
             "user_id": user_id,
             "call_id": None,
