@@ -251,7 +251,10 @@ def open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
 
 def _unwritable_folder(path: Path, error: StoreError) -> bool:
     """Whether ``error`` is SQLite unable to open the WAL's files in a read-only folder."""
-    return "unable to open database file" in str(error) and not os.access(path.parent, os.W_OK)
+    cause = error.__cause__
+    # the primary code: an extended one (CANTOPEN_*) names the same failure
+    cant_open = getattr(cause, "sqlite_errorcode", -1) & 0xFF == sqlite3.SQLITE_CANTOPEN
+    return cant_open and not os.access(path.parent, os.W_OK)
 
 
 def _checked_read_only(path: Path, busy_timeout_s: float, *, immutable: bool) -> sqlite3.Connection:

@@ -90,7 +90,7 @@ _HELD: contextvars.ContextVar[Any] = contextvars.ContextVar("pcs_search_conn", d
 #: Every bucket's removals summed (schema v8): grows with every committed transaction that
 #: deletes messages (a fold keeps it); read to learn of other processes' deletes.
 _REMOVALS_SUM = "SELECT COALESCE(sum(n), 0) FROM removals"
-#: The pools a forked child found open, its parent's (see ``_left_by_fork``).
+#: The pools a forked child found open, its parent's (see ``_pool_left_behind``).
 _PARENTS_POOLS: list[Any] = []
 
 
@@ -178,7 +178,7 @@ class PostgresMemoryStore(MemoryStore):
 
     async def open(self) -> None:
         """Create the pool and migrate the schema (idempotent)."""
-        self._left_by_fork()
+        self._pool_left_behind()
         if self._pool is not None:
             return
         async with self._lock:
@@ -245,7 +245,7 @@ class PostgresMemoryStore(MemoryStore):
         meanwhile raises ``StoreError("store closed")``. A close while one runs waits for
         it; a cancelled close still closes. A later use opens it again."""
         self._stop_deletes()
-        self._left_by_fork()
+        self._pool_left_behind()
         task = self._close_task
         if task is None:
             if self._pool is None:
@@ -268,8 +268,9 @@ class PostgresMemoryStore(MemoryStore):
             self._closing = False
             self._close_task = None
 
-    def _left_by_fork(self) -> None:
-        """In a forked child, leave the parent's pool alone (S15-S-3): its connections are
+    def _pool_left_behind(self) -> None:
+        """A pool this process cannot use is left behind; a use opens another. In a forked
+        child, the parent's pool is left alone (S15-S-3): its connections are
         the parent's sockets (a statement sent here is answered to whichever process reads
         first; closing it here would end the parent's sessions), and its futures belong to
         the parent's loop. The child opens a pool of its own; the parent's is kept
@@ -306,7 +307,7 @@ class PostgresMemoryStore(MemoryStore):
         self._settling = self._leases.settling
 
     async def _acquire(self) -> Lease:
-        self._left_by_fork()
+        self._pool_left_behind()
         if not self._closing:
             await self.open()
         if self._closing or self._pool is None:

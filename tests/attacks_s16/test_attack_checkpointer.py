@@ -43,6 +43,32 @@ def _checkpointer(store: SQLiteMemoryStore) -> _sqlite_checkpoint.Checkpointer:
     return thread.checkpointer
 
 
+def _watch_the_lock(monkeypatch: pytest.MonkeyPatch, at_lock: threading.Event) -> None:
+    """The store's file checkpoint lock, wrapped: ``at_lock`` is set when a forget's
+    truncation comes to take it (with or without a timeout)."""
+    lock_of = sqlite_module.checkpoint_lock
+
+    class Watched:
+        def __init__(self, lock: threading.Lock):
+            self._lock = lock
+
+        def __enter__(self):
+            at_lock.set()
+            return self._lock.__enter__()
+
+        def __exit__(self, *exc):
+            return self._lock.__exit__(*exc)
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            at_lock.set()
+            return self._lock.acquire(blocking, timeout)
+
+        def release(self) -> None:
+            self._lock.release()
+
+    monkeypatch.setattr(sqlite_module, "checkpoint_lock", lambda path: Watched(lock_of(path)))
+
+
 def _frames(path: Path) -> int:
     log = _sqlite_checkpoint._wal_log(path)
     return 0 if log is None else log[1]
@@ -138,26 +164,7 @@ async def test_attack_a_forget_racing_a_checkpoint_leaves_no_text_in_the_wal(tmp
     held = _HeldCheckpoint(monkeypatch)
     at_lock = threading.Event()  # the forget's truncation waits for the file's lock
 
-    class Watched:
-        def __init__(self, lock: threading.Lock):
-            self._lock = lock
-
-        def __enter__(self):
-            at_lock.set()
-            return self._lock.__enter__()
-
-        def __exit__(self, *exc):
-            return self._lock.__exit__(*exc)
-
-        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-            at_lock.set()
-            return self._lock.acquire(blocking, timeout)
-
-        def release(self) -> None:
-            self._lock.release()
-
-    lock_of = sqlite_module.checkpoint_lock
-    monkeypatch.setattr(sqlite_module, "checkpoint_lock", lambda path: Watched(lock_of(path)))
+    _watch_the_lock(monkeypatch, at_lock)
     path = tmp_path / "memory.db"
     store = SQLiteMemoryStore(path)
     rng = random.Random(12)
@@ -437,27 +444,7 @@ async def test_attack_a_slow_checkpoint_never_holds_a_search_behind_a_forget(tmp
     await _write_pages(store, _sqlite_checkpoint.THRESHOLD_PAGES + 50, rng)
     await held.wait_inside()
     at_lock = threading.Event()
-    lock_of = sqlite_module.checkpoint_lock
-
-    class Watched:  # the forget's truncation, at the file's lock
-        def __init__(self, lock: threading.Lock):
-            self._lock = lock
-
-        def __enter__(self):
-            at_lock.set()
-            return self._lock.__enter__()
-
-        def __exit__(self, *exc):
-            return self._lock.__exit__(*exc)
-
-        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-            at_lock.set()
-            return self._lock.acquire(blocking, timeout)
-
-        def release(self) -> None:
-            self._lock.release()
-
-    monkeypatch.setattr(sqlite_module, "checkpoint_lock", lambda path: Watched(lock_of(path)))
+    _watch_the_lock(monkeypatch, at_lock)
     forget = asyncio.ensure_future(store.forget("caller-1"))
     await asyncio.to_thread(at_lock.wait)
     search = asyncio.ensure_future(store.search("lighthouse", user_id="caller-2"))
