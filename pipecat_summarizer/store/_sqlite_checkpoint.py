@@ -65,6 +65,25 @@ def checkpoint_lock(path: Path) -> threading.Lock:
         return _locks.setdefault(key, threading.Lock())
 
 
+def checkpoint_now(conn: sqlite3.Connection, mode: str) -> tuple[int, int, int]:
+    """``PRAGMA wal_checkpoint(mode)`` on ``conn``; a TRUNCATE without waiting for readers.
+
+    A TRUNCATE (like a RESTART) takes the writers' lock first, then waits for the readers
+    of older snapshots through the connection's busy handler, holding that lock: with
+    another process's read held, the forget's truncation held the store's thread (every
+    turn's search queued behind it) for the whole ``busy_timeout_s`` (5 s), and every
+    retry of an owed one made the store's writes wait as long (S17-A-2). Refused at once,
+    it is owed to the checkpointer, which retries every ``RETRY_S``."""
+    if mode != "TRUNCATE":
+        return conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+    (wait_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute("PRAGMA busy_timeout=0")
+    try:
+        return conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={int(wait_ms)}")
+
+
 def truncation_owed(path: Path) -> int:
     """A forget's truncation of the WAL at ``path`` was refused as busy (another connection
     read an older snapshot, or another process checkpointed): the forgotten text's old pages
@@ -129,8 +148,17 @@ class Checkpointer:
     dropped without a close: its thread and connection would otherwise stay for good,
     holding the file open)."""
 
-    def __init__(self, path: Path, busy_timeout_s: float, threshold: int = THRESHOLD_PAGES):
-        """Start the thread (its connection is opened on it)."""
+    def __init__(
+        self,
+        path: Path,
+        busy_timeout_s: float,
+        threshold: int = THRESHOLD_PAGES,
+        *,
+        truncate: bool = False,
+    ):
+        """Start the thread (its connection is opened on it). ``truncate``: a TRUNCATE
+        checkpoint is owed from the start (the opening found a WAL left, see
+        :func:`wal_left`)."""
         self.path = path
         self.busy_timeout_s = busy_timeout_s
         self.threshold = threshold
@@ -141,6 +169,7 @@ class Checkpointer:
         self.restarts = 0
         self.thread_idents: set[int] = set()
         self._signals = signals = _Signals()
+        signals.truncate = int(truncate)
         self._failing = False
         self._fails = 0  # the checkpoints in a row that could not finish
         with _locks_lock:
@@ -201,7 +230,7 @@ class Checkpointer:
                 self.runs += 1
                 self.restarts += restart
                 self.thread_idents.add(threading.get_ident())
-                busy, log, done = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+                busy, log, done = checkpoint_now(conn, mode)
         except sqlite3.Error as e:
             self._failed(error_reason(e))
             return False
@@ -247,7 +276,8 @@ def _run(ref: weakref.ReferenceType[Checkpointer], signals: _Signals) -> None:
                         lambda: signals.stop or signals.truncate or signals.wrote > signals.seen
                     )
                 if signals.stop:
-                    return
+                    owed = signals.truncate
+                    break
                 seen = signals.wrote
                 owed = signals.truncate
             me = ref()
@@ -292,12 +322,45 @@ def _run(ref: weakref.ReferenceType[Checkpointer], signals: _Signals) -> None:
             with wake:
                 signals.seen = max(signals.seen, seen)
                 wake.notify_all()
+        me = ref()
+        if owed and me is not None:
+            _last_truncation(me, conn)
+        del me
     finally:
         if conn is not None:
             conn.close()
         with wake:
             signals.seen = signals.wrote
             wake.notify_all()
+
+
+def _last_truncation(me: Checkpointer, conn: sqlite3.Connection | None) -> None:
+    """The store closes with a truncation still owed (S17-A-1): one last try (the reader may
+    have let go since the last retry; the close of the store's connection does not always
+    truncate then: another process's idle connection keeps it from it); refused again, the
+    text stays in the -wal until the file's next opening by a store (:func:`wal_left`) or
+    its last connection's close."""
+    if conn is None:
+        conn = me._open()
+    if conn is not None and me._checkpoint(conn, truncate=True):
+        return
+    logger.warning(
+        "memory store: closed while a forget's WAL truncation is still refused (another "
+        "connection reads an older snapshot): the forgotten text leaves the -wal file at the "
+        "store's next opening (or the file's last close)"
+    )
+
+
+def wal_left(path: Path) -> bool:
+    """Whether a ``-wal`` file beside ``path`` holds any frame's bytes (copied or not, of the
+    current log or an older one): what a store's opening finds when another connection has
+    the file open, or a process died or closed while a forget's truncation was owed
+    (S17-A-1). The opening's checkpointer then owes a TRUNCATE (see :func:`truncation_owed`):
+    a forget's old pages may be in those bytes, and no process is left to owe it."""
+    try:
+        return os.stat(f"{path}-wal").st_size > _WAL_HEADER
+    except OSError:
+        return False
 
 
 def _wal_log(path: Path) -> tuple[tuple[int, int], int] | None:

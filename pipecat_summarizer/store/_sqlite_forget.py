@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from loguru import logger
 
 from pipecat_summarizer.store import _sqlite_schema as schema
-from pipecat_summarizer.store._sqlite_checkpoint import truncation_owed
+from pipecat_summarizer.store._sqlite_checkpoint import checkpoint_now, truncation_owed
 from pipecat_summarizer.store._statements import forget_statements, tombstone_statement
 from pipecat_summarizer.store.base import error_reason
 from pipecat_summarizer.store.records import user_hash
@@ -146,7 +146,8 @@ def truncate_wal(conn: sqlite3.Connection, path: Path | None = None) -> None:
     an ``inspect``; or another process checkpoints), the file's checkpointers in this
     process (at ``path``) are owed it: they run a TRUNCATE checkpoint until one succeeds
     (a PASSIVE checkpoint copies the old pages but never erases them, S16-A-1)."""
-    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    # never waiting for the reader with the writers' lock held (S17-A-2)
+    busy, _, _ = checkpoint_now(conn, "TRUNCATE")
     if busy:
         told = truncation_owed(path) if path is not None else 0
         then = (

@@ -10,7 +10,6 @@ event loop never blocks on disk or on a lock. Archived messages are indexed with
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import sqlite3
 import threading
@@ -34,7 +33,7 @@ from pipecat_summarizer.store._rows import (
     to_fact,
     to_message,
 )
-from pipecat_summarizer.store._sqlite_checkpoint import Checkpointer, checkpoint_lock
+from pipecat_summarizer.store._sqlite_checkpoint import Checkpointer, checkpoint_lock, wal_left
 from pipecat_summarizer.store._sqlite_forget import Pending, hide
 from pipecat_summarizer.store._sqlite_schema import (
     migrate,
@@ -76,6 +75,16 @@ MAX_BUSY_TIMEOUT_S = 3600.0
 CACHE_KIB = 65536
 #: A caller's forget tombstone, by ``user_hash``.
 _TOMBSTONE = "SELECT at FROM forgotten WHERE user_hash = ?"
+
+
+class _Opening:
+    """What a store's opening found for its checkpointer: a holder of its own, so that
+    the checkpointer's factory never holds the store (see ``StoreThread``)."""
+
+    __slots__ = ("wal_left",)
+
+    def __init__(self) -> None:
+        self.wal_left = False
 
 
 class SQLiteMemoryStore(MemoryStore):
@@ -150,6 +159,8 @@ class SQLiteMemoryStore(MemoryStore):
         self._armed: asyncio.AbstractEventLoop | None = None
         # common words' counts, kept across searches
         self._df: _sqlite_search.WordCounts = {}
+        # what the latest opening found, read by the checkpointer made after it
+        self._opening = _Opening()
 
     def __repr__(self) -> str:
         """``SQLiteMemoryStore('path')``."""
@@ -198,7 +209,9 @@ class SQLiteMemoryStore(MemoryStore):
         """What makes a file's checkpointer (never the store itself: see StoreThread)."""
         if self.path is None or self.read_only:
             return None
-        return functools.partial(Checkpointer, self.path, self.busy_timeout_s)
+        path, busy, opening = self.path, self.busy_timeout_s, self._opening
+        # made right after the connection (on the store's thread): what its opening found
+        return lambda: Checkpointer(path, busy, truncate=opening.wal_left)
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], job: Job) -> T:
         return job.thread.call(fn, job)
@@ -212,6 +225,9 @@ class SQLiteMemoryStore(MemoryStore):
         target = str(self.path) if self.path else ":memory:"
         if self.path is not None and not self.path.parent.exists():
             raise StoreError(f"store path {target!r}: folder does not exist")
+        # before this connection writes: a -wal with bytes in it may hold a forget's old
+        # pages that no process is left to truncate (S17-A-1); its checkpointer owes one
+        self._opening.wal_left = self.path is not None and wal_left(self.path)
         conn = sqlite3.connect(target, timeout=self.busy_timeout_s, isolation_level=None)
         try:
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
