@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -265,9 +265,16 @@ class MiniLMEmbedder(_LazyModel):
             limit_blas_threads(self.blas_threads)
         return _load_minilm(self._MODEL_DIR, self.max_tokens)
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    #: ``embed`` takes ``between``: the indexing thread may pause between its layers.
+    pausable = True
+
+    def embed(
+        self, texts: Sequence[str], *, between: Callable[[], None] | None = None
+    ) -> np.ndarray:
         """Unit-length vectors of ``texts`` (a zero row for a blank text; loads the model
-        first if needed)."""
+        first if needed). ``between``: called before each layer of each batch (the index's
+        embedding waits there while a turn is on its way: a layer of a few messages is a
+        few milliseconds, a whole batch 50-500 ms)."""
         if self._model is None:
             self.load()
         assert self._model is not None
@@ -287,7 +294,7 @@ class MiniLMEmbedder(_LazyModel):
             for r, i in enumerate(rows):
                 ids[r, : len(ids_of[i])] = ids_of[i]
                 mask[r, : len(ids_of[i])] = 1.0
-            out[rows] = _bert_forward(embeddings, layers, ids, mask)
+            out[rows] = _bert_forward(embeddings, layers, ids, mask, between)
         return unit_rows(out)
 
 
@@ -350,8 +357,15 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * (x * x * x))))
 
 
-def _bert_forward(embeddings: tuple, layers: list, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Mean-pooled last hidden states of a BERT encoder (12 heads) for padded ``ids``."""
+def _bert_forward(
+    embeddings: tuple,
+    layers: list,
+    ids: np.ndarray,
+    mask: np.ndarray,
+    between: Callable[[], None] | None = None,
+) -> np.ndarray:
+    """Mean-pooled last hidden states of a BERT encoder (12 heads) for padded ``ids``;
+    ``between`` is called before each layer (see ``MiniLMEmbedder.embed``)."""
     word, position, token_type, gain, bias = embeddings
     batch, length = ids.shape
     x = _layer_norm(word[ids] + position[:length][None] + token_type[None, None], gain, bias)
@@ -361,6 +375,8 @@ def _bert_forward(embeddings: tuple, layers: list, ids: np.ndarray, mask: np.nda
     x = x.reshape(batch * length, hidden)  # the linear layers on 2-D arrays: ~2.5x faster
     masked = (1.0 - mask[:, None, None, :]) * -1e9
     for (qkv_w, qkv_b), (ow, ob), ln1, (iw, ib), (fw, fb), ln2 in layers:
+        if between is not None:
+            between()
         qkv = (x @ qkv_w + qkv_b).reshape(batch, length, 3, heads, dh)
         q = qkv[:, :, 0].transpose(0, 2, 1, 3)
         k = qkv[:, :, 1].transpose(0, 2, 3, 1)

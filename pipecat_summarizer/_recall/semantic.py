@@ -43,8 +43,10 @@ from pipecat_summarizer._recall import vector_cache
 from pipecat_summarizer._recall.embedding import Embedder, embedder_for
 from pipecat_summarizer._recall.fusion import SemanticHit, top_matches
 from pipecat_summarizer._recall.semantic_rows import (
+    TURNS,
     Message,
     SimilarityView,
+    Stale,
     State,
     embed_into,
     embedding_executor,
@@ -240,20 +242,31 @@ class SemanticIndex:
         for i in range(0, len(kept), EMBED_CHUNK):
             chunk = kept[i : i + EMBED_CHUNK]
             state = self._state
-            buffer, reused = await loop.run_in_executor(
-                embedding_executor(),
-                embed_into,
-                self.embedder,
-                [m[5] for m in chunk],
-                state.buffer,
-                len(state.messages),
-                self.user_id,
-            )
+
+            def live(state: State = state) -> bool:
+                # (indexing thread) read between pieces: a chunk of a closed call, or of a
+                # caller dropped meanwhile, stops there (the loop drops it either way)
+                return not self._closed and self._epoch == epoch and self._state is state
+
+            try:
+                buffer, reused = await loop.run_in_executor(
+                    embedding_executor(),
+                    embed_into,
+                    self.embedder,
+                    [m[5] for m in chunk],
+                    state.buffer,
+                    len(state.messages),
+                    self.user_id,
+                    live,
+                )
+            except Stale:
+                buffer = None
             self._check_forgotten()
-            if self._epoch != epoch or self._state is not state:
+            forgotten = self._epoch != epoch or self._state is not state
+            if buffer is None or forgotten:
                 # forgotten meanwhile: these vectors are dropped with the rest, and from the
                 # process's cache, which this chunk filled after the forget emptied it
-                if self.user_id:
+                if forgotten and self.user_id:
                     forget_vectors(self.user_id)
                 return None
             self._append(state, chunk, buffer)
@@ -418,7 +431,9 @@ class SemanticIndex:
             self._grew = asyncio.Event()
         grew = asyncio.ensure_future(self._grew.wait())
         try:
-            await asyncio.wait({grew, task}, timeout=FIRST_PIECE_WAIT_S)
+            # this turn waits for the index: the indexing thread does not wait for the turn
+            with TURNS.waiting_for_index():
+                await asyncio.wait({grew, task}, timeout=FIRST_PIECE_WAIT_S)
         finally:
             grew.cancel()
 

@@ -70,6 +70,7 @@ from pipecat_summarizer._recall.select import (
     gather_words,
     select_hits,
 )
+from pipecat_summarizer._recall.semantic_rows import TURNS
 from pipecat_summarizer._text.tokens import estimate_text_tokens as estimate_tokens
 from pipecat_summarizer.params import RecallParams
 
@@ -171,10 +172,14 @@ class RecallStep(ArchiveSearch):
         """
         started = _now() if started is None else started
         run = partial(self._prepare, messages, view_texts, room, started)
-        if not self._observers:
-            return await run([0, 0])
-        budget = self.params.latency_budget_s
-        return await observe_turn(self, self._observers, run, lambda: _now() - started > budget)
+        # on its way until its block is placed or let go: the process's indexing thread
+        # starts no piece meanwhile (S16-G-1), up to its cap
+        with TURNS.turn():
+            if not self._observers:
+                return await run([0, 0])
+            budget = self.params.latency_budget_s
+            late = lambda: _now() - started > budget  # noqa: E731 (one line, as before)
+            return await observe_turn(self, self._observers, run, late)
 
     async def _prepare(
         self,

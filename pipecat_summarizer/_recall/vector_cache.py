@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -160,19 +160,27 @@ def _text_key(text: str) -> bytes:
 
 
 def cached_vectors(
-    embedder: Any, texts: Sequence[str], owner: str | None = None
+    embedder: Any,
+    texts: Sequence[str],
+    owner: str | None = None,
+    *,
+    embed: Callable[[list[str]], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, int]:
     """(Indexing thread.) Unit rows for ``texts``, each text embedded only if this process
     has not embedded it with this model lately; and how many came from the cache.
-    ``owner``: the caller whose messages these are (their vectors go with their forget)."""
+    ``owner``: the caller whose messages these are (their vectors go with their forget).
+    ``embed``: how the texts not cached are embedded (default ``embedder.embed``; the
+    index's pieces: :func:`~pipecat_summarizer._recall.semantic_rows.embed_pieces`); when it
+    raises, no vector is added to the cache."""
+    embed = embedder.embed if embed is None else embed
     cache = _cache_for(embedder)
     if cache is None:
-        return unit_rows(embedder.embed(list(texts))), 0
+        return unit_rows(embed(list(texts))), 0
     keys = [_text_key(t) for t in texts]
     rows: list[np.ndarray | None] = [cache.get(k, owner) for k in keys]
     missing = [i for i, row in enumerate(rows) if row is None]
     if missing:
-        fresh = unit_rows(embedder.embed([texts[i] for i in missing]))
+        fresh = unit_rows(embed([texts[i] for i in missing]))
         for j, i in enumerate(missing):
             rows[i] = fresh[j].copy()
             cache.put(keys[i], rows[i], owner)  # type: ignore[arg-type]
