@@ -171,6 +171,8 @@ class PostgresMemoryStore(MemoryStore):
         self._functions: set[int] = set()
         # the schema the store lives in, found as it opens (every connection pinned to it)
         self._schema: str | None = None
+        # the removals timer's reads under way: a close cuts them (see _removals)
+        self._removal_reads: set[asyncio.Task] = set()
 
     def __repr__(self) -> str:
         """The DSN without its password."""
@@ -245,6 +247,7 @@ class PostgresMemoryStore(MemoryStore):
         meanwhile raises ``StoreError("store closed")``. A close while one runs waits for
         it; a cancelled close still closes. A later use opens it again."""
         self._stop_deletes()
+        self._cut_removal_reads()
         self._pool_left_behind()
         task = self._close_task
         if task is None:
@@ -610,8 +613,28 @@ class PostgresMemoryStore(MemoryStore):
         every ``_forgets.DELETES_CHECK_S`` per store object."""
         if not self._is_open():
             return None  # never opens a closed store again (a timer's read, a late check)
-        value = await self._read(lambda conn: conn.fetchval(_REMOVALS_SUM))
+        # a task of its own, which a close cancels (S16-A-7(b)): a read waiting for a lock on
+        # removals (LOCK TABLE, VACUUM FULL, a migration's ALTER) held the close ~10 s (the
+        # leases' drain, then the pool's close, then terminate), and its backend waited on
+        read = asyncio.ensure_future(self._read(lambda conn: conn.fetchval(_REMOVALS_SUM)))
+        reads = self._removal_reads
+        reads.add(read)
+        read.add_done_callback(reads.discard)
+        try:
+            await asyncio.wait({read})
+        except asyncio.CancelledError:
+            read.cancel()  # whoever awaited it went: the read goes too
+            raise
+        if read.cancelled():
+            return None  # cut by a close: nothing read (no outage to log)
+        value = read.result()
         return None if value is None else int(value)
+
+    def _cut_removal_reads(self) -> None:
+        """Cancel the removals reads under way (the store closes): asyncpg cancels the
+        statement on the server, and the lease goes back at once."""
+        for read in list(self._removal_reads):
+            read.cancel()
 
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
         """The forget tombstones among ``user_hashes``: their times, by hash (one read of
