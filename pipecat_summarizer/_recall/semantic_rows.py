@@ -126,8 +126,8 @@ def piece_texts(per_text_s: float | None) -> int:
     time at ``per_text_s`` a text (measured on the last piece; ``None``: none measured yet,
     :data:`PIECE_FIRST`), between 1 and :data:`PIECE_MOST`."""
     if per_text_s is None:
-        return PIECE_FIRST
-    if per_text_s <= 0:
+        return min(PIECE_FIRST, PIECE_MOST)
+    if per_text_s * PIECE_MOST <= PIECE_S:  # a whole chunk fits (a clock too coarse: 0)
         return PIECE_MOST
     return max(1, min(PIECE_MOST, int(PIECE_S / per_text_s)))
 
@@ -226,7 +226,6 @@ class TurnGate:
 
     def piece_done(self, texts: int, seconds: float) -> None:
         """(Indexing thread.) A piece of ``texts`` took ``seconds`` of the thread's time."""
-        self._mark = None  # the thread's time until the next piece is not a step's
         self._per_text_s = seconds / max(texts, 1)
 
 
