@@ -7,6 +7,7 @@ process is on its way (:data:`TURNS`), or once it has waited its cap (:func:`hol
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -166,6 +167,11 @@ class TurnGate:
 
     def __init__(self) -> None:
         """No turn on its way."""
+        self._reset()
+
+    def _reset(self) -> None:
+        # also a forked child's first act: its parent's turns are not its own, and a lock
+        # held in the parent at the fork would never be released in the child
         self._changed = threading.Condition()
         self._on_their_way = 0
         self._waiting = 0  # turns waiting for an index to grow (see holds)
@@ -231,6 +237,8 @@ class TurnGate:
 
 #: The process's one gate: every call's turns, every index's pieces (one indexing thread).
 TURNS = TurnGate()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=TURNS._reset)
 
 
 def embed_pieces(

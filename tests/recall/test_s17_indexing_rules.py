@@ -9,6 +9,7 @@ embedded: counted, never timed (the thread's progress is waited for by its count
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -195,3 +196,14 @@ def test_a_chunk_whose_index_went_stops_between_pieces():
     with pytest.raises(Stale):
         embed_pieces(model, TEXTS, live, gate=gate)
     assert len(model.calls) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_has_no_turn_of_its_parent_on_its_way():
+    with semantic_rows.TURNS.turn():
+        pid = os.fork()
+        if pid == 0:  # the child: its parent's turn is not its own
+            os._exit(0 if not semantic_rows.TURNS.busy else 1)
+        assert semantic_rows.TURNS.busy
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
