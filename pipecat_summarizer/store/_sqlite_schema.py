@@ -224,13 +224,21 @@ def migrate(conn: sqlite3.Connection) -> None:
         raise
 
 
-def open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+def open_read_only(
+    path: Path, busy_timeout_s: float, frozen: list[FileStamp | None] | None = None
+) -> sqlite3.Connection:
     """The file as it is: ``mode=ro`` (never created), no journal-mode switch, no
     migration; refused unless it is a memory store of a version this code knows.
+
+    ``frozen`` (a one-item list) gets the file's :class:`FileStamp` when it is opened as
+    immutable (a read-only folder), else ``None``: SQLite then never looks at the file
+    again for changes, and the store must (:meth:`FileStamp.changed`).
 
     Raises:
         StoreError: If it is missing, cannot be opened, or is not such a store.
     """
+    if frozen is not None:
+        frozen[0] = None
     if not path.is_file():
         raise StoreError(f"store path {str(path)!r}: no such file")
     try:
@@ -241,12 +249,66 @@ def open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     # A WAL-mode file needs its -shm beside it, which a read-only folder (a backup on
     # read-only media) cannot hold. Closed cleanly (no -wal left), the file alone is the
     # whole store: read it as immutable, which needs no -shm.
-    if Path(f"{path}-wal").exists():
-        raise StoreError(
-            f"store path {str(path)!r}: its folder is not writable and the store was not "
-            "closed cleanly (a -wal file is beside it): copy the files to a writable folder"
-        )
-    return _checked_read_only(path, busy_timeout_s, immutable=True)
+    for _ in range(IMMUTABLE_TRIES):
+        stamp = FileStamp.of(path)  # before any page is read
+        if stamp is None and not path.is_file():
+            raise StoreError(f"store path {str(path)!r}: no such file")
+        if stamp is None:
+            raise StoreError(
+                f"store path {str(path)!r}: its folder is not writable and the store was not "
+                "closed cleanly (a -wal file is beside it): copy the files to a writable folder"
+            )
+        conn = _checked_read_only(path, busy_timeout_s, immutable=True)
+        if not stamp.changed():
+            if frozen is not None:
+                frozen[0] = stamp
+            return conn
+        conn.close()  # written while it was checked: its pages may be of two versions
+    raise StoreError(
+        f"store path {str(path)!r}: its folder is not writable and the file keeps changing "
+        "(another process writes it): copy the files to a writable folder"
+    )
+
+
+#: The openings as immutable tried while the file changes under them.
+IMMUTABLE_TRIES = 3
+
+
+class FileStamp:
+    """A file opened as immutable, as it was then (S17-A-3): SQLite takes such a file as
+    never changing (it takes no lock, never checks its change counter, keeps the pages it
+    read in its cache); if another process writes it after all (a live store's folder
+    mounted read-only here, a writable copy opened again), the connection would go on
+    serving the pages it cached (a forgotten caller's rows after their forget, none of the
+    new rows) mixed with pages read from the new file. :meth:`changed` says when that
+    connection must not be read any more."""
+
+    __slots__ = ("path", "stat")
+
+    def __init__(self, path: Path, stat: tuple[int, int, int, int]) -> None:
+        self.path = path
+        self.stat = stat
+
+    @classmethod
+    def of(cls, path: Path) -> FileStamp | None:
+        """The file's stamp now, or ``None`` if a -wal is beside it (being written)."""
+        stat = _stat(path)
+        if stat is None or Path(f"{path}-wal").exists():
+            return None
+        return cls(path, stat)
+
+    def changed(self) -> bool:
+        """Whether the file was written since (its identity, size or time changed, or a
+        -wal appeared beside it: the writes are there)."""
+        return _stat(self.path) != self.stat or Path(f"{self.path}-wal").exists()
+
+
+def _stat(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _unwritable_folder(path: Path, error: StoreError) -> bool:

@@ -18,6 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loguru import logger
+
 from pipecat_summarizer._text.text_caches import empty_text_caches
 from pipecat_summarizer._validation import check_number
 from pipecat_summarizer.store import _sqlite_forget, _sqlite_search, _sqlite_writes
@@ -36,6 +38,8 @@ from pipecat_summarizer.store._rows import (
 from pipecat_summarizer.store._sqlite_checkpoint import Checkpointer, checkpoint_lock, wal_left
 from pipecat_summarizer.store._sqlite_forget import Pending, hide
 from pipecat_summarizer.store._sqlite_schema import (
+    IMMUTABLE_TRIES,
+    FileStamp,
     migrate,
     open_read_only,
     scope_of,
@@ -161,6 +165,8 @@ class SQLiteMemoryStore(MemoryStore):
         self._df: _sqlite_search.WordCounts = {}
         # what the latest opening found, read by the checkpointer made after it
         self._opening = _Opening()
+        # a read-only opening as immutable: the file as it was then (_sqlite_schema)
+        self._frozen: list[FileStamp | None] = [None]
 
     def __repr__(self) -> str:
         """``SQLiteMemoryStore('path')``."""
@@ -169,6 +175,26 @@ class SQLiteMemoryStore(MemoryStore):
     # -- thread plumbing ------------------------------------------------------------------
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T], *, read: bool = False) -> T:
+        """``fn(conn)`` on the store's thread (see :meth:`_run_once`). A read-only store
+        opened as immutable (a read-only folder) whose file was written since (S17-A-3:
+        SQLite would go on serving the pages it cached, a forgotten caller's rows among
+        them, mixed with the new file's) is opened again first, on the file as it is now;
+        a read during which it changed is read again on a new opening."""
+        for _ in range(IMMUTABLE_TRIES):
+            stamp = self._frozen[0]
+            if stamp is not None and stamp.changed():
+                logger.info("memory store: the file opened read-only changed; opened again")
+                await self.close()  # the next opening sees the file as it is now
+            done = await self._run_once(fn, read=read)
+            stamp = self._frozen[0]
+            if stamp is None or not stamp.changed():
+                return done
+        raise StoreError(
+            f"store path {str(self.path)!r}: its folder is not writable and the file keeps "
+            "changing (another process writes it): copy the files to a writable folder"
+        )
+
+    async def _run_once(self, fn: Callable[[sqlite3.Connection], T], *, read: bool = False) -> T:
         """``fn(conn)`` on the store's thread. A ``read`` whose caller stops waiting (a
         recall search the frame gave up on, the call's end) is interrupted where it is, so
         the thread is free for the next one: never left to finish for nobody, holding up
@@ -262,7 +288,7 @@ class SQLiteMemoryStore(MemoryStore):
     def _connect_read_only(self) -> sqlite3.Connection:
         """The file as it is (see ``_sqlite_schema.open_read_only``)."""
         assert self.path is not None
-        return open_read_only(self.path, self.busy_timeout_s)
+        return open_read_only(self.path, self.busy_timeout_s, self._frozen)
 
     def _finish_forgets(self, conn: sqlite3.Connection, *, truncate: bool = False) -> None:
         """Finish the forgets left pending (``_sqlite_forget.finish_left``)."""

@@ -1,0 +1,134 @@
+"""S17 attack round (helper A): a read-only opening read as immutable (its folder read-only,
+S16-A-8) while another process writes the file after all.
+
+A live store's folder mounted read-only for a support tool (``inspect``, a dashboard with
+``read_only=True``) while the application writes it through a writable mount: the opening
+found no -wal (the application closed cleanly), so SQLite took the file as immutable: no
+lock, no look at the file's change counter, its pages cached. The application then writes,
+forgets a caller and checkpoints. Before S17-A-3 the read-only store went on answering from
+its cache: the forgotten caller's rows after their forget had returned (and after the file
+no longer held them), none of the new rows. Now the store notices the change (the file's
+stamp, a -wal beside it) and reads the file as it is now.
+
+Runs as root in a mount namespace of its own (``unshare -m``), as
+tests/attacks_s16/test_attack_read_only_files.py; skipped where that is not allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = r"""
+import asyncio, dataclasses, os, random, subprocess, sys
+from loguru import logger
+from pipecat_summarizer.store import SQLiteMemoryStore
+from tests.store.test_s15_checkpoints import _batch
+
+logger.remove()
+folder, view, what = sys.argv[1], sys.argv[2], sys.argv[3]
+path = os.path.join(folder, "memory.db")
+
+
+def of(user, messages):
+    return [dataclasses.replace(m, user_id=user) for m in messages]
+
+
+async def step(name, work):
+    try:
+        print(name, "ok", await work, flush=True)
+    except Exception as e:
+        print(name, "raised", type(e).__name__, flush=True)
+
+
+async def main():
+    rng = random.Random(1)
+    store = SQLiteMemoryStore(path)
+    await store.write(_batch("c1", 0, rng, word="lighthouse"))
+    await store.write(of("caller-2", _batch("c2", 0, rng, n=30, word="lighthouse")))
+    await store.close()  # closed cleanly: no -wal
+    os.makedirs(view)
+    subprocess.run(["mount", "--bind", folder, view], check=True)
+    subprocess.run(["mount", "-o", "remount,bind,ro", view], check=True)
+    reader = SQLiteMemoryStore(os.path.join(view, "memory.db"), read_only=True)
+
+    async def hits(user):
+        return len(await reader.search("lighthouse", user_id=user, limit=100))
+
+    async def messages(call):
+        return len(await reader.messages(call))
+
+    await step("before caller-1", hits("caller-1"))
+    await step("before c2", messages("c2"))
+    writer = SQLiteMemoryStore(path)
+    if what == "small":  # a few writes, in the -wal only (no checkpoint, no forget)
+        await writer.write(of("caller-3", _batch("c3-5", 0, rng, n=30)))
+    else:
+        for i in range(10):
+            await writer.write(of("caller-3", _batch(f"c3-{i}", 0, rng, n=30)))
+        await writer.forget("caller-1")
+    if what == "closed":
+        await writer.close()
+    await step("after caller-1", hits("caller-1"))
+    await step("after c2", messages("c2"))
+    await step("after c3", messages("c3-5"))
+    await reader.close()
+    await writer.close()
+
+
+asyncio.run(main())
+"""
+
+
+def _run(tmp_path: Path, what: str) -> list[str]:
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        pytest.skip("no unshare/mount here")
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("mount namespaces not allowed here")
+    folder = tmp_path / "live"
+    folder.mkdir()
+    done = subprocess.run(
+        ["unshare", "-m", sys.executable, "-c", SCRIPT, str(folder), str(tmp_path / "ro"), what],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if "mount:" in done.stderr and "permission denied" in done.stderr.lower():
+        pytest.skip("bind mounts not allowed here")
+    return [line.strip() for line in done.stdout.splitlines()] or [done.stderr[-2000:]]
+
+
+BEFORE = ["before caller-1 ok 12", "before c2 ok 30"]
+
+
+@pytest.mark.parametrize("what", ["closed", "open"])
+def test_attack_a_file_opened_immutable_then_written_forgotten_and_checkpointed(tmp_path, what):
+    """The application writes 300 messages, forgets caller-1 (its truncation checkpoints the
+    file: the immutable reader holds no lock to refuse it), and closes (``closed``) or stays
+    open (``open``): the read-only store never serves caller-1's rows again, and sees the
+    new ones."""
+    assert _run(tmp_path, what) == [
+        *BEFORE,
+        "after caller-1 ok 0",
+        "after c2 ok 30",
+        "after c3 ok 30",
+    ]
+
+
+def test_attack_a_wal_appearing_after_the_immutable_opening(tmp_path):
+    """The application writes a little after the opening (in a -wal only, the file itself
+    unchanged): the read-only store reads those writes too."""
+    assert _run(tmp_path, "small") == [
+        *BEFORE,
+        "after caller-1 ok 12",
+        "after c2 ok 30",
+        "after c3 ok 30",
+    ]
