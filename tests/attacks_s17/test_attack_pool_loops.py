@@ -1,0 +1,184 @@
+"""S17 attack round (helper A): the PostgreSQL store's pool when its event loop ends
+(``_pool_left_behind``, S16-A-2), attacked: a store used on three loops in turn, a loop ended
+with a search in flight, a loop that ended without being closed (``run_until_complete`` at
+start-up, the loop left open), a fork after a loop switch, a close on a new loop.
+
+Each case runs in a process of its own (loops are ended for good there): a short script
+against the real PostgreSQL of the suite; it prints one line per step.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = r"""
+import asyncio, os, sys, time, warnings
+from loguru import logger
+from pipecat_summarizer.store import PostgresMemoryStore
+from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
+
+logger.remove()
+
+
+def records(i):
+    return [
+        CallRecord(call_id=f"c{i}", user_id="alice", started_at=time.time()),
+        ArchivedMessage(call_id=f"c{i}", position=0, role="user",
+                        content=f"my locker number is {i}", message_json="{}",
+                        user_id="alice", at=time.time()),
+    ]
+
+
+async def step(name, work):
+    try:
+        result = await asyncio.wait_for(work, 20)
+        print(what, name, "ok", result, flush=True)
+    except BaseException as e:
+        print(what, name, "raised", type(e).__name__, flush=True)
+        if os.environ.get("S17_WHY"):
+            print("  why:", str(e)[:200], flush=True)
+
+
+async def use(i):
+    await step(f"write {i}", store.write(records(i)))
+    await step(f"search {i}", count())
+
+
+async def count():
+    return len(await store.search("locker", user_id="alice", limit=50))
+
+
+for what, dsn in zip(sys.argv[1::2], sys.argv[2::2]):
+    store = PostgresMemoryStore(dsn)
+    if what == "three":
+        for i in range(3):
+            asyncio.run(use(i))
+        asyncio.run(step("close", store.close()))
+    elif what == "in_flight":
+        async def leave():
+            await store.write(records(0))
+            asyncio.ensure_future(store.search("locker", user_id="alice"))
+            await asyncio.sleep(0)  # the search's lease taken, its statement sent
+        asyncio.run(leave())
+        asyncio.run(use(1))
+        asyncio.run(step("close", store.close()))
+    elif what == "unclosed":
+        first = asyncio.new_event_loop()
+        first.run_until_complete(store.open())  # start-up; the loop left open, never run again
+        asyncio.run(use(0))
+        asyncio.run(step("close", store.close()))
+    elif what == "fork":
+        asyncio.run(use(0))
+        asyncio.run(use(1))  # a loop switch
+        pid = os.fork()
+        if pid == 0:
+            asyncio.run(use(2))
+            asyncio.run(step("child close", store.close()))
+            os._exit(0)
+        os.waitpid(pid, 0)
+        asyncio.run(use(3))
+        asyncio.run(step("close", store.close()))
+    elif what == "close_on_new_loop":
+        asyncio.run(use(0))
+        asyncio.run(step("close", store.close()))
+        asyncio.run(use(1))
+        asyncio.run(step("close again", store.close()))
+"""
+
+
+#: the cases in the order they run (the one that fails, S17-A-4, last: its pool's tasks are
+#: left pending on its loop)
+CASES = ("three", "in_flight", "fork", "close_on_new_loop", "unclosed")
+
+
+@pytest.fixture(scope="module")
+def lines(pg_server) -> dict[str, list[str]]:
+    """Every case's lines, from one process running them in turn (one interpreter's start
+    for all: each case has a store and a database of its own)."""
+    args = []
+    for what in CASES:
+        args += [what, pg_server.create_database(f"test_s17_pool_{what}_{os.getpid()}")]
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    out: dict[str, list[str]] = {what: [] for what in CASES}
+    for line in done.stdout.splitlines():
+        what, _, rest = line.strip().partition(" ")
+        out.setdefault(what, []).append(rest)
+    if done.returncode:
+        out["rc"] = [f"rc {done.returncode}: {done.stderr[-1500:]}"]
+    return out
+
+
+def test_attack_a_store_used_on_three_loops_in_turn(lines):
+    assert lines["three"] == [
+        "write 0 ok None",
+        "search 0 ok 1",
+        "write 1 ok None",
+        "search 1 ok 2",
+        "write 2 ok None",
+        "search 2 ok 3",
+        "close ok None",
+    ]
+
+
+def test_attack_a_loop_ended_with_a_search_in_flight(lines):
+    assert lines["in_flight"] == [
+        "write 1 ok None",
+        "search 1 ok 2",
+        "close ok None",
+    ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="S17-A-4: a pool of a loop that ended unclosed is kept: every use on the new loop "
+    "raises (InterfaceError: another operation is in progress), its close RuntimeError",
+)
+def test_attack_a_loop_left_unclosed_after_the_start_up(lines):
+    """``loop.run_until_complete(store.open())`` at start-up, the loop left open (never run
+    again), then the application's own loop: the store works there as after an
+    ``asyncio.run`` (S16-A-2's case, whose loop is closed)."""
+    assert lines["unclosed"] == [
+        "write 0 ok None",
+        "search 0 ok 1",
+        "close ok None",
+    ]
+
+
+def test_attack_a_fork_after_a_loop_switch(lines):
+    lines = lines["fork"]
+    assert lines[:4] == ["write 0 ok None", "search 0 ok 1", "write 1 ok None", "search 1 ok 2"]
+    assert sorted(lines[4:]) == sorted(
+        [
+            "write 2 ok None",
+            "search 2 ok 3",
+            "child close ok None",
+            "write 3 ok None",
+            "search 3 ok 4",
+            "close ok None",
+        ]
+    ), lines
+
+
+def test_attack_close_on_a_new_loop_then_use_again(lines):
+    assert lines["close_on_new_loop"] == [
+        "write 0 ok None",
+        "search 0 ok 1",
+        "close ok None",
+        "write 1 ok None",
+        "search 1 ok 2",
+        "close again ok None",
+    ]
