@@ -33,8 +33,6 @@ from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.store.test_s15_checkpoints import _batch
 
 logger.remove()
-folder, view, what = sys.argv[1], sys.argv[2], sys.argv[3]
-path = os.path.join(folder, "memory.db")
 
 
 def of(user, messages):
@@ -43,12 +41,13 @@ def of(user, messages):
 
 async def step(name, work):
     try:
-        print(name, "ok", await work, flush=True)
+        print(what, name, "ok", await work, flush=True)
     except Exception as e:
-        print(name, "raised", type(e).__name__, flush=True)
+        print(what, name, "raised", type(e).__name__, flush=True)
 
 
-async def main():
+async def main(folder, view):
+    path = os.path.join(folder, "memory.db")
     rng = random.Random(1)
     store = SQLiteMemoryStore(path)
     await store.write(_batch("c1", 0, rng, word="lighthouse"))
@@ -83,19 +82,29 @@ async def main():
     await writer.close()
 
 
-asyncio.run(main())
+for what, folder, view in zip(sys.argv[1::3], sys.argv[2::3], sys.argv[3::3]):
+    asyncio.run(main(folder, view))
 """
 
 
-def _run(tmp_path: Path, what: str) -> list[str]:
+CASES = ("closed", "open", "small")
+
+
+@pytest.fixture(scope="module")
+def lines(tmp_path_factory) -> dict[str, list[str]]:
+    """Every case's lines, from one process running them in turn (each with a folder and a
+    read-only view of its own)."""
     if shutil.which("unshare") is None or shutil.which("mount") is None:
         pytest.skip("no unshare/mount here")
     if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
         pytest.skip("mount namespaces not allowed here")
-    folder = tmp_path / "live"
-    folder.mkdir()
+    root = tmp_path_factory.mktemp("immutable")
+    args = []
+    for what in CASES:
+        (root / what).mkdir()
+        args += [what, str(root / what), str(root / f"{what}-ro")]
     done = subprocess.run(
-        ["unshare", "-m", sys.executable, "-c", SCRIPT, str(folder), str(tmp_path / "ro"), what],
+        ["unshare", "-m", sys.executable, "-c", SCRIPT, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -103,19 +112,25 @@ def _run(tmp_path: Path, what: str) -> list[str]:
     )
     if "mount:" in done.stderr and "permission denied" in done.stderr.lower():
         pytest.skip("bind mounts not allowed here")
-    return [line.strip() for line in done.stdout.splitlines()] or [done.stderr[-2000:]]
+    out: dict[str, list[str]] = {what: [] for what in CASES}
+    for line in done.stdout.splitlines():
+        what, _, rest = line.strip().partition(" ")
+        out.setdefault(what, []).append(rest)
+    if done.returncode:
+        out["rc"] = [done.stderr[-2000:]]
+    return out
 
 
 BEFORE = ["before caller-1 ok 12", "before c2 ok 30"]
 
 
 @pytest.mark.parametrize("what", ["closed", "open"])
-def test_attack_a_file_opened_immutable_then_written_forgotten_and_checkpointed(tmp_path, what):
+def test_attack_a_file_opened_immutable_then_written_forgotten_and_checkpointed(lines, what):
     """The application writes 300 messages, forgets caller-1 (its truncation checkpoints the
     file: the immutable reader holds no lock to refuse it), and closes (``closed``) or stays
     open (``open``): the read-only store never serves caller-1's rows again, and sees the
     new ones."""
-    assert _run(tmp_path, what) == [
+    assert lines[what] == [
         *BEFORE,
         "after caller-1 ok 0",
         "after c2 ok 30",
@@ -123,10 +138,10 @@ def test_attack_a_file_opened_immutable_then_written_forgotten_and_checkpointed(
     ]
 
 
-def test_attack_a_wal_appearing_after_the_immutable_opening(tmp_path):
+def test_attack_a_wal_appearing_after_the_immutable_opening(lines):
     """The application writes a little after the opening (in a -wal only, the file itself
     unchanged): the read-only store reads those writes too."""
-    assert _run(tmp_path, "small") == [
+    assert lines["small"] == [
         *BEFORE,
         "after caller-1 ok 12",
         "after c2 ok 30",
