@@ -12,7 +12,9 @@ all-MiniLM-L6-v2 by default, the ``semantic`` extra; WordLlama as an option), we
 inside a wheel, numpy on the CPU, no network. The vectors are kept in memory, per call's
 recall step, for the messages of this caller (this call only without a ``user_id``): a
 background task reads what the store archived since the last turn and embeds it in the
-indexing thread (``semantic-embed``, one per process, off the event loop, a chunk at a time),
+indexing thread (``semantic-embed``, one per process, off the event loop, a chunk at a time,
+in pieces that start only while no recall turn of the process is on its way, or once they
+have waited their cap: :class:`~pipecat_summarizer._recall.semantic_rows.TurnGate`),
 and a turn embeds its query in the query thread (``semantic-query``) and ranks with one matrix
 product (brute force over the caller's messages; no vector database).
 A message the store returns with another ``user_id`` is never indexed, and the store's
