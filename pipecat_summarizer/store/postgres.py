@@ -33,6 +33,7 @@ from pipecat_summarizer.store._postgres_pool import (
     create_pool,
     lost,
     read_tombstone,
+    run_on,
     terminate,
     warm,
 )
@@ -171,8 +172,9 @@ class PostgresMemoryStore(MemoryStore):
         self._functions: set[int] = set()
         # the schema the store lives in, found as it opens (every connection pinned to it)
         self._schema: str | None = None
-        # the removals timer's reads under way: a close cuts them (see _removals)
-        self._removal_reads: set[asyncio.Task] = set()
+        # the reads a close cuts rather than waits for: the removals timer's (see _removals),
+        # the searches their callers left (see _postgres_pool.run_on)
+        self._cut_at_close: set[asyncio.Task] = set()
 
     def __repr__(self) -> str:
         """The DSN without its password."""
@@ -247,7 +249,7 @@ class PostgresMemoryStore(MemoryStore):
         meanwhile raises ``StoreError("store closed")``. A close while one runs waits for
         it; a cancelled close still closes. A later use opens it again."""
         self._stop_deletes()
-        self._cut_removal_reads()
+        self._cut_reads()
         self._pool_left_behind()
         task = self._close_task
         if task is None:
@@ -484,8 +486,10 @@ class PostgresMemoryStore(MemoryStore):
                 key, functions, read_only = tombstone, self._functions, self.read_only
                 at = await self._read(lambda c: read_tombstone(c, key, functions, read_only))
             return (Hits() if _replies else []), at  # as search_sql: nothing to search
-        rows, statement, at = await self._read(
-            lambda conn: self._searched(conn, query, words, tombstone)
+        # a search its caller stops waiting for runs on to its end: no cancel request
+        rows, statement, at = await run_on(
+            self._read(lambda conn: self._searched(conn, query, words, tombstone)),
+            self._cut_at_close,
         )
         _postgres_search.remember_counts(self._df, statement, rows)
         hits = [SearchHit(*tuple(r)[:9]) for r in rows]
@@ -617,7 +621,7 @@ class PostgresMemoryStore(MemoryStore):
         # removals (LOCK TABLE, VACUUM FULL, a migration's ALTER) held the close ~10 s (the
         # leases' drain, then the pool's close, then terminate), and its backend waited on
         read = asyncio.ensure_future(self._read(lambda conn: conn.fetchval(_REMOVALS_SUM)))
-        reads = self._removal_reads
+        reads = self._cut_at_close
         reads.add(read)
         read.add_done_callback(reads.discard)
         try:
@@ -630,10 +634,11 @@ class PostgresMemoryStore(MemoryStore):
         value = read.result()
         return None if value is None else int(value)
 
-    def _cut_removal_reads(self) -> None:
-        """Cancel the removals reads under way (the store closes): asyncpg cancels the
-        statement on the server, and the lease goes back at once."""
-        for read in list(self._removal_reads):
+    def _cut_reads(self) -> None:
+        """Cancel the reads nobody waits for (the store closes): the removals timer's, the
+        searches their callers left; asyncpg cancels their statements on the server, and
+        their leases go back at once."""
+        for read in list(self._cut_at_close):
             read.cancel()
 
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
