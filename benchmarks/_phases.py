@@ -255,7 +255,8 @@ class StoreTrips:
     """Every trip to the store while installed: SQLite's ``_run`` (its one thread: a trip
     queues behind the ones before it), PostgreSQL's ``_read`` and ``write`` (a lease of the
     pool, then the statements; the backend's CPU from its ``/proc`` schedstat, read on the
-    loop around the use: two reads a trip, in the times). And the recall step's waits on the
+    loop around the use: two reads a trip, in the times), and asyncpg's cancel requests
+    (``cancel request``: a statement cancelled). And the recall step's waits on the
     loop's timer (``wait_for_task`` in ``_recall.search``): how late each timed-out wait
     resumed past its timeout (the loop held, or it woke late)."""
 
@@ -264,6 +265,7 @@ class StoreTrips:
         from pipecat_summarizer._recall import search as _search_module
 
         self.trips: list[Trip] = []
+        self._cancels: Any = None
         #: (called, timeout s, resumed, answered) of each wait of the step on a task
         self.waits: list[tuple[float, float, float, bool]] = []
         self.keep = keep
@@ -306,13 +308,19 @@ class StoreTrips:
 
                 return used
 
-            async def timed_read(use: Any) -> Any:
+            def timed_read(use: Any) -> Any:
+                # named when called, where the asking method is on the stack: a search runs
+                # its read in a task of its own (_postgres_pool.run_on)
                 trip = Trip(_asker(), time.perf_counter())
-                try:
-                    return await original_read(traced_use(trip, use))
-                finally:
-                    trip.resumed = time.perf_counter()
-                    self._note(trip)
+
+                async def read() -> Any:
+                    try:
+                        return await original_read(traced_use(trip, use))
+                    finally:
+                        trip.resumed = time.perf_counter()
+                        self._note(trip)
+
+                return read()
 
             async def timed_write(records: Any) -> Any:
                 # a write's transaction leases its connection itself: its backend's CPU
@@ -327,6 +335,7 @@ class StoreTrips:
 
             store._read = timed_read
             store.write = timed_write
+            self._cancels = self._count_cancels()
         original_wait = _search_module.wait_for_task
         waits = self.waits
 
@@ -341,13 +350,36 @@ class StoreTrips:
         _search_module.wait_for_task = timed_wait
         self._restore = lambda: setattr(_search_module, "wait_for_task", original_wait)
 
+    def _count_cancels(self) -> Any:
+        """asyncpg's cancel requests (a statement cancelled: a connection of their own to the
+        server, which forks a process for each) as trips named ``cancel request`` (no CPU
+        read); returns what puts asyncpg's back."""
+        import asyncpg.connect_utils as connect_utils
+
+        original = connect_utils._cancel
+
+        async def timed_cancel(*args: Any, **kwargs: Any) -> Any:
+            now = time.perf_counter()
+            trip = Trip("cancel request", now, started=now, cpu=float("nan"))
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                trip.ended = trip.resumed = time.perf_counter()
+                self._note(trip)
+
+        connect_utils._cancel = timed_cancel
+        return lambda: setattr(connect_utils, "_cancel", original)
+
     def _note(self, trip: Trip) -> None:
         self.trips.append(trip)
         del self.trips[: -self.keep]
 
     def close(self) -> None:
-        """Put the search module's wait back (the store's wrappers go with the store)."""
+        """Put the search module's wait back, and asyncpg's cancel (the store's wrappers go
+        with the store)."""
         self._restore()
+        if self._cancels is not None:
+            self._cancels()
 
     def within(
         self, a: float, b: float
