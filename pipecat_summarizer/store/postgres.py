@@ -292,10 +292,19 @@ class PostgresMemoryStore(MemoryStore):
         """A pool of a loop that has ended (``asyncio.run(store.open())`` at start-up, then
         the application's own loop; S16-A-2) can never be used or closed again: its
         connections' futures belong to that loop. Its sockets are dropped and a pool of the
-        running loop is opened at the next use. A pool of another loop that still runs (a
-        store shared across threads' loops) is left as it is: that is the caller's to own."""
+        running loop is opened at the next use. So is a pool of a loop that no longer runs
+        and was never closed (``loop.run_until_complete(store.open())`` at start-up, the loop
+        then left alone; S17-A-4): it is not the running loop, and nothing runs its
+        callbacks. A pool of another loop that still runs (a store shared across threads'
+        loops) is left as it is: that is the caller's to own."""
         loop = self._pool_loop
-        if loop is None or not loop.is_closed():
+        if loop is None or loop.is_running():
+            return  # (the running loop's own pool, or another thread's loop that runs)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is running:
             return
         pool = self._pool
         logger.info("memory store: the PostgreSQL pool's event loop has ended; opening a new one")
