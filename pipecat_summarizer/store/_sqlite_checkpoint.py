@@ -97,6 +97,7 @@ def truncation_owed(path: Path) -> int:
     for signals in told:
         with signals.wake:
             signals.truncate += 1
+            signals.loud = True
             signals.wake.notify_all()
     return len(told)
 
@@ -126,6 +127,10 @@ class _Signals:
         self.seen = 0  # writes the thread has looked at
         self.stop = False
         self.truncate = 0  # truncations asked for (truncation_owed); 0: none owed
+        # one of them a forget's (truncation_owed): its refusals WARN once a streak; the
+        # opening's own (a -wal found, maybe no forget in it) only DEBUG: in a deployment
+        # of two processes writing one file it is refused for a while, as a matter of course
+        self.loud = False
         self.pid = os.getpid()
 
     def stop_now(self) -> None:
@@ -219,11 +224,17 @@ class Checkpointer:
         return conn
 
     def _checkpoint(
-        self, conn: sqlite3.Connection, *, restart: bool = False, truncate: bool = False
+        self,
+        conn: sqlite3.Connection,
+        *,
+        restart: bool = False,
+        truncate: bool = False,
+        quiet: bool = False,
     ) -> bool:
         """One PASSIVE checkpoint (RESTART: writers wait for it, and the next one starts
         the log over; TRUNCATE: the WAL's file emptied too, see :func:`truncation_owed`);
-        whether it copied the whole WAL."""
+        whether it copied the whole WAL. ``quiet``: a refusal is DEBUG only, out of the
+        streak that WARNs."""
         mode = "TRUNCATE" if truncate else "RESTART" if restart else "PASSIVE"
         try:
             with self.lock:
@@ -232,10 +243,10 @@ class Checkpointer:
                 self.thread_idents.add(threading.get_ident())
                 busy, log, done = checkpoint_now(conn, mode)
         except sqlite3.Error as e:
-            self._failed(error_reason(e))
+            self._failed(error_reason(e), quiet=quiet)
             return False
         if busy or (log >= 0 and done < log):
-            self._failed("another connection reads an older snapshot, or checkpoints")
+            self._failed("another connection reads an older snapshot, or checkpoints", quiet)
             return False
         if self._fails >= WARN_AFTER:
             logger.info("memory store: the WAL checkpoint succeeded again")
@@ -243,9 +254,12 @@ class Checkpointer:
         self._fails = 0
         return True
 
-    def _failed(self, reason: str) -> None:
+    def _failed(self, reason: str, quiet: bool = False) -> None:
         """A checkpoint (or its connection) failed: a WARNING once the streak reaches
-        ``WARN_AFTER`` tries, DEBUG before and after."""
+        ``WARN_AFTER`` tries, DEBUG before and after (``quiet``: DEBUG, not counted)."""
+        if quiet:
+            logger.debug(f"memory store: the WAL's truncation could not finish ({reason})")
+            return
         self._failing = True
         self._fails += 1
         if self._fails == WARN_AFTER:
@@ -276,10 +290,10 @@ def _run(ref: weakref.ReferenceType[Checkpointer], signals: _Signals) -> None:
                         lambda: signals.stop or signals.truncate or signals.wrote > signals.seen
                     )
                 if signals.stop:
-                    owed = signals.truncate
+                    owed, loud = signals.truncate, signals.loud
                     break
                 seen = signals.wrote
-                owed = signals.truncate
+                owed, loud = signals.truncate, signals.loud
             me = ref()
             if me is None:  # collected meanwhile (its finalizer stops us too)
                 return
@@ -292,11 +306,14 @@ def _run(ref: weakref.ReferenceType[Checkpointer], signals: _Signals) -> None:
                     last_try = time.monotonic()
                     if conn is None:
                         conn = me._open()
-                    retry = conn is None or not me._checkpoint(conn, truncate=True)
-                    copied = None
-                    if not retry:
+                    truncated = conn is not None and me._checkpoint(
+                        conn, truncate=True, quiet=not loud
+                    )
+                    retry, copied = not truncated, None
+                    if truncated:
                         with wake:  # those asked for meanwhile: once more
                             signals.truncate -= owed
+                            signals.loud = signals.loud and signals.truncate > 0
                 elif pending is None and time.monotonic() - last_try < RETRY_S:
                     # the WAL's state unknown: at most one checkpoint a RETRY_S (one more
                     # write, later, wakes the next)
@@ -324,7 +341,7 @@ def _run(ref: weakref.ReferenceType[Checkpointer], signals: _Signals) -> None:
                 wake.notify_all()
         me = ref()
         if owed and me is not None:
-            _last_truncation(me, conn)
+            _last_truncation(me, conn, loud)
         del me
     finally:
         if conn is not None:
@@ -334,7 +351,7 @@ def _run(ref: weakref.ReferenceType[Checkpointer], signals: _Signals) -> None:
             wake.notify_all()
 
 
-def _last_truncation(me: Checkpointer, conn: sqlite3.Connection | None) -> None:
+def _last_truncation(me: Checkpointer, conn: sqlite3.Connection | None, loud: bool) -> None:
     """The store closes with a truncation still owed (S17-A-1): one last try (the reader may
     have let go since the last retry; the close of the store's connection does not always
     truncate then: another process's idle connection keeps it from it); refused again, the
@@ -342,13 +359,31 @@ def _last_truncation(me: Checkpointer, conn: sqlite3.Connection | None) -> None:
     its last connection's close."""
     if conn is None:
         conn = me._open()
-    if conn is not None and me._checkpoint(conn, truncate=True):
+    if conn is not None and me._checkpoint(conn, truncate=True, quiet=not loud):
         return
+    if not loud:
+        return  # the opening's own: no forget's text known to be there
     logger.warning(
         "memory store: closed while a forget's WAL truncation is still refused (another "
         "connection reads an older snapshot): the forgotten text leaves the -wal file at the "
         "store's next opening (or the file's last close)"
     )
+
+
+def truncate_at_opening(conn: sqlite3.Connection, path: Path) -> bool:
+    """One TRUNCATE checkpoint on the opening's connection, never waiting (another
+    checkpoint of this process under way, a reader of an older snapshot, a writer: refused
+    at once): whether it emptied the WAL. Refused, the opening's checkpointer owes it."""
+    lock = checkpoint_lock(path)
+    if not lock.acquire(blocking=False):
+        return False
+    try:
+        busy, log, done = checkpoint_now(conn, "TRUNCATE")
+    except sqlite3.Error:
+        return False
+    finally:
+        lock.release()
+    return not busy and not (log >= 0 and done < log)
 
 
 def wal_left(path: Path) -> bool:

@@ -156,8 +156,8 @@ def truncate_wal(conn: sqlite3.Connection, path: Path | None = None) -> None:
             else "the forgotten text leaves it at the next truncation (a forget, a close)"
         )
         logger.warning(
-            f"memory store: forget could not truncate the WAL now (another connection is "
-            f"reading); {then}"
+            f"memory store: forget could not truncate the WAL now (another connection reads "
+            f"an older snapshot, or writes: never waited for); {then}"
         )
 
 

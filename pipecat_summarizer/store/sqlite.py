@@ -35,7 +35,13 @@ from pipecat_summarizer.store._rows import (
     to_fact,
     to_message,
 )
-from pipecat_summarizer.store._sqlite_checkpoint import Checkpointer, checkpoint_lock, wal_left
+from pipecat_summarizer.store._sqlite_checkpoint import (
+    Checkpointer,
+    checkpoint_lock,
+    truncate_at_opening,
+    truncation_owed,
+    wal_left,
+)
 from pipecat_summarizer.store._sqlite_forget import Pending, hide
 from pipecat_summarizer.store._sqlite_schema import (
     IMMUTABLE_TRIES,
@@ -85,10 +91,12 @@ class _Opening:
     """What a store's opening found for its checkpointer: a holder of its own, so that
     the checkpointer's factory never holds the store (see ``StoreThread``)."""
 
-    __slots__ = ("wal_left",)
+    __slots__ = ("removals", "wal_left")
 
     def __init__(self) -> None:
         self.wal_left = False
+        # the file's removals last read by this store: a change owes a truncation
+        self.removals: int | None = None
 
 
 class SQLiteMemoryStore(MemoryStore):
@@ -277,9 +285,15 @@ class SQLiteMemoryStore(MemoryStore):
             if self.retention_days:
                 _sqlite_writes.purge(conn, self.retention_days)
             self._finish_forgets(conn)
+            if self._opening.wal_left and self.path is not None:
+                # at once where nobody reads an older snapshot (a process that died or
+                # closed owing it, S17-A-1); else owed to the checkpointer, made next
+                self._opening.wal_left = not truncate_at_opening(conn, self.path)
             # the baseline of other processes' deletes (see MemoryStore._check_deletes)
             row = conn.execute("SELECT n FROM removals WHERE id = 1").fetchone()
-            self._removals_read(None if row is None else int(row[0]))
+            removals = None if row is None else int(row[0])
+            self._opening.removals = removals
+            self._removals_read(removals)
         except Exception:
             conn.close()
             raise
@@ -559,7 +573,16 @@ class SQLiteMemoryStore(MemoryStore):
         if self._thread is None:
             return None
         rows = await self._query("SELECT n FROM removals WHERE id = 1")
-        return int(rows[0][0]) if rows else None
+        value = int(rows[0][0]) if rows else None
+        opening = self._opening
+        if value != opening.removals and value is not None and self.path and not self.read_only:
+            # a delete since (this process's or another's): its truncation may be owed by a
+            # process that closed or died since, or that never will (S17-A-1): this file's
+            # checkpointers here truncate too once the readers let them
+            if opening.removals is not None:
+                truncation_owed(self.path)
+            opening.removals = value
+        return value
 
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
         """The forget tombstones among ``user_hashes``: their times, by hash (one read of

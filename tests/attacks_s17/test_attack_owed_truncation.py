@@ -15,13 +15,14 @@ import asyncio
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pipecat_summarizer.store import SQLiteMemoryStore, _sqlite_checkpoint
+from pipecat_summarizer.store import SQLiteMemoryStore, _forgets, _sqlite_checkpoint
 from tests.store.test_s15_checkpoints import _batch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -310,3 +311,69 @@ async def test_attack_a_held_read_never_holds_the_forget_or_the_writes(tmp_path,
     finally:
         reader.exit()
         await asyncio.wait_for(store.close(), 20)
+
+
+_FORGETS_AND_CLOSES = r"""
+import asyncio, random, sys
+from loguru import logger
+from pipecat_summarizer.store import SQLiteMemoryStore
+from tests.store.test_s15_checkpoints import _batch
+
+logger.remove()
+
+
+async def main():
+    store = SQLiteMemoryStore(sys.argv[1], busy_timeout_s=0.2)
+    await store.write(_batch("call-1", 0, random.Random(7), word=sys.argv[2]))
+    print("written", flush=True)
+    sys.stdin.readline()  # the reader holds its snapshot now
+    await store.forget("caller-1")
+    await store.close()  # owed still: the reader holds on
+    print("closed", flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_attack_owed_by_a_process_that_closed_is_paid_by_another_process(
+    tmp_path, fast_retry, monkeypatch
+):
+    """Two processes of the application on one file; one forgets while a third connection
+    reads, and closes (a rolling restart) while its truncation is still refused. The other
+    process's store, open all along, learns of the delete from the file's removals (its
+    timer) and truncates the -wal once the reader lets go."""
+    monkeypatch.setattr(_forgets, "DELETES_CHECK_S", 0.05)
+    path = tmp_path / "memory.db"
+    here = SQLiteMemoryStore(path, busy_timeout_s=0.2)
+    await here.write(_batch("call-0", 0, random.Random(8), n=1))
+    thread = here._thread
+    assert thread is not None and thread.checkpointer is not None
+    await _paid(thread.checkpointer)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _FORGETS_AND_CLOSES, str(path), SECRET],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    reader = None
+    try:
+        assert proc.stdout.readline().strip() == "written"
+        reader = sqlite3.connect(path, isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM messages").fetchone()
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "closed"
+        proc.wait(timeout=30)
+        assert _in_wal(path)
+        reader.execute("COMMIT")  # the reader lets go, and stays connected
+        assert await _gone_within(path), "no process truncated the -wal"
+    finally:
+        if reader is not None:
+            reader.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        await here.close()
