@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipecat_summarizer._recall import semantic_rows
+from pipecat_summarizer._recall.embedding import embedder_for, load_semantic_model
 from pipecat_summarizer._recall.semantic_rows import (
     BUSY_SHARE,
     HOLD_FLOOR_S,
@@ -33,6 +34,7 @@ from pipecat_summarizer._recall.semantic_rows import (
     holds,
     piece_texts,
 )
+from pipecat_summarizer.params import SemanticRecallParams
 
 costs = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
 
@@ -207,3 +209,15 @@ def test_a_forked_child_has_no_turn_of_its_parent_on_its_way():
         assert semantic_rows.TURNS.busy
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_minilm_pauses_at_each_half_layer_and_embeds_the_same():
+    options = SemanticRecallParams(model="minilm")
+    load_semantic_model(options)
+    model = embedder_for(options)
+    pauses: list[int] = []
+    texts = ["My sister called about Lisbon.", "The dog chewed the sofa on Friday."]
+    paused = model.embed(texts, between=lambda: pauses.append(1))  # type: ignore[call-arg]
+    # one batch, six layers, two halves each: a pause every few milliseconds of CPU
+    assert len(pauses) == 12
+    assert np.array_equal(paused, model.embed(texts))
