@@ -92,20 +92,46 @@ def speaker(role: str | None) -> str:
 # outside ASCII (U+2028, U+2029, NEL: ``window`` turns them into spaces already; escaped
 # here too, so that a quote is one line whoever calls this). Written as JSON escapes: the
 # quote still decodes to the caller's exact text.
-_QUOTE_ESCAPES = {
-    c: f"\\u{c:04x}"
-    for c in (
-        0x7F,
-        *range(0x80, 0xA0),
-        0x061C,
-        0x200E,
-        0x200F,
-        0x2028,
-        0x2029,
-        *range(0x202A, 0x202F),
-        *range(0x2066, 0x206A),
-    )
-}
+_ESCAPED = (
+    0x7F,
+    *range(0x80, 0xA0),
+    0x061C,
+    0x200E,
+    0x200F,
+    0x2028,
+    0x2029,
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+    # and what shows as nothing at all (S17-A-7): a quote may carry text no one looking at
+    # the block sees, the tag characters above all, which spell ASCII invisibly ("ASCII
+    # smuggling": words a model reads in a tool result and an operator never sees)
+    0x00AD,  # soft hyphen
+    0x034F,  # combining grapheme joiner
+    0x115F,  # Hangul fillers (and 0x1160, 0x3164, 0xFFA0)
+    0x1160,
+    0x17B4,  # Khmer inherent vowels
+    0x17B5,
+    0x180E,  # Mongolian vowel separator
+    *range(0x200B, 0x200E),  # zero-width space, non-joiner, joiner
+    *range(0x2060, 0x2065),  # word joiner, invisible operators
+    *range(0x206A, 0x2070),  # deprecated format characters
+    0x3164,
+    0xFEFF,  # zero-width no-break space (byte-order mark)
+    0xFFA0,
+    *range(0xFFF9, 0xFFFC),  # interlinear annotation
+    *range(0xE0000, 0xE0080),  # tags
+)
+
+
+def _json_escape(c: int) -> str:
+    """``c`` as JSON writes it escaped (a surrogate pair past the BMP)."""
+    if c <= 0xFFFF:
+        return f"\\u{c:04x}"
+    c -= 0x10000
+    return f"\\u{0xD800 + (c >> 10):04x}\\u{0xDC00 + (c & 0x3FF):04x}"
+
+
+_QUOTE_ESCAPES = {c: _json_escape(c) for c in _ESCAPED}
 
 
 def quote(text: str) -> str:
