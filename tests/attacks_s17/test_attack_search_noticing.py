@@ -189,3 +189,32 @@ async def test_attack_a_subclass_filter_on_search_is_what_search_noticing_serves
     finally:
         await other.close()
         await store.close()
+
+
+async def test_attack_two_live_calls_of_one_caller_both_drop_the_forgotten(store_target):
+    """The caller has two live calls in this process (two devices, or a redial before the
+    first call's end), each with its own start; another process forgets them: neither gets
+    the rows back, and the forget is counted once in this process (``noticed`` is true for
+    the first call's turn that reads it: the other call learns of it by
+    ``forget_generation``, as every part of a call compares it)."""
+    store = await _two_callers(store_target)
+    other = open_store(store_target)
+    first = time.time()
+    second = first + 1.0
+    try:
+        for since in (first, second):
+            await store.forget_baseline("alice", since)
+            hits, noticed = await store.search_noticing(WORD, user_id="alice", since=since)
+            assert len(hits) == 1 and not noticed
+        generation = store.forget_generation("alice")
+        assert await other.forget("alice") > 0
+        seen = []
+        for since in (first, second):
+            hits, noticed = await store.search_noticing(WORD, user_id="alice", since=since)
+            assert hits == []
+            seen.append(noticed)
+        assert seen == [True, False]
+        assert store.forget_generation("alice") != generation
+    finally:
+        await other.close()
+        await store.close()
