@@ -12,7 +12,8 @@ Real pipelines: the real ``LLMContextAggregatorPair``, ``ContextSummarizer`` wit
 OpenAI-protocol server. The store's search of the turn is held on an event the test sets (the
 turn stays on its way as long as the test likes); the embedder (WordLlama's real vectors)
 sleeps in each piece and records, for each piece, whether the held turn was on its way when
-the piece started. Counted, never timed.
+the piece started (the first piece after the first chunk waits for the turn to be held, so
+the index is still embedding when the turn comes). Counted, never timed.
 """
 
 from __future__ import annotations
@@ -58,12 +59,14 @@ class _Held:
     def __init__(self, store) -> None:
         self.armed = False
         self.holding = False
+        self.entered = threading.Event()  # the held search began (read by the indexing thread)
         self.release = asyncio.Event()
         search = store.search
 
         async def held_search(*args, **kwargs):
             if self.armed:
                 self.armed, self.holding = False, True
+                self.entered.set()
                 try:
                     await self.release.wait()
                 finally:
@@ -82,6 +85,7 @@ class _Pieces:
         self.held = held
         self.pieces: list[bool] = []  # per piece: the held turn was on its way
         self.caps: list[int] = []  # per piece started with the turn on its way: _capped()
+        self._texts = 0  # texts the indexing thread asked for so far
         self._lock = threading.Lock()
 
     @property
@@ -95,6 +99,12 @@ class _Pieces:
                 self.pieces.append(holding)
                 if holding:
                     self.caps.append(_capped())
+                first_of_second_chunk = self._texts == CHUNK
+                self._texts += len(texts)
+            if first_of_second_chunk:
+                # the first chunk is in: this piece, started before the turn, ends once the
+                # turn is held at its search (the index is still embedding when it comes)
+                self.held.entered.wait(timeout=10.0)
             time.sleep(PIECE_SLEEP_S)
         return self.inner.embed(texts)
 
@@ -179,6 +189,7 @@ async def _call(server, target: str, wordllama, frames_for) -> tuple:
         await run_settling(pipeline, frames_to_send=frames)
     finally:
         held.release.set()
+        held.entered.set()  # a piece waiting for a turn that never came goes on
         await summarizer.aclose()
         await step.close()
         await store.close()
