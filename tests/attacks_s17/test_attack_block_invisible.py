@@ -13,9 +13,7 @@ to the exact text, and whoever reads the block sees that something is there.
 from __future__ import annotations
 
 import json
-
-from hypothesis import given, settings
-from hypothesis import strategies as st
+import random
 
 from pipecat_summarizer._recall.render import quote, render_recall
 from pipecat_summarizer._recall.select import Snippet
@@ -69,16 +67,23 @@ def test_attack_tag_characters_in_a_tool_result_are_shown_escaped():
     assert "\\udb40\\udc69" in text  # the tag "i", escaped (the quote decodes to it)
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.one_of(st.sampled_from([chr(c) for c in INVISIBLE]), st.text(max_size=3)),
-        max_size=12,
-    )
-)
-def test_attack_no_invisible_character_stays_raw_in_a_quote(parts):
-    text = "".join(parts)
-    quoted = quote(text)
-    assert not any(ord(c) in set(INVISIBLE) for c in quoted), quoted
-    assert json.loads(quoted) == text
-    assert "\n" not in quoted
+def test_attack_no_invisible_character_stays_raw_in_a_quote():
+    """Each such character alone, and mixed with other text (seeded: quick, reproducible),
+    is escaped, and the quote decodes to the exact text."""
+    rng = random.Random(17)
+    texts = [chr(c) for c in INVISIBLE]
+    for _ in range(300):
+        parts = [
+            chr(rng.choice(INVISIBLE)) if rng.random() < 0.5 else rng.choice(OTHERS)
+            for _ in range(rng.randint(1, 12))
+        ]
+        texts.append("".join(parts))
+    invisible = set(INVISIBLE)
+    for text in texts:
+        quoted = quote(text)
+        assert not any(ord(c) in invisible for c in quoted), quoted
+        assert json.loads(quoted) == text
+        assert "\n" not in quoted
+
+
+OTHERS = ["a", "Lisbon", " ", '"', "\\", "\u00e9", "\U0001f600", "\u2028", "\x85", "\u202e"]
