@@ -91,8 +91,8 @@ for what, dsn in zip(sys.argv[1::2], sys.argv[2::2]):
 """
 
 
-#: the cases that hold, run in turn by one process
-HELD = ("three", "in_flight", "fork", "close_on_new_loop")
+#: the cases, run in turn by one process
+HELD = ("three", "in_flight", "fork", "close_on_new_loop", "unclosed")
 
 
 def _run(pg_server, cases: tuple[str, ...]) -> dict[str, list[str]]:
@@ -118,11 +118,15 @@ def _run(pg_server, cases: tuple[str, ...]) -> dict[str, list[str]]:
     return out
 
 
-def test_attack_the_pool_across_loops_holds(pg_server):
+def test_attack_the_pool_across_loops(pg_server):
     """A store used on three loops in turn; a loop ended with a search in flight (its lease
     taken, its statement sent); a fork after a loop switch (parent and child both write and
-    search after it); a close on a new loop, then a use and a close again. One test (one
-    process for all four): a module fixture would run once per worker."""
+    search after it); a close on a new loop, then a use and a close again; and
+    ``loop.run_until_complete(store.open())`` at start-up, the loop left open (never run
+    again), then the application's own loop: the store works there as after an
+    ``asyncio.run`` (S17-A-4: every use raised; fixed by helper F in 287e53b, this case fails
+    at 287e53b~). One test (one process for all five): a module fixture would run once per
+    worker."""
     lines = _run(pg_server, HELD)
     assert "rc" not in lines, lines["rc"]
     assert lines["three"] == [
@@ -155,15 +159,4 @@ def test_attack_the_pool_across_loops_holds(pg_server):
         "search 1 ok 2",
         "close again ok None",
     ]
-
-
-def test_attack_a_loop_left_unclosed_after_the_start_up(pg_server):
-    """``loop.run_until_complete(store.open())`` at start-up, the loop left open (never run
-    again), then the application's own loop: the store works there as after an
-    ``asyncio.run`` (S16-A-2's case, whose loop is closed). S17-A-4: every use raised
-    (fixed by helper F in 287e53b; fails at 287e53b~)."""
-    assert _run(pg_server, ("unclosed",))["unclosed"] == [
-        "write 0 ok None",
-        "search 0 ok 1",
-        "close ok None",
-    ]
+    assert lines["unclosed"] == ["write 0 ok None", "search 0 ok 1", "close ok None"]
