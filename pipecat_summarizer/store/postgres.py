@@ -319,6 +319,7 @@ class PostgresMemoryStore(MemoryStore):
         self._pool, self._pool_loop, self._close_task, self._closing = None, None, None, False
         self._lock, self._leases, self._functions = asyncio.Lock(), LeaseBook(), set()
         self._settling = self._leases.settling
+        self._cut_at_close = set()  # (reads on the old pool: never this loop's to cancel)
 
     async def _acquire(self) -> Lease:
         self._pool_left_behind()
@@ -648,7 +649,8 @@ class PostgresMemoryStore(MemoryStore):
         searches their callers left; asyncpg cancels their statements on the server, and
         their leases go back at once."""
         for read in list(self._cut_at_close):
-            read.cancel()
+            if not read.get_loop().is_closed():  # (an ended loop's: nothing to cancel there)
+                read.cancel()
 
     async def tombstones(self, user_hashes: Sequence[str]) -> dict[str, float]:
         """The forget tombstones among ``user_hashes``: their times, by hash (one read of
