@@ -357,10 +357,14 @@ def _last_truncation(me: Checkpointer, conn: sqlite3.Connection | None, loud: bo
     truncate then: another process's idle connection keeps it from it); refused again, the
     text stays in the -wal until the file's next opening by a store (:func:`wal_left`) or
     its last connection's close."""
-    if conn is None:
-        conn = me._open()
-    if conn is not None and me._checkpoint(conn, truncate=True, quiet=not loud):
-        return
+    opened = me._open() if conn is None else None
+    try:
+        used = conn or opened
+        if used is not None and me._checkpoint(used, truncate=True, quiet=not loud):
+            return
+    finally:
+        if opened is not None:
+            opened.close()
     if not loud:
         return  # the opening's own: no forget's text known to be there
     logger.warning(
