@@ -116,6 +116,7 @@ class ArchiveSearch(RecallHooks):
         self._leftovers: set[asyncio.Task] = set()
         self._failing = Outage()  # the archive's searches fail
         self._watch_failing = Outage()  # the turns' forget watch fails (see _watched)
+        self._rank_failing = Outage()  # the ranking by meaning fails (the embedder: S17-A-5)
         # the store's forget count for this caller: when it moves, nothing found before
         # (a late answer, the placed message) is quoted again
         self._forget_gen = self._generation()
@@ -239,7 +240,20 @@ class ArchiveSearch(RecallHooks):
                 await asyncio.wait({shared})
             if ranks is None:
                 return None
-            return await ranks.rank_soon(query, timed=self._rank_measured)
+            try:
+                ranked = await ranks.rank_soon(query, timed=self._rank_measured)
+            except Exception as e:
+                # an application's embedder that raises or answers rows of another width (a
+                # service down): the turn goes with its lexical hits (S17-A-5)
+                self._rank_failing.began(
+                    f"recall (call {self.call_id}): ranking by meaning failed "
+                    f"({type(e).__name__}); turns go with the words' hits until it answers"
+                )
+                return None
+            self._rank_failing.ended(
+                f"recall (call {self.call_id}): ranking by meaning works again"
+            )
+            return ranked
 
         started = loop_time()
         # nothing to rank and no watch to wait for: no task beside the search

@@ -411,8 +411,13 @@ class SemanticIndex:
             if vector is not None:
                 self._queries.move_to_end(query)
                 return vector
+            epoch = self._epoch
         vector = unit_rows(self.embedder.embed([query]))[0]
         with self._queries_lock:
+            if self._epoch != epoch:
+                # the caller was forgotten while it embedded: the vector of their words is
+                # used for this ranking at most (dropped with it), never kept (S17-A-6)
+                return vector
             self._queries[query] = vector
             while len(self._queries) > QUERY_VECTORS:
                 self._queries.popitem(last=False)
@@ -468,10 +473,11 @@ class SemanticIndex:
         self._state, self._next, self._open = State(), {}, None
         with self._queries_lock:
             self._queries.clear()  # the caller's own questions, embedded
+            # under the lock: a query embedding under way sees it before keeping its vector
+            self._epoch += 1
         # the process's cache of vectors by text keeps the caller's too (for their next
         # call): an embedding of forgotten words goes with them
         cached = forget_vectors(self.user_id)
-        self._epoch += 1
         self.forgets += 1
         logger.info(
             f"semantic recall (call {self.call_id}): the caller was forgotten; "
