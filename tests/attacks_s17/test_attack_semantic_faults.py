@@ -124,25 +124,12 @@ async def _call(server, path: str, embedder: FaultyEmbedder):
     ], processor.recall_step
 
 
-S17_A_5 = pytest.mark.xfail(
-    strict=True,
-    reason="S17-A-5: a ranking by meaning that raises fails the turn's whole search "
-    "(search.py _search: rank_soon's exception reaches `within`'s result)",
-)
-
-
-@pytest.mark.parametrize(
-    "fault",
-    [
-        pytest.param("raises", marks=S17_A_5),
-        "nan",
-        pytest.param("shape", marks=S17_A_5),
-        "hangs",
-    ],
-)
+@pytest.mark.parametrize("fault", ["raises", "nan", "shape", "hangs"])
 async def test_attack_a_faulty_query_embedding_never_costs_the_lexical_block(
     openai_server, tmp_path, fault
 ):
+    """``raises`` and ``shape`` failed the turn's whole search (S17-A-5, fixed by helper I
+    in e4516ab; both fail at e4516ab~); ``nan`` and ``hangs`` held."""
     openai_server.handler = lambda body: Reply("Sure.")
     embedder = FaultyEmbedder(fault)
     blocks, step = await _call(openai_server, str(tmp_path / "m.db"), embedder)
@@ -165,15 +152,11 @@ class GatedEmbedder(FaultyEmbedder):
         return super().embed(texts)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S17-A-6: a query embedding under way when the caller is forgotten is kept "
-    "(semantic.py _query_vector stores it after the forget emptied _queries)",
-)
 async def test_attack_a_forget_while_the_prefetch_embeds_the_callers_words(tmp_path):
     """The prefetch embeds the caller's words (``prepare_query``) when the caller is
     forgotten: the index drops everything it holds of them, and the embedding that ends
-    after the forget must not be kept (nor count as prepared for a turn)."""
+    after the forget must not be kept (nor count as prepared for a turn). S17-A-6 (fixed
+    by helper I in e4516ab; fails at e4516ab~)."""
     from pipecat_summarizer._recall.semantic import SemanticIndex
 
     store = open_store(str(tmp_path / "m.db"))
