@@ -18,6 +18,8 @@ a sentence model's query that never fits the budget's share is not started (S16-
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, cast
@@ -40,7 +42,7 @@ from pipecat_summarizer._text.vocabulary import RECALL_STOPWORDS as STOPWORDS
 from pipecat_summarizer._text.vocabulary import search_stem as stem
 from pipecat_summarizer._text.vocabulary import words
 from pipecat_summarizer.params import RecallParams
-from pipecat_summarizer.store.base import error_reason
+from pipecat_summarizer.store.base import MemoryStore, error_reason
 
 #: The share of the search's wait the ranking by meaning may take (the rest: the replies' read).
 RANK_SHARE = 0.75
@@ -51,6 +53,24 @@ LATER_LIMIT = 10
 #: How long an extra search the turn gave up on (gathered words, corrected values) may run on,
 #: in latency budgets, before it is cancelled (see ``ArchiveSearch._let_go``).
 LEFTOVER_BUDGETS = 1.0
+
+
+def takes_replies(method: Any) -> bool:
+    """Whether a store's ``search_noticing`` takes recall's ``_replies`` (the first hits'
+    replies read with them): the backends' own do; another takes it if it names it or
+    takes any keyword (an override passing ``**kwargs`` on to a backend's)."""
+    if getattr(method, "one_trip", False):
+        return True
+    return _takes_replies(getattr(method, "__func__", method))
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_replies(function: Any) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # a callable without a signature Python can read
+        return False
+    return any(p.name == "_replies" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def search_words(query: str, terms: Sequence[str] | None = None) -> str:
@@ -294,8 +314,11 @@ class ArchiveSearch(RecallHooks):
 
         async def hits() -> Any:
             try:
-                found, noticed = await self.archive.search_noticing(  # type: ignore[attr-defined]
-                    sent, user_id=user_id, since=since, limit=limit, any_word=True, _replies=first
+                method = self.archive.search_noticing  # type: ignore[attr-defined]
+                # the first hits' replies with the hits, where the method reads them
+                extra = {"_replies": first} if takes_replies(method) else {}
+                found, noticed = await method(
+                    sent, user_id=user_id, since=since, limit=limit, any_word=True, **extra
                 )
             except asyncio.CancelledError:
                 noticing.cancel()
@@ -313,18 +336,24 @@ class ArchiveSearch(RecallHooks):
     def _one_trip(self) -> bool:
         """Whether a turn's forget watch may be read in its own search's trip: the archive
         does that in one trip (both backends' ``search_noticing``) with its own search (not
-        an override of it), and no ranking by meaning waits for the watch (it runs beside
-        the search, after the watch)."""
+        an override of it), or its class has a ``search_noticing`` of its own (an
+        application's audit or filter over a backend's, a store of another kind doing the
+        two reads its way: its word, called as it is); and no ranking by meaning waits for
+        the watch (it runs beside the search, after the watch)."""
         method = getattr(self.archive, "search_noticing", None)
-        return (
-            self.user_id is not None
-            and self.semantic is None
-            and getattr(method, "one_trip", False)
+        if (
+            self.user_id is None
+            or self.semantic is not None
+            or method is None
+            or not callable(getattr(self.archive, "noticed_forget", None))
+        ):
+            return False
+        if getattr(method, "one_trip", False):
             # the backend's own search (an override of it, a test's slow store or an
             # application's, is what the turn must call: it has no such mark)
-            and getattr(self.archive.search, "reads_replies", False)
-            and callable(getattr(self.archive, "noticed_forget", None))
-        )
+            return bool(getattr(self.archive.search, "reads_replies", False))
+        # the base class's default makes the two calls anyway: the turn makes them itself
+        return getattr(method, "__func__", method) is not MemoryStore.search_noticing
 
     def _result(self, task: asyncio.Task) -> Found:
         """A finished search's hits and replies; a failure costs the recall, never the call."""

@@ -4,7 +4,8 @@
 The CHANGELOG says a recall turn that searches itself uses ``search_noticing``. A turn
 calls it only when the method carries the backends' private mark (``one_trip``): an
 override (which calls ``super()``) is never called, so an application's audit or filter
-there is silently bypassed (S17-A-8). The control: the backend's own method is called.
+there was silently bypassed (S17-A-8, fixed: a class's own ``search_noticing`` is called as
+it is). The control: the backend's own method is called.
 
 A real pipeline: the real ``LLMContextAggregatorPair``, ``ContextSummarizer`` on a SQLite
 file, Pipecat's OpenAI service against the local server.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
@@ -117,11 +117,6 @@ async def test_the_backends_own_search_noticing_serves_the_turn(
     assert Counted.calls == 1 and any("4471" in b for b in blocks[-1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="S17-A-8: recall calls search_noticing only when it has the backends' one_trip "
-    "mark: an application's override is never called",
-)
 async def test_attack_an_applications_override_of_search_noticing_is_called(
     openai_server, tmp_path
 ):
