@@ -20,6 +20,7 @@ import numpy as np
 
 from pipecat_summarizer._recall.embedding import Embedder
 from pipecat_summarizer._recall.vector_cache import cached_vectors
+from pipecat_summarizer.errors import PipecatSummarizerError
 
 #: An embedded message: ``ArchivedText``'s fields as a tuple, in its order (``SemanticHit(*m)``
 #: builds a hit of it). A plain tuple of strings and numbers, which the garbage collector stops
@@ -150,7 +151,7 @@ def holds(on_their_way: int, waiting_for_index: int) -> bool:
     return on_their_way > 0 and waiting_for_index == 0
 
 
-class Stale(Exception):
+class Stale(PipecatSummarizerError):
     """The chunk being embedded no longer serves its index (the caller was forgotten, the
     call ended): its other pieces are not embedded."""
 
