@@ -12,12 +12,12 @@ for it), and one still running ``CANCEL_AFTER_S`` later is cancelled after all.
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 from loguru import logger
 
-from pipecat_summarizer.store import ArchivedMessage, PostgresMemoryStore
+from pipecat_summarizer.store import PostgresMemoryStore
+from tests.support.store_fixtures import database_with_one_line
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -28,18 +28,7 @@ GUARD_S = 30.0  # a guard against a hang only: every wait below is on an event
 
 @pytest.fixture(scope="module")
 def dsn(pg_server) -> str:
-    dsn = pg_server.create_database(f"pgleftsearch_{os.getpid()}")
-
-    async def fill() -> None:
-        store = PostgresMemoryStore(dsn)
-        try:
-            said = "my beagle Rex walks on Dune Bay beach"
-            await store.write([ArchivedMessage("c1", 0, "user", said, "{}", user_id="al")])
-        finally:
-            await store.close()
-
-    asyncio.run(fill())
-    return dsn
+    return database_with_one_line(pg_server, "pgleftsearch")
 
 
 @pytest.fixture

@@ -49,3 +49,24 @@ def store_target(request, backend, tmp_path) -> str:
         return str(tmp_path / "memory.db")
     server = request.getfixturevalue("pg_server")
     return server.create_database(f"test_{os.getpid()}_{next(_databases)}")
+
+
+def database_with_one_line(pg_server: PgServer, name: str) -> str:
+    """A new database of ``pg_server`` (``name`` plus this process's id) holding one line of
+    caller ``al`` in call ``c1``: a PostgreSQL store's tests that need a caller to search."""
+    import asyncio
+
+    from pipecat_summarizer.store import ArchivedMessage, PostgresMemoryStore
+
+    dsn = pg_server.create_database(f"{name}_{os.getpid()}")
+
+    async def fill() -> None:
+        store = PostgresMemoryStore(dsn)
+        try:
+            said = "my beagle Rex walks on Dune Bay beach"
+            await store.write([ArchivedMessage("c1", 0, "user", said, "{}", user_id="al")])
+        finally:
+            await store.close()
+
+    asyncio.run(fill())
+    return dsn
