@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -199,6 +200,24 @@ def rollback(conn: sqlite3.Connection) -> None:
     active" in place of the error that says why."""
     if conn.in_transaction:
         conn.execute("ROLLBACK")
+
+
+def into_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
+    """``PRAGMA journal_mode=WAL``, waiting up to ``busy_timeout_s`` for another writer.
+
+    Turning a rollback-journal file into WAL upgrades a read to a write, which SQLite
+    refuses at once ("database is locked") rather than through the busy handler: three
+    workers opening such a file together, one failed its opening (bugs.md S18-1)."""
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            left = deadline - time.monotonic()
+            if "locked" not in str(e) or left <= 0:
+                raise
+            time.sleep(min(0.02, left))
 
 
 def migrate(conn: sqlite3.Connection) -> None:

@@ -46,6 +46,7 @@ from pipecat_summarizer.store._sqlite_forget import Pending, hide
 from pipecat_summarizer.store._sqlite_schema import (
     IMMUTABLE_TRIES,
     FileStamp,
+    into_wal,
     migrate,
     open_read_only,
     scope_of,
@@ -266,7 +267,7 @@ class SQLiteMemoryStore(MemoryStore):
         try:
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             if self.path is not None:
-                conn.execute("PRAGMA journal_mode=WAL")
+                into_wal(conn, self.busy_timeout_s)
                 # never a checkpoint inside a write on this thread, where searches wait: the
                 # checkpointer's thread runs them (_sqlite_checkpoint, bugs.md S15-F-2)
                 conn.execute("PRAGMA wal_autocheckpoint=0")
