@@ -14,7 +14,7 @@ recall step, for the messages of this caller (this call only without a ``user_id
 background task reads what the store archived since the last turn and embeds it in the
 indexing thread (``semantic-embed``, one per process, off the event loop, a chunk at a time,
 in pieces that start only while no recall turn of the process is on its way, or once they
-have waited their cap: :class:`~pipecat_summarizer._recall.semantic_rows.TurnGate`),
+have waited their cap: :class:`~pipecat_summarizer._recall.turn_gate.TurnGate`),
 and a turn embeds its query in the query thread (``semantic-query``) and ranks with one matrix
 product (brute force over the caller's messages; no vector database).
 A message the store returns with another ``user_id`` is never indexed, and the store's
@@ -45,7 +45,6 @@ from pipecat_summarizer._recall import vector_cache
 from pipecat_summarizer._recall.embedding import Embedder, embedder_for
 from pipecat_summarizer._recall.fusion import SemanticHit, top_matches
 from pipecat_summarizer._recall.semantic_rows import (
-    TURNS,
     Message,
     SimilarityView,
     Stale,
@@ -57,6 +56,7 @@ from pipecat_summarizer._recall.semantic_rows import (
     read_error,
     read_new,
 )
+from pipecat_summarizer._recall.turn_gate import TURNS
 from pipecat_summarizer._recall.vector_cache import forget_vectors, unit_rows
 from pipecat_summarizer.params import SemanticRecallParams
 

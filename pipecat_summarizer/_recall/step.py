@@ -70,7 +70,7 @@ from pipecat_summarizer._recall.select import (
     gather_words,
     select_hits,
 )
-from pipecat_summarizer._recall.semantic_rows import TURNS
+from pipecat_summarizer._recall.turn_gate import TURNS
 from pipecat_summarizer._text.tokens import estimate_text_tokens as estimate_tokens
 from pipecat_summarizer.params import RecallParams
 

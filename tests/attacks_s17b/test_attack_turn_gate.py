@@ -17,7 +17,7 @@ import asyncio
 import pytest
 from pipecat.frames.frames import CancelFrame
 
-from pipecat_summarizer._recall.semantic_rows import TURNS
+from pipecat_summarizer._recall.turn_gate import TURNS
 from pipecat_summarizer.params import RecallParams
 from tests.support.early_search import seed_trips, watched_store
 from tests.support.openai_server import Reply

@@ -28,7 +28,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
-from pipecat_summarizer._recall import semantic, semantic_rows
+from pipecat_summarizer._recall import semantic, turn_gate
 from pipecat_summarizer._recall.embedding import embedder_for, load_semantic_model
 from pipecat_summarizer.params import MemoryParams, RecallParams, SemanticRecallParams, WriterParams
 from pipecat_summarizer.store import open_store
@@ -114,13 +114,11 @@ class _Pieces:
 
 
 def _waited() -> int:
-    gate = getattr(semantic_rows, "TURNS", None)  # (the gate: absent before S16-G-1's fix)
-    return 0 if gate is None else gate.waited
+    return turn_gate.TURNS.waited
 
 
 def _capped() -> int:
-    gate = getattr(semantic_rows, "TURNS", None)
-    return 0 if gate is None else gate.capped
+    return turn_gate.TURNS.capped
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +132,8 @@ def wordllama() -> SemanticRecallParams:
 def pieces(monkeypatch):
     """One message a piece, chunks of CHUNK (so the index is still embedding at the turn)."""
     monkeypatch.setattr(semantic, "EMBED_CHUNK", CHUNK)
-    monkeypatch.setattr(semantic_rows, "PIECE_MOST", 1, raising=False)
-    monkeypatch.setattr(semantic_rows, "PIECE_FIRST", 1, raising=False)
+    monkeypatch.setattr(turn_gate, "PIECE_MOST", 1)
+    monkeypatch.setattr(turn_gate, "PIECE_FIRST", 1)
 
 
 async def _call(server, target: str, wordllama, frames_for) -> tuple:
@@ -201,7 +199,7 @@ async def test_no_piece_starts_while_a_turn_is_on_its_way(
     openai_server, store_target, wordllama, pieces, monkeypatch
 ):
     openai_server.handler = lambda body: Reply("Sure.")
-    monkeypatch.setattr(semantic_rows, "HOLD_FLOOR_S", 60.0, raising=False)  # no cap here
+    monkeypatch.setattr(turn_gate, "HOLD_FLOOR_S", 60.0)  # no cap here
     seen: dict[str, int] = {}
 
     def frames_for(index, held, embedder):
@@ -250,7 +248,7 @@ async def test_a_turn_always_on_its_way_still_lets_the_index_grow(
 ):
     openai_server.handler = lambda body: Reply("Sure.")
     # the cap, short here (a piece sleeps 20 ms, takes no CPU: the floor is the cap)
-    monkeypatch.setattr(semantic_rows, "HOLD_FLOOR_S", 0.005, raising=False)
+    monkeypatch.setattr(turn_gate, "HOLD_FLOOR_S", 0.005)
     seen: dict[str, int] = {}
 
     def frames_for(index, held, embedder):

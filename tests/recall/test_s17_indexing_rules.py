@@ -2,7 +2,7 @@
 
 The rules (how many texts a piece embeds, how long the thread waits for the turns on their
 way before a step, whether it waits at all) are pure functions, checked by properties. The
-gate (:class:`~pipecat_summarizer._recall.semantic_rows.TurnGate`) is checked with a real
+gate (:class:`~pipecat_summarizer._recall.turn_gate.TurnGate`) is checked with a real
 indexing thread (``embed_pieces`` in a thread of its own) and embedders that record what they
 embedded: counted, never timed (the thread's progress is waited for by its counters).
 """
@@ -18,18 +18,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipecat_summarizer._recall import semantic_rows
+from pipecat_summarizer._recall import turn_gate
 from pipecat_summarizer._recall.embedding import embedder_for, load_semantic_model
-from pipecat_summarizer._recall.semantic_rows import (
+from pipecat_summarizer._recall.semantic_rows import Stale, embed_pieces
+from pipecat_summarizer._recall.turn_gate import (
     BUSY_SHARE,
     HOLD_FLOOR_S,
     HOLD_MOST_S,
     PIECE_FIRST,
     PIECE_MOST,
     PIECE_S,
-    Stale,
     TurnGate,
-    embed_pieces,
     hold_cap,
     holds,
     piece_texts,
@@ -135,8 +134,8 @@ def test_the_vectors_come_back_in_the_texts_order_whatever_the_pieces():
 
 
 def test_no_piece_starts_while_a_turn_is_on_its_way(monkeypatch):
-    monkeypatch.setattr(semantic_rows, "HOLD_FLOOR_S", 60.0)  # no cap within the test
-    monkeypatch.setattr(semantic_rows, "PIECE_MOST", 1)
+    monkeypatch.setattr(turn_gate, "HOLD_FLOOR_S", 60.0)  # no cap within the test
+    monkeypatch.setattr(turn_gate, "PIECE_MOST", 1)
     gate = TurnGate()
     model = _Recording(gate)
     with gate.turn():
@@ -149,7 +148,7 @@ def test_no_piece_starts_while_a_turn_is_on_its_way(monkeypatch):
 
 
 def test_a_turn_that_starts_during_a_piece_holds_its_next_layer(monkeypatch):
-    monkeypatch.setattr(semantic_rows, "HOLD_FLOOR_S", 60.0)
+    monkeypatch.setattr(turn_gate, "HOLD_FLOOR_S", 60.0)
     gate = TurnGate()
     model = _Recording(gate, pausable=True)
     model.go.clear()
@@ -164,9 +163,9 @@ def test_a_turn_that_starts_during_a_piece_holds_its_next_layer(monkeypatch):
 
 
 def test_a_turn_always_on_its_way_never_starves_the_index(monkeypatch):
-    monkeypatch.setattr(semantic_rows, "HOLD_FLOOR_S", 0.001)  # the cap, quickly
-    monkeypatch.setattr(semantic_rows, "HOLD_MOST_S", 0.001)
-    monkeypatch.setattr(semantic_rows, "PIECE_MOST", 1)
+    monkeypatch.setattr(turn_gate, "HOLD_FLOOR_S", 0.001)  # the cap, quickly
+    monkeypatch.setattr(turn_gate, "HOLD_MOST_S", 0.001)
+    monkeypatch.setattr(turn_gate, "PIECE_MOST", 1)
     gate = TurnGate()
     model = _Recording(gate)
     with gate.turn():
@@ -177,7 +176,7 @@ def test_a_turn_always_on_its_way_never_starves_the_index(monkeypatch):
 
 
 def test_a_turn_waiting_for_an_index_does_not_hold_it(monkeypatch):
-    monkeypatch.setattr(semantic_rows, "HOLD_FLOOR_S", 60.0)
+    monkeypatch.setattr(turn_gate, "HOLD_FLOOR_S", 60.0)
     gate = TurnGate()
     model = _Recording(gate)
     with gate.turn(), gate.waiting_for_index():
@@ -202,11 +201,11 @@ def test_a_chunk_whose_index_went_stops_between_pieces():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_a_forked_child_has_no_turn_of_its_parent_on_its_way():
-    with semantic_rows.TURNS.turn():
+    with turn_gate.TURNS.turn():
         pid = os.fork()
         if pid == 0:  # the child: its parent's turn is not its own
-            os._exit(0 if not semantic_rows.TURNS.busy else 1)
-        assert semantic_rows.TURNS.busy
+            os._exit(0 if not turn_gate.TURNS.busy else 1)
+        assert turn_gate.TURNS.busy
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
 
