@@ -320,6 +320,11 @@ def terminate(conn: Any) -> None:
         pass  # already given back: its backend was lost and asyncpg released it
 
 
+#: The longest a new connection's warm-up waits for a lock held on a table it reads
+#: (seconds); past it the connection serves unwarmed (its first turn pays the warm-up).
+WARM_LOCK_S = 1.0
+
+
 async def warm(conn: Any, config: str, function: bool) -> bool:
     """Run a recall turn's statements once on a new connection (a search, the tombstone's
     read, the batched read of the hits' next messages), for a caller that has none: the
@@ -371,11 +376,21 @@ async def warm(conn: Any, config: str, function: bool) -> bool:
         )
         if found is not None and found not in statements:
             statements.append(found)
-    for sql, *args in statements:
-        try:
-            await conn.fetch(sql, *args)
-        except Exception as e:
-            if broken(e):
-                raise
-            break  # no schema yet (a new database): migrate first
+    # reads only, in a transaction of their own: a lock held on a table they read (an
+    # operator's LOCK TABLE on removals) is waited for WARM_LOCK_S, never the 30 s command
+    # timeout that held the store's opening, or a turn's new connection (S17-B-1)
+    warming = conn.transaction()
+    await warming.start()
+    try:
+        await conn.execute(f"SET LOCAL lock_timeout = '{round(WARM_LOCK_S * 1000)}ms'")
+        for sql, *args in statements:
+            try:
+                await conn.fetch(sql, *args)
+            except Exception as e:
+                if broken(e):
+                    raise
+                break  # no schema yet (a new database: migrate first), or a lock held
+    finally:
+        if not conn.is_closed():
+            await warming.rollback()
     return function

@@ -21,7 +21,7 @@ from loguru import logger
 
 from pipecat_summarizer._text.text_caches import empty_text_caches
 from pipecat_summarizer._validation import check_number
-from pipecat_summarizer.store import _postgres_search, _postgres_writes
+from pipecat_summarizer.store import _postgres_pool, _postgres_search, _postgres_writes
 from pipecat_summarizer.store._dsn import mask_dsn
 from pipecat_summarizer.store._postgres_pool import (
     MESSAGES_AT,
@@ -612,11 +612,19 @@ class PostgresMemoryStore(MemoryStore):
         same, and the first check reads it then."""
         try:
             async with conn.transaction():  # a savepoint inside a caller's transaction
+                # a lock held on removals is waited for WARM_LOCK_S, as the warm-up's reads
+                # (S17-B-1), its setting put back for the rest of a caller's transaction
+                was = await conn.fetchval("SELECT current_setting('lock_timeout')")
+                wait_ms = round(_postgres_pool.WARM_LOCK_S * 1000)
+                await conn.execute(f"SET LOCAL lock_timeout = '{wait_ms}ms'")
                 value = await conn.fetchval(_REMOVALS_SUM)
+                await conn.execute("SELECT set_config('lock_timeout', $1, true)", was)
         except Exception as e:
-            if getattr(e, "sqlstate", None) != "42501":
+            # 42501: a role without SELECT on removals; 55P03: a lock held on it
+            state = getattr(e, "sqlstate", None)
+            if state not in ("42501", "55P03"):
                 raise
-            logger.debug("the store's removals not read at its opening (SQLSTATE 42501)")
+            logger.debug(f"the store's removals not read at its opening (SQLSTATE {state})")
             return
         self._removals_read(None if value is None else int(value))
 
