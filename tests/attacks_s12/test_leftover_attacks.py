@@ -272,7 +272,11 @@ async def test_a_flows_reset_after_a_search_was_let_go(openai_server, store_targ
     openai_server.handler = lambda body: Reply("Sure thing.")
     store = _held(store_target)
     context, processor, summarizer = travel_desk(
-        openai_server, store, RecallParams(latency_budget_s=0.3), call_id="q1"
+        # (1 s: a loaded machine's PostgreSQL search missed 0.3 s, turn 1 placing nothing)
+        openai_server,
+        store,
+        RecallParams(latency_budget_s=1.0),
+        call_id="q1",
     )
     reset = LLMMessagesUpdateFrame(
         messages=[
