@@ -211,6 +211,8 @@ def broken(exc: BaseException) -> bool:
     import asyncpg
     from asyncpg.exceptions import _base
 
+    if isinstance(exc, TimeoutError):
+        return False  # an OSError since Python 3.11: it was terminated as a lost backend
     if isinstance(exc, OSError) or _reset(exc):
         return True
     if isinstance(exc, asyncpg.PostgresConnectionError | _base.InternalClientError):
@@ -320,9 +322,9 @@ def terminate(conn: Any) -> None:
         pass  # already given back: its backend was lost and asyncpg released it
 
 
-#: The longest a new connection's warm-up waits for a lock held on a table it reads
-#: (seconds); past it the connection serves unwarmed (its first turn pays the warm-up).
-WARM_LOCK_S = 1.0
+#: The longest one statement of a new connection's warm-up runs (seconds): past it (a lock
+#: held on a table it reads) the warm-up stops, and the connection serves unwarmed.
+WARM_STATEMENT_S = 1.0
 
 
 async def warm(conn: Any, config: str, function: bool) -> bool:
@@ -376,21 +378,14 @@ async def warm(conn: Any, config: str, function: bool) -> bool:
         )
         if found is not None and found not in statements:
             statements.append(found)
-    # reads only, in a transaction of their own: a lock held on a table they read (an
-    # operator's LOCK TABLE on removals) is waited for WARM_LOCK_S, never the 30 s command
-    # timeout that held the store's opening, or a turn's new connection (S17-B-1)
-    warming = conn.transaction()
-    await warming.start()
-    try:
-        await conn.execute(f"SET LOCAL lock_timeout = '{round(WARM_LOCK_S * 1000)}ms'")
-        for sql, *args in statements:
-            try:
-                await conn.fetch(sql, *args)
-            except Exception as e:
-                if broken(e):
-                    raise
-                break  # no schema yet (a new database: migrate first), or a lock held
-    finally:
-        if not conn.is_closed():
-            await warming.rollback()
+    for sql, *args in statements:
+        try:
+            # bounded: a lock held on a table it reads (an operator's LOCK TABLE on
+            # removals) held the store's opening, or a turn's new connection, for the 30 s
+            # command timeout (S17-B-1); asyncpg cancels the statement on the server
+            await conn.fetch(sql, *args, timeout=WARM_STATEMENT_S)
+        except Exception as e:
+            if broken(e):
+                raise
+            break  # no schema yet (a new database: migrate first), or a lock held
     return function

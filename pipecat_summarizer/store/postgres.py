@@ -612,19 +612,14 @@ class PostgresMemoryStore(MemoryStore):
         same, and the first check reads it then."""
         try:
             async with conn.transaction():  # a savepoint inside a caller's transaction
-                # a lock held on removals is waited for WARM_LOCK_S, as the warm-up's reads
-                # (S17-B-1), its setting put back for the rest of a caller's transaction
-                was = await conn.fetchval("SELECT current_setting('lock_timeout')")
-                wait_ms = round(_postgres_pool.WARM_LOCK_S * 1000)
-                await conn.execute(f"SET LOCAL lock_timeout = '{wait_ms}ms'")
-                value = await conn.fetchval(_REMOVALS_SUM)
-                await conn.execute("SELECT set_config('lock_timeout', $1, true)", was)
+                # bounded as the warm-up's statements (a lock held on removals, S17-B-1)
+                value = await conn.fetchval(_REMOVALS_SUM, timeout=_postgres_pool.WARM_STATEMENT_S)
         except Exception as e:
-            # 42501: a role without SELECT on removals; 55P03: a lock held on it
+            # 42501: a role without SELECT on removals; a timeout: a lock held on it
             state = getattr(e, "sqlstate", None)
-            if state not in ("42501", "55P03"):
+            if state != "42501" and not isinstance(e, TimeoutError):
                 raise
-            logger.debug(f"the store's removals not read at its opening (SQLSTATE {state})")
+            logger.debug(f"the store's removals not read at its opening ({state or 'timeout'})")
             return
         self._removals_read(None if value is None else int(value))
 

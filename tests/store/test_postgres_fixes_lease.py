@@ -94,7 +94,7 @@ async def test_warm_up_gives_up_on_a_lost_connection_not_on_a_missing_schema():
         async def execute(self, sql: str) -> None:
             pass
 
-        async def fetch(self, sql: str, *args) -> list:
+        async def fetch(self, sql: str, *args, timeout: float | None = None) -> list:
             raise self.error
 
     lost = asyncpg.ConnectionDoesNotExistError("connection was closed in the middle")

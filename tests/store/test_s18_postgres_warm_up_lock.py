@@ -3,7 +3,7 @@
 (an operator's ``LOCK TABLE``, a ``VACUUM FULL``, a migration's ``ALTER``) the warm-up waited
 for asyncpg's 30 s command timeout, and the store's opening (or a pool's new connection, a
 turn's search behind it) with it (S17-B-1). The warm-up now gives up the lock's wait after
-``WARM_LOCK_S``: the connection serves unwarmed, the opening ends while the lock is still
+``WARM_STATEMENT_S``: the connection serves unwarmed, the opening ends while the lock is still
 held, and once it is released searches find what they found. Counted, not timed: the test
 waits on the server's own lock table, with a guard against a hang only."""
 
@@ -33,7 +33,7 @@ async def _waiting_on(holder, table: str) -> int:
 
 
 async def test_an_opening_ends_while_a_lock_on_removals_holds_its_warm_up(dsn, monkeypatch):
-    monkeypatch.setattr(_postgres_pool, "WARM_LOCK_S", 0.3)
+    monkeypatch.setattr(_postgres_pool, "WARM_STATEMENT_S", 0.3)
     holder = await asyncpg.connect(dsn)
     store = PostgresMemoryStore(dsn, min_size=1, max_size=2)
     try:
@@ -55,3 +55,11 @@ async def test_an_opening_ends_while_a_lock_on_removals_holds_its_warm_up(dsn, m
     finally:
         await store.close()
         await holder.close()
+
+
+def test_a_timed_out_statement_leaves_its_connection_whole():
+    # asyncpg's timeout is the builtin TimeoutError, an OSError since Python 3.11: it was
+    # taken for a lost backend, the connection terminated (and a new one opened and warmed)
+    # where asyncpg's release waits for the statement's cancel (bb05e9f's intent)
+    assert not _postgres_pool.broken(TimeoutError())
+    assert _postgres_pool.broken(ConnectionResetError())  # a lost backend still is
