@@ -44,6 +44,7 @@ from pipecat_summarizer.events import ContextCompactedFrame, MessagesEvictedEven
 from pipecat_summarizer.guard import LLMRequestGuard
 from pipecat_summarizer.params import ContextSummarizerParams, MemoryParams, RecallParams, as_params
 from pipecat_summarizer.params import SummarizerOptions as SummarizerOptions  # 0.1 import
+from pipecat_summarizer.params.memory import check_conversation_time
 from pipecat_summarizer.store.base import MemoryStore
 from pipecat_summarizer.summarizers.base import Summarizer, as_result, describe_error
 from pipecat_summarizer.tracing import attach_tracing
@@ -303,6 +304,26 @@ class ContextSummarizer(FrameProcessor):
         """This call dropped (a disconnect), even if an ``EndFrame`` ends it: resumable."""
         if self._recorder is not None:  # see MemoryParams.resume_dropped_within_s
             self._recorder.mark_dropped()
+
+    def set_conversation_time(self, at: float) -> None:
+        """The conversation's clock reads ``at`` from now on, and runs on from it.
+
+        Archived messages are dated by the moment they entered the context, on this clock,
+        and recall's "how long ago" counts from it. A transcript replayed with its own
+        dates (LoCoMo's sessions, an imported chat history) calls it as each session starts,
+        so a line said in one session and archived in a later one keeps its own session's
+        date. ``MemoryParams(conversation_started_at=...)`` sets it for the call's start.
+        Without a store nothing is dated: a no-op.
+
+        Args:
+            at: Seconds since the epoch, from 0 to the end of the year 9999.
+
+        Raises:
+            ValueError: If ``at`` is not such a number (milliseconds, NaN).
+        """
+        check_conversation_time("at", at)
+        if self._recorder is not None:
+            self._recorder.clock.set(float(at))
 
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         """Watch context frames, start summaries, and push every frame on."""

@@ -60,6 +60,14 @@ class ConversationClock:
         else:
             self._base = time.time() if wall is None else wall
 
+    def set(self, at: float) -> None:
+        """The conversation's now is ``at`` (seconds since the epoch) from here, and runs on
+        from it: a transcript replayed with its own dates moves it at each session. Before
+        the call's start it is the epoch the start uses."""
+        self.epoch = at
+        self._base = at
+        self._mark = self._time()
+
     def elapsed(self) -> float:
         """Seconds since the start, on the start's clock (never negative)."""
         return max(0.0, self._time() - self._mark)

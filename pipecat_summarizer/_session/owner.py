@@ -84,6 +84,8 @@ class ContextSession(SharedContext):
         event. With nothing pinned, placed or replaced, the work is counting the messages
         added since the last frame and asking the trigger."""
         recorder = self.recorder
+        if recorder is not None:
+            recorder.entered(self.context.messages)  # dated as they come in
         if recorder is not None and not recorder.memory_pending:
             recorder.turns += 1
             recorder = None  # counted; nothing to load

@@ -19,7 +19,7 @@ import asyncio
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
@@ -113,6 +113,10 @@ class CallRecorder(CallEnd):
         self.resumed = False
         self._archived = 0  # next archive position
         self._pending_pos: dict[int, tuple[int, Any, int]] = {}  # id -> (position, message, turn)
+        # when each message entered the context, by id: (the message, the conversation's
+        # time); an archived message is dated by it, not by when it left (a transcript
+        # replayed with its sessions' dates: a line of session 3 that leaves in session 5)
+        self._entered: dict[int, tuple[Any, float]] = {}
         self._attempts = 0
         self._fact_seq = 0
         self._facts: dict[str, tuple[str, str, str]] = {}
@@ -311,6 +315,35 @@ class CallRecorder(CallEnd):
 
     # -- during the call ------------------------------------------------------------------
 
+    def entered(self, messages: Sequence[Any]) -> None:
+        """A turn's context: the messages not seen before (the newest, after the last one
+        seen) entered the context now, by the conversation's clock. Reads back from the
+        end to the first message already seen: the new ones only, however long the call."""
+        entered = self._entered
+        now: float | None = None
+        for message in reversed(messages):
+            seen = entered.get(id(message))
+            if seen is not None and seen[0] is message:
+                break
+            if now is None:
+                now = self.now()
+            entered[id(message)] = (message, now)
+        if len(entered) > 2 * len(messages) + 64:  # ours that left unarchived (blocks, summaries)
+            here = {id(m) for m in messages}
+            for key in [k for k in entered if k not in here and k not in self._pending_pos]:
+                del entered[key]
+
+    def _dated(self, message: Any, now: float, keep: bool) -> float:
+        """When ``message`` entered the context (``now`` if it was never seen at a turn);
+        forgotten here unless ``keep`` (an evicted message is archived again when summarized,
+        with the same date)."""
+        seen = self._entered.get(id(message))
+        if seen is None or seen[0] is not message:
+            return now
+        if not keep:
+            del self._entered[id(message)]
+        return seen[1]
+
     def archive(
         self, messages: Iterable[Any], removed_by: Removal, compaction: int | None = None
     ) -> None:
@@ -347,7 +380,8 @@ class CallRecorder(CallEnd):
             ours = is_cleared(message) and str(message.get("tool_call_id")) in calls
             text = "" if ours and removed_by != "cleared" else message_text(message)
             form = message_json(archived_form(message, self.is_cut(message)))
-            self._submit(message, position, text, form, now, removed_by, compaction, evicted_turn)
+            at = self._dated(message, now, keep=removed_by == "evicted")
+            self._submit(message, position, text, form, at, removed_by, compaction, evicted_turn)
 
     def _submit(
         self,

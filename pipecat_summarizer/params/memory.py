@@ -6,6 +6,7 @@ How a call uses its store (``MemoryParams``) and how the store's writer queues a
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 from pipecat_summarizer._validation import validate_numeric_fields
@@ -16,6 +17,19 @@ MIN_FLUSH_INTERVAL_S = 0.01
 #: values are milliseconds or microseconds by mistake, and past the platform's calendar
 #: (recall could not date a snippet of that call).
 MAX_CONVERSATION_STARTED_AT = 253_402_300_799.0
+
+
+def check_conversation_time(name: str, at: object) -> None:
+    """Raise ``ValueError`` (``TypeError`` for a non-number) unless ``at`` is a conversation
+    time: seconds since the epoch, from 0 to :data:`MAX_CONVERSATION_STARTED_AT`."""
+    if isinstance(at, bool) or not isinstance(at, numbers.Real):
+        raise TypeError(f"{name} must be seconds since the epoch, got {type(at).__name__}")
+    if not 0 <= at <= MAX_CONVERSATION_STARTED_AT:  # type: ignore[operator]
+        raise ValueError(
+            f"{name} must be seconds since the epoch, from 0 to "
+            f"{MAX_CONVERSATION_STARTED_AT:.0f} (the end of the year 9999; a larger value "
+            f"is milliseconds or microseconds), got {at!r}"
+        )
 
 
 @dataclass
@@ -109,12 +123,7 @@ class MemoryParams:
                 "resume_dropped_within_s must be >= 0 (0: off), "
                 f"got {self.resume_dropped_within_s!r}"
             )
-        started = self.conversation_started_at
-        if started is not None and not 0 <= started <= MAX_CONVERSATION_STARTED_AT:
-            raise ValueError(
-                "conversation_started_at must be seconds since the epoch, from 0 to "
-                f"{MAX_CONVERSATION_STARTED_AT:.0f} (the end of the year 9999; a larger value "
-                f"is milliseconds or microseconds), got {started!r}"
-            )
+        if self.conversation_started_at is not None:
+            check_conversation_time("conversation_started_at", self.conversation_started_at)
         if not isinstance(self.writer, WriterParams):
             raise TypeError("writer must be a WriterParams")

@@ -288,13 +288,42 @@ async def _index_settled(summarizer: ContextSummarizer) -> None:
     await asyncio.wait_for(index.refresh(step.archive), 600.0)
 
 
+class SessionClock:
+    """A conversation replayed in one call with its sessions' dates (question time): the
+    call's conversation clock moved to each session's date as its first turn is sent
+    (``ContextSummarizer.set_conversation_time``), so each line is dated by its own session
+    (S17-Q-1: every line carried session 1's date), and :meth:`now` continues it."""
+
+    def __init__(self, summarizer: ContextSummarizer, first: float | None) -> None:
+        self.summarizer = summarizer
+        self.at = first
+        self.mark = asyncio.get_running_loop().time()
+
+    def turn(self, turn: Turn) -> None:
+        """Before ``turn`` is sent: a new session's date moves the clock there."""
+        at = _date([turn])
+        if at is not None and at != self.at:
+            self.summarizer.set_conversation_time(at)
+            self.at, self.mark = at, asyncio.get_running_loop().time()
+
+    def now(self) -> float | None:
+        """The call's conversation clock now (``None``: undated, the wall clock's)."""
+        return None if self.at is None else self.at + asyncio.get_running_loop().time() - self.mark
+
+
 async def _replay(
-    call: CallDriver, turns: Sequence[Turn], offset: int = 0, connect_pause_s: float = 0.0
+    call: CallDriver,
+    turns: Sequence[Turn],
+    offset: int = 0,
+    connect_pause_s: float = 0.0,
+    sessions: SessionClock | None = None,
 ) -> None:
     await call.start()
     if connect_pause_s:
         await asyncio.sleep(connect_pause_s)
     for i, turn in enumerate(turns):
+        if sessions is not None:
+            sessions.turn(turn)
         await call.turn(turn.inputs, offset + i + 1)
 
 
@@ -357,15 +386,15 @@ async def question_time(conv: LocomoConversation, plan: Plan) -> dict[str, Score
             started_at=_date(turns),
         )
         call = CallDriver(context, turns, [ours], recorder=recorder)
-        began = asyncio.get_running_loop().time()  # the clock the call's dates run on
-        await _replay(call, turns)
+        sessions = SessionClock(ours, _date(turns))  # the clock the call's dates run on
+        await _replay(call, turns, sessions=sessions)
         await _settle(store, f"{user_id}:call")
         state = snapshot(context)
         # the questions continue the call's clock (they are asked in it, after every
-        # message it archived): dated from the call's start, a question's "now" fell
-        # before or after a message by how fast the machine replayed (S13-F-1)
-        date = _date(turns)
-        asked_at = None if date is None else date + asyncio.get_running_loop().time() - began
+        # message it archived, in its last session): dated from the call's start, a
+        # question's "now" fell before or after a message by how fast the machine replayed
+        # (S13-F-1)
+        asked_at = sessions.now()
         # the questions are asked while the call is still on: its messages still in the
         # context are archived only when it ends, as in a real call
         for name, recall in (("ours", None), ("ours_recall", plan.recall)):

@@ -58,12 +58,18 @@ def test_a_time_question_is_asked_after_every_message_the_call_archived(monkeypa
     relative label)."""
 
     async def with_pauses(
-        call: CallDriver, turns: Sequence[Turn], offset: int = 0, connect_pause_s: float = 0.0
+        call: CallDriver,
+        turns: Sequence[Turn],
+        offset: int = 0,
+        connect_pause_s: float = 0.0,
+        sessions: question_calls.SessionClock | None = None,
     ) -> None:
         # the caller's turns a modelled minute apart (the measurement replays them at once)
         await call.start()
         for i, turn in enumerate(turns):
             await asyncio.sleep(TURN_GAP_S)
+            if sessions is not None:
+                sessions.turn(turn)
             await call.turn(turn.inputs, offset + i + 1)
 
     monkeypatch.setattr(question_calls, "_replay", with_pauses)

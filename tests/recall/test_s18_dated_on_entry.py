@@ -1,0 +1,129 @@
+"""A message is dated when it enters the context, by the conversation's clock, and the
+application can move that clock mid-call (``ContextSummarizer.set_conversation_time``): a
+transcript replayed with its sessions' dates in one call (LoCoMo at question time) dates each
+line by its own session, though it leaves the context (summarized, archived) sessions later.
+Before, a line was dated when it left, and one call had one clock: every line of a
+conversation replayed in one call carried its first session's date, and a quote's
+"yesterday" was resolved against it (S17-Q-1). Through real pipelines (a real
+``LLMContextAggregatorPair``, the local OpenAI-protocol server), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import calendar
+
+import pytest
+from pipecat.processors.aggregators.llm_context import LLMContext
+
+from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
+from pipecat_summarizer.params import MemoryParams, RecallParams
+from pipecat_summarizer.store import open_store
+from tests.support.openai_server import Reply, is_summary_request
+from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.recall_calls import FAST, recall_block, recall_call
+from tests.support.settle import Until, run_settling
+
+MAY_4 = calendar.timegm((2023, 5, 4, 14, 5, 0))
+JUNE_20 = calendar.timegm((2023, 6, 20, 9, 30, 0))
+AUGUST_1 = calendar.timegm((2023, 8, 1, 10, 0, 0))
+POTTERY = "I signed up for a pottery class yesterday, on the east side."
+LATER = [
+    "What time does the breakfast buffet open?",
+    "Is the spa open on Sunday?",
+    "Can I book a table for dinner tonight?",
+    "Do you have a gluten free menu?",
+    "How late is the pool open?",
+    "Could you send towels up please?",
+]
+
+
+def _replies(body: dict) -> Reply:
+    if is_summary_request(body):
+        return Reply("FACTS:\n- the caller asked about the hotel\nDECISIONS:\n- none")
+    return Reply("Sure thing.")
+
+
+def _moved(processor: ContextSummarizer, at: float) -> Until:
+    """A pause that moves the conversation's clock to ``at`` as it starts (the application
+    replaying its next session)."""
+
+    def move() -> bool:
+        processor.set_conversation_time(at)
+        return True
+
+    return Until(done=move, sleep=1.0)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+async def test_a_line_keeps_its_sessions_date_when_it_leaves_sessions_later(
+    openai_server, store_target
+):
+    openai_server.handler = _replies
+    store = open_store(store_target)
+    context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
+    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=6, keep=2),  # the pottery line is summarized in June's turns
+        summarizer=summarizer,
+        store=store,
+        call_id="replayed",
+        user_id="alice",
+        memory=MemoryParams(writer=FAST, conversation_started_at=MAY_4),
+    )
+    try:
+        try:
+            await run_settling(
+                build(context, processor, main_llm(openai_server.base_url)),
+                frames_to_send=[
+                    *turns([POTTERY], gap=2.0),
+                    _moved(processor, JUNE_20),
+                    *turns(LATER, gap=2.0),
+                ],
+            )
+        finally:
+            await summarizer.aclose()
+        (call,) = await store.calls("alice")
+        archived = await store.messages(call.call_id)
+        openai_server.requests.clear()
+        await recall_call(
+            openai_server,
+            store,
+            ["When did I tell you about the pottery class?"],
+            call_id="asked",
+            recall=RecallParams(latency_budget_s=5.0),
+            system="You are a concierge.",
+            memory=MemoryParams(writer=FAST, conversation_started_at=AUGUST_1),
+        )
+        block = recall_block(openai_server)
+    finally:
+        await store.close()
+    pottery = [m for m in archived if "pottery" in m.content]
+    later = [m for m in archived if any(text in m.content for text in LATER[-2:])]
+    assert pottery and later
+    assert any(m.removed_by == "summarized" for m in pottery)  # it left in June
+    assert all(MAY_4 <= m.at < MAY_4 + 600 for m in pottery)  # dated in May all the same
+    assert all(JUNE_20 <= m.at < JUNE_20 + 600 for m in later)
+    assert "pottery class yesterday" in block
+    assert "on 4 May 2023" in block and '"yesterday" = 3 May 2023' in block
+
+
+async def test_the_conversation_time_is_checked(openai_server, tmp_path):
+    context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
+    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
+    store = open_store(str(tmp_path / "m.db"))
+    try:
+        processor = ContextSummarizer(
+            context=context, summarizer=summarizer, store=store, call_id="c", user_id="al"
+        )
+        for bad in (float("nan"), -1.0, 1.7e12, float("inf")):  # 1.7e12: milliseconds
+            with pytest.raises(ValueError, match="seconds since the epoch"):
+                processor.set_conversation_time(bad)
+        with pytest.raises(TypeError):
+            processor.set_conversation_time("2023-05-04")  # type: ignore[arg-type]
+        processor.set_conversation_time(MAY_4)
+        assert processor._recorder is not None and int(processor._recorder.now()) == MAY_4
+        bare = ContextSummarizer(context=context, summarizer=summarizer)
+        bare.set_conversation_time(MAY_4)  # nothing dated without a store: a no-op
+    finally:
+        await summarizer.aclose()
+        await store.close()
