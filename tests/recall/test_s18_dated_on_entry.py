@@ -17,6 +17,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer.params import MemoryParams, RecallParams
 from pipecat_summarizer.store import open_store
+from tests.recall.test_dates import FILLER
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
 from tests.support.recall_calls import FAST, recall_block, recall_call
@@ -26,14 +27,7 @@ MAY_4 = calendar.timegm((2023, 5, 4, 14, 5, 0))
 JUNE_20 = calendar.timegm((2023, 6, 20, 9, 30, 0))
 AUGUST_1 = calendar.timegm((2023, 8, 1, 10, 0, 0))
 POTTERY = "I signed up for a pottery class yesterday, on the east side."
-LATER = [
-    "What time does the breakfast buffet open?",
-    "Is the spa open on Sunday?",
-    "Can I book a table for dinner tonight?",
-    "Do you have a gluten free menu?",
-    "How late is the pool open?",
-    "Could you send towels up please?",
-]
+LATER = FILLER[:6]  # the hotel questions of test_dates
 
 
 def _replies(body: dict) -> Reply:

@@ -14,6 +14,7 @@ import asyncio
 import pytest
 
 from pipecat_summarizer.store import PostgresMemoryStore, _postgres_pool
+from tests.store.test_s17_postgres_close_cuts_removals_read import _waiting_on
 from tests.support.store_fixtures import database_with_one_line
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -24,12 +25,6 @@ GUARD_S = 20.0  # under asyncpg's 30 s: before the fix the warm-up's wait outlas
 @pytest.fixture(scope="module")
 def dsn(pg_server) -> str:
     return database_with_one_line(pg_server, "pgwarmlock")
-
-
-async def _waiting_on(holder, table: str) -> int:
-    return await holder.fetchval(
-        "SELECT count(*) FROM pg_locks WHERE relation = $1::regclass AND NOT granted", table
-    )
 
 
 async def test_an_opening_ends_while_a_lock_on_removals_holds_its_warm_up(dsn, monkeypatch):

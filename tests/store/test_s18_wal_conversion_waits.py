@@ -11,7 +11,8 @@ import asyncio
 import sqlite3
 import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 
 import pytest
 
@@ -33,24 +34,34 @@ def _hold_write_lock(path, held: threading.Event, release: threading.Event) -> N
         conn.execute("COMMIT")
 
 
-async def test_an_opening_waits_for_another_writer_to_turn_the_file_into_wal(tmp_path):
-    path = tmp_path / "m.db"
+@contextmanager
+def _write_locked(path) -> Iterator[threading.Event]:
+    """A rollback-journal file at ``path``, another connection holding a write lock on it
+    until the event it yields is set."""
     _rollback_file(path)
     held, release = threading.Event(), threading.Event()
     holder = threading.Thread(target=_hold_write_lock, args=(path, held, release))
     holder.start()
-    store = SQLiteMemoryStore(path, busy_timeout_s=10)
     try:
         assert held.wait(10)
-        opening = asyncio.ensure_future(store.open())
-        await asyncio.sleep(0.3)
-        assert not opening.done()  # waiting for the lock, not failed
-        release.set()
-        await asyncio.wait_for(opening, 30)
-        assert await store.calls() == []
+        yield release
     finally:
         release.set()
         holder.join()
+
+
+async def test_an_opening_waits_for_another_writer_to_turn_the_file_into_wal(tmp_path):
+    path = tmp_path / "m.db"
+    store = SQLiteMemoryStore(path, busy_timeout_s=10)
+    try:
+        with _write_locked(path) as release:
+            opening = asyncio.ensure_future(store.open())
+            await asyncio.sleep(0.3)
+            assert not opening.done()  # waiting for the lock, not failed
+            release.set()
+            await asyncio.wait_for(opening, 30)
+        assert await store.calls() == []
+    finally:
         await store.close()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -59,18 +70,12 @@ async def test_an_opening_waits_for_another_writer_to_turn_the_file_into_wal(tmp
 
 async def test_an_opening_gives_up_after_its_busy_timeout_as_a_locked_write_does(tmp_path):
     path = tmp_path / "m.db"
-    _rollback_file(path)
-    held, release = threading.Event(), threading.Event()
-    holder = threading.Thread(target=_hold_write_lock, args=(path, held, release))
-    holder.start()
     store = SQLiteMemoryStore(path, busy_timeout_s=0.5)
     try:
-        assert held.wait(10)
-        started = time.monotonic()
-        with pytest.raises(sqlite3.OperationalError, match="locked"):  # as a write
-            await asyncio.wait_for(store.open(), 30)
-        assert time.monotonic() - started >= 0.45  # after its wait, not at once
+        with _write_locked(path):
+            started = time.monotonic()
+            with pytest.raises(sqlite3.OperationalError, match="locked"):  # as a write
+                await asyncio.wait_for(store.open(), 30)
+            assert time.monotonic() - started >= 0.45  # after its wait, not at once
     finally:
-        release.set()
-        holder.join()
         await store.close()
