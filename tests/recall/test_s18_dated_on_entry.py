@@ -12,6 +12,7 @@ from __future__ import annotations
 import calendar
 
 import pytest
+from pipecat.frames.frames import LLMMessagesUpdateFrame
 from pipecat.processors.aggregators.llm_context import LLMContext
 
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
@@ -21,7 +22,7 @@ from tests.recall.test_dates import FILLER
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
 from tests.support.recall_calls import FAST, recall_block, recall_call
-from tests.support.settle import Until, run_settling
+from tests.support.settle import Gap, Until, run_settling
 
 MAY_4 = calendar.timegm((2023, 5, 4, 14, 5, 0))
 JUNE_20 = calendar.timegm((2023, 6, 20, 9, 30, 0))
@@ -121,3 +122,58 @@ async def test_the_conversation_time_is_checked(openai_server, tmp_path):
     finally:
         await summarizer.aclose()
         await store.close()
+
+
+async def test_attack_a_flows_reset_and_a_clock_moved_back_and_forth(openai_server, tmp_path):
+    # the application moves the clock back before the call's start, resets the context (a
+    # Flows node change with run_llm: new message objects, one repeating an old text), then
+    # moves it forward: each row is dated by the turn its message entered at; the reset's
+    # messages by the reset's own turn, never by a later clock
+    openai_server.handler = _replies
+    store = open_store(str(tmp_path / "m.db"))
+    context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
+    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=6, keep=2),
+        summarizer=summarizer,
+        store=store,
+        call_id="flows",
+        user_id="alice",
+        memory=MemoryParams(writer=FAST, conversation_started_at=JUNE_20),
+    )
+    reset = LLMMessagesUpdateFrame(
+        messages=[
+            {"role": "system", "content": "You are a booking desk."},
+            {"role": "user", "content": "Again: " + POTTERY},
+        ],
+        run_llm=True,
+    )
+    try:
+        try:
+            await run_settling(
+                build(context, processor, main_llm(openai_server.base_url)),
+                frames_to_send=[
+                    *turns([POTTERY, LATER[0]], gap=2.0),
+                    _moved(processor, MAY_4),  # back, before the call's start
+                    *turns(LATER[1:3], gap=2.0),
+                    reset,
+                    Gap(sleep=2.0),
+                    _moved(processor, AUGUST_1),
+                    *turns(LATER[3:6], gap=2.0),
+                ],
+            )
+        finally:
+            await summarizer.aclose()
+        (call,) = await store.calls("alice")
+        archived = await store.messages(call.call_id)
+    finally:
+        await store.close()
+
+    def dated(text: str) -> list[float]:
+        return [m.at for m in archived if m.content.startswith(text) and m.role == "user"]
+
+    assert dated(POTTERY) and all(JUNE_20 <= at < JUNE_20 + 600 for at in dated(POTTERY))
+    assert all(MAY_4 <= at < MAY_4 + 600 for at in dated(LATER[1]))
+    assert dated("Again: ") and all(MAY_4 <= at < MAY_4 + 600 for at in dated("Again: "))
+    assert all(AUGUST_1 <= at < AUGUST_1 + 600 for at in dated(LATER[5]))
