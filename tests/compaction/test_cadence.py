@@ -20,7 +20,15 @@ from pipecat_summarizer._compaction.cadence import (
 from pipecat_summarizer._compaction.measure import Measurement
 from pipecat_summarizer._compaction.trigger import CompactionTrigger, trigger_reason
 from pipecat_summarizer.params import ContextSummarizerParams, TriggerParams
-from tests.support.pipeline_utils import USER_LINE, Run, cfg, scripted, texts_of, turns
+from tests.support.pipeline_utils import (
+    USER_LINE,
+    Run,
+    cfg,
+    scripted,
+    texts_of,
+    turns,
+    user_turn,
+)
 from tests.support.settle import Gap, run_settling
 
 
@@ -327,7 +335,15 @@ async def _tool_round_at_the_threshold(server, *, guard: bool) -> list[dict]:
     said = ["one", "two", "three", "four: look it up", "five"]
     await run_settling(
         pipeline,
-        frames_to_send=[*turns(said, gap=0.5), Gap(sleep=0.3)],
+        # the tool turn has two answers (the call, then "Found it."): its pause waits for
+        # both, else "five" could come while the round was still on its way (seen under load)
+        frames_to_send=[
+            *turns(said[:3], gap=0.5),
+            user_turn(said[3]),
+            Gap(sleep=0.5, answers=5),
+            *turns(said[4:], gap=0.5),
+            Gap(sleep=0.3),
+        ],
     )
     assert server.summary_requests
     return next(b for b in server.chat_requests if b["messages"][-1]["content"] == "five")
