@@ -45,7 +45,8 @@ def check_number(
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         kind = "an integer" if integer else "a number"
         raise TypeError(f"{name} must be {kind}, got {type(value).__name__} {value!r:.40}")
-    if not math.isfinite(value):
+    # an integer is finite however large (math.isfinite overflows on one past a float)
+    if not isinstance(value, numbers.Integral) and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     if integer and not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r:.40}")
