@@ -48,37 +48,49 @@ def _moved(processor: ContextSummarizer, at: float) -> Until:
     return Until(done=move, sleep=1.0)
 
 
+async def _replayed(server, store, started_at: float, frames) -> list:
+    """One call of ``alice`` (compacts at six messages, keeps two) that the application
+    drives with ``frames(processor)``; the call's archived rows."""
+    context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
+    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
+    processor = ContextSummarizer(
+        context=context,
+        config=cfg(messages=6, keep=2),
+        summarizer=summarizer,
+        store=store,
+        call_id="replayed",
+        user_id="alice",
+        memory=MemoryParams(writer=FAST, conversation_started_at=started_at),
+    )
+    try:
+        await run_settling(
+            build(context, processor, main_llm(server.base_url)),
+            frames_to_send=frames(processor),
+        )
+    finally:
+        await summarizer.aclose()
+    (call,) = await store.calls("alice")
+    return await store.messages(call.call_id)
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 async def test_a_line_keeps_its_sessions_date_when_it_leaves_sessions_later(
     openai_server, store_target
 ):
     openai_server.handler = _replies
     store = open_store(store_target)
-    context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
-    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),  # the pottery line is summarized in June's turns
-        summarizer=summarizer,
-        store=store,
-        call_id="replayed",
-        user_id="alice",
-        memory=MemoryParams(writer=FAST, conversation_started_at=MAY_4),
-    )
     try:
-        try:
-            await run_settling(
-                build(context, processor, main_llm(openai_server.base_url)),
-                frames_to_send=[
-                    *turns([POTTERY], gap=2.0),
-                    _moved(processor, JUNE_20),
-                    *turns(LATER, gap=2.0),
-                ],
-            )
-        finally:
-            await summarizer.aclose()
-        (call,) = await store.calls("alice")
-        archived = await store.messages(call.call_id)
+        # the pottery line is summarized in June's turns
+        archived = await _replayed(
+            openai_server,
+            store,
+            MAY_4,
+            lambda processor: [
+                *turns([POTTERY], gap=2.0),
+                _moved(processor, JUNE_20),
+                *turns(LATER, gap=2.0),
+            ],
+        )
         openai_server.requests.clear()
         await recall_call(
             openai_server,
@@ -131,17 +143,6 @@ async def test_attack_a_flows_reset_and_a_clock_moved_back_and_forth(openai_serv
     # messages by the reset's own turn, never by a later clock
     openai_server.handler = _replies
     store = open_store(str(tmp_path / "m.db"))
-    context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
-    summarizer = OpenAISummarizer(base_url=openai_server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=summarizer,
-        store=store,
-        call_id="flows",
-        user_id="alice",
-        memory=MemoryParams(writer=FAST, conversation_started_at=JUNE_20),
-    )
     reset = LLMMessagesUpdateFrame(
         messages=[
             {"role": "system", "content": "You are a booking desk."},
@@ -150,23 +151,20 @@ async def test_attack_a_flows_reset_and_a_clock_moved_back_and_forth(openai_serv
         run_llm=True,
     )
     try:
-        try:
-            await run_settling(
-                build(context, processor, main_llm(openai_server.base_url)),
-                frames_to_send=[
-                    *turns([POTTERY, LATER[0]], gap=2.0),
-                    _moved(processor, MAY_4),  # back, before the call's start
-                    *turns(LATER[1:3], gap=2.0),
-                    reset,
-                    Gap(sleep=2.0),
-                    _moved(processor, AUGUST_1),
-                    *turns(LATER[3:6], gap=2.0),
-                ],
-            )
-        finally:
-            await summarizer.aclose()
-        (call,) = await store.calls("alice")
-        archived = await store.messages(call.call_id)
+        archived = await _replayed(
+            openai_server,
+            store,
+            JUNE_20,
+            lambda processor: [
+                *turns([POTTERY, LATER[0]], gap=2.0),
+                _moved(processor, MAY_4),  # back, before the call's start
+                *turns(LATER[1:3], gap=2.0),
+                reset,
+                Gap(sleep=2.0),
+                _moved(processor, AUGUST_1),
+                *turns(LATER[3:6], gap=2.0),
+            ],
+        )
     finally:
         await store.close()
 
