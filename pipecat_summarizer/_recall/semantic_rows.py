@@ -122,7 +122,7 @@ def embed_pieces(
     ``pausable`` model) taken once ``gate`` lets it: no turn on its way, or its cap waited.
 
     Raises:
-        Stale: ``live()`` turned false before a piece.
+        Stale: ``live()`` turned false before a piece or during one.
     """
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     pausable = getattr(embedder, "pausable", False)
@@ -142,6 +142,10 @@ def embed_pieces(
             found = embedder.embed(piece)
         vectors = np.asarray(found, dtype=np.float32)
         gate.piece_done(len(rows), time.thread_time() - began)
+        if not live():
+            # gone during the piece (a pausable one waits at its layers for the turns):
+            # its vectors must not reach the cache after the forget emptied it
+            raise Stale
         if out is None:
             out = np.zeros((len(texts), vectors.shape[-1]), np.float32)
         out[rows] = vectors

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipecat_summarizer._recall import turn_gate
+from pipecat_summarizer._recall import turn_gate, vector_cache
 from pipecat_summarizer._recall.embedding import embedder_for, load_semantic_model
-from pipecat_summarizer._recall.semantic_rows import Stale, embed_pieces
+from pipecat_summarizer._recall.semantic_rows import Stale, embed_into, embed_pieces
 from pipecat_summarizer._recall.turn_gate import (
     BUSY_SHARE,
     HOLD_FLOOR_S,
@@ -220,3 +220,30 @@ def test_minilm_pauses_at_each_half_layer_and_embeds_the_same():
     # one batch, six layers, two halves each: a pause every few milliseconds of CPU
     assert len(pauses) == 12
     assert np.array_equal(paused, model.embed(texts))
+
+
+def test_attack_a_forget_during_a_pieces_paused_layer_caches_nothing_of_the_caller():
+    # S18: the caller is forgotten (the index goes stale) while a pausable piece waits at a
+    # layer for a turn; the piece then ran to its end and its vectors went into the
+    # process's vector cache under the forgotten caller, after the forget had emptied it
+    # (until a tombstone sweep dropped them again)
+    gate = TurnGate()
+    model = _Recording(gate, pausable=True)
+    alive = {"on": True}
+    model.go.clear()
+    texts = ["my daughter Ines starts at Colegio Rosal"]
+    thread_error: list[BaseException] = []
+
+    def index() -> None:
+        try:
+            embed_into(model, texts, None, 0, owner="forgotten-caller", live=lambda: alive["on"])
+        except BaseException as e:  # noqa: BLE001 (the thread's outcome, read below)
+            thread_error.append(e)
+
+    thread = _run(index)
+    model.first_layer.wait()
+    alive["on"] = False  # forgotten while the piece is under way
+    model.go.set()
+    thread.join()
+    assert len(thread_error) == 1 and isinstance(thread_error[0], Stale)
+    assert "forgotten-caller" not in vector_cache._cached_callers()
