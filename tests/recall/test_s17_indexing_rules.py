@@ -226,7 +226,7 @@ def test_attack_a_forget_during_a_pieces_paused_layer_caches_nothing_of_the_call
     # S18: the caller is forgotten (the index goes stale) while a pausable piece waits at a
     # layer for a turn; the piece then ran to its end and its vectors went into the
     # process's vector cache under the forgotten caller, after the forget had emptied it
-    # (until a tombstone sweep dropped them again)
+    # (until the index, back on its loop, dropped them again)
     gate = TurnGate()
     model = _Recording(gate, pausable=True)
     alive = {"on": True}
