@@ -86,9 +86,9 @@ class ContextSession(SharedContext):
         recorder = self.recorder
         if recorder is not None:
             recorder.entered(self.context.messages)  # dated as they come in
-        if recorder is not None and not recorder.memory_pending:
-            recorder.turns += 1
-            recorder = None  # counted; nothing to load
+            if not recorder.memory_pending:
+                recorder.turns += 1
+                recorder = None  # counted; nothing to load
         recall = self.recall  # a forget by the caller cancels the late answer (as prepare)
         if (
             recorder is None

@@ -328,7 +328,9 @@ class CallRecorder(CallEnd):
             if now is None:
                 now = self.now()
             entered[id(message)] = (message, now)
-        if len(entered) > 2 * len(messages) + 64:  # ours that left unarchived (blocks, summaries)
+        # ours that left unarchived (blocks, summaries) are let go; after a pass what is kept
+        # is at most half the limit, so a pass comes once in as many turns' messages
+        if len(entered) > 2 * (len(messages) + len(self._pending_pos)) + 64:
             here = {id(m) for m in messages}
             for key in [k for k in entered if k not in here and k not in self._pending_pos]:
                 del entered[key]

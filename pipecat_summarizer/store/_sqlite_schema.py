@@ -206,8 +206,9 @@ def into_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
     """``PRAGMA journal_mode=WAL``, waiting up to ``busy_timeout_s`` for another writer.
 
     Turning a rollback-journal file into WAL upgrades a read to a write, which SQLite
-    refuses at once ("database is locked") rather than through the busy handler: three
-    workers opening such a file together, one failed its opening (bugs.md S18-1)."""
+    refuses at once (SQLITE_BUSY) rather than through the busy handler: of three workers
+    opening such a file together, one failed its opening
+    (tests/store/test_s18_wal_conversion_waits.py)."""
     deadline = time.monotonic() + busy_timeout_s
     while True:
         try:
@@ -215,7 +216,8 @@ def into_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
             return
         except sqlite3.OperationalError as e:
             left = deadline - time.monotonic()
-            if "locked" not in str(e) or left <= 0:
+            busy = getattr(e, "sqlite_errorcode", -1) & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or left <= 0:
                 raise
             time.sleep(min(0.02, left))
 

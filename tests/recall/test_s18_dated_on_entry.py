@@ -20,9 +20,9 @@ from pipecat_summarizer.params import MemoryParams, RecallParams
 from pipecat_summarizer.store import open_store
 from tests.recall.test_dates import FILLER
 from tests.support.openai_server import Reply, is_summary_request
-from tests.support.pipeline_utils import build, cfg, main_llm, turns
+from tests.support.pipeline_utils import turns
 from tests.support.recall_calls import FAST, recall_block, recall_call
-from tests.support.settle import Gap, Until, run_settling
+from tests.support.settle import Gap, Until
 
 MAY_4 = calendar.timegm((2023, 5, 4, 14, 5, 0))
 JUNE_20 = calendar.timegm((2023, 6, 20, 9, 30, 0))
@@ -49,26 +49,18 @@ def _moved(processor: ContextSummarizer, at: float) -> Until:
 
 
 async def _replayed(server, store, started_at: float, frames) -> list:
-    """One call of ``alice`` (compacts at six messages, keeps two) that the application
-    drives with ``frames(processor)``; the call's archived rows."""
-    context = LLMContext(messages=[{"role": "system", "content": "You are a concierge."}])
-    summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
-    processor = ContextSummarizer(
-        context=context,
-        config=cfg(messages=6, keep=2),
-        summarizer=summarizer,
-        store=store,
+    """One call of ``alice`` that the application drives with ``frames(processor)``
+    (compacts at six messages, keeps two); the call's archived rows."""
+    await recall_call(
+        server,
+        store,
+        [],
         call_id="replayed",
-        user_id="alice",
+        recall=None,
+        system="You are a concierge.",
         memory=MemoryParams(writer=FAST, conversation_started_at=started_at),
+        frames=frames,
     )
-    try:
-        await run_settling(
-            build(context, processor, main_llm(server.base_url)),
-            frames_to_send=frames(processor),
-        )
-    finally:
-        await summarizer.aclose()
     (call,) = await store.calls("alice")
     return await store.messages(call.call_id)
 

@@ -29,13 +29,15 @@ async def recall_call(
     texts: list[str],
     *,
     call_id: str,
-    recall: RecallParams,
+    recall: RecallParams | None,
     system: str,
     memory: MemoryParams | None = None,
     user_id: str = "alice",
+    frames: Callable[[ContextSummarizer], list] | None = None,
 ) -> ContextSummarizer:
     """The caller says ``texts`` (each pause ends once the turn has settled, at most 2 s);
-    compacts at six messages, keeps two."""
+    compacts at six messages, keeps two. ``frames``: what to send instead, given the
+    processor (an application that acts on it between turns)."""
     context = LLMContext(messages=[{"role": "system", "content": system}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
     processor = ContextSummarizer(
@@ -51,7 +53,7 @@ async def recall_call(
     try:
         await run_settling(  # each pause ends once the turn and its searches have settled
             build(context, processor, main_llm(server.base_url)),
-            frames_to_send=[*turns(texts, gap=2.0)],
+            frames_to_send=frames(processor) if frames else [*turns(texts, gap=2.0)],
         )
     finally:
         await summarizer.aclose()
