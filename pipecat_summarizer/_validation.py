@@ -16,6 +16,9 @@ from typing import Any
 
 _NUMERIC_WORDS = re.compile(r"\b(int|float)\b")
 
+#: The largest integer a numeric field takes (a signed 64-bit integer, as the databases).
+LARGEST_INTEGER = 2**63 - 1
+
 
 def check_number(
     name: str,
@@ -36,7 +39,8 @@ def check_number(
         TypeError: If the value is a bool, a string or any other non-number, or a
             non-integer where an integer is required.
         ValueError: If the value is NaN or infinite (checked before the integer type, so
-            ``nan`` in an integer field reads as what it is).
+            ``nan`` in an integer field reads as what it is), or an integer past
+            :data:`LARGEST_INTEGER` in magnitude.
     """
     if value is None:
         if optional:
@@ -45,8 +49,15 @@ def check_number(
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         kind = "an integer" if integer else "a number"
         raise TypeError(f"{name} must be {kind}, got {type(value).__name__} {value!r:.40}")
-    # an integer is finite however large (math.isfinite overflows on one past a float)
-    if not isinstance(value, numbers.Integral) and not math.isfinite(value):
+    if isinstance(value, numbers.Integral):
+        # math.isfinite overflows on an int past a float, as would the field's later
+        # arithmetic, and neither database takes one past a signed 64-bit integer
+        if not -LARGEST_INTEGER <= value <= LARGEST_INTEGER:
+            raise ValueError(
+                f"{name} must be at most 2**63 - 1 in magnitude, got an integer of "
+                f"{int(value).bit_length()} bits"
+            )
+    elif not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     if integer and not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r:.40}")
