@@ -35,6 +35,9 @@ class Row:
     other_written: int = 0
     #: with --trips: every trip of the call (the first, untimed turn's included)
     all_trips: list[Trip] = field(default_factory=list)
+    #: the margin (s) the recall step kept back of its budget at the call's end (learned from
+    #: the call's frames); None for a commit before it was learned
+    margin_s: float | None = None
 
 
 def mode(row: Row) -> str:
@@ -50,6 +53,12 @@ def line(row: Row) -> str:
         f"CPU p99 {percentile(row.cpu_ms, 0.99):.2f} ms "
         f"({row.built})"
     )
+
+
+def margin(row: Row) -> str:
+    """The margin (ms) the recall step kept back of its budget at the call's end (learned
+    from the call's frames), or "-" for a commit before it was learned."""
+    return "-" if row.margin_s is None else f"{row.margin_s * 1000:.2f}"
 
 
 def table(rows: list[Row], budget_ms: float) -> str:
@@ -70,6 +79,7 @@ def table(rows: list[Row], budget_ms: float) -> str:
         "missed",
         "early search",
         "early block",
+        "margin",
         "archive",
     ]
     body = []
@@ -96,6 +106,7 @@ def table(rows: list[Row], budget_ms: float) -> str:
                 str(r.searches["missed"]),
                 early_search,
                 early_block,
+                margin(r),
                 r.built,
             ]
         )

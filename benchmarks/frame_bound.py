@@ -384,6 +384,7 @@ async def one_call(
             # -1: a commit before extra searches were started only when expected in time
             "extras not started": getattr(step, "extras_skipped", -1),
         }
+        row.margin_s = getattr(step, "margin_s", None)
     finally:
         if turn_clock is not None:
             turn_clock.close()

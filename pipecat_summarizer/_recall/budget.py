@@ -16,19 +16,81 @@ from dataclasses import dataclass, replace
 #: The least room worth a recalled block: the header (~25 tokens) and one short quote.
 MIN_RECALL_TOKENS = 40
 
-#: The most of the latency budget kept back for the frame's time the recall step cannot see
-#: or stop (see :func:`planned_budget`). 1 ms left the frame's p99 at 10.1-12.3 ms on a quiet
-#: machine (benchmarks/frame_bound.py); 2 ms brings SQLite 1k-1M and PostgreSQL 1k-10k within
-#: 10 ms, and a search started on the caller's words (RecallPrefetch) does not pay for it.
+#: The margin a call's first turns keep back of the latency budget for the frame's time the
+#: recall step cannot see or stop (at most a fifth of the budget; see :func:`planned_budget`).
+#: 1 ms left the frame's p99 at 10.1-12.3 ms on a quiet machine (benchmarks/frame_bound.py);
+#: 2 ms brings SQLite 1k-1M and PostgreSQL 1k-10k within 10 ms. From there each call learns
+#: its own (:class:`Margin`).
 MARGIN_S = 0.002
+#: The learned margin's bounds: never under this (a fifth of the budget if that is less) ...
+MARGIN_MIN_S = 0.001
+#: ... nor over this, nor over :data:`MARGIN_MAX_SHARE` of the budget (a search always keeps
+#: most of it).
+MARGIN_MAX_S = 0.005
+MARGIN_MAX_SHARE = 0.4
+#: What one frame past the budget adds to the margin.
+MARGIN_STEP_S = 0.0008
+#: The share of frames the learned margin lets run past the budget: half the 1% a p99 allows.
+OVER_SHARE = 0.005
+#: The frame's time outside the step that its end does not show (the queue hop before it,
+#: placing the block and pushing the frame after it: p99 0.2-0.3 ms each at PostgreSQL 100k).
+OUTSIDE_STEP_S = 0.0005
 
 
-def planned_budget(budget_s: float) -> float:
+def ran_over(budget_s: float, elapsed_s: float) -> bool:
+    """Whether a step that ended ``elapsed_s`` after its frame reached the processor let
+    the frame run past ``budget_s``, counting the frame's time outside the step
+    (:data:`OUTSIDE_STEP_S`, at most a tenth of the budget)."""
+    return elapsed_s > budget_s - min(OUTSIDE_STEP_S, budget_s / 10)
+
+
+def planned_budget(budget_s: float, margin_s: float | None = None) -> float:
     """The part of the latency budget the recall step plans its work in: the budget less a
-    fifth of it, at most :data:`MARGIN_S`, for what the step cannot see or stop: the frame's
-    queue hop and the processor's work before the step, placing the block and pushing the
-    frame after it, the last hit judged past the deadline, a timer that fires late."""
-    return max(0.0, budget_s - min(budget_s / 5, MARGIN_S))
+    margin for what the step cannot see or stop (the frame's queue hop and the processor's
+    work before the step, placing the block and pushing the frame after it, the last hit
+    judged past the deadline, a timer that fires late): ``margin_s`` (a call's learned
+    :class:`Margin`) up to :data:`MARGIN_MAX_SHARE` of the budget, or by default a fifth of
+    the budget, at most :data:`MARGIN_S`."""
+    if margin_s is None or not math.isfinite(margin_s):
+        margin = min(budget_s / 5, MARGIN_S)
+    else:
+        margin = min(max(0.0, margin_s), budget_s * MARGIN_MAX_SHARE)
+    return max(0.0, budget_s - margin)
+
+
+@dataclass(frozen=True)
+class Margin:
+    """The margin a call keeps back of its latency budget (see :func:`planned_budget`),
+    learned from its frames: a frame that ran past the budget adds :data:`MARGIN_STEP_S`,
+    each one within it takes back a small fraction of that, so the margin settles where
+    :data:`OVER_SHARE` of the frames run past (the rule that tracks a quantile: at the
+    settling point the steps up and down cancel out). The overrun it answers for is the
+    frame's own work the deadline cannot cut, the loop waking late, a collection: on a
+    PostgreSQL 100k archive a fixed 2 ms left 0.5-14% of a call's frames past 10 ms (its p99
+    over 10 ms in five calls of eight), a fixed 3.5 ms 0.5-1.5%, while a small archive needs
+    less and gets its search more of the budget back (benchmarks/frame_bound.py).
+
+    Parameters:
+        seconds: The margin now; ``None`` for the first turns' default (a fifth of the
+            budget, at most :data:`MARGIN_S`).
+    """
+
+    seconds: float | None = None
+
+    def of(self, budget_s: float) -> float:
+        """The margin kept back of ``budget_s`` now."""
+        return budget_s - planned_budget(budget_s, self.seconds)
+
+    def after(self, budget_s: float, over: bool) -> Margin:
+        """The margin after a frame of ``budget_s`` that ran past it (``over``) or not."""
+        now = self.of(budget_s)
+        if over:
+            seconds = now + MARGIN_STEP_S
+        else:
+            seconds = now - MARGIN_STEP_S * OVER_SHARE / (1 - OVER_SHARE)
+        low = min(MARGIN_MIN_S, budget_s / 5)
+        high = min(MARGIN_MAX_S, budget_s * MARGIN_MAX_SHARE)
+        return Margin(min(high, max(low, seconds)))
 
 
 def search_wait(budget_s: float, elapsed_s: float, after_s: float) -> float:
@@ -195,13 +257,21 @@ __all__ = [
     "EXTRA_RETRY",
     "EXTRA_SAMPLES",
     "ExtraCost",
+    "MARGIN_MAX_S",
+    "MARGIN_MAX_SHARE",
+    "MARGIN_MIN_S",
     "MARGIN_S",
+    "MARGIN_STEP_S",
+    "Margin",
     "MIN_RECALL_TOKENS",
+    "OUTSIDE_STEP_S",
+    "OVER_SHARE",
     "RANK_RETRY",
     "Reserves",
     "after_search",
     "fits",
     "planned_budget",
+    "ran_over",
     "recall_budget",
     "search_wait",
 ]

@@ -17,9 +17,11 @@ from loguru import logger
 
 from pipecat_summarizer._recall.budget import (
     MIN_RECALL_TOKENS,
+    Margin,
     Reserves,
     fits,
     planned_budget,
+    ran_over,
     recall_budget,
     search_wait,
 )
@@ -125,8 +127,16 @@ class RecallStep(ArchiveSearch):
         # what the work after the search took lately: kept out of the waits and of the
         # selection's time (see Reserves)
         self._reserves = Reserves()
+        # what the plan keeps back of the budget, learned from the frames that ran past it
+        self._margin = Margin()
         # the context's words, kept from turn to turn: a turn reads only its new messages
         self._context = ContextTerms()
+
+    @property
+    def margin_s(self) -> float:
+        """What the step keeps back of its latency budget now for the frame's time it cannot
+        see or stop, learned from this call's frames (see ``budget.Margin``)."""
+        return self._margin.of(self.params.latency_budget_s)
 
     @property
     def messages_read(self) -> int:
@@ -174,12 +184,19 @@ class RecallStep(ArchiveSearch):
         run = partial(self._prepare, messages, view_texts, room, started)
         # on its way until its block is placed or let go: the process's indexing thread
         # starts no piece meanwhile (S16-G-1), up to its cap
-        with TURNS.turn():
-            if not self._observers:
-                return await run([0, 0])
-            budget = self.params.latency_budget_s
-            late = lambda: _now() - started > budget  # noqa: E731 (one line, as before)
-            return await observe_turn(self, self._observers, run, late)
+        searched = self.turns
+        try:
+            with TURNS.turn():
+                if not self._observers:
+                    return await run([0, 0])
+                budget = self.params.latency_budget_s
+                late = lambda: _now() - started > budget  # noqa: E731 (one line, as before)
+                return await observe_turn(self, self._observers, run, late)
+        finally:
+            if self.turns != searched:  # a turn without a search says nothing of the plan
+                budget = self.params.latency_budget_s
+                over = ran_over(budget, _now() - started)
+                self._margin = self._margin.after(budget, over)
 
     async def _prepare(
         self,
@@ -206,7 +223,7 @@ class RecallStep(ArchiveSearch):
         # reserve for the work after it that the deadline cannot cut (reading the context,
         # placing the block); the selection then judges hits until the deadline (a search
         # answering late leaves the first strong matches, not nothing)
-        planned = planned_budget(params.latency_budget_s)
+        planned = planned_budget(params.latency_budget_s, self._margin.seconds)
         wait = search_wait(planned, _now() - started, self._reserves.wait)
         until = _now() + wait
         # the forget watch runs beside the search and the selection (ranking by meaning
