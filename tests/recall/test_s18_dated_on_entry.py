@@ -172,5 +172,5 @@ async def test_attack_a_flows_reset_and_a_clock_moved_back_and_forth(openai_serv
 def test_an_integer_too_large_for_a_float_is_refused_in_words():
     # 10**400 is an int no float holds: math.isfinite raised OverflowError out of the
     # parameters' check instead of the range's ValueError
-    with pytest.raises(ValueError, match="seconds since the epoch"):
+    with pytest.raises(ValueError, match="conversation_started_at"):
         MemoryParams(conversation_started_at=10**400)
