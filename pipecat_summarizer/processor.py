@@ -328,6 +328,7 @@ class ContextSummarizer(FrameProcessor):
     async def process_frame(self, frame: Frame, direction: FrameDirection):
         """Watch context frames, start summaries, and push every frame on."""
         await super().process_frame(frame, direction)
+        timed = None  # the recall step of a user turn's frame: told when it was pushed on
         # the user turn's context frame first, with the fewest checks (it is the hot path);
         # its work is guarded as _guarded does, inlined: no closure nor coroutine per frame
         if isinstance(frame, LLMContextFrame):
@@ -352,6 +353,7 @@ class ContextSummarizer(FrameProcessor):
                             await self._evicted(event)
                     if recall is not None and not steps.failures.disabled:
                         await recall_turn(session, now)
+                        timed = recall
         elif isinstance(frame, BARGE_IN_FRAMES):  # an answer the caller cut off is marked
             self._session.barge_in(frame)
         elif isinstance(frame, _HANDLED):
@@ -366,6 +368,8 @@ class ContextSummarizer(FrameProcessor):
             else:  # EndFrame, CancelFrame
                 await self._end("end" if isinstance(frame, EndFrame) else "cancel")
         await self.push_frame(frame, direction)
+        if timed is not None:  # the frame's whole time, the push included, teaches the margin
+            timed.frame_ended(now)
 
     async def _guarded(self, work: Callable[[], Any]) -> Any:
         """Run our synchronous work for a frame (a returned :class:`Job` starts); an exception

@@ -32,14 +32,14 @@ MARGIN_MAX_SHARE = 0.4
 MARGIN_STEP_S = 0.0008
 #: The share of frames the learned margin lets run past the budget: half the 1% a p99 allows.
 OVER_SHARE = 0.005
-#: The frame's time outside the step that its end does not show (the queue hop before it,
-#: placing the block and pushing the frame after it: p99 0.2-0.3 ms each at PostgreSQL 100k).
-OUTSIDE_STEP_S = 0.0005
+#: The frame's time the processor cannot time: its queue hop before ``process_frame``
+#: (p99 0.1-0.3 ms at PostgreSQL 100k, benchmarks/frame_bound.py).
+OUTSIDE_STEP_S = 0.00025
 
 
 def ran_over(budget_s: float, elapsed_s: float) -> bool:
-    """Whether a step that ended ``elapsed_s`` after its frame reached the processor let
-    the frame run past ``budget_s``, counting the frame's time outside the step
+    """Whether a frame pushed on ``elapsed_s`` after it reached the processor ran past
+    ``budget_s``, counting the time before it that the processor cannot see
     (:data:`OUTSIDE_STEP_S`, at most a tenth of the budget)."""
     return elapsed_s > budget_s - min(OUTSIDE_STEP_S, budget_s / 10)
 

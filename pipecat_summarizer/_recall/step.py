@@ -128,7 +128,9 @@ class RecallStep(ArchiveSearch):
         # selection's time (see Reserves)
         self._reserves = Reserves()
         # what the plan keeps back of the budget, learned from the frames that ran past it
+        # (told by frame_ended once the frame is pushed on; _planned: this turn searched)
         self._margin = Margin()
+        self._planned = False
         # the context's words, kept from turn to turn: a turn reads only its new messages
         self._context = ContextTerms()
 
@@ -193,10 +195,19 @@ class RecallStep(ArchiveSearch):
                 late = lambda: _now() - started > budget  # noqa: E731 (one line, as before)
                 return await observe_turn(self, self._observers, run, late)
         finally:
-            if self.turns != searched:  # a turn without a search says nothing of the plan
-                budget = self.params.latency_budget_s
-                over = ran_over(budget, _now() - started)
-                self._margin = self._margin.after(budget, over)
+            # a turn without a search says nothing of the plan
+            self._planned = self.turns != searched
+
+    def frame_ended(self, started: float) -> None:
+        """The frame whose turn :meth:`prepare` served, reaching the processor at
+        ``started`` (the running loop's ``time()``), was pushed on: if its turn searched,
+        the margin learns whether the frame ran past the budget (its time after the step
+        too: placing the block, pushing the frame, the pipeline's observers)."""
+        if not self._planned:
+            return
+        self._planned = False
+        budget = self.params.latency_budget_s
+        self._margin = self._margin.after(budget, ran_over(budget, _now() - started))
 
     async def _prepare(
         self,

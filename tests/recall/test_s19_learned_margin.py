@@ -10,8 +10,10 @@ import math
 import random
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pipecat.frames.frames import LLMContextFrame
 from pipecat.tests.utils import run_test
 
 from pipecat_summarizer._recall.budget import (
@@ -104,7 +106,7 @@ def test_a_budget_of_a_second_keeps_its_margin_in_milliseconds():
     assert planned_budget(1.0, margin.seconds) >= 0.995
 
 
-def test_ran_over_counts_the_frames_time_outside_the_step():
+def test_ran_over_counts_the_frames_hop_the_processor_cannot_time():
     assert ran_over(0.010, 0.010 - OUTSIDE_STEP_S / 2)
     assert not ran_over(0.010, 0.010 - 2 * OUTSIDE_STEP_S)
     assert not ran_over(0.001, 0.0009 - 1e-9)  # at most a tenth of a small budget
@@ -125,24 +127,47 @@ class SlowObserver(RecallObserver):
         time.sleep(0.012)
 
 
-async def test_frames_past_the_budget_in_a_real_pipeline_raise_the_margin(openai_server, tmp_path):
-    openai_server.handler = lambda body: Reply("Sure.")
+ASKED = [f"Which hotel in Lisbon did I book, question {i}?" for i in range(8)]
+
+
+async def _call(server, tmp_path, slow_in: str):
+    """A call of eight questions whose frames are slowed in the recall step (``observer``)
+    or after it (``push``: an application's ``on_after_push_frame`` handler on the
+    processor, which runs inside the frame's ``process_frame``); the step."""
+    server.handler = lambda body: Reply("Sure.")
     store = SQLiteMemoryStore(tmp_path / "m.db")
-    context, processor, summarizer = travel_desk(openai_server, store, RecallParams())
+    context, processor, summarizer = travel_desk(server, store, RecallParams())
     step = processor.recall_step
     assert step is not None
-    step.add_observer(SlowObserver())
-    asked = [f"Which hotel in Lisbon did I book, question {i}?" for i in range(8)]
+    if slow_in == "observer":
+        step.add_observer(SlowObserver())
+    else:
+
+        @processor.event_handler("on_after_push_frame")
+        async def slow_push(_processor, frame):
+            if isinstance(frame, LLMContextFrame):
+                time.sleep(0.012)
+
     try:
         await store.write(archived_call(["We are staying at the Hotel Marquis in Lisbon."]))
         assert math.isclose(step.margin_s, MARGIN_S)
         await run_test(
-            build(context, processor, main_llm(openai_server.base_url)),
-            frames_to_send=turns(asked, gap=0.3),
+            build(context, processor, main_llm(server.base_url)),
+            frames_to_send=turns(ASKED, gap=0.3),
         )
     finally:
         await summarizer.aclose()
         await store.close()
-    assert step.turns == len(asked)
+    assert step.turns == len(ASKED)
+    return step
+
+
+@pytest.mark.parametrize("slow_in", ["observer", "push"])
+async def test_frames_past_the_budget_in_a_real_pipeline_raise_the_margin(
+    openai_server, tmp_path, slow_in
+):
+    step = await _call(openai_server, tmp_path, slow_in)
     # eight frames past the budget: 2 ms + 8 steps, held at the cap of 40% of 10 ms
     assert math.isclose(step.margin_s, min(MARGIN_MAX_S, 0.010 * MARGIN_MAX_SHARE))
+    # and the plan the next turn waits in is the budget less that
+    assert math.isclose(planned_budget(0.010, step.margin_s), 0.006)
