@@ -122,10 +122,19 @@ def embed_pieces(
     ``pausable`` model) taken once ``gate`` lets it: no turn on its way, or its cap waited.
 
     Raises:
-        Stale: ``live()`` turned false before a piece or during one.
+        Stale: ``live()`` turned false before a piece or during one (a pausable model's
+            piece stops at its next pause).
     """
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     pausable = getattr(embedder, "pausable", False)
+
+    def between() -> None:
+        # a pausable piece's pause, at each half layer: an index gone meanwhile (its call
+        # ended, its caller forgotten) stops the piece there, not after all its layers
+        gate.step()
+        if not live():
+            raise Stale
+
     out: np.ndarray | None = None
     at = 0
     while at < len(order):
@@ -137,7 +146,7 @@ def embed_pieces(
         began = time.thread_time()
         piece = [texts[i] for i in rows]
         if pausable:
-            found = embedder.embed(piece, between=gate.step)  # type: ignore[call-arg]
+            found = embedder.embed(piece, between=between)  # type: ignore[call-arg]
         else:
             found = embedder.embed(piece)
         vectors = np.asarray(found, dtype=np.float32)
