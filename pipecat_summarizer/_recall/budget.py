@@ -51,11 +51,15 @@ def planned_budget(budget_s: float, margin_s: float | None = None) -> float:
     judged past the deadline, a timer that fires late): ``margin_s`` (a call's learned
     :class:`Margin`) up to :data:`MARGIN_MAX_SHARE` of the budget, or by default a fifth of
     the budget, at most :data:`MARGIN_S`."""
+    return max(0.0, budget_s - margin_of(budget_s, margin_s))
+
+
+def margin_of(budget_s: float, margin_s: float | None) -> float:
+    """The margin :func:`planned_budget` keeps back of ``budget_s``: ``margin_s`` up to
+    :data:`MARGIN_MAX_SHARE` of it, or (``None``, not finite) the default."""
     if margin_s is None or not math.isfinite(margin_s):
-        margin = min(budget_s / 5, MARGIN_S)
-    else:
-        margin = min(max(0.0, margin_s), budget_s * MARGIN_MAX_SHARE)
-    return max(0.0, budget_s - margin)
+        return max(0.0, min(budget_s / 5, MARGIN_S))
+    return max(0.0, min(margin_s, budget_s * MARGIN_MAX_SHARE))
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,10 @@ class Margin:
     seconds: float | None = None
 
     def of(self, budget_s: float) -> float:
-        """The margin kept back of ``budget_s`` now."""
-        return budget_s - planned_budget(budget_s, self.seconds)
+        """The margin kept back of ``budget_s`` now (as :func:`planned_budget` takes it;
+        computed, not read back from the plan: at a budget of 1e15 s the plan's difference
+        is rounding)."""
+        return margin_of(budget_s, self.seconds)
 
     def after(self, budget_s: float, over: bool) -> Margin:
         """The margin after a frame of ``budget_s`` that ran past it (``over``) or not."""
@@ -270,6 +276,7 @@ __all__ = [
     "Reserves",
     "after_search",
     "fits",
+    "margin_of",
     "planned_budget",
     "ran_over",
     "recall_budget",
