@@ -299,7 +299,7 @@ async def test_attack_a_turn_interrupted_while_it_waits_then_more_turns(openai_s
 async def test_attack_each_calls_margin_is_its_own(openai_server, tmp_path):
     """Three calls on one loop at once: ``late`` pushes every frame 30 ms past a 10 ms
     budget (an application's ``on_after_push_frame`` handler that awaits), the two others
-    never run past theirs. Only the late call's margin rises."""
+    (budgets of 0.2 and 0.5 s) never run past theirs. Only the late call's margin rises."""
     openai_server.handler = lambda body: Reply("Sure.")
 
     async def one(name: str, budget: float, late: bool):
@@ -330,7 +330,7 @@ async def test_attack_each_calls_margin_is_its_own(openai_server, tmp_path):
 
     late, calm, roomy = await asyncio.wait_for(
         asyncio.gather(
-            one("late", 0.010, True), one("calm", 0.010, False), one("roomy", 0.05, False)
+            one("late", 0.010, True), one("calm", 0.2, False), one("roomy", 0.5, False)
         ),
         GUARD_S,
     )
@@ -338,9 +338,10 @@ async def test_attack_each_calls_margin_is_its_own(openai_server, tmp_path):
         assert step.turns == len(ASKED)
         assert_bounded(step)
     assert math.isclose(late.margin_s, bounds(0.010)[1])  # 4 frames past: at its cap, 4 ms
-    # the calls beside it learned nothing of its frames (a frame of theirs past its own
-    # budget would add 0.8 ms; one is allowed to the calm call on a loaded machine)
-    assert calm.margin_s < MARGIN_S + 0.0009
+    # the calls beside it learned nothing of its frames: budgets no frame of theirs nears,
+    # even on a loaded machine (a 10 ms call beside it did run past its own there), so
+    # their margins only came down from the default
+    assert calm.margin_s <= MARGIN_S
     assert roomy.margin_s <= MARGIN_S
 
 
