@@ -61,6 +61,16 @@ def margin(row: Row) -> str:
     return "-" if row.margin_s is None else f"{row.margin_s * 1000:.2f}"
 
 
+def over_at(row: Row, budget_ms: float) -> str:
+    """Which timed turns' frames ran past the budget, and by how much (ms): a margin
+    learned from the call's frames can only answer for the ones after the first."""
+    over = [(i + 1, w - budget_ms) for i, w in enumerate(row.wall_ms) if w > budget_ms]
+    if not over:
+        return f"no frame over {budget_ms:g} ms"
+    listed = ", ".join(f"{i} (+{ms:.2f})" for i, ms in over)
+    return f"frames over {budget_ms:g} ms at turns {listed} of {len(row.wall_ms)}"
+
+
 def table(rows: list[Row], budget_ms: float) -> str:
     """The fixed-width table."""
     head = [
@@ -143,6 +153,8 @@ def report(rows: list[Row], budget_ms: float) -> None:
         "block was the one chosen and rendered early"
     )
     print(table(rows, budget_ms))
+    for r in rows:
+        print(f"{r.backend} {r.archived:,} {mode(r)}: {over_at(r, budget_ms)}")
     print(
         f"the slowest 1% of frames by phase (ms, means; after |: the time each phase ran past "
         f"{budget_ms:g} ms from the push); other: the step's own code between the phases"
