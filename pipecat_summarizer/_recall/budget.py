@@ -70,8 +70,8 @@ class Margin:
     :data:`OVER_SHARE` of the frames run past (the rule that tracks a quantile: at the
     settling point the steps up and down cancel out). The overrun it answers for is the
     frame's own work the deadline cannot cut, the loop waking late, a collection: on a
-    PostgreSQL 100k archive a fixed 2 ms left 0.5-14% of a call's frames past 10 ms (its p99
-    over 10 ms in five calls of eight), a fixed 3.5 ms 0.5-1.5%, while a small archive needs
+    PostgreSQL 100k archive, timed with the benchmark's instruments on, a fixed 2 ms left
+    0.5-14% of a call's frames past 10 ms, a fixed 3.5 ms 0.5-1.5%, while a small archive needs
     less and gets its search more of the budget back (benchmarks/frame_bound.py).
 
     Parameters:
