@@ -329,9 +329,7 @@ async def test_attack_each_calls_margin_is_its_own(openai_server, tmp_path):
         return processor.recall_step
 
     late, calm, roomy = await asyncio.wait_for(
-        asyncio.gather(
-            one("late", 0.010, True), one("calm", 0.2, False), one("roomy", 0.5, False)
-        ),
+        asyncio.gather(one("late", 0.010, True), one("calm", 0.2, False), one("roomy", 0.5, False)),
         GUARD_S,
     )
     for step in (late, calm, roomy):
