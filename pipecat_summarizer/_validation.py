@@ -52,10 +52,11 @@ def check_number(
     if isinstance(value, numbers.Integral):
         # math.isfinite overflows on an int past a float, as would the field's later
         # arithmetic, and neither database takes one past a signed 64-bit integer
-        if not -LARGEST_INTEGER <= value <= LARGEST_INTEGER:
+        whole = int(value)
+        if not -LARGEST_INTEGER <= whole <= LARGEST_INTEGER:
             raise ValueError(
                 f"{name} must be at most 2**63 - 1 in magnitude, got an integer of "
-                f"{int(value).bit_length()} bits"
+                f"{whole.bit_length()} bits"
             )
     elif not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
