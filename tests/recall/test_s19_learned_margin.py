@@ -2,7 +2,8 @@
 frames (``budget.Margin``, pure): a frame past the budget raises it by a step, each frame
 within it takes back a small share of one, so it settles where about ``OVER_SHARE`` of the
 frames run past; it stays within its bounds whatever the budget; and a real pipeline whose
-frames run past the budget (an application's slow observer) raises it to its cap."""
+frames run past the budget (an application's slow observer, or its slow handler after the
+push) raises it to its cap, on SQLite and on a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from pipecat_summarizer._recall.budget import (
 )
 from pipecat_summarizer._recall.hooks import RecallObserver
 from pipecat_summarizer.params import RecallParams
-from pipecat_summarizer.store import SQLiteMemoryStore
+from pipecat_summarizer.store import open_store
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import build, main_llm, turns
 from tests.support.recall_calls import archived_call, travel_desk
@@ -130,12 +131,12 @@ class SlowObserver(RecallObserver):
 ASKED = [f"Which hotel in Lisbon did I book, question {i}?" for i in range(8)]
 
 
-async def _call(server, tmp_path, slow_in: str):
+async def _call(server, store_target, slow_in: str):
     """A call of eight questions whose frames are slowed in the recall step (``observer``)
     or after it (``push``: an application's ``on_after_push_frame`` handler on the
     processor, which runs inside the frame's ``process_frame``); the step."""
     server.handler = lambda body: Reply("Sure.")
-    store = SQLiteMemoryStore(tmp_path / "m.db")
+    store = open_store(store_target)
     context, processor, summarizer = travel_desk(server, store, RecallParams())
     step = processor.recall_step
     assert step is not None
@@ -164,9 +165,9 @@ async def _call(server, tmp_path, slow_in: str):
 
 @pytest.mark.parametrize("slow_in", ["observer", "push"])
 async def test_frames_past_the_budget_in_a_real_pipeline_raise_the_margin(
-    openai_server, tmp_path, slow_in
+    openai_server, store_target, slow_in
 ):
-    step = await _call(openai_server, tmp_path, slow_in)
+    step = await _call(openai_server, store_target, slow_in)
     # eight frames past the budget: 2 ms + 8 steps, held at the cap of 40% of 10 ms
     assert math.isclose(step.margin_s, min(MARGIN_MAX_S, 0.010 * MARGIN_MAX_SHARE))
     # and the plan the next turn waits in is the budget less that
