@@ -20,6 +20,15 @@ _NUMERIC_WORDS = re.compile(r"\b(int|float)\b")
 LARGEST_INTEGER = 2**63 - 1
 
 
+def shown(value: Any) -> str:
+    """``value`` for an error message: its repr, or for an integer past
+    :data:`LARGEST_INTEGER` its size (Python refuses to write an int of more than 4,300
+    digits, and a message of thousands is no use either)."""
+    if isinstance(value, numbers.Integral) and abs(int(value)) > LARGEST_INTEGER:
+        return f"an integer of {int(value).bit_length()} bits"
+    return repr(value)
+
+
 def check_number(
     name: str,
     value: Any,
@@ -52,12 +61,8 @@ def check_number(
     if isinstance(value, numbers.Integral):
         # math.isfinite overflows on an int past a float, as would the field's later
         # arithmetic, and neither database takes one past a signed 64-bit integer
-        whole = int(value)
-        if not -LARGEST_INTEGER <= whole <= LARGEST_INTEGER:
-            raise ValueError(
-                f"{name} must be at most 2**63 - 1 in magnitude, got an integer of "
-                f"{whole.bit_length()} bits"
-            )
+        if not -LARGEST_INTEGER <= int(value) <= LARGEST_INTEGER:
+            raise ValueError(f"{name} must be at most 2**63 - 1 in magnitude, got {shown(value)}")
     elif not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     if integer and not isinstance(value, numbers.Integral):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass, field
 
-from pipecat_summarizer._validation import validate_numeric_fields
+from pipecat_summarizer._validation import shown, validate_numeric_fields
 
 #: The shortest flush interval of the store's writer (a smaller one would spin the event loop).
 MIN_FLUSH_INTERVAL_S = 0.01
@@ -28,7 +28,7 @@ def check_conversation_time(name: str, at: object) -> None:
         raise ValueError(
             f"{name} must be seconds since the epoch, from 0 to "
             f"{MAX_CONVERSATION_STARTED_AT:.0f} (the end of the year 9999; a larger value "
-            f"is milliseconds or microseconds), got {at!r}"
+            f"is milliseconds or microseconds), got {shown(at)}"
         )
 
 

@@ -147,7 +147,15 @@ def asked_in(server) -> list[str]:
     return [m["content"] for m in last if m.get("role") == "user" and not is_recall_message(m)]
 
 
-async def _call(server, tmp_path, recall: RecallParams, how: str = "ok", observer=None):
+async def _call(
+    server,
+    tmp_path,
+    recall: RecallParams,
+    how: str = "ok",
+    observer=None,
+    asked: list[str] = ASKED,
+    gap: float = 0.25,
+):
     # (a hung search keeps a pause from settling early: short pauses, the answer is quick)
     server.handler = lambda body: Reply("Sure.")
     store = Store(tmp_path / "m.db")
@@ -158,8 +166,8 @@ async def _call(server, tmp_path, recall: RecallParams, how: str = "ok", observe
     if observer is not None:
         step.add_observer(observer)
     frames: list = []
-    for text in ASKED:
-        frames += [user_turn(text), Gap(sleep=0.25)]
+    for text in asked:
+        frames += [user_turn(text), Gap(sleep=gap)]
     try:
         await store.write(archived_call(LINES))
         await asyncio.wait_for(
@@ -475,26 +483,9 @@ async def test_attack_a_raised_margin_shortens_the_searchs_wait(openai_server, t
 
 
 async def _huge(server, tmp_path, budget: float):
-    server.handler = lambda body: Reply("Sure.")
-    store = Store(tmp_path / "m.db")
-    context, processor, summarizer = travel_desk(
-        server, store, RecallParams(latency_budget_s=budget)
-    )
-    frames: list = []
-    for text in ASKED[:2]:
-        frames += [user_turn(text), Gap(sleep=0.6)]
-    try:
-        await store.write(archived_call(LINES))
-        await asyncio.wait_for(
-            run_settling(
-                build(context, processor, main_llm(server.base_url)), frames_to_send=frames
-            ),
-            GUARD_S,
-        )
-    finally:
-        await summarizer.aclose()
-        await store.close()
-    return processor.recall_step
+    recall = RecallParams(latency_budget_s=budget)
+    step, _ = await _call(server, tmp_path, recall, asked=ASKED[:2], gap=0.6)
+    return step
 
 
 @pytest.mark.parametrize("budget", [1e12, 1e15])

@@ -114,7 +114,9 @@ async def test_the_conversation_time_is_checked(openai_server, tmp_path):
         processor = ContextSummarizer(
             context=context, summarizer=summarizer, store=store, call_id="c", user_id="al"
         )
-        for bad in (float("nan"), -1.0, 1.7e12, float("inf")):  # 1.7e12: milliseconds
+        # 1.7e12: milliseconds; 10**5000: an int Python refuses to write out (its repr in
+        # the message raised the wrong ValueError, about digits)
+        for bad in (float("nan"), -1.0, 1.7e12, float("inf"), 10**5000):
             with pytest.raises(ValueError, match="seconds since the epoch"):
                 processor.set_conversation_time(bad)
         with pytest.raises(TypeError):
