@@ -211,13 +211,12 @@ class RecallParams:
 
         The defaults cap an adaptive block by the context: 4,800 tokens in a new call, less
         as the call's context grows (about 2,000 late in a long one); this preset keeps the
-        cap at 3,500 however long the call, trading input tokens for recall when callers
-        often come back to details said long ago (LoCoMo figures: benchmarks/README.md).
-        Measured with the
-        fixed blocks of 0.1, at question time, answer recall and input against the full
-        buffer's: 79.6% at 11.8% with the 800-token block (:meth:`small`), 83.8% at 17.0%
-        with this preset (the full buffer: 90.8%). The block is filled only as far as
-        matches go, so a turn that matches little costs little more.
+        cap at 3,500 however long the call: a larger block late in a long call, a smaller
+        one in a new call. On LoCoMo (answer recall, input against the full buffer's) it is
+        no better than the defaults: 85.3% at 15.6% at question time against 85.2% at 14.9%,
+        82.8% at 9.7% across calls against 83.7% at 11.4% (benchmarks/README.md, seventeenth
+        round). The block is filled only as far as matches go, so a turn that matches little
+        costs little more.
 
         Args:
             semantic: Semantic recall as well (see ``semantic``);
