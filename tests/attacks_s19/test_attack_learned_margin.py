@@ -52,6 +52,7 @@ from pipecat_summarizer._recall.turn_gate import TURNS
 from pipecat_summarizer.params import RecallParams
 from pipecat_summarizer.store import SQLiteMemoryStore
 from tests.support.early_search import (
+    WatchedSQLite,
     desk,
     prefetch_pipeline,
     seed_trips,
@@ -94,34 +95,13 @@ def assert_bounded(step) -> None:
     assert -tol <= planned <= budget + tol
 
 
-class Store(SQLiteMemoryStore):
-    """A real SQLite store; ``how`` makes its searches fail (``"raises"``), never answer
-    (``"hangs"``, until ``release``), or wait ``release`` (``"held"``)."""
-
-    how = "ok"
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.release = asyncio.Event()
-        self.searches = 0
-        self.ended: list[str] = []
-
-    async def search(self, query, **kwargs):
-        self.searches += 1
-        try:
-            if self.how == "raises":
-                raise RuntimeError("the archive is down")
-            if self.how in ("hangs", "held"):
-                await self.release.wait()
-            found = await super().search(query, **kwargs)
-        except asyncio.CancelledError:
-            self.ended.append("cancelled")
-            raise
-        except Exception:
-            self.ended.append("failed")
-            raise
-        self.ended.append("done")
-        return found
+def _store(path, how: str = "ok") -> WatchedSQLite:
+    """A real SQLite store whose searches fail (``"raises"``), never answer (``"hangs"``,
+    until ``release``) or wait ``release`` (``"held"``)."""
+    store = WatchedSQLite(path)
+    store.fail = how == "raises"
+    store.held = how in ("hangs", "held")
+    return store
 
 
 class Raising(RecallObserver):
@@ -158,8 +138,7 @@ async def _call(
 ):
     # (a hung search keeps a pause from settling early: short pauses, the answer is quick)
     server.handler = lambda body: Reply("Sure.")
-    store = Store(tmp_path / "m.db")
-    store.how = how
+    store = _store(tmp_path / "m.db", how)
     context, processor, summarizer = travel_desk(server, store, recall)
     step = processor.recall_step
     assert step is not None
@@ -203,7 +182,7 @@ async def test_attack_the_margin_stays_bounded_whatever_the_turn(openai_server, 
     )
     # every question searched (a hung store: the first, then "busy" for the others)
     assert step.turns == len(ASKED)
-    assert store.searches >= 1
+    assert len(store.searches) >= 1
     # no message lost: the last request carries every question, in order
     assert asked_in(openai_server) == ASKED
     assert_bounded(step)
@@ -221,8 +200,8 @@ async def test_attack_the_margin_stays_bounded_whatever_the_turn(openai_server, 
 
 async def test_attack_a_call_cancelled_while_its_turn_waits(openai_server, tmp_path):
     openai_server.handler = lambda body: Reply("Sure.")
-    store = Store(tmp_path / "m.db")
-    store.how = "held"  # the turn waits for it (its 20 s budget) when the call is cancelled
+    # the turn waits for it (its 20 s budget) when the call is cancelled
+    store = _store(tmp_path / "m.db", "held")
     context, processor, summarizer = travel_desk(
         openai_server, store, RecallParams(latency_budget_s=20.0)
     )
@@ -234,7 +213,7 @@ async def test_attack_a_call_cancelled_while_its_turn_waits(openai_server, tmp_p
                 build(context, processor, main_llm(openai_server.base_url)),
                 frames_to_send=[
                     user_turn(ASKED[0]),
-                    Until(sleep=10.0, done=lambda: store.searches > 0),
+                    Until(sleep=10.0, done=lambda: len(store.searches) > 0),
                     Gap(sleep=0.1),
                     CancelFrame(),
                 ],
@@ -260,8 +239,7 @@ async def test_attack_a_call_cancelled_while_its_turn_waits(openai_server, tmp_p
 
 async def test_attack_a_turn_interrupted_while_it_waits_then_more_turns(openai_server, tmp_path):
     openai_server.handler = lambda body: Reply("Sure.")
-    store = Store(tmp_path / "m.db")
-    store.how = "held"
+    store = _store(tmp_path / "m.db", "held")
     context, processor, summarizer = travel_desk(
         openai_server, store, RecallParams(latency_budget_s=20.0)
     )
@@ -269,13 +247,13 @@ async def test_attack_a_turn_interrupted_while_it_waits_then_more_turns(openai_s
 
     def unheld() -> bool:
         if store.ended == ["cancelled"]:
-            store.how = "ok"  # the turns after the interruption are served at once
+            store.held = False  # the turns after the interruption are served at once
             return True
         return False
 
     frames = [
         user_turn(ASKED[0]),
-        Until(sleep=10.0, done=lambda: store.searches > 0),
+        Until(sleep=10.0, done=lambda: len(store.searches) > 0),
         InterruptionFrame(),
         Until(sleep=10.0, done=unheld),
     ]

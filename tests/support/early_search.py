@@ -67,20 +67,25 @@ async def seed_sister(store: Any) -> None:
 
 
 class Watched:
-    """A real store that records each search (its words, and how it ended); ``delay_s``
-    slows each search, ``fail`` makes it fail."""
+    """A real store that records each search (its words, and how it ended); ``held`` makes
+    each search wait for ``release`` (set, it never waits again), ``delay_s`` slows it,
+    ``fail`` makes it fail."""
 
     delay_s = 0.0
     fail = False
+    held = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.searches: list[tuple[str, str | None]] = []  # (words, user)
         self.ended: list[str] = []  # "done", "failed" or "cancelled"
+        self.release = asyncio.Event()
 
     async def search(self, query, **kwargs):
         self.searches.append((query, kwargs.get("user_id")))
         try:
+            if self.held:
+                await self.release.wait()
             await asyncio.sleep(self.delay_s)
             if self.fail:
                 raise RuntimeError("the archive is down")
