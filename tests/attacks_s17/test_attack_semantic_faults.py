@@ -30,6 +30,7 @@ from pipecat_summarizer.store import open_store
 from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import cfg, main_llm, user_turn
+from tests.support.recall_calls import ended_call
 from tests.support.settle import Gap, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
@@ -72,25 +73,7 @@ class FaultyEmbedder:
 
 async def _call(server, path: str, embedder: FaultyEmbedder):
     store = open_store(path)
-    now = time.time()
-    await store.write(
-        [
-            CallRecord("c1", user_id="al", started_at=now - 900, ended_at=now - 600),
-            *[
-                ArchivedMessage(
-                    "c1",
-                    i,
-                    "user" if i % 2 == 0 else "assistant",
-                    text,
-                    "{}",
-                    turn=i // 2,
-                    at=now - 900 + i,
-                    user_id="al",
-                )
-                for i, text in enumerate(LINES)
-            ],
-        ]
-    )
+    await store.write(ended_call(LINES))
     context = LLMContext(messages=[{"role": "system", "content": "You are a hotel desk."}])
     summarizer = OpenAISummarizer(base_url=server.base_url, model="cheap")
     processor = ContextSummarizer(

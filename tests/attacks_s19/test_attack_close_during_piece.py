@@ -47,10 +47,12 @@ from pipecat_summarizer._recall.semantic_rows import embedding_executor  # noqa:
 from pipecat_summarizer._recall.turn_gate import TURNS  # noqa: E402
 from pipecat_summarizer.params import RecallParams, SemanticRecallParams  # noqa: E402
 from pipecat_summarizer.store import SQLiteMemoryStore  # noqa: E402
-from pipecat_summarizer.store.records import ArchivedMessage, CallRecord  # noqa: E402
 from tests.support.openai_server import Reply  # noqa: E402
 from tests.support.pipeline_utils import build, main_llm, user_turn  # noqa: E402
-from tests.support.recall_calls import travel_desk  # noqa: E402
+from tests.support.recall_calls import (
+    ended_call,
+    travel_desk,  # noqa: E402
+)
 from tests.support.settle import Gap, Until, run_settling  # noqa: E402
 
 GUARD_S = 20.0  # a guard against a hang only
@@ -118,7 +120,6 @@ class Held(SQLiteMemoryStore):
 
 
 async def _earlier_call(store, tag: str) -> list[str]:
-    now = time.time()
     lines = [
         f"Our dog Rex ({tag}) is a golden retriever and travels with us.",
         f"Noted, Rex comes along ({tag}).",
@@ -127,24 +128,7 @@ async def _earlier_call(store, tag: str) -> list[str]:
         f"My sister Marta lives in Porto ({tag}).",
         f"Lovely, Porto in spring ({tag}).",
     ]
-    await store.write(
-        [
-            CallRecord("a1", user_id="alice", started_at=now - 900, ended_at=now - 600),
-            *[
-                ArchivedMessage(
-                    "a1",
-                    i,
-                    "user" if i % 2 == 0 else "assistant",
-                    text,
-                    "{}",
-                    turn=i // 2,
-                    at=now - 900 + i,
-                    user_id="alice",
-                )
-                for i, text in enumerate(lines)
-            ],
-        ]
-    )
+    await store.write(ended_call(lines, call_id="a1", user_id="alice"))
     return lines
 
 

@@ -32,9 +32,9 @@ from pipecat_summarizer._recall import semantic, turn_gate
 from pipecat_summarizer._recall.embedding import embedder_for, load_semantic_model
 from pipecat_summarizer.params import MemoryParams, RecallParams, SemanticRecallParams, WriterParams
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import cfg, main_llm, user_turn
+from tests.support.recall_calls import ended_call
 from tests.support.settle import Gap, Until, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
@@ -141,25 +141,7 @@ async def _call(server, target: str, wordllama, frames_for) -> tuple:
     ``frames_for(index, held, embedder)`` gives the frames. Returns the recall step, the held
     search and the embedder."""
     store = open_store(target)
-    now = time.time()
-    await store.write(
-        [
-            CallRecord("c1", user_id="al", started_at=now - 900, ended_at=now - 600),
-            *[
-                ArchivedMessage(
-                    "c1",
-                    i,
-                    "user" if i % 2 == 0 else "assistant",
-                    text,
-                    "{}",
-                    turn=i // 2,
-                    at=now - 900 + i,
-                    user_id="al",
-                )
-                for i, text in enumerate(LINES)
-            ],
-        ]
-    )
+    await store.write(ended_call(LINES))
     held = _Held(store)
     embedder = _Pieces(embedder_for(wordllama), held)
     context = LLMContext(messages=[{"role": "system", "content": "You are a family assistant."}])

@@ -11,7 +11,6 @@ vectors through an embedder that stalls any query embedded once the turn is in t
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from pipecat.frames.frames import (
@@ -33,9 +32,9 @@ from pipecat_summarizer._recall.prefetch import RecallPrefetch
 from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer.params import MemoryParams, RecallParams, SemanticRecallParams, WriterParams
 from pipecat_summarizer.store import SQLiteMemoryStore
-from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import cfg, main_llm
+from tests.support.recall_calls import ended_call
 from tests.support.settle import Gap, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
@@ -75,25 +74,7 @@ def wordllama() -> SemanticRecallParams:
 
 async def _call(server, tmp_path, wordllama, *, early: bool) -> tuple[list[str], int]:
     store = SQLiteMemoryStore(tmp_path / "m.db")
-    now = time.time()
-    await store.write(
-        [
-            CallRecord("c1", user_id="al", started_at=now - 900, ended_at=now - 600),
-            *[
-                ArchivedMessage(
-                    "c1",
-                    i,
-                    "user" if i % 2 == 0 else "assistant",
-                    text,
-                    "{}",
-                    turn=i // 2,
-                    at=now - 900 + i,
-                    user_id="al",
-                )
-                for i, text in enumerate(LINES)
-            ],
-        ]
-    )
+    await store.write(ended_call(LINES))
     context = LLMContext(messages=[{"role": "system", "content": "You are a hotel desk."}])
     embedder = LateAtTurnEmbedder(embedder_for(wordllama), context)
     semantic = SemanticRecallParams(embedder=embedder, model="wordllama")

@@ -41,9 +41,9 @@ from pipecat_summarizer._recall.prefetch import RecallPrefetch
 from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer.params import MemoryParams, RecallParams, SemanticRecallParams, WriterParams
 from pipecat_summarizer.store import open_store
-from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 from tests.support.openai_server import Reply
 from tests.support.pipeline_utils import cfg, main_llm, user_turn
+from tests.support.recall_calls import ended_call
 from tests.support.settle import Gap, Until, processor_idle, run_settling
 
 FAST = WriterParams(flush_interval_s=0.05, max_backoff_s=0.2, write_timeout_s=5)
@@ -124,25 +124,7 @@ async def _call(server, target: str, wordllama, typed: list[str], spoken: list[s
     """One call of the caller ``al`` (their earlier call archived), ``typed`` turns then
     ``spoken`` ones; the recall step, the embedder and the recalled blocks (per request)."""
     store = open_store(target)
-    now = time.time()
-    await store.write(
-        [
-            CallRecord("c1", user_id="al", started_at=now - 900, ended_at=now - 600),
-            *[
-                ArchivedMessage(
-                    "c1",
-                    i,
-                    "user" if i % 2 == 0 else "assistant",
-                    text,
-                    "{}",
-                    turn=i // 2,
-                    at=now - 900 + i,
-                    user_id="al",
-                )
-                for i, text in enumerate(LINES)
-            ],
-        ]
-    )
+    await store.write(ended_call(LINES))
     context = LLMContext(messages=[{"role": "system", "content": "You are a hotel desk."}])
     embedder = SlowQueryEmbedder(embedder_for(wordllama))
     semantic = SemanticRecallParams(embedder=embedder, model="wordllama")

@@ -5,6 +5,7 @@ against the local OpenAI-protocol server; and the recalled block of the last req
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat_summarizer import ContextSummarizer, OpenAISummarizer
 from pipecat_summarizer._recall.render import is_recall_message
 from pipecat_summarizer.params import MemoryParams, RecallParams, WriterParams
-from pipecat_summarizer.store.records import ArchivedMessage
+from pipecat_summarizer.store.records import ArchivedMessage, CallRecord
 from pipecat_summarizer.tools import RECALL_MEMORY
 from tests.support.openai_server import Reply, is_summary_request
 from tests.support.pipeline_utils import build, cfg, main_llm, turns
@@ -84,6 +85,31 @@ def archived_call(
             user_id=user_id,
         )
         for i, text in enumerate(lines)
+    ]
+
+
+def ended_call(
+    lines: Sequence[str], *, call_id: str = "c1", user_id: str = "al"
+) -> list[CallRecord | ArchivedMessage]:
+    """An earlier call of ``user_id`` that ended ten minutes ago (started 15 minutes ago):
+    its record, then ``lines`` said in turn by the caller and the assistant, a second apart.
+    The semantic index reads an ended call once, at the call's start."""
+    now = time.time()
+    return [
+        CallRecord(call_id, user_id=user_id, started_at=now - 900, ended_at=now - 600),
+        *[
+            ArchivedMessage(
+                call_id,
+                i,
+                "user" if i % 2 == 0 else "assistant",
+                text,
+                "{}",
+                turn=i // 2,
+                at=now - 900 + i,
+                user_id=user_id,
+            )
+            for i, text in enumerate(lines)
+        ],
     ]
 
 
