@@ -135,7 +135,12 @@ async def _call(
     observer=None,
     asked: list[str] = ASKED,
     gap: float = 0.25,
+    frames_for=None,
+    send_end_frame: bool = True,
 ):
+    """One travel-desk call on a store whose searches go as ``how`` says: ``asked`` as
+    turns ``gap`` apart, or ``frames_for(store)``'s frames. Returns the recall step, the
+    store and the context."""
     # (a hung search keeps a pause from settling early: short pauses, the answer is quick)
     server.handler = lambda body: Reply("Sure.")
     store = _store(tmp_path / "m.db", how)
@@ -151,15 +156,19 @@ async def _call(
         await store.write(archived_call(LINES))
         await asyncio.wait_for(
             run_settling(
-                build(context, processor, main_llm(server.base_url)), frames_to_send=frames
+                build(context, processor, main_llm(server.base_url)),
+                frames_to_send=frames if frames_for is None else frames_for(store),
+                send_end_frame=send_end_frame,
             ),
             GUARD_S,
         )
+        for _ in range(5):  # a cancelled turn's tasks end
+            await asyncio.sleep(0)
     finally:
         store.release.set()
         await summarizer.aclose()
         await store.close()
-    return step, store
+    return step, store, context
 
 
 CASES = {
@@ -177,7 +186,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 async def test_attack_the_margin_stays_bounded_whatever_the_turn(openai_server, tmp_path, case):
     recall, how, observer = CASES[case]
-    step, store = await _call(
+    step, store, _ = await _call(
         openai_server, tmp_path, recall, how, observer() if observer else None
     )
     # every question searched (a hung store: the first, then "busy" for the others)
@@ -199,34 +208,20 @@ async def test_attack_the_margin_stays_bounded_whatever_the_turn(openai_server, 
 
 
 async def test_attack_a_call_cancelled_while_its_turn_waits(openai_server, tmp_path):
-    openai_server.handler = lambda body: Reply("Sure.")
-    # the turn waits for it (its 20 s budget) when the call is cancelled
-    store = _store(tmp_path / "m.db", "held")
-    context, processor, summarizer = travel_desk(
-        openai_server, store, RecallParams(latency_budget_s=20.0)
+    # the turn waits for its search (its 20 s budget) when the call is cancelled
+    step, store, context = await _call(
+        openai_server,
+        tmp_path,
+        RecallParams(latency_budget_s=20.0),
+        "held",
+        frames_for=lambda store: [
+            user_turn(ASKED[0]),
+            Until(sleep=10.0, done=lambda: len(store.searches) > 0),
+            Gap(sleep=0.1),
+            CancelFrame(),
+        ],
+        send_end_frame=False,
     )
-    step = processor.recall_step
-    try:
-        await store.write(archived_call(LINES))
-        await asyncio.wait_for(
-            run_settling(
-                build(context, processor, main_llm(openai_server.base_url)),
-                frames_to_send=[
-                    user_turn(ASKED[0]),
-                    Until(sleep=10.0, done=lambda: len(store.searches) > 0),
-                    Gap(sleep=0.1),
-                    CancelFrame(),
-                ],
-                send_end_frame=False,
-            ),
-            GUARD_S,
-        )
-        for _ in range(5):
-            await asyncio.sleep(0)
-    finally:
-        store.release.set()
-        await summarizer.aclose()
-        await store.close()
     assert store.ended == ["cancelled"]  # the search was waited on, then cut with the call
     assert step.turns == 1
     assert_bounded(step)
@@ -238,40 +233,30 @@ async def test_attack_a_call_cancelled_while_its_turn_waits(openai_server, tmp_p
 
 
 async def test_attack_a_turn_interrupted_while_it_waits_then_more_turns(openai_server, tmp_path):
-    openai_server.handler = lambda body: Reply("Sure.")
-    store = _store(tmp_path / "m.db", "held")
-    context, processor, summarizer = travel_desk(
-        openai_server, store, RecallParams(latency_budget_s=20.0)
+    def frames_for(store) -> list:
+        def unheld() -> bool:
+            if store.ended == ["cancelled"]:
+                store.held = False  # the turns after the interruption are served at once
+                return True
+            return False
+
+        frames = [
+            user_turn(ASKED[0]),
+            Until(sleep=10.0, done=lambda: len(store.searches) > 0),
+            InterruptionFrame(),
+            Until(sleep=10.0, done=unheld),
+        ]
+        for text in ASKED[1:]:
+            frames += [user_turn(text), Gap(sleep=0.6)]
+        return frames
+
+    step, store, _ = await _call(
+        openai_server,
+        tmp_path,
+        RecallParams(latency_budget_s=20.0),
+        "held",
+        frames_for=frames_for,
     )
-    step = processor.recall_step
-
-    def unheld() -> bool:
-        if store.ended == ["cancelled"]:
-            store.held = False  # the turns after the interruption are served at once
-            return True
-        return False
-
-    frames = [
-        user_turn(ASKED[0]),
-        Until(sleep=10.0, done=lambda: len(store.searches) > 0),
-        InterruptionFrame(),
-        Until(sleep=10.0, done=unheld),
-    ]
-    for text in ASKED[1:]:
-        frames += [user_turn(text), Gap(sleep=0.6)]
-    try:
-        await store.write(archived_call(LINES))
-        await asyncio.wait_for(
-            run_settling(
-                build(context, processor, main_llm(openai_server.base_url)),
-                frames_to_send=frames,
-            ),
-            GUARD_S,
-        )
-    finally:
-        store.release.set()
-        await summarizer.aclose()
-        await store.close()
     assert store.ended[0] == "cancelled"
     assert step.turns == len(ASKED)
     # the interrupted question is not lost: the next requests carry it
@@ -462,7 +447,7 @@ async def test_attack_a_raised_margin_shortens_the_searchs_wait(openai_server, t
 
 async def _huge(server, tmp_path, budget: float):
     recall = RecallParams(latency_budget_s=budget)
-    step, _ = await _call(server, tmp_path, recall, asked=ASKED[:2], gap=0.6)
+    step, _, _ = await _call(server, tmp_path, recall, asked=ASKED[:2], gap=0.6)
     return step
 
 
