@@ -57,7 +57,11 @@ def main() -> None:
     model = MiniLMEmbedder(blas_threads=2)
     found: dict[tuple[str, str, int], list[int]] = {}
     cpu: dict[str, float] = {}
-    for cid in args.ids.split(","):
+    ids = args.ids.split(",")
+    missing = [i for i in ids if f"{i}.json" not in names]
+    if missing:
+        parser.error(f"no conversation {', '.join(missing)} in {args.locomo}")
+    for cid in ids:
         data = json.loads(archive.read(names[f"{cid}.json"]))
         lines = _lines(data.get("conversation", data))
         row = {dia: i for i, (dia, _) in enumerate(lines)}
